@@ -1,0 +1,73 @@
+-- claimgate ledger schema. Applied at every start; every statement is idempotent.
+--
+-- One random-key index only: the claim's idempotency key. Every other table refers to a claim
+-- through its integer claim_id, so inserts there append to the right edge of their B-trees.
+-- Keys are stored as 32 raw bytes; use lower(hex(idempotency_key)) to see the 64-hex form.
+
+-- The durable claim: one row per submission ever processed. It is also the retained evidence
+-- of what was processed and when (2 CFR 200.334), so nothing deletes from it automatically.
+-- idempotency_key is the natural key (UNIQUE NOT NULL, the claim itself); claim_id is the
+-- surrogate the other tables reference.
+CREATE TABLE IF NOT EXISTS processed_messages (
+    claim_id             INTEGER PRIMARY KEY,
+    idempotency_key      BLOB    NOT NULL UNIQUE CHECK (length(idempotency_key) = 32),
+    award_id             TEXT    NOT NULL CHECK (award_id <> ''),
+    submission_timestamp TEXT    NOT NULL,
+    amount_cents         INTEGER NOT NULL CHECK (amount_cents > 0),
+    claimed_at           TEXT    NOT NULL,
+    stream_entry_id      TEXT    NOT NULL,
+    consumer             TEXT    NOT NULL
+);
+
+-- The business side effect. UNIQUE (claim_id) is what makes a second disbursement for one claim
+-- impossible whatever the code does.
+CREATE TABLE IF NOT EXISTS disbursements (
+    id              INTEGER PRIMARY KEY,
+    claim_id        INTEGER NOT NULL UNIQUE REFERENCES processed_messages (claim_id),
+    idempotency_key BLOB    NOT NULL,
+    award_id        TEXT    NOT NULL,
+    amount_cents    INTEGER NOT NULL CHECK (amount_cents > 0),
+    recorded_at     TEXT    NOT NULL
+);
+
+-- The transactional outbox. AUTOINCREMENT so an id is never reused, even after a purge: the
+-- relay's exactly-once publishing depends on ids only ever growing.
+CREATE TABLE IF NOT EXISTS outbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    claim_id     INTEGER NOT NULL UNIQUE REFERENCES processed_messages (claim_id),
+    event_type   TEXT    NOT NULL,
+    payload      TEXT    NOT NULL,
+    created_at   TEXT    NOT NULL,
+    published_at TEXT
+);
+CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+
+-- Entries that were dead-lettered, one row per stream entry, so a redelivered bad entry leaves
+-- one audit record, not one per delivery.
+CREATE TABLE IF NOT EXISTS dead_letters (
+    stream          TEXT    NOT NULL,
+    stream_entry_id TEXT    NOT NULL,
+    reason_code     TEXT    NOT NULL,
+    reason          TEXT    NOT NULL,
+    award_id        TEXT,
+    delivery_count  INTEGER NOT NULL,
+    recorded_at     TEXT    NOT NULL,
+    PRIMARY KEY (stream, stream_entry_id)
+);
+
+-- The hash-chained audit trail, written in the same transaction as the effect it records.
+-- hash = sha256(prev_hash || canonical JSON of the record); see src/audit.rs.
+CREATE TABLE IF NOT EXISTS audit_log (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind            TEXT    NOT NULL,
+    idempotency_key TEXT,
+    award_id        TEXT,
+    amount_cents    INTEGER,
+    stream_entry_id TEXT,
+    consumer        TEXT,
+    delivery_count  INTEGER,
+    detail          TEXT,
+    recorded_at     TEXT    NOT NULL,
+    prev_hash       TEXT    NOT NULL,
+    hash            TEXT    NOT NULL
+);

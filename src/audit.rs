@@ -1,0 +1,194 @@
+//! The tamper-evident audit trail: what a record holds and how the chain is computed.
+//!
+//! Each record's hash covers its own content and the previous record's hash, starting from
+//! [`GENESIS_HASH`]. Editing a record changes its hash; deleting or reordering records breaks the
+//! link from the next one. The ledger writes records in the same transaction as the effect they
+//! describe; this module is pure and never touches SQLite or Redis.
+
+use crate::key::to_hex;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The `prev_hash` of the first record.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The log target audit lines are written under, so they can be routed on their own.
+pub const LOG_TARGET: &str = "claimgate::audit";
+
+/// What happened, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A submission was claimed and its disbursement recorded.
+    Processed,
+    /// A delivery was recognised as already processed and skipped.
+    Duplicate,
+    /// An entry was copied to the dead-letter stream.
+    DeadLetter,
+    /// A submission reused an award's timestamp with a different payload.
+    Conflict,
+    /// Records before this one were purged; the chain continues from `prev_hash`.
+    Checkpoint,
+}
+
+impl Kind {
+    /// The name stored in the `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Processed => "processed",
+            Kind::Duplicate => "duplicate",
+            Kind::DeadLetter => "dead_letter",
+            Kind::Conflict => "conflict",
+            Kind::Checkpoint => "checkpoint",
+        }
+    }
+
+    /// Parses a `kind` column value.
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Processed, Kind::Duplicate, Kind::DeadLetter, Kind::Conflict, Kind::Checkpoint]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// One audit record. Field order is the canonical order the hash is computed over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Position in the chain (1-based, never reused).
+    pub seq: i64,
+    /// What happened.
+    pub kind: Kind,
+    /// The submission's idempotency key in hex, where there is one.
+    pub idempotency_key: Option<String>,
+    /// The award, where known.
+    pub award_id: Option<String>,
+    /// The amount disbursed (processed records only).
+    pub amount_cents: Option<i64>,
+    /// The stream entry that carried it.
+    pub stream_entry_id: Option<String>,
+    /// The consumer that handled it.
+    pub consumer: Option<String>,
+    /// How many times the entry had been delivered.
+    pub delivery_count: Option<i64>,
+    /// Kind-specific detail: a dead letter's reason, when a duplicate's key was first claimed.
+    pub detail: Option<String>,
+    /// When the record was written (RFC 3339, UTC).
+    pub recorded_at: String,
+    /// The previous record's hash.
+    pub prev_hash: String,
+    /// This record's hash.
+    pub hash: String,
+}
+
+impl Record {
+    /// The hash this record should carry, computed from its content and `prev_hash`.
+    pub fn compute_hash(&self) -> String {
+        let mut content = self.clone();
+        content.hash = String::new();
+        let canonical = serde_json::to_vec(&content).expect("a record always serializes");
+        let mut h = Sha256::new();
+        h.update(self.prev_hash.as_bytes());
+        h.update(&canonical);
+        to_hex(&h.finalize())
+    }
+
+    /// Sets `prev_hash` and `hash`, linking this record after `prev_hash`.
+    pub fn seal(&mut self, prev_hash: &str) {
+        self.prev_hash = prev_hash.to_owned();
+        self.hash = self.compute_hash();
+    }
+}
+
+/// Where a chain first goes wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Break {
+    /// The `seq` of the first record that does not check out.
+    pub seq: i64,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Walks records in order and checks every link and hash. A checkpoint record may start the
+/// chain from a non-genesis hash (records before it were purged); nowhere else may it jump.
+pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<u64, Break> {
+    let mut prev: Option<&Record> = None;
+    let mut count = 0u64;
+    for r in records {
+        let expected_prev = match prev {
+            Some(p) => p.hash.as_str(),
+            None if r.kind == Kind::Checkpoint => r.prev_hash.as_str(),
+            None => GENESIS_HASH,
+        };
+        if let Some(p) = prev {
+            if r.seq <= p.seq {
+                return Err(Break { seq: r.seq, reason: format!("out of order after seq {}", p.seq) });
+            }
+        }
+        if r.prev_hash != expected_prev {
+            return Err(Break {
+                seq: r.seq,
+                reason: "prev_hash does not match the previous record's hash (a record before it was edited, deleted or moved)".into(),
+            });
+        }
+        if r.compute_hash() != r.hash {
+            return Err(Break { seq: r.seq, reason: "content does not match its hash (edited)".into() });
+        }
+        prev = Some(r);
+        count += 1;
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: i64, award: &str) -> Record {
+        Record {
+            seq,
+            kind: Kind::Processed,
+            idempotency_key: Some("ab".repeat(32)),
+            award_id: Some(award.into()),
+            amount_cents: Some(100),
+            stream_entry_id: Some(format!("{seq}-0")),
+            consumer: Some("c".into()),
+            delivery_count: Some(1),
+            detail: None,
+            recorded_at: "2026-11-29T00:00:00.000000Z".into(),
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    fn chain(n: i64) -> Vec<Record> {
+        let mut prev = GENESIS_HASH.to_owned();
+        (1..=n)
+            .map(|i| {
+                let mut r = record(i, &format!("A-{i}"));
+                r.seal(&prev);
+                prev = r.hash.clone();
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_intact_chain_verifies() {
+        assert_eq!(verify_chain(&chain(5)), Ok(5));
+    }
+
+    #[test]
+    fn an_edit_a_deletion_and_a_swap_are_each_caught_at_the_right_record() {
+        let mut edited = chain(5);
+        edited[2].amount_cents = Some(101);
+        assert_eq!(verify_chain(&edited).unwrap_err().seq, 3);
+
+        let mut deleted = chain(5);
+        deleted.remove(1);
+        assert_eq!(verify_chain(&deleted).unwrap_err().seq, 3);
+
+        let mut swapped = chain(5);
+        swapped.swap(1, 2);
+        assert_eq!(verify_chain(&swapped).unwrap_err().seq, 3);
+    }
+}

@@ -1,0 +1,170 @@
+//! Every limit and default in one place, named with units last.
+//!
+//! The command line (`cli`) fills these in; the library never reads flags or env vars itself.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default Redis URL: the local server. `demo` never uses it unless told to.
+pub const REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
+/// Default submissions stream key.
+pub const STREAM_DEFAULT: &str = "grants:submissions";
+/// Default consumer group.
+pub const GROUP_DEFAULT: &str = "grant-workers";
+/// Default events stream the relay publishes to.
+pub const EVENTS_STREAM_DEFAULT: &str = "grants:events";
+/// Default ledger file.
+pub const DB_DEFAULT: &str = "./claimgate.db";
+/// Largest payload accepted before parsing (1 MiB).
+pub const PAYLOAD_BYTES_MAX_DEFAULT: usize = 1 << 20;
+/// Deliveries after which an entry is dead-lettered without another attempt.
+pub const MAX_DELIVERIES_DEFAULT: u64 = 5;
+/// Idle time after which another consumer's pending entry is taken over.
+pub const CLAIM_IDLE_MS_DEFAULT: u64 = 30_000;
+/// Entries asked for per XREADGROUP / XAUTOCLAIM.
+pub const BATCH_COUNT_MAX_DEFAULT: usize = 1024;
+/// How long one blocking XREADGROUP waits. Short, so shutdown and idle checks stay prompt;
+/// an arriving entry ends the wait at once, so this adds no latency.
+pub const BLOCK_MS_DEFAULT: u64 = 200;
+/// Slack added on top of BLOCK for the blocking connection's response timeout, so the client
+/// never gives up on a read the server is still legitimately holding.
+pub const BLOCK_TIMEOUT_SLACK_MS: u64 = 5_000;
+/// Response timeout for non-blocking Redis commands.
+pub const REDIS_RESPONSE_TIMEOUT_MS: u64 = 5_000;
+/// Connect timeout for every Redis connection.
+pub const REDIS_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// How long SQLite waits on another writer's lock before reporting busy.
+pub const BUSY_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// First wait after a transient failure.
+pub const BACKOFF_MS_MIN: u64 = 50;
+/// Longest wait between retries after a transient failure.
+pub const BACKOFF_MS_MAX: u64 = 5_000;
+/// Batches that may wait between pipeline stages; bounds memory whatever the backlog.
+pub const CHANNEL_BATCHES_MAX: usize = 4;
+/// Most entries written in one group-commit transaction.
+pub const COMMIT_ENTRIES_MAX: usize = 4096;
+/// Default number of parse threads.
+pub const THREADS_DEFAULT: usize = 2;
+
+/// Where things are: shared by every subcommand.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Redis URL, possibly with credentials (never logged whole).
+    pub redis_url: String,
+    /// The SQLite ledger file.
+    pub db_path: PathBuf,
+    /// The submissions stream key.
+    pub stream: String,
+    /// The consumer group name.
+    pub group: String,
+}
+
+impl Config {
+    /// The dead-letter stream: `<stream>:dead`.
+    pub fn dead_stream(&self) -> String {
+        format!("{}:dead", self.stream)
+    }
+}
+
+/// What to do with a resubmission that reuses an award's timestamp with a different payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Pay it (it is a distinct submission by design) and leave a `conflict` audit record.
+    #[default]
+    Record,
+    /// Dead-letter it for review instead of paying.
+    Hold,
+}
+
+/// Everything `claimgate run` can be told.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This consumer's name in the group.
+    pub consumer: String,
+    /// Parse-and-hash threads.
+    pub threads: usize,
+    /// Take over other consumers' entries idle at least this long.
+    pub claim_idle_ms: u64,
+    /// Dead-letter an entry delivered more than this many times.
+    pub max_deliveries: u64,
+    /// Exit once nothing is undelivered or pending.
+    pub exit_when_idle: bool,
+    /// Entries per read.
+    pub batch_count_max: usize,
+    /// XREADGROUP BLOCK, in milliseconds.
+    pub block_ms: u64,
+    /// Largest payload accepted.
+    pub payload_bytes_max: usize,
+    /// One transaction and one XACK per entry: the reference design's shape, for comparison.
+    pub per_message: bool,
+    /// Policy for conflicting resubmissions.
+    pub on_conflict: OnConflict,
+}
+
+impl WorkerConfig {
+    /// Defaults for a consumer named `consumer`.
+    pub fn new(consumer: impl Into<String>) -> Self {
+        WorkerConfig {
+            consumer: consumer.into(),
+            threads: THREADS_DEFAULT,
+            claim_idle_ms: CLAIM_IDLE_MS_DEFAULT,
+            max_deliveries: MAX_DELIVERIES_DEFAULT,
+            exit_when_idle: false,
+            batch_count_max: BATCH_COUNT_MAX_DEFAULT,
+            block_ms: BLOCK_MS_DEFAULT,
+            payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
+            per_message: false,
+            on_conflict: OnConflict::Record,
+        }
+    }
+}
+
+/// Ledger settings.
+#[derive(Debug, Clone)]
+pub struct LedgerConfig {
+    /// The SQLite file.
+    pub path: PathBuf,
+    /// `PRAGMA synchronous`: FULL unless an operator explicitly trades durability away.
+    pub synchronous: Synchronous,
+    /// How long a writer waits for another's lock.
+    pub busy_timeout_ms: u64,
+    /// Connections in the pool.
+    pub pool_size_max: u32,
+}
+
+impl LedgerConfig {
+    /// Defaults for the ledger at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        LedgerConfig {
+            path: path.into(),
+            synchronous: Synchronous::Full,
+            busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
+            pool_size_max: 4,
+        }
+    }
+}
+
+/// SQLite's `synchronous` levels that make sense for a ledger in WAL mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// fsync the WAL at every commit: a committed claim survives power loss.
+    Full,
+    /// fsync only at checkpoints: a power loss may roll back recent commits (never corrupts).
+    Normal,
+}
+
+impl Synchronous {
+    /// The pragma's value.
+    pub fn as_sql(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Capped exponential backoff with full jitter: `attempt` 0 waits about BACKOFF_MS_MIN.
+pub fn backoff(attempt: u32) -> Duration {
+    let ceiling = BACKOFF_MS_MIN.saturating_mul(1u64 << attempt.min(16)).min(BACKOFF_MS_MAX);
+    Duration::from_millis(ceiling / 2 + fastrand::u64(0..=ceiling / 2))
+}

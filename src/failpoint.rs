@@ -1,0 +1,48 @@
+//! Crash points for tests: a process told to die at a named step dies there, for real.
+//!
+//! `CLAIMGATE_FAILPOINT=NAME` aborts the process the first time execution reaches `NAME`;
+//! `CLAIMGATE_FAILPOINT=NAME:N` aborts on the N-th time. The abort is `std::process::abort`, so
+//! nothing is flushed, acknowledged or rolled back politely: it is the crash the design must
+//! survive. Unset, a hit costs one load of an already-initialised value.
+//!
+//! The points, in the order an entry meets them: `after_read`, `after_claim` (claim inserted,
+//! transaction open), `before_commit`, `after_commit` (committed, not yet acknowledged),
+//! `relay_after_publish` (published, not yet marked).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The environment variable that arms a failpoint.
+pub const ENV: &str = "CLAIMGATE_FAILPOINT";
+
+struct Armed {
+    name: String,
+    fire_on_hit: u64,
+    hits: AtomicU64,
+}
+
+fn armed() -> Option<&'static Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let spec = std::env::var(ENV).ok()?;
+            let (name, nth) = match spec.split_once(':') {
+                Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
+                None => (spec, 1),
+            };
+            Some(Armed { name, fire_on_hit: nth.max(1), hits: AtomicU64::new(0) })
+        })
+        .as_ref()
+}
+
+/// Marks that execution reached `name`; aborts the process if that point is armed and due.
+pub fn hit(name: &str) {
+    let Some(armed) = armed() else { return };
+    if armed.name != name {
+        return;
+    }
+    if armed.hits.fetch_add(1, Ordering::SeqCst) + 1 == armed.fire_on_hit {
+        eprintln!("claimgate: failpoint {name} fired; aborting");
+        std::process::abort();
+    }
+}

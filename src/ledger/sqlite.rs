@@ -1,0 +1,337 @@
+//! The embedded SQLite ledger.
+//!
+//! WAL is set once on a plain connection before the pool exists; every pooled connection then
+//! gets the busy timeout and `synchronous` level. Writers open their transactions with
+//! `BEGIN IMMEDIATE`, so two processes never both read and then fail to upgrade to write.
+
+use super::{Item, Ledger, Outcome, Stats};
+use crate::audit::{self, Kind, Record};
+use crate::config::LedgerConfig;
+use crate::error::{Error, Result};
+use crate::failpoint;
+use r2d2::{Pool, PooledConnection};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The schema, applied idempotently at every open.
+pub const SCHEMA: &str = include_str!("../../schema.sql");
+
+/// The only event type the worker emits.
+pub const EVENT_DISBURSEMENT_RECORDED: &str = "disbursement.recorded";
+
+/// A pool of connections to one ledger file.
+#[derive(Clone)]
+pub struct SqliteLedger {
+    /// Connections, each already configured (busy timeout, synchronous, cache).
+    pool: Pool<SqliteConnectionManager>,
+    /// The file, for messages.
+    path: PathBuf,
+}
+
+impl SqliteLedger {
+    /// Opens (creating if needed, mode 0600) the ledger at `cfg.path` and applies the schema.
+    pub fn open(cfg: &LedgerConfig) -> Result<Self> {
+        create_private(&cfg.path)?;
+        let first = Connection::open(&cfg.path)
+            .map_err(|e| Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display())))?;
+        first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
+        // WAL is a property of the file: set it once, before any pooled connection exists.
+        let mode: String = first.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Config(format!(
+                "ledger {} refused WAL mode (got {mode}); is it on a network filesystem?",
+                cfg.path.display()
+            )));
+        }
+        first.execute_batch(SCHEMA)?;
+        drop(first);
+
+        let busy = Duration::from_millis(cfg.busy_timeout_ms);
+        let synchronous = cfg.synchronous.as_sql();
+        let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
+            c.busy_timeout(busy)?;
+            c.execute_batch(&format!(
+                "PRAGMA synchronous = {synchronous};
+                 PRAGMA foreign_keys = ON;
+                 PRAGMA cache_size = -16384;
+                 PRAGMA temp_store = MEMORY;"
+            ))
+        });
+        let pool = Pool::builder()
+            .max_size(cfg.pool_size_max)
+            .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
+            .build(manager)?;
+        Ok(SqliteLedger { pool, path: cfg.path.clone() })
+    }
+
+    /// Opens the ledger at `path` with default settings.
+    pub fn open_path(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open(&LedgerConfig::new(path.as_ref()))
+    }
+
+    /// A pooled connection, for the ledger-side parts of relay, audit and verify.
+    pub fn connection(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
+        Ok(self.pool.get()?)
+    }
+
+    /// The ledger file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Creates the ledger file with mode 0600 if it does not exist, so it is never world-readable,
+/// and turns "no such directory" or "permission denied" into a configuration error.
+fn create_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::Config(format!("cannot create ledger {}: {e}", path.display()))),
+    }
+}
+
+impl Ledger for SqliteLedger {
+    fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let outcomes = write_items(&tx, items, consumer, stream)?;
+        failpoint::hit("before_commit");
+        tx.commit()?;
+        Ok(outcomes)
+    }
+
+    fn stats(&self) -> Result<Stats> {
+        let conn = self.pool.get()?;
+        stats(&conn)
+    }
+}
+
+/// The tail of the audit chain, carried through one transaction.
+struct ChainTail {
+    seq: i64,
+    hash: String,
+}
+
+impl ChainTail {
+    fn read(tx: &Transaction<'_>) -> Result<Self> {
+        let tail = tx
+            .query_row("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1", [], |r| {
+                Ok(ChainTail { seq: r.get(0)?, hash: r.get(1)? })
+            })
+            .optional()?;
+        Ok(tail.unwrap_or(ChainTail { seq: 0, hash: audit::GENESIS_HASH.to_owned() }))
+    }
+
+    /// Seals `record` after the current tail, inserts it, and makes it the new tail.
+    fn append(&mut self, tx: &Transaction<'_>, mut record: Record) -> Result<()> {
+        record.seq = self.seq + 1;
+        record.seal(&self.hash);
+        insert_audit(tx, &record)?;
+        self.seq = record.seq;
+        self.hash = record.hash;
+        Ok(())
+    }
+}
+
+/// Writes every item of a batch inside the caller's open transaction.
+fn write_items(
+    tx: &Transaction<'_>,
+    items: &[Item<'_>],
+    consumer: &str,
+    stream: &str,
+) -> Result<Vec<Outcome>> {
+    let now = now_rfc3339();
+    let mut tail = ChainTail::read(tx)?;
+    let mut outcomes = Vec::with_capacity(items.len());
+    for item in items {
+        let outcome = match item {
+            Item::Submission { submission, entry_id, delivery_count } => {
+                let claim = Claim { submission, entry_id, delivery_count: *delivery_count };
+                record_submission(tx, &mut tail, &claim, consumer, &now)?
+            }
+            Item::DeadLetter { entry_id, reason_code, reason, award_id, key, delivery_count } => {
+                let inserted = tx
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code,
+                         reason, award_id, delivery_count, recorded_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        stream,
+                        entry_id,
+                        reason_code,
+                        reason,
+                        award_id,
+                        *delivery_count as i64,
+                        now
+                    ])?;
+                if inserted == 0 {
+                    Outcome::AlreadyDeadLettered
+                } else {
+                    let mut r = blank_record(Kind::DeadLetter, consumer, &now);
+                    r.idempotency_key = key.map(|k| k.to_hex());
+                    r.award_id = award_id.map(str::to_owned);
+                    r.stream_entry_id = Some((*entry_id).to_owned());
+                    r.delivery_count = Some(*delivery_count as i64);
+                    r.detail = Some(format!("{reason_code}: {reason}"));
+                    tail.append(tx, r)?;
+                    Outcome::DeadLettered
+                }
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// One submission with its delivery facts.
+struct Claim<'a> {
+    submission: &'a crate::submission::Submission,
+    entry_id: &'a str,
+    delivery_count: u64,
+}
+
+/// INSERT OR IGNORE the claim; if it took, write the disbursement, outbox row and audit record.
+fn record_submission(
+    tx: &Transaction<'_>,
+    tail: &mut ChainTail,
+    claim: &Claim<'_>,
+    consumer: &str,
+    now: &str,
+) -> Result<Outcome> {
+    let s = claim.submission;
+    let key = s.key.as_bytes().as_slice();
+    let claimed = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
+             submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            key,
+            s.award_id,
+            s.submission_timestamp,
+            s.amount_cents,
+            now,
+            claim.entry_id,
+            consumer
+        ])?;
+
+    let mut r = blank_record(Kind::Processed, consumer, now);
+    r.idempotency_key = Some(s.key.to_hex());
+    r.award_id = Some(s.award_id.clone());
+    r.stream_entry_id = Some(claim.entry_id.to_owned());
+    r.delivery_count = Some(claim.delivery_count as i64);
+
+    if claimed == 0 {
+        let first_claimed_at: String = tx
+            .prepare_cached("SELECT claimed_at FROM processed_messages WHERE idempotency_key = ?1")?
+            .query_row([key], |row| row.get(0))?;
+        r.kind = Kind::Duplicate;
+        r.detail = Some(format!("first claimed at {first_claimed_at}"));
+        tail.append(tx, r)?;
+        return Ok(Outcome::Duplicate { first_claimed_at });
+    }
+
+    let claim_id = tx.last_insert_rowid();
+    failpoint::hit("after_claim");
+    tx.prepare_cached(
+        "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![claim_id, key, s.award_id, s.amount_cents, now])?;
+    let event = serde_json::json!({
+        "award_id": s.award_id,
+        "amount_cents": s.amount_cents,
+        "idempotency_key": s.key.to_hex(),
+        "submission_timestamp": s.submission_timestamp,
+    });
+    tx.prepare_cached(
+        "INSERT INTO outbox (claim_id, event_type, payload, created_at) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![claim_id, EVENT_DISBURSEMENT_RECORDED, event.to_string(), now])?;
+    r.amount_cents = Some(s.amount_cents);
+    tail.append(tx, r)?;
+    Ok(Outcome::Processed)
+}
+
+fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
+    Record {
+        seq: 0,
+        kind,
+        idempotency_key: None,
+        award_id: None,
+        amount_cents: None,
+        stream_entry_id: None,
+        consumer: Some(consumer.to_owned()),
+        delivery_count: None,
+        detail: None,
+        recorded_at: now.to_owned(),
+        prev_hash: String::new(),
+        hash: String::new(),
+    }
+}
+
+fn insert_audit(tx: &Transaction<'_>, r: &Record) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO audit_log (seq, kind, idempotency_key, award_id, amount_cents,
+         stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(params![
+        r.seq,
+        r.kind.as_str(),
+        r.idempotency_key,
+        r.award_id,
+        r.amount_cents,
+        r.stream_entry_id,
+        r.consumer,
+        r.delivery_count,
+        r.detail,
+        r.recorded_at,
+        r.prev_hash,
+        r.hash
+    ])?;
+    Ok(())
+}
+
+fn stats(conn: &Connection) -> Result<Stats> {
+    let count = |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
+    let oldest: Option<String> = conn.query_row(
+        "SELECT MIN(created_at) FROM outbox WHERE published_at IS NULL",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(Stats {
+        claims: count("SELECT COUNT(*) FROM processed_messages")?,
+        disbursements: count("SELECT COUNT(*) FROM disbursements")?,
+        disbursed_cents_total: conn.query_row(
+            "SELECT COALESCE(SUM(amount_cents), 0) FROM disbursements",
+            [],
+            |r| r.get(0),
+        )?,
+        outbox_backlog: count("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")?,
+        outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
+        dead_letters: count("SELECT COUNT(*) FROM dead_letters")?,
+        duplicates_suppressed: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?,
+        conflicts: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'")?,
+        audit_records: count("SELECT COUNT(*) FROM audit_log")?,
+    })
+}
+
+/// The current time as the ledger stores it: RFC 3339, UTC, microseconds.
+pub fn now_rfc3339() -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    time::OffsetDateTime::now_utc().format(&format).expect("UTC time always formats")
+}
+
+/// Seconds between an RFC 3339 timestamp and now.
+pub fn age_seconds(rfc3339: &str) -> Option<f64> {
+    let then = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339).ok()?;
+    Some((time::OffsetDateTime::now_utc() - then).as_seconds_f64().max(0.0))
+}

@@ -1,0 +1,44 @@
+//! Counters the worker keeps while it runs. Plain atomics: cheap on the hot path, readable from
+//! any thread (the `/metrics` endpoint, the demo's progress line, tests).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds, in seconds, of the commit-latency histogram's buckets.
+pub const COMMIT_SECONDS_BUCKETS: [f64; 12] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// What one worker process has done since it started.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Submissions claimed and recorded by this process.
+    pub processed: AtomicU64,
+    /// Deliveries recognised as already processed and skipped.
+    pub duplicates: AtomicU64,
+    /// Entries copied to the dead-letter stream.
+    pub dead_lettered: AtomicU64,
+    /// Stream entries acknowledged.
+    pub acked: AtomicU64,
+    /// Ledger transactions committed.
+    pub commits: AtomicU64,
+    /// Commit latency histogram: counts per bucket of [`COMMIT_SECONDS_BUCKETS`], plus +Inf.
+    pub commit_buckets: [AtomicU64; COMMIT_SECONDS_BUCKETS.len() + 1],
+    /// Sum of commit latencies, in microseconds.
+    pub commit_us_sum: AtomicU64,
+}
+
+impl Metrics {
+    /// Records one committed transaction's latency.
+    pub fn observe_commit(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let bucket = COMMIT_SECONDS_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(COMMIT_SECONDS_BUCKETS.len());
+        self.commit_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.commit_us_sum.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,385 @@
+//! Everything claimgate says to Redis, and nothing else: this module never touches SQLite.
+//!
+//! Replies are parsed from raw [`redis::Value`]s rather than typed helpers because the shapes
+//! that matter most are the unusual ones: a pending entry whose body was trimmed away comes
+//! back as `[id, nil]`, and XAUTOCLAIM on Redis 7 adds a third element listing deleted ids.
+
+use crate::config::{REDIS_CONNECT_TIMEOUT_MS, REDIS_RESPONSE_TIMEOUT_MS};
+use crate::error::{Error, Result};
+use redis::{Client, Connection, Value};
+use std::time::Duration;
+
+/// One stream entry as delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The stream entry id, such as `1700000000000-0`.
+    pub id: String,
+    /// Field/value pairs in stream order (field names may repeat; values are raw bytes).
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// How many times the group has delivered it, this delivery included.
+    pub delivery_count: u64,
+}
+
+/// What one read returned.
+#[derive(Debug, Default)]
+pub struct Read {
+    /// Entries with bodies.
+    pub entries: Vec<Entry>,
+    /// Pending ids whose bodies are gone from the stream (trimmed or deleted).
+    pub vanished: Vec<String>,
+    /// The last id in the reply, body or not: where a history read continues.
+    pub last_id: Option<String>,
+}
+
+/// What one XAUTOCLAIM call returned.
+#[derive(Debug, Default)]
+pub struct AutoClaimed {
+    /// Where the next call continues; `0-0` once the whole PEL has been scanned.
+    pub next_cursor: String,
+    /// Entries now owned by this consumer.
+    pub entries: Vec<Entry>,
+    /// Ids that were pending but no longer exist; Redis 7 has already removed them from the PEL.
+    pub deleted: Vec<String>,
+}
+
+/// Opens a client for `url`, turning a malformed URL into a configuration error that never
+/// echoes the URL's password.
+pub fn client(url: &str) -> Result<Client> {
+    Client::open(url).map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
+}
+
+/// A URL with any password replaced by `***`, safe to log.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let shown = if userinfo.contains(':') { format!("{user}:***") } else { "***".into() };
+            format!("{}{}{}", &url[..scheme_end + 3], shown, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A connection that reconnects lazily after a failure.
+pub struct Conn {
+    /// Where to reconnect to.
+    client: Client,
+    /// The live connection, if any.
+    conn: Option<Connection>,
+    /// Response timeout: for a blocking reader, longer than its BLOCK.
+    response_timeout: Duration,
+}
+
+impl Conn {
+    /// A connection for ordinary commands.
+    pub fn new(client: Client) -> Self {
+        Self::with_timeout(client, Duration::from_millis(REDIS_RESPONSE_TIMEOUT_MS))
+    }
+
+    /// A connection whose replies may take up to `response_timeout` (for blocking reads).
+    pub fn with_timeout(client: Client, response_timeout: Duration) -> Self {
+        Conn { client, conn: None, response_timeout }
+    }
+
+    /// The connection, opened if needed.
+    pub fn get(&mut self) -> Result<&mut Connection> {
+        if self.conn.is_none() {
+            let conn = self
+                .client
+                .get_connection_with_timeout(Duration::from_millis(REDIS_CONNECT_TIMEOUT_MS))?;
+            conn.set_read_timeout(Some(self.response_timeout))?;
+            conn.set_write_timeout(Some(self.response_timeout))?;
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+
+    /// Drops the connection so the next call reconnects; used after any transient error.
+    pub fn reset(&mut self) {
+        self.conn = None;
+    }
+
+    /// Runs a command, dropping the connection if it failed in a way that may have broken it.
+    pub fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
+        let result = cmd.query(self.get()?);
+        if let Err(e) = &result {
+            if crate::error::redis_is_transient(e) {
+                self.reset();
+            }
+        }
+        Ok(result?)
+    }
+
+    /// Runs a script, with the same reconnect rule as [`Conn::query`].
+    pub fn invoke<T: redis::FromRedisValue>(&mut self, script: &redis::ScriptInvocation<'_>) -> Result<T> {
+        let result = script.invoke(self.get()?);
+        if let Err(e) = &result {
+            if crate::error::redis_is_transient(e) {
+                self.reset();
+            }
+        }
+        Ok(result?)
+    }
+}
+
+/// Creates the consumer group at the start of the stream (id 0, MKSTREAM) if it is absent, so
+/// entries queued before the first start are processed. Returns true if it was created.
+pub fn ensure_group(conn: &mut Conn, stream: &str, group: &str) -> Result<bool> {
+    let mut cmd = redis::cmd("XGROUP");
+    cmd.arg("CREATE").arg(stream).arg(group).arg("0").arg("MKSTREAM");
+    match conn.query::<Value>(&cmd) {
+        Ok(_) => Ok(true),
+        Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// XREADGROUP from `id` (`>` for new entries, an id to re-read this consumer's pending ones).
+/// Delivery counts are 1 for new entries; callers re-reading history fill them in from XPENDING.
+pub fn read_group(
+    conn: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    id: &str,
+    count: usize,
+    block_ms: Option<u64>,
+) -> Result<Read> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP").arg(group).arg(consumer).arg("COUNT").arg(count);
+    if let Some(ms) = block_ms {
+        cmd.arg("BLOCK").arg(ms);
+    }
+    cmd.arg("STREAMS").arg(stream).arg(id);
+    let reply: Value = conn.query(&cmd)?;
+    let mut read = Read::default();
+    let streams = match reply {
+        Value::Nil => return Ok(read),
+        other => array(other)?,
+    };
+    for stream_reply in streams {
+        let mut parts = array(stream_reply)?.into_iter();
+        let _name = parts.next();
+        let entries = parts.next().map(array).transpose()?.unwrap_or_default();
+        read.last_id = split_entries(entries, &mut read.entries, &mut read.vanished)?;
+    }
+    Ok(read)
+}
+
+/// XAUTOCLAIM entries idle at least `min_idle_ms` from any consumer, starting at `cursor`.
+pub fn autoclaim(
+    conn: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    min_idle_ms: u64,
+    cursor: &str,
+    count: usize,
+) -> Result<AutoClaimed> {
+    let mut cmd = redis::cmd("XAUTOCLAIM");
+    cmd.arg(stream).arg(group).arg(consumer).arg(min_idle_ms).arg(cursor).arg("COUNT").arg(count);
+    let mut parts = array(conn.query::<Value>(&cmd)?)?.into_iter();
+    let next_cursor = string(parts.next().unwrap_or(Value::Nil))?;
+    let entries = parts.next().map(array).transpose()?.unwrap_or_default();
+    let mut out = AutoClaimed { next_cursor, ..AutoClaimed::default() };
+    // Before Redis 7 there is no third element and deleted entries show up as nil bodies.
+    split_entries(entries, &mut out.entries, &mut out.deleted)?;
+    if let Some(deleted) = parts.next() {
+        for id in array(deleted)? {
+            out.deleted.push(string(id)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Fills in each entry's delivery count from XPENDING, one pipelined round trip for the lot.
+/// Only entries re-read from history or claimed need this; new entries are on delivery 1.
+pub fn fill_delivery_counts(
+    conn: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    entries: &mut [Entry],
+) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for e in entries.iter() {
+        pipe.cmd("XPENDING").arg(stream).arg(group).arg(&e.id).arg(&e.id).arg(1).arg(consumer);
+    }
+    let replies: Vec<Value> = {
+        let result = pipe.query(conn.get()?);
+        if matches!(&result, Err(e) if crate::error::redis_is_transient(e)) {
+            conn.reset();
+        }
+        result?
+    };
+    for (e, reply) in entries.iter_mut().zip(replies) {
+        let row = array(reply)?.into_iter().next();
+        let deliveries = match row {
+            Some(row) => int(array(row)?.into_iter().nth(3).unwrap_or(Value::Nil))?,
+            None => 1,
+        };
+        e.delivery_count = deliveries.max(1) as u64;
+    }
+    Ok(())
+}
+
+/// XACK a set of ids. Returns how many were pending.
+pub fn ack(conn: &mut Conn, stream: &str, group: &str, ids: &[&str]) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut cmd = redis::cmd("XACK");
+    cmd.arg(stream).arg(group).arg(ids);
+    conn.query(&cmd)
+}
+
+/// Entries pending in the group (delivered, not acknowledged), over all consumers.
+pub fn pending_count(conn: &mut Conn, stream: &str, group: &str) -> Result<u64> {
+    let mut cmd = redis::cmd("XPENDING");
+    cmd.arg(stream).arg(group);
+    let summary = array(conn.query::<Value>(&cmd)?)?;
+    int(summary.into_iter().next().unwrap_or(Value::Nil)).map(|n| n.max(0) as u64)
+}
+
+/// Fields of a dead-letter entry that claimgate adds; the original fields follow, each name
+/// prefixed with [`ORIGINAL_FIELD_PREFIX`] so they can never collide with these.
+pub const ORIGINAL_FIELD_PREFIX: &str = "original.";
+
+/// Most original fields copied into a dead letter: Lua's `unpack` has a hard stack limit, and an
+/// entry with thousands of fields is itself the problem. The entry stays in the source stream.
+pub const DEAD_LETTER_FIELDS_MAX: usize = 1_000;
+
+/// Copies an entry to the dead-letter stream exactly once per original id.
+///
+/// An index hash `<dead stream>:index` maps original id → dead-letter id, checked and written
+/// in the same Lua script as the XADD, so a redelivery after a crash finds the first copy
+/// instead of adding a second. Returns the dead-letter entry id.
+pub fn dead_letter(
+    conn: &mut Conn,
+    dead_stream: &str,
+    entry: &Entry,
+    meta: &[(&str, String)],
+) -> Result<String> {
+    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| {
+        redis::Script::new(
+            r"
+            local existing = redis.call('HGET', KEYS[2], ARGV[1])
+            if existing then return existing end
+            local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+            redis.call('HSET', KEYS[2], ARGV[1], id)
+            return id
+            ",
+        )
+    });
+    let mut inv = script.prepare_invoke();
+    inv.key(dead_stream).key(dead_index_key(dead_stream)).arg(&entry.id);
+    inv.arg("original_id").arg(&entry.id);
+    for (name, value) in meta {
+        inv.arg(*name).arg(value);
+    }
+    for (name, value) in entry.fields.iter().take(DEAD_LETTER_FIELDS_MAX) {
+        let mut prefixed = ORIGINAL_FIELD_PREFIX.as_bytes().to_vec();
+        prefixed.extend_from_slice(name);
+        inv.arg(prefixed).arg(value.as_slice());
+    }
+    if entry.fields.len() > DEAD_LETTER_FIELDS_MAX {
+        inv.arg("original_fields_omitted").arg(entry.fields.len() - DEAD_LETTER_FIELDS_MAX);
+    }
+    conn.invoke(&inv)
+}
+
+/// The hash that records which original ids were dead-lettered, and where.
+pub fn dead_index_key(dead_stream: &str) -> String {
+    format!("{dead_stream}:index")
+}
+
+/// Splits raw `[id, fields]` pairs into entries and ids whose bodies are gone; returns the
+/// last id seen.
+fn split_entries(
+    raw: Vec<Value>,
+    entries: &mut Vec<Entry>,
+    vanished: &mut Vec<String>,
+) -> Result<Option<String>> {
+    let mut last = None;
+    for item in raw {
+        let mut parts = array(item)?.into_iter();
+        let id = string(parts.next().unwrap_or(Value::Nil))?;
+        last = Some(id.clone());
+        match parts.next() {
+            None | Some(Value::Nil) => vanished.push(id),
+            Some(body) => entries.push(Entry { id, fields: pairs(body)?, delivery_count: 1 }),
+        }
+    }
+    Ok(last)
+}
+
+/// Flattened field/value array (or a RESP3 map) into pairs.
+pub fn pairs(v: Value) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    if let Value::Map(map) = v {
+        return map.into_iter().map(|(k, v)| Ok((bytes(k)?, bytes(v)?))).collect();
+    }
+    let flat = array(v)?;
+    let mut out = Vec::with_capacity(flat.len() / 2);
+    let mut it = flat.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        out.push((bytes(k)?, bytes(v)?));
+    }
+    Ok(out)
+}
+
+/// An array reply's elements.
+pub fn array(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(items) | Value::Set(items) => Ok(items),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(unexpected("an array", &other)),
+    }
+}
+
+/// A bulk or simple string's bytes.
+pub fn bytes(v: Value) -> Result<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        Value::Int(n) => Ok(n.to_string().into_bytes()),
+        other => Err(unexpected("a string", &other)),
+    }
+}
+
+/// A string reply as UTF-8 text.
+pub fn string(v: Value) -> Result<String> {
+    String::from_utf8(bytes(v)?).map_err(|_| Error::Other("redis replied with non-UTF-8 text".into()))
+}
+
+/// An integer reply (or a string holding one).
+pub fn int(v: Value) -> Result<i64> {
+    match v {
+        Value::Int(n) => Ok(n),
+        Value::Nil => Ok(0),
+        other => {
+            let text = string(other)?;
+            text.parse().map_err(|_| Error::Other(format!("redis replied {text:?} where a number belongs")))
+        }
+    }
+}
+
+fn unexpected(what: &str, got: &Value) -> Error {
+    Error::Other(format!("redis replied {got:?} where {what} belongs"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_survive_redaction() {
+        assert_eq!(redact("redis://user:s3cret@host:6379/0"), "redis://user:***@host:6379/0");
+        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

@@ -1,0 +1,249 @@
+//! Turning the fields of one stream entry into a validated [`Submission`], or a named reason why not.
+//!
+//! Everything here is pure: no Redis, no SQLite, no clock. The size limit is checked before the
+//! payload is handed to a JSON parser, so an oversize entry costs nothing but its length.
+
+use crate::key::{derive_idempotency_key, IdempotencyKey, KeyError};
+use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// The one stream field a submission entry must carry.
+pub const PAYLOAD_FIELD: &[u8] = b"payload";
+
+/// A submission that passed validation, with its idempotency key already derived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    /// The award this disbursement belongs to, exactly as it appears in the payload.
+    pub award_id: String,
+    /// When the submission was made, exactly as it appears in the payload (valid RFC 3339).
+    pub submission_timestamp: String,
+    /// The amount to disburse, in cents; always positive.
+    pub amount_cents: i64,
+    /// The raw payload bytes, kept whole: extra fields are never dropped.
+    pub payload: Vec<u8>,
+    /// The idempotency key derived from the three above.
+    pub key: IdempotencyKey,
+}
+
+/// Every way an entry can be malformed. Each is permanent: the entry is dead-lettered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// The entry has no `payload` field.
+    #[error("no payload field")]
+    MissingPayload,
+    /// The entry has more than one `payload` field, so which one to pay is ambiguous.
+    #[error("more than one payload field")]
+    AmbiguousPayload,
+    /// The payload is larger than `--payload-bytes-max`; it was not parsed.
+    #[error("payload is {size} bytes, over the limit of {max} bytes")]
+    PayloadTooLarge {
+        /// The payload's size in bytes.
+        size: usize,
+        /// The configured limit in bytes.
+        max: usize,
+    },
+    /// The payload is not valid UTF-8 JSON.
+    #[error("payload is not JSON: {0}")]
+    NotJson(String),
+    /// The payload is JSON but not an object.
+    #[error("payload is not a JSON object")]
+    NotAnObject,
+    /// A required field is absent.
+    #[error("required field {0} is missing")]
+    MissingField(&'static str),
+    /// A required field has the wrong JSON type.
+    #[error("field {field} must be {expected}")]
+    WrongType {
+        /// The field's name.
+        field: &'static str,
+        /// What it must be, in words.
+        expected: &'static str,
+    },
+    /// `award_id` is the empty string.
+    #[error("award_id is empty")]
+    EmptyAwardId,
+    /// `submission_timestamp` is not an RFC 3339 date-time.
+    #[error("submission_timestamp {value:?} is not an RFC 3339 date-time")]
+    BadTimestamp {
+        /// The offending value, for the operator.
+        value: String,
+    },
+    /// `amount_cents` is zero or negative.
+    #[error("amount_cents must be positive, got {0}")]
+    AmountNotPositive(i64),
+    /// `amount_cents` is a number but not an integer.
+    #[error("amount_cents must be an integer, got {0}")]
+    AmountNotInteger(String),
+    /// `amount_cents` is an integer too large for i64.
+    #[error("amount_cents {0} does not fit in a 64-bit signed integer")]
+    AmountOutOfRange(String),
+}
+
+impl Malformed {
+    /// A short, stable name for the class of problem, for metrics and machine-read dead letters.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Malformed::MissingPayload => "missing_payload",
+            Malformed::AmbiguousPayload => "ambiguous_payload",
+            Malformed::PayloadTooLarge { .. } => "payload_too_large",
+            Malformed::NotJson(_) => "not_json",
+            Malformed::NotAnObject => "not_an_object",
+            Malformed::MissingField(_) => "missing_field",
+            Malformed::WrongType { .. } => "wrong_type",
+            Malformed::EmptyAwardId => "empty_award_id",
+            Malformed::BadTimestamp { .. } => "bad_timestamp",
+            Malformed::AmountNotPositive(_) => "amount_not_positive",
+            Malformed::AmountNotInteger(_) => "amount_not_integer",
+            Malformed::AmountOutOfRange(_) => "amount_out_of_range",
+        }
+    }
+}
+
+/// Finds the single `payload` field among an entry's fields.
+pub fn payload_of(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<&[u8], Malformed> {
+    let mut found = fields.iter().filter(|(name, _)| name == PAYLOAD_FIELD);
+    let first = found.next().ok_or(Malformed::MissingPayload)?;
+    if found.next().is_some() {
+        return Err(Malformed::AmbiguousPayload);
+    }
+    Ok(&first.1)
+}
+
+/// Validates an entry's fields into a submission. The size check comes before any parsing.
+pub fn parse_entry(
+    fields: &[(Vec<u8>, Vec<u8>)],
+    payload_bytes_max: usize,
+) -> Result<Submission, Malformed> {
+    parse_payload(payload_of(fields)?, payload_bytes_max)
+}
+
+/// Validates raw payload bytes into a submission.
+pub fn parse_payload(payload: &[u8], payload_bytes_max: usize) -> Result<Submission, Malformed> {
+    if payload.len() > payload_bytes_max {
+        return Err(Malformed::PayloadTooLarge { size: payload.len(), max: payload_bytes_max });
+    }
+    let value: Value =
+        serde_json::from_slice(payload).map_err(|e| Malformed::NotJson(e.to_string()))?;
+    let object = value.as_object().ok_or(Malformed::NotAnObject)?;
+
+    let award_id = required_str(object, "award_id")?;
+    if award_id.is_empty() {
+        return Err(Malformed::EmptyAwardId);
+    }
+    let submission_timestamp = required_str(object, "submission_timestamp")?;
+    if OffsetDateTime::parse(submission_timestamp, &Rfc3339).is_err() {
+        return Err(Malformed::BadTimestamp { value: submission_timestamp.to_owned() });
+    }
+    let amount_cents = amount(object)?;
+
+    let key = derive_idempotency_key(award_id, submission_timestamp, payload).map_err(|e| {
+        match e {
+            KeyError::EmptyAwardId => Malformed::EmptyAwardId,
+            KeyError::EmptyTimestamp => {
+                Malformed::BadTimestamp { value: submission_timestamp.to_owned() }
+            }
+        }
+    })?;
+    Ok(Submission {
+        award_id: award_id.to_owned(),
+        submission_timestamp: submission_timestamp.to_owned(),
+        amount_cents,
+        payload: payload.to_vec(),
+        key,
+    })
+}
+
+/// Best-effort award id of a payload that failed validation, so a dead letter can name it.
+pub fn award_id_hint(payload: &[u8], payload_bytes_max: usize) -> Option<String> {
+    if payload.len() > payload_bytes_max {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(payload).ok()?;
+    let id = value.get("award_id")?.as_str()?;
+    (!id.is_empty()).then(|| id.to_owned())
+}
+
+fn required_str<'a>(
+    object: &'a serde_json::Map<String, Value>,
+    field: &'static str,
+) -> Result<&'a str, Malformed> {
+    match object.get(field) {
+        None => Err(Malformed::MissingField(field)),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(Malformed::WrongType { field, expected: "a string" }),
+    }
+}
+
+fn amount(object: &serde_json::Map<String, Value>) -> Result<i64, Malformed> {
+    let field = "amount_cents";
+    let number = match object.get(field) {
+        None => return Err(Malformed::MissingField(field)),
+        Some(Value::Number(n)) => n,
+        Some(_) => return Err(Malformed::WrongType { field, expected: "an integer" }),
+    };
+    match number.as_i64() {
+        Some(n) if n > 0 => Ok(n),
+        Some(n) => Err(Malformed::AmountNotPositive(n)),
+        None if number.is_u64() => Err(Malformed::AmountOutOfRange(number.to_string())),
+        None => Err(Malformed::AmountNotInteger(number.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 1 << 20;
+
+    fn entry(payload: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![(b"payload".to_vec(), payload.as_bytes().to_vec())]
+    }
+
+    #[test]
+    fn a_valid_payload_keeps_its_bytes_and_extra_fields() {
+        let raw = r#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1250,"note":"x"}"#;
+        let s = parse_entry(&entry(raw), MAX).unwrap();
+        assert_eq!(s.award_id, "A-1");
+        assert_eq!(s.amount_cents, 1250);
+        assert_eq!(s.payload, raw.as_bytes());
+        assert_eq!(s.key, derive_idempotency_key("A-1", "2026-07-01T09:00:00Z", raw.as_bytes()).unwrap());
+    }
+
+    #[test]
+    fn every_malformed_class_is_named() {
+        let ok_ts = "2026-07-01T09:00:00Z";
+        let cases: Vec<(Vec<(Vec<u8>, Vec<u8>)>, &str)> = vec![
+            (vec![(b"other".to_vec(), b"{}".to_vec())], "missing_payload"),
+            ([entry("{}"), entry("{}")].concat(), "ambiguous_payload"),
+            (entry("{not json"), "not_json"),
+            (vec![(b"payload".to_vec(), vec![0xff, 0xfe])], "not_json"),
+            (entry("[1,2]"), "not_an_object"),
+            (entry(&format!(r#"{{"submission_timestamp":"{ok_ts}","amount_cents":1}}"#)), "missing_field"),
+            (entry(&format!(r#"{{"award_id":7,"submission_timestamp":"{ok_ts}","amount_cents":1}}"#)), "wrong_type"),
+            (entry(&format!(r#"{{"award_id":"","submission_timestamp":"{ok_ts}","amount_cents":1}}"#)), "empty_award_id"),
+            (entry(r#"{"award_id":"A","submission_timestamp":"yesterday","amount_cents":1}"#), "bad_timestamp"),
+            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":0}}"#)), "amount_not_positive"),
+            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":-5}}"#)), "amount_not_positive"),
+            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":1.5}}"#)), "amount_not_integer"),
+            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":9223372036854775808}}"#)), "amount_out_of_range"),
+            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":"12"}}"#)), "wrong_type"),
+        ];
+        for (fields, code) in cases {
+            let err = parse_entry(&fields, MAX).unwrap_err();
+            assert_eq!(err.code(), code, "{err}");
+        }
+    }
+
+    #[test]
+    fn oversize_payload_is_refused_before_parsing() {
+        let err = parse_entry(&entry("{not even json"), 4).unwrap_err();
+        assert_eq!(err, Malformed::PayloadTooLarge { size: 14, max: 4 });
+    }
+
+    #[test]
+    fn award_id_hint_names_the_award_of_a_bad_entry() {
+        assert_eq!(award_id_hint(br#"{"award_id":"A-9","amount_cents":0}"#, MAX).as_deref(), Some("A-9"));
+        assert_eq!(award_id_hint(b"nope", MAX), None);
+    }
+}

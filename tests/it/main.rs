@@ -1,0 +1,6 @@
+//! The integration suite: one test crate (builds once), a module per area.
+//! Every test starts its own redis-server and uses a real SQLite file.
+
+mod support;
+
+mod worker;

@@ -1,0 +1,186 @@
+//! Shared test plumbing: a private redis-server per test, a ledger in a temp dir, and the real
+//! `claimgate` binary run as a child process. Nothing here mocks Redis or SQLite.
+
+#![allow(dead_code)]
+
+use claimgate::localredis::{LocalRedis, Options};
+use rusqlite::OptionalExtension;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// One isolated world: its own redis-server, its own ledger file.
+pub struct World {
+    /// The private server (killed on drop).
+    pub redis: LocalRedis,
+    /// Holds the ledger and anything else the test writes.
+    pub dir: tempfile::TempDir,
+    /// The ledger file.
+    pub db: PathBuf,
+}
+
+impl World {
+    /// A world with a throwaway (non-persistent) Redis.
+    pub fn new() -> World {
+        Self::with(Options::default())
+    }
+
+    /// A world whose Redis persists with AOF (`appendfsync always`), for restart tests.
+    pub fn persistent() -> World {
+        Self::with(Options { appendonly: true, ..Options::default() })
+    }
+
+    /// A world with the given server options.
+    pub fn with(options: Options) -> World {
+        let redis = LocalRedis::start(options).unwrap_or_else(|e| {
+            panic!("the test suite needs a real redis-server: {e}\n(install: {})", claimgate::localredis::INSTALL_HINT)
+        });
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("ledger.db");
+        World { redis, dir, db }
+    }
+
+    /// The `claimgate` binary with this world's Redis and ledger in its environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_claimgate"));
+        cmd.args(args)
+            .env("REDIS_URL", self.redis.url())
+            .env("CLAIMGATE_DB", &self.db)
+            .env_remove("CLAIMGATE_FAILPOINT")
+            .env("RUST_LOG", std::env::var("CLAIMGATE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `claimgate ARGS` to completion and returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("spawn claimgate")
+    }
+
+    /// Runs `claimgate ARGS` and insists on exit 0.
+    pub fn run_ok(&self, args: &[&str]) -> Output {
+        let out = self.run(args);
+        assert!(out.status.success(), "claimgate {args:?} failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    /// Starts `claimgate ARGS` in the background.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.cmd(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn claimgate")
+    }
+
+    /// Drains the stream with one worker that exits when idle.
+    pub fn drain(&self, extra: &[&str]) -> Output {
+        let mut args = vec!["run", "--exit-when-idle", "--claim-idle-ms", "200"];
+        args.extend_from_slice(extra);
+        self.run_ok(&args)
+    }
+
+    /// A Redis connection.
+    pub fn conn(&self) -> redis::Connection {
+        let client = redis::Client::open(self.redis.url()).unwrap();
+        let conn = client.get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        conn
+    }
+
+    /// XADDs each payload to `grants:submissions`; returns the entry ids.
+    pub fn add(&self, payloads: &[String]) -> Vec<String> {
+        let mut conn = self.conn();
+        payloads
+            .iter()
+            .map(|p| redis::cmd("XADD").arg("grants:submissions").arg("*").arg("payload").arg(p.as_bytes()).query(&mut conn).unwrap())
+            .collect()
+    }
+
+    /// XADDs raw field/value pairs (for malformed entries).
+    pub fn add_fields(&self, fields: &[(&str, &[u8])]) -> String {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg("grants:submissions").arg("*");
+        for (k, v) in fields {
+            cmd.arg(*k).arg(*v);
+        }
+        cmd.query(&mut self.conn()).unwrap()
+    }
+
+    /// An integer from SQL on the ledger (opened read-only, separately from any worker).
+    pub fn sql_i64(&self, sql: &str) -> i64 {
+        let conn = rusqlite::Connection::open_with_flags(&self.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0)).optional().unwrap().flatten().unwrap_or(0)
+    }
+
+    /// Rows in a ledger table.
+    pub fn count(&self, table: &str) -> i64 {
+        self.sql_i64(&format!("SELECT COUNT(*) FROM {table}"))
+    }
+
+    /// Entries pending in the group, over all consumers.
+    pub fn pending(&self) -> u64 {
+        let reply: redis::Value = redis::cmd("XPENDING").arg("grants:submissions").arg("grant-workers").query(&mut self.conn()).unwrap();
+        match reply {
+            redis::Value::Array(v) => match v.first() {
+                Some(redis::Value::Int(n)) => *n as u64,
+                _ => 0,
+            },
+            _ => 0,
+        }
+    }
+
+    /// Length of a stream.
+    pub fn xlen(&self, stream: &str) -> u64 {
+        redis::cmd("XLEN").arg(stream).query(&mut self.conn()).unwrap()
+    }
+
+    /// The dead-letter stream's entries as field maps.
+    pub fn dead_letters(&self) -> Vec<std::collections::HashMap<String, Vec<u8>>> {
+        let reply: Vec<(String, Vec<(String, Vec<u8>)>)> =
+            redis::cmd("XRANGE").arg("grants:submissions:dead").arg("-").arg("+").query(&mut self.conn()).unwrap();
+        reply.into_iter().map(|(_, f)| f.into_iter().collect()).collect()
+    }
+}
+
+/// A valid submission payload for award `A-{i}`, amount `100 + i` cents.
+pub fn submission(i: usize) -> String {
+    format!(r#"{{"award_id":"A-{i:06}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{},"program":"rural-broadband"}}"#, 100 + i)
+}
+
+/// The sum of amounts of submissions `0..n`.
+pub fn amount_sum(n: usize) -> i64 {
+    (0..n).map(|i| 100 + i as i64).sum()
+}
+
+/// Waits until `cond` holds or `timeout` passes; returns whether it held.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    cond()
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on a pid we spawned and have not yet reaped.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Waits for a child to exit, killing it if it takes longer than `timeout`.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {timeout:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
