@@ -1,0 +1,500 @@
+//! The effectively-once worker, end to end: real redis-server, real SQLite file, real processes.
+
+use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, World};
+use claimgate::config::LedgerConfig;
+use claimgate::key::derive_idempotency_key;
+use claimgate::ledger::{Item, Ledger, Outcome, SqliteLedger};
+use claimgate::submission::parse_payload;
+use std::time::Duration;
+
+const MAX: usize = 1 << 20;
+
+fn ledger(world: &World) -> SqliteLedger {
+    SqliteLedger::open(&LedgerConfig::new(&world.db)).unwrap()
+}
+
+fn item<'a>(s: &'a claimgate::submission::Submission, entry_id: &'a str) -> Item<'a> {
+    Item::Submission {
+        submission: s,
+        entry_id,
+        delivery_count: 1,
+    }
+}
+
+// ----- The reference design's four checks, against the real ledger -----------------------------
+
+#[test]
+fn reference_check_1_key_is_deterministic_and_payload_sensitive() {
+    let a = derive_idempotency_key("A-2026-014", "2026-07-01T09:00:00Z", b"{...}").unwrap();
+    let b = derive_idempotency_key("A-2026-014", "2026-07-01T09:00:00Z", b"{...}").unwrap();
+    let c = derive_idempotency_key("A-2026-014", "2026-07-01T09:00:00Z", b"{..,}").unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.to_hex().len(), 64);
+    assert_ne!(a, c, "one changed payload byte must give a different key");
+}
+
+#[test]
+fn reference_check_2_a_duplicate_claim_adds_no_row() {
+    let world = World::new();
+    let ledger = ledger(&world);
+    let s = parse_payload(submission(1).as_bytes(), MAX).unwrap();
+    assert_eq!(
+        ledger
+            .record(&[item(&s, "1-0")], "c", "grants:submissions")
+            .unwrap(),
+        vec![Outcome::Processed]
+    );
+    let second = ledger
+        .record(&[item(&s, "1-0")], "c", "grants:submissions")
+        .unwrap();
+    assert!(matches!(second[0], Outcome::Duplicate { .. }), "{second:?}");
+    assert_eq!(world.count("processed_messages"), 1);
+}
+
+#[test]
+fn reference_check_3_replay_after_commit_is_a_duplicate_with_one_disbursement() {
+    let world = World::new();
+    let ledger = ledger(&world);
+    let s = parse_payload(submission(7).as_bytes(), MAX).unwrap();
+    ledger
+        .record(&[item(&s, "5-0")], "worker-a", "grants:submissions")
+        .unwrap();
+    // Redelivery under another entry id (a producer that sent twice) or the same one.
+    let replay = ledger
+        .record(
+            &[item(&s, "9-0"), item(&s, "5-0")],
+            "worker-b",
+            "grants:submissions",
+        )
+        .unwrap();
+    assert!(
+        replay
+            .iter()
+            .all(|o| matches!(o, Outcome::Duplicate { .. })),
+        "{replay:?}"
+    );
+    assert_eq!(world.count("disbursements"), 1);
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        107
+    );
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        2
+    );
+}
+
+#[test]
+fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim() {
+    let world = World::new();
+    let ledger = ledger(&world);
+    // A real SQLite trigger makes every outbox insert fail inside the transaction.
+    let conn = rusqlite::Connection::open(&world.db).unwrap();
+    conn.execute_batch("CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'forced outbox failure'); END;").unwrap();
+    let s = parse_payload(submission(3).as_bytes(), MAX).unwrap();
+    let err = ledger
+        .record(&[item(&s, "1-0")], "c", "grants:submissions")
+        .unwrap_err();
+    assert!(err.to_string().contains("forced outbox failure"), "{err}");
+    assert_eq!(world.count("processed_messages"), 0);
+    assert_eq!(world.count("disbursements"), 0);
+    assert_eq!(world.count("audit_log"), 0);
+    // Once the fault is gone the same submission is a first claim, not a duplicate.
+    conn.execute_batch("DROP TRIGGER fail_outbox").unwrap();
+    assert_eq!(
+        ledger
+            .record(&[item(&s, "1-0")], "c", "grants:submissions")
+            .unwrap(),
+        vec![Outcome::Processed]
+    );
+    assert_eq!(world.count("disbursements"), 1);
+}
+
+#[test]
+fn the_database_refuses_a_second_disbursement_for_one_claim() {
+    let world = World::new();
+    let ledger = ledger(&world);
+    let s = parse_payload(submission(1).as_bytes(), MAX).unwrap();
+    ledger
+        .record(&[item(&s, "1-0")], "c", "grants:submissions")
+        .unwrap();
+    let conn = rusqlite::Connection::open(&world.db).unwrap();
+    let err = conn
+        .execute("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) SELECT claim_id, idempotency_key, award_id, 1, 'now' FROM processed_messages", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("UNIQUE"), "{err}");
+    assert_eq!(world.count("disbursements"), 1);
+}
+
+// ----- Redelivery ------------------------------------------------------------------------------
+
+#[test]
+fn the_same_payload_sent_twice_is_recorded_once() {
+    let world = World::new();
+    let payloads: Vec<String> = (0..50)
+        .map(submission)
+        .chain((0..50).map(submission))
+        .collect();
+    world.add(&payloads);
+    world.drain(&[]);
+    assert_eq!(world.count("disbursements"), 50);
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(50)
+    );
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        50
+    );
+    assert_eq!(world.count("outbox"), 50);
+    assert_eq!(world.pending(), 0);
+}
+
+#[test]
+fn an_entry_left_pending_by_a_dead_consumer_is_taken_over_and_recorded_once() {
+    // 1. Queue 20 submissions.
+    // 2. A consumer reads them all and dies without acknowledging (a plain XREADGROUP, no ack).
+    // 3. A worker with a short --claim-idle-ms takes them over with XAUTOCLAIM.
+    // 4. Each is recorded once and nothing is left pending.
+    let world = World::new();
+    world.add(&(0..20).map(submission).collect::<Vec<_>>());
+    let mut conn = world.conn();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("grants:submissions")
+        .arg("grant-workers")
+        .arg("0")
+        .query(&mut conn)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("grant-workers")
+        .arg("dead-consumer")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg("grants:submissions")
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(world.pending(), 20);
+    std::thread::sleep(Duration::from_millis(250));
+    world.run_ok(&[
+        "run",
+        "--exit-when-idle",
+        "--claim-idle-ms",
+        "200",
+        "--consumer",
+        "rescuer",
+    ]);
+    assert_eq!(world.count("disbursements"), 20);
+    assert_eq!(world.pending(), 0);
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM processed_messages WHERE consumer = 'rescuer'"),
+        20
+    );
+    // The takeover shows in the audit trail as a second delivery.
+    assert_eq!(
+        world.sql_i64("SELECT MIN(delivery_count) FROM audit_log WHERE kind = 'processed'"),
+        2
+    );
+}
+
+// ----- The crash window ------------------------------------------------------------------------
+
+#[test]
+fn a_crash_after_commit_and_before_xack_is_absorbed_on_restart() {
+    // 1. Queue 30 submissions.
+    // 2. A worker aborts right after its first commit, before XACK (failpoint after_commit).
+    // 3. The ledger holds the committed batch; the entries are still pending.
+    // 4. The same consumer restarts, re-reads its pending entries: all duplicates, acked.
+    let world = World::new();
+    world.add(&(0..30).map(submission).collect::<Vec<_>>());
+    let out = world
+        .cmd(&["run", "--consumer", "w1", "--exit-when-idle"])
+        .env("CLAIMGATE_FAILPOINT", "after_commit")
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the failpoint should have killed the worker"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("failpoint after_commit fired"));
+    let committed = world.count("disbursements");
+    assert!(committed > 0, "the batch committed before the crash");
+    assert_eq!(world.pending(), 30, "nothing was acknowledged");
+
+    world.run_ok(&["run", "--consumer", "w1", "--exit-when-idle"]);
+    assert_eq!(world.count("disbursements"), 30);
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(30)
+    );
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        committed
+    );
+    assert_eq!(world.pending(), 0);
+}
+
+#[test]
+fn a_crash_before_commit_loses_nothing_and_records_nothing_twice() {
+    let world = World::new();
+    world.add(&(0..30).map(submission).collect::<Vec<_>>());
+    for point in ["after_claim", "before_commit"] {
+        let out = world
+            .cmd(&["run", "--consumer", "w1"])
+            .env("CLAIMGATE_FAILPOINT", point)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{point} should have fired");
+        assert_eq!(
+            world.count("processed_messages"),
+            0,
+            "{point}: the open transaction rolled back"
+        );
+    }
+    world.run_ok(&["run", "--consumer", "w1", "--exit-when-idle"]);
+    assert_eq!(world.count("disbursements"), 30);
+    assert_eq!(world.count("audit_log"), 30);
+    assert_eq!(world.pending(), 0);
+}
+
+// ----- Concurrency -----------------------------------------------------------------------------
+
+#[test]
+fn two_worker_processes_on_one_stream_and_ledger_record_every_submission_once() {
+    let world = World::new();
+    let unique = 3_000;
+    let mut payloads: Vec<String> = (0..unique).map(submission).collect();
+    payloads.extend((0..unique).step_by(4).map(submission));
+    world.add(&payloads);
+    let mut a = world.spawn(&[
+        "run",
+        "--consumer",
+        "a",
+        "--exit-when-idle",
+        "--batch-count-max",
+        "50",
+    ]);
+    let mut b = world.spawn(&[
+        "run",
+        "--consumer",
+        "b",
+        "--exit-when-idle",
+        "--batch-count-max",
+        "50",
+    ]);
+    assert!(wait_exit(&mut a, Duration::from_secs(120)).success());
+    assert!(wait_exit(&mut b, Duration::from_secs(120)).success());
+    assert_eq!(world.count("disbursements"), unique as i64);
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(unique)
+    );
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        (unique / 4) as i64
+    );
+    assert_eq!(world.pending(), 0);
+    assert!(world.sql_i64("SELECT COUNT(DISTINCT consumer) FROM processed_messages") >= 1);
+}
+
+#[test]
+fn sigterm_finishes_in_flight_work_and_exits_zero() {
+    let world = World::new();
+    world.add(&(0..2_000).map(submission).collect::<Vec<_>>());
+    let mut worker = world.spawn(&["run", "--consumer", "t", "--batch-count-max", "100"]);
+    assert!(wait_for(Duration::from_secs(30), || world
+        .count("disbursements")
+        > 0));
+    signal(&worker, libc::SIGTERM);
+    let status = wait_exit(&mut worker, Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "SIGTERM should end the worker with 0, got {status}"
+    );
+    // Whatever was committed was also acknowledged: pending + recorded = everything.
+    let recorded = world.count("disbursements") as u64;
+    assert_eq!(
+        world.pending(),
+        0,
+        "in-flight entries were finished and acknowledged"
+    );
+    world.drain(&[]);
+    assert_eq!(world.count("disbursements"), 2_000);
+    assert!(recorded <= 2_000);
+}
+
+// ----- Redis goes away -------------------------------------------------------------------------
+
+#[test]
+fn redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_twice() {
+    // 1. A persistent Redis (AOF, appendfsync always) and a running worker.
+    // 2. Submissions arrive in two waves; between them Redis is SIGKILLed and restarted.
+    // 3. The worker reconnects by itself; the ledger is exact.
+    let mut world = World::persistent();
+    world.add(&(0..1_000).map(submission).collect::<Vec<_>>());
+    let mut worker = world.spawn(&["run", "--consumer", "w", "--claim-idle-ms", "500"]);
+    assert!(wait_for(Duration::from_secs(30), || world
+        .count("disbursements")
+        > 0));
+    world.redis.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    world.redis.restart().unwrap();
+    world.add(&(1_000..2_000).map(submission).collect::<Vec<_>>());
+    world.add(&(0..200).map(submission).collect::<Vec<_>>());
+    let done = wait_for(Duration::from_secs(60), || {
+        world.count("disbursements") == 2_000 && world.pending() == 0
+    });
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "the worker must not exit when Redis goes away"
+    );
+    signal(&worker, libc::SIGTERM);
+    assert!(wait_exit(&mut worker, Duration::from_secs(30)).success());
+    assert!(
+        done,
+        "not drained: {} disbursements, {} pending",
+        world.count("disbursements"),
+        world.pending()
+    );
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(2_000)
+    );
+}
+
+// ----- Bad input -------------------------------------------------------------------------------
+
+#[test]
+fn every_class_of_malformed_entry_is_dead_lettered_with_a_reason_and_the_rest_recorded_once() {
+    let world = World::new();
+    let ts = "2026-07-01T09:00:00Z";
+    world.add(&[submission(1)]);
+    type Fields = Vec<(&'static str, Vec<u8>)>;
+    let bad: Vec<(&str, Fields)> = vec![
+        ("missing_payload", vec![("body", b"{}".to_vec())]),
+        ("ambiguous_payload", vec![("payload", submission(90).into_bytes()), ("payload", submission(91).into_bytes())]),
+        ("payload_too_large", vec![("payload", format!(r#"{{"award_id":"A-big","submission_timestamp":"{ts}","amount_cents":1,"pad":"{}"}}"#, "x".repeat(600)).into_bytes())]),
+        ("not_json", vec![("payload", b"{not json".to_vec())]),
+        ("not_json", vec![("payload", vec![0xff, 0xfe, 0x00])]),
+        ("not_an_object", vec![("payload", b"[1,2,3]".to_vec())]),
+        ("missing_field", vec![("payload", format!(r#"{{"award_id":"A-m","submission_timestamp":"{ts}"}}"#).into_bytes())]),
+        ("wrong_type", vec![("payload", format!(r#"{{"award_id":12,"submission_timestamp":"{ts}","amount_cents":1}}"#).into_bytes())]),
+        ("empty_award_id", vec![("payload", format!(r#"{{"award_id":"","submission_timestamp":"{ts}","amount_cents":1}}"#).into_bytes())]),
+        ("bad_timestamp", vec![("payload", br#"{"award_id":"A-t","submission_timestamp":"July 1st","amount_cents":1}"#.to_vec())]),
+        ("amount_not_positive", vec![("payload", format!(r#"{{"award_id":"A-z","submission_timestamp":"{ts}","amount_cents":0}}"#).into_bytes())]),
+        ("amount_not_integer", vec![("payload", format!(r#"{{"award_id":"A-f","submission_timestamp":"{ts}","amount_cents":12.5}}"#).into_bytes())]),
+        ("amount_out_of_range", vec![("payload", format!(r#"{{"award_id":"A-o","submission_timestamp":"{ts}","amount_cents":99999999999999999999}}"#).into_bytes())]),
+    ];
+    let mut bad_ids = Vec::new();
+    for (_, fields) in &bad {
+        let refs: Vec<(&str, &[u8])> = fields.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        bad_ids.push(world.add_fields(&refs));
+    }
+    world.add(&[submission(2), submission(1)]);
+    world.drain(&["--payload-bytes-max", "512"]);
+
+    assert_eq!(world.count("disbursements"), 2);
+    assert_eq!(world.pending(), 0);
+    let dead = world.dead_letters();
+    assert_eq!(dead.len(), bad.len());
+    for ((code, fields), id) in bad.iter().zip(&bad_ids) {
+        let d = dead
+            .iter()
+            .find(|d| d["original_id"] == id.as_bytes())
+            .unwrap_or_else(|| panic!("{id} ({code}) not dead-lettered"));
+        assert_eq!(String::from_utf8_lossy(&d["reason_code"]), *code);
+        assert!(!d["reason"].is_empty());
+        // The map keeps the last of repeated names (the ambiguous case), so compare the last.
+        let (name, value) = fields.last().unwrap();
+        assert_eq!(
+            &d[&format!("original.{name}")],
+            value,
+            "original fields are kept"
+        );
+    }
+    assert_eq!(world.count("dead_letters"), bad.len() as i64);
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'dead_letter'"),
+        bad.len() as i64
+    );
+}
+
+// ----- Command line ----------------------------------------------------------------------------
+
+#[test]
+fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
+    let world = World::new();
+    let out = world.run(&["run", "--threads", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = world.run(&["run", "--redis-url", "http://nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad --redis-url"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = world.run(&["status", "--db", "/nonexistent-dir/ledger.db"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("cannot create ledger /nonexistent-dir/ledger.db"));
+    let out = world.run(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unreachable_redis_is_a_clear_failure_for_one_shot_commands() {
+    let world = World::new();
+    let port = claimgate::localredis::free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let input = world.dir.path().join("in.jsonl");
+    std::fs::write(&input, submission(1)).unwrap();
+    let out = world.run(&["produce", input.to_str().unwrap(), "--redis-url", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("claimgate: redis:"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn produce_and_key_agree_with_the_ledger() {
+    let world = World::new();
+    let input = world.dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        format!(
+            "{}\n\n{}\n{}\n",
+            submission(1),
+            submission(2),
+            submission(1)
+        ),
+    )
+    .unwrap();
+    let out = world.run_ok(&["produce", input.to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "queued 3 submissions on grants:submissions"
+    );
+    world.drain(&[]);
+    assert_eq!(world.count("disbursements"), 2);
+
+    let payload_file = world.dir.path().join("payload.json");
+    std::fs::write(&payload_file, submission(1)).unwrap();
+    let out = world.run_ok(&[
+        "key",
+        "--award-id",
+        "A-000001",
+        "--timestamp",
+        "2026-07-01T09:00:00Z",
+        "--payload-file",
+        payload_file.to_str().unwrap(),
+    ]);
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(printed.len(), 64);
+    let stored = world.sql_i64(&format!(
+        "SELECT COUNT(*) FROM processed_messages WHERE lower(hex(idempotency_key)) = '{printed}'"
+    ));
+    assert_eq!(stored, 1, "the printed key is the one the ledger claimed");
+}
