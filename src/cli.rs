@@ -5,11 +5,11 @@
 
 use crate::config::{self, Config, LedgerConfig, Synchronous, WorkerConfig};
 use crate::error::{Error, Result};
-use crate::ledger::{Ledger, SqliteLedger};
+use crate::ledger::SqliteLedger;
 use crate::metrics::Metrics;
 use crate::stream::{self, Conn};
 use clap::{Args, Parser, Subcommand};
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -41,6 +41,15 @@ pub struct GlobalArgs {
     /// The consumer group.
     #[arg(long, env = "CLAIMGATE_GROUP", global = true, default_value = config::GROUP_DEFAULT)]
     pub group: String,
+    /// Log line format.
+    #[arg(long, env = "CLAIMGATE_LOG_FORMAT", global = true, value_enum, default_value_t)]
+    pub log_format: crate::logging::Format,
+    /// Append audit lines (target claimgate::audit) to this file instead of stderr.
+    #[arg(long, env = "CLAIMGATE_AUDIT_LOG", global = true)]
+    pub audit_log: Option<PathBuf>,
+    /// Whether --redis-url was given on the command line (not inherited from REDIS_URL).
+    #[arg(skip)]
+    pub redis_url_explicit: bool,
 }
 
 /// The subcommands.
@@ -54,6 +63,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the idempotency key of a payload.
     Key(KeyArgs),
+    /// The whole pipeline on a private redis-server and a temporary ledger, then a summary.
+    Demo(crate::demo::DemoArgs),
 }
 
 /// Flags of `claimgate run`.
@@ -86,6 +97,9 @@ pub struct RunArgs {
     /// SQLite synchronous level: full (default; survives power loss) or normal.
     #[arg(long, env = "CLAIMGATE_SYNCHRONOUS", default_value = "full", value_parser = ["full", "normal"])]
     pub synchronous: String,
+    /// Serve Prometheus /metrics and /healthz on this HOST:PORT.
+    #[arg(long, env = "CLAIMGATE_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Flags of `claimgate produce`.
@@ -135,8 +149,29 @@ pub fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => run(&cfg, args),
         Command::Produce(args) => produce(&cfg, args),
-        Command::Status(args) => status(&cfg, args),
+        Command::Status(args) => crate::status::run(&cfg, args.json),
         Command::Key(args) => key(args),
+        Command::Demo(args) => crate::demo::run(&cfg, args, cli.global.redis_url_explicit, &*shutdown_flag()?),
+    }
+}
+
+/// Parses the process's arguments, noting whether `--redis-url` came from the command line.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let from_command_line = |m: &clap::ArgMatches| {
+        m.value_source("redis_url") == Some(clap::parser::ValueSource::CommandLine)
+    };
+    cli.global.redis_url_explicit = from_command_line(&matches)
+        || matches.subcommand().is_some_and(|(_, sub)| from_command_line(sub));
+    cli
+}
+
+impl GlobalArgs {
+    /// How logs are written.
+    pub fn logging(&self) -> crate::logging::Options {
+        crate::logging::Options { format: self.log_format, audit_log: self.audit_log.clone() }
     }
 }
 
@@ -177,7 +212,11 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     wcfg.per_message = args.per_message;
     let shutdown = shutdown_flag()?;
     let metrics = Metrics::default();
-    crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics)?;
+    let work = || crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics);
+    match &args.metrics_addr {
+        Some(addr) => crate::serve::serve_during(addr, cfg, &ledger, &metrics, work)?,
+        None => work()?,
+    }
     log::info!(
         "worker stopped: {} processed, {} duplicates suppressed, {} dead-lettered",
         Metrics::get(&metrics.processed),
@@ -246,140 +285,5 @@ fn key(args: KeyArgs) -> Result<()> {
     let key = crate::key::derive_idempotency_key(&args.award_id, &args.timestamp, &payload)
         .map_err(|e| Error::Config(e.to_string()))?;
     println!("{key}");
-    Ok(())
-}
-
-/// What `status` reports about Redis.
-#[derive(Debug, serde::Serialize)]
-struct StreamStatus {
-    stream: String,
-    length: u64,
-    group: String,
-    pending: u64,
-    lag: Option<u64>,
-    dead_letters: u64,
-}
-
-fn stream_status(cfg: &Config) -> Result<StreamStatus> {
-    let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
-    let length: u64 = conn.query(redis::cmd("XLEN").arg(&cfg.stream))?;
-    let dead_letters: u64 = conn.query(redis::cmd("XLEN").arg(cfg.dead_stream()))?;
-    let (mut pending, mut lag) = (0, None);
-    let groups: redis::Value = match conn.query(redis::cmd("XINFO").arg("GROUPS").arg(&cfg.stream))
-    {
-        Ok(v) => v,
-        Err(Error::Redis(e)) if e.to_string().contains("no such key") => redis::Value::Nil,
-        Err(e) => return Err(e),
-    };
-    for g in stream::array(groups)? {
-        let info = group_fields(g);
-        let name = info
-            .get("name")
-            .cloned()
-            .map(stream::string)
-            .transpose()?
-            .unwrap_or_default();
-        if name == cfg.group {
-            pending = info
-                .get("pending")
-                .cloned()
-                .map(stream::int)
-                .transpose()?
-                .unwrap_or(0) as u64;
-            lag = match info.get("lag") {
-                Some(redis::Value::Nil) | None => None,
-                Some(v) => Some(stream::int(v.clone())? as u64),
-            };
-        }
-    }
-    Ok(StreamStatus {
-        stream: cfg.stream.clone(),
-        length,
-        group: cfg.group.clone(),
-        pending,
-        lag,
-        dead_letters,
-    })
-}
-
-fn group_fields(v: redis::Value) -> std::collections::HashMap<String, redis::Value> {
-    let mut out = std::collections::HashMap::new();
-    if let Ok(items) = stream::array(v) {
-        let mut it = items.into_iter();
-        while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            if let Ok(k) = stream::string(k) {
-                out.insert(k, v);
-            }
-        }
-    }
-    out
-}
-
-fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
-    let ledger = SqliteLedger::open(&LedgerConfig::new(&cfg.db_path))?;
-    let stats = ledger.stats()?;
-    let redis = stream_status(cfg);
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        let redis_json = match &redis {
-            Ok(s) => serde_json::to_value(s).expect("serializable"),
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
-        };
-        let doc = serde_json::json!({ "ledger": stats, "redis": redis_json });
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("serializable")
-        )
-        .ok();
-        return Ok(());
-    }
-    let dollars = format!(
-        "{}.{:02}",
-        stats.disbursed_cents_total / 100,
-        stats.disbursed_cents_total % 100
-    );
-    let lines = [
-        format!("ledger {}", cfg.db_path.display()),
-        format!("  claims                 {}", stats.claims),
-        format!("  disbursements          {}", stats.disbursements),
-        format!(
-            "  total disbursed        ${dollars} ({} cents)",
-            stats.disbursed_cents_total
-        ),
-        format!("  duplicates suppressed  {}", stats.duplicates_suppressed),
-        format!("  dead letters recorded  {}", stats.dead_letters),
-        format!("  outbox backlog         {}", stats.outbox_backlog),
-        format!("  audit records          {}", stats.audit_records),
-    ];
-    for l in lines {
-        writeln!(out, "{l}").ok();
-    }
-    match redis {
-        Ok(s) => {
-            writeln!(out, "redis {}", stream::redact(&cfg.redis_url)).ok();
-            writeln!(out, "  stream {}  length {}", s.stream, s.length).ok();
-            let lag = s
-                .lag
-                .map(|l| l.to_string())
-                .unwrap_or_else(|| "unknown".into());
-            writeln!(out, "  group {}  pending {}  lag {lag}", s.group, s.pending).ok();
-            writeln!(
-                out,
-                "  dead-letter stream {}  length {}",
-                cfg.dead_stream(),
-                s.dead_letters
-            )
-            .ok();
-        }
-        Err(e) => {
-            writeln!(
-                out,
-                "redis {}: unreachable ({e})",
-                stream::redact(&cfg.redis_url)
-            )
-            .ok();
-        }
-    }
     Ok(())
 }

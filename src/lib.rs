@@ -20,17 +20,27 @@
 //! - [`metrics`]: counters the worker keeps.
 //! - [`failpoint`]: named crash points for tests.
 //! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
+//! - [`status`]: ledger and stream state for `claimgate status` and the metrics gauges.
+//! - [`exposition`]: the Prometheus text `/metrics` serves.
+//! - [`serve`]: the `/metrics` and `/healthz` HTTP endpoints of `claimgate run`.
+//! - [`logging`]: human or JSON log lines; audit lines routable on their own.
+//! - [`demo`]: `claimgate demo`, the whole pipeline with no set-up.
 //! - [`cli`]: the command line.
 
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod error;
+pub mod exposition;
 pub mod failpoint;
 pub mod key;
 pub mod ledger;
 pub mod localredis;
+pub mod logging;
 pub mod metrics;
+pub mod serve;
+pub mod status;
 pub mod stream;
 pub mod submission;
 pub mod worker;

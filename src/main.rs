@@ -2,13 +2,13 @@
 //!
 //! Exit codes: 0 success, 2 bad usage or configuration, 1 any other failure.
 
-use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = claimgate::cli::Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    match claimgate::cli::dispatch(cli) {
+    let cli = claimgate::cli::parse();
+    let result = claimgate::logging::init(&cli.global.logging())
+        .and_then(|()| claimgate::cli::dispatch(cli));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("claimgate: {e}");

@@ -26,6 +26,8 @@ pub struct Metrics {
     pub commit_buckets: [AtomicU64; COMMIT_SECONDS_BUCKETS.len() + 1],
     /// Sum of commit latencies, in microseconds.
     pub commit_us_sum: AtomicU64,
+    /// When the worker loop last went round, in milliseconds since the Unix epoch (`/healthz`).
+    pub heartbeat_unix_ms: AtomicU64,
 }
 
 impl Metrics {
@@ -42,8 +44,25 @@ impl Metrics {
         self.commits.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Notes that the worker loop is alive and going round.
+    pub fn beat(&self) {
+        self.heartbeat_unix_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last [`Metrics::beat`] (since the epoch if there was none).
+    pub fn heartbeat_age_ms(&self) -> u64 {
+        unix_ms().saturating_sub(self.heartbeat_unix_ms.load(Ordering::Relaxed))
+    }
+
     /// Reads a counter.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

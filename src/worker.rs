@@ -167,6 +167,7 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
     let mut group_ready = false;
     let mut episode = Episode::default();
     while !shared.stopping() {
+        shared.metrics.beat();
         let step = if group_ready {
             read_step(&mut conn, &mut state, shared)
         } else {

@@ -1,0 +1,410 @@
+//! `claimgate demo`: the whole pipeline on one machine with nothing set up, then a summary.
+//!
+//! It starts a private `redis-server` from PATH on a free port with its data in a temporary
+//! directory, puts the ledger in the same directory, feeds a few thousand realistic submissions
+//! (with byte-identical resends, a conflicting resubmission and malformed entries of several
+//! kinds), runs the real worker binary as a child process that crashes on purpose between a
+//! commit and its XACK, restarts it as systemd would, and checks the ledger.
+//!
+//! # Invariant
+//! The demo never touches a Redis it did not start unless `--redis-url` is given on the command
+//! line (an inherited `REDIS_URL` does not count), and then only keys under a fresh
+//! `claimgate-demo-*` prefix, deleted at the end. Everything it starts (workers, redis-server,
+//! the temporary directory) is stopped and removed when it returns, including on Ctrl-C.
+
+mod check;
+mod data;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::ledger::{Ledger, SqliteLedger};
+use crate::localredis::{LocalRedis, Options};
+use crate::status::dollars;
+use crate::stream::{self, Conn};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to tell someone whose machine has no `redis-server`.
+pub const INSTALL_HELP: &str = "claimgate demo needs redis-server on PATH. Install it with:\n\n    \
+     sudo apt-get install -y redis-server\n\n(macOS: brew install redis), or run the demo against a \
+     Redis you already have with --redis-url redis://HOST:PORT";
+
+/// Flags of `claimgate demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Distinct valid submissions to feed (resends and malformed entries come on top).
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(50..=200_000))]
+    pub submissions: u64,
+    /// Seed for the generated submissions.
+    #[arg(long, default_value_t = 2026)]
+    pub seed: u64,
+}
+
+/// The commit after which the first worker crashes, before acknowledging it.
+const CRASH_AFTER_COMMITS: u32 = 3;
+/// Entries per read for the demo's workers: small, so the crash lands mid-run.
+const DEMO_BATCH_COUNT: &str = "100";
+/// How long a worker may take before the demo gives up on it.
+const WORKER_TIMEOUT_MS: u64 = 120_000;
+/// How often progress is polled.
+const POLL_MS: u64 = 100;
+/// XADDs per pipelined round trip.
+const FEED_PIPELINE_MAX: usize = 500;
+/// The consumer name of the demo's worker (kept across its restart, as systemd would).
+const CONSUMER: &str = "demo-worker-1";
+
+/// Everything the demo started. Fields drop in order: workers first, then Redis, then the
+/// directory holding both the Redis data and the ledger.
+struct Demo<'a> {
+    /// Worker processes still running (killed on drop).
+    workers: Vec<Child>,
+    /// The private redis-server, unless `--redis-url` was given.
+    redis: Option<LocalRedis>,
+    /// Where to reach Redis, possibly with a password (never printed unredacted).
+    redis_url: String,
+    /// Stream, group and ledger path the demo uses.
+    cfg: Config,
+    /// The demo's read-only view of the ledger (the workers write it).
+    ledger: SqliteLedger,
+    /// A connection for feeding and progress.
+    conn: Conn,
+    /// Set by SIGINT/SIGTERM.
+    interrupted: &'a AtomicBool,
+    /// Whether the demo may have created keys in Redis (so there is something to clean up).
+    keys_created: bool,
+    /// Whether stdout is a terminal (progress overwrites one line).
+    tty: bool,
+    /// The temporary directory with the ledger, Redis data and worker logs (removed on drop).
+    dir: tempfile::TempDir,
+}
+
+/// How a step ended.
+enum Ended {
+    /// The process exited with this status.
+    Exited(ExitStatus),
+    /// Ctrl-C or SIGTERM: everything is being stopped.
+    Interrupted,
+}
+
+/// The body of `claimgate demo`. `redis_url_explicit` is true only when `--redis-url` was on
+/// the command line.
+pub fn run(cfg: &Config, args: DemoArgs, redis_url_explicit: bool, interrupted: &AtomicBool) -> Result<()> {
+    let started = Instant::now();
+    if !redis_url_explicit && !on_path("redis-server") {
+        return Err(Error::Config(INSTALL_HELP.into()));
+    }
+    let mut demo = Demo::start(cfg, redis_url_explicit, interrupted)?;
+    let feed = data::generate(args.submissions as usize, args.seed);
+    let result = demo.play(&feed, started);
+    if result.is_err() {
+        demo.show_worker_logs();
+    }
+    demo.clean_up_shared_redis(redis_url_explicit);
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            println!("\ninterrupted: stopped the demo's workers and its redis-server; removed its files.");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl<'a> Demo<'a> {
+    fn start(cfg: &Config, redis_url_explicit: bool, interrupted: &'a AtomicBool) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("claimgate-demo-")
+            .tempdir()
+            .map_err(|e| Error::io("creating the demo's temporary directory", e))?;
+        let (redis, redis_url, cfg) = if redis_url_explicit {
+            // Someone else's Redis: fresh keys of our own, never the default stream.
+            let prefix = format!("claimgate-demo-{}", unix_ms());
+            let cfg = Config {
+                stream: format!("{prefix}:submissions"),
+                group: "claimgate-demo".into(),
+                db_path: dir.path().join("ledger.db"),
+                ..cfg.clone()
+            };
+            (None, cfg.redis_url.clone(), cfg)
+        } else {
+            let redis_dir = dir.path().join("redis");
+            std::fs::create_dir(&redis_dir).map_err(|e| Error::io("creating the redis directory", e))?;
+            let server = LocalRedis::start_in(&redis_dir, Options::default())?;
+            let url = server.url();
+            let cfg = Config {
+                redis_url: url.clone(),
+                db_path: dir.path().join("ledger.db"),
+                stream: crate::config::STREAM_DEFAULT.into(),
+                group: crate::config::GROUP_DEFAULT.into(),
+            };
+            (Some(server), url, cfg)
+        };
+        let ledger = SqliteLedger::open_path(&cfg.db_path)?;
+        let conn = Conn::new(stream::client(&redis_url)?);
+        Ok(Demo { workers: Vec::new(), redis, redis_url, cfg, ledger, conn, interrupted, keys_created: false, tty: std::io::stdout().is_terminal(), dir })
+    }
+
+    /// Runs the story. `Ok(false)` means it was interrupted.
+    fn play(&mut self, feed: &data::Feed, started: Instant) -> Result<bool> {
+        let e = &feed.expected;
+        match &self.redis {
+            Some(r) => say(&format!("started a private redis-server on 127.0.0.1:{} (data in {})", r.port(), self.dir.path().display())),
+            None => say(&format!("using {} (keys under {}), as asked", stream::redact(&self.redis_url), self.cfg.stream)),
+        }
+        say(&format!("ledger: {}", self.cfg.db_path.display()));
+        self.feed(&feed.entries)?;
+        say(&format!(
+            "queued {} entries on {}: {} distinct submissions, {} byte-identical resends, {} conflicting resubmission, {} malformed",
+            group(e.entries), self.cfg.stream, group(e.unique), e.resends, e.conflicting, e.malformed_codes.len()
+        ));
+
+        say(&format!("starting {CONSUMER}, armed to crash after its commit #{CRASH_AFTER_COMMITS} and before that commit's XACK"));
+        let failpoint = format!("after_commit:{CRASH_AFTER_COMMITS}");
+        let Ended::Exited(status) = self.worker("worker-1", &[("CLAIMGATE_FAILPOINT", &failpoint)])? else {
+            return Ok(false);
+        };
+        if status.success() {
+            return Err(Error::Other(format!("{CONSUMER} was meant to crash but finished cleanly")));
+        }
+        let pending = self.pending()?;
+        say(&format!("{CONSUMER} crashed ({status}) with {pending} entries delivered but not acknowledged"));
+
+        say(&format!("restarting {CONSUMER}, as systemd's Restart=on-failure would"));
+        match self.worker("worker-1-restarted", &[])? {
+            Ended::Interrupted => return Ok(false),
+            Ended::Exited(s) if !s.success() => {
+                return Err(Error::Other(format!("the restarted worker failed ({s}); log: {}", self.log("worker-1-restarted").display())))
+            }
+            Ended::Exited(_) => {}
+        }
+        // The relay step goes here once `claimgate relay` exists:
+        // self.step("relay", &["relay", "--exit-when-idle"])?;
+        self.summary(e, started)?;
+        Ok(true)
+    }
+
+    /// XADDs the whole feed, pipelined.
+    fn feed(&mut self, entries: &[data::Fields]) -> Result<()> {
+        self.keys_created = true;
+        for chunk in entries.chunks(FEED_PIPELINE_MAX) {
+            let mut pipe = redis::pipe();
+            for fields in chunk {
+                let cmd = pipe.cmd("XADD").arg(&self.cfg.stream).arg("*");
+                for (name, value) in fields {
+                    cmd.arg(name).arg(value.as_slice());
+                }
+                cmd.ignore();
+            }
+            pipe.query::<()>(self.conn.get()?)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `claimgate run --exit-when-idle` as a child until it exits, showing progress.
+    fn worker(&mut self, label: &str, env: &[(&str, &str)]) -> Result<Ended> {
+        let args = ["run", "--consumer", CONSUMER, "--exit-when-idle", "--batch-count-max", DEMO_BATCH_COUNT, "--claim-idle-ms", "1000"];
+        self.step(label, &args, env)
+    }
+
+    /// Runs the claimgate binary with `args` as a child and waits for it, showing progress and
+    /// stopping it on Ctrl-C. Its log goes to `<label>.log` in the demo directory.
+    fn step(&mut self, label: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Ended> {
+        let exe = std::env::current_exe().map_err(|e| Error::io("finding the claimgate binary", e))?;
+        let log = std::fs::File::create(self.log(label)).map_err(|e| Error::io("creating a worker log", e))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        // The child gets exactly our settings: nothing inherited from the operator's CLAIMGATE_*
+        // or REDIS_URL, and the URL travels in the environment, not on a `ps`-visible command line.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("CLAIMGATE_") || k == "REDIS_URL" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("REDIS_URL", &self.redis_url)
+            .env("CLAIMGATE_DB", &self.cfg.db_path)
+            .env("CLAIMGATE_STREAM", &self.cfg.stream)
+            .env("CLAIMGATE_GROUP", &self.cfg.group)
+            .env("RUST_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().map_err(|e| Error::io("starting a worker", e))?;
+        self.workers.push(child);
+        let deadline = Instant::now() + Duration::from_millis(WORKER_TIMEOUT_MS);
+        let mut last_print = Instant::now();
+        loop {
+            if self.interrupted.load(Ordering::SeqCst) {
+                self.stop_workers();
+                return Ok(Ended::Interrupted);
+            }
+            let child = self.workers.last_mut().expect("just pushed");
+            if let Some(status) = child.try_wait().map_err(|e| Error::io("waiting for a worker", e))? {
+                self.workers.pop();
+                self.progress(label, true);
+                return Ok(Ended::Exited(status));
+            }
+            if Instant::now() > deadline {
+                self.stop_workers();
+                return Err(Error::Other(format!("{label} did not finish within {WORKER_TIMEOUT_MS} ms; log: {}", self.log(label).display())));
+            }
+            if self.tty || last_print.elapsed() >= Duration::from_secs(1) {
+                self.progress(label, false);
+                last_print = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+        }
+    }
+
+    fn log(&self, label: &str) -> PathBuf {
+        self.dir.path().join(format!("{label}.log"))
+    }
+
+    /// One progress line: overwritten in place on a terminal, one per second otherwise.
+    fn progress(&mut self, label: &str, last: bool) {
+        let Ok(s) = self.ledger.stats() else { return };
+        let pending = self.pending().map(|p| p.to_string()).unwrap_or_else(|_| "?".into());
+        let line = format!(
+            "  [{label}] paid {} · duplicates skipped {} · dead-lettered {} · pending {pending}",
+            group(s.claims), group(s.duplicates_suppressed), s.dead_letters
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = match (self.tty, last) {
+            (true, false) => write!(out, "\r{line}\x1b[K"),
+            (true, true) => writeln!(out, "\r{line}\x1b[K"),
+            (false, _) => writeln!(out, "{line}"),
+        };
+        let _ = out.flush();
+    }
+
+    fn pending(&mut self) -> Result<u64> {
+        stream::pending_count(&mut self.conn, &self.cfg.stream, &self.cfg.group)
+    }
+
+    /// SIGTERM to every running worker (a graceful stop), SIGKILL to any still there after a
+    /// few seconds.
+    fn stop_workers(&mut self) {
+        for w in &self.workers {
+            // SAFETY: kill(2) on a child we spawned and have not reaped.
+            unsafe { libc::kill(w.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for w in &mut self.workers {
+            while Instant::now() < deadline && matches!(w.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        self.workers.clear();
+    }
+
+    /// Prints the tail of each worker log to stderr: they are about to be deleted with the
+    /// temporary directory, and they say why a step failed.
+    fn show_worker_logs(&self) {
+        let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!("--- last lines of {} ---", path.display());
+                for line in &lines[lines.len().saturating_sub(20)..] {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+
+    /// On a Redis the demo did not start, deletes the keys it created.
+    fn clean_up_shared_redis(&mut self, explicit: bool) {
+        if !explicit || !self.keys_created {
+            return;
+        }
+        let dead = self.cfg.dead_stream();
+        let keys = [self.cfg.stream.clone(), stream::dead_index_key(&dead), dead];
+        if let Err(e) = self.conn.query::<i64>(redis::cmd("DEL").arg(&keys)) {
+            eprintln!("claimgate demo: could not delete its keys {keys:?}: {e}");
+        }
+    }
+
+    fn summary(&mut self, e: &data::Expected, started: Instant) -> Result<()> {
+        let stats = self.ledger.stats()?;
+        let received: u64 = self.conn.query(redis::cmd("XLEN").arg(&self.cfg.stream))?;
+        let conn = rusqlite::Connection::open_with_flags(&self.cfg.db_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let (resent, redelivered) = check::duplicate_sources(&conn)?;
+        let reasons = check::dead_letter_reasons(&conn)?;
+        let checks = check::verify(&conn, e, received)?;
+        let failed: Vec<&check::Check> = checks.iter().filter(|c| !c.ok).collect();
+        let mut out = String::new();
+        out += "\nclaimgate demo: summary\n";
+        out += &format!("  received               {} stream entries\n", group(received));
+        out += &format!("  processed              {} submissions paid exactly once\n", group(stats.claims));
+        out += &format!(
+            "  duplicates suppressed  {} ({resent} resent by the producer, {redelivered} redeliveries after the crash)\n",
+            group(stats.duplicates_suppressed)
+        );
+        out += &format!("  conflicts flagged      {} ({} conflicting resubmission sent)\n", stats.conflicts, e.conflicting);
+        out += &format!("  dead-lettered          {}\n", stats.dead_letters);
+        for (code, n, reason) in &reasons {
+            out += &format!("    {n} × {code:<20} e.g. {reason}\n");
+        }
+        out += &format!("  total disbursed        {}\n", dollars(stats.disbursed_cents_total));
+        out += &format!("  outbox backlog         {} events waiting for the relay\n", group(stats.outbox_backlog));
+        if failed.is_empty() {
+            out += &format!("  ledger verified        yes: {} checks passed\n", checks.len());
+        } else {
+            out += "  ledger verified        NO\n";
+        }
+        for c in &checks {
+            out += &format!("    [{}] {}: {}\n", if c.ok { "ok" } else { "FAILED" }, c.what, c.detail);
+        }
+        out += &format!("  took                   {:.1}s\n", started.elapsed().as_secs_f64());
+        print!("{out}");
+        let _ = std::io::stdout().flush();
+        match failed.first() {
+            None => Ok(()),
+            Some(c) => Err(Error::Invariant(format!("{}: {}", c.what, c.detail))),
+        }
+    }
+}
+
+impl Drop for Demo<'_> {
+    fn drop(&mut self) {
+        self.stop_workers();
+    }
+}
+
+/// Whether an executable called `name` is on PATH.
+pub fn on_path(name: &str) -> bool {
+    let Some(path) = std::env::var_os("PATH") else { return false };
+    std::env::split_paths(&path).any(|dir| is_executable(&dir.join(name)))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+fn say(line: &str) {
+    println!("{line}");
+}
+
+/// `1234567` → `1,234,567`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}

@@ -1,0 +1,149 @@
+//! The Prometheus text that `/metrics` serves, built with `prometheus-client`.
+//!
+//! # Why the counters are read from the ledger
+//! `claimgate_submissions_processed_total`, `claimgate_duplicates_suppressed_total` and
+//! `claimgate_dead_lettered_total` are the ledger's own counts (`processed_messages` rows,
+//! `duplicate` audit records, `dead_letters` rows), read at every scrape. So they equal the
+//! ledger exactly, survive restarts without a reset, and do not double-count when several
+//! workers share one ledger. They only ever grow, because nothing deletes claims or dead letters
+//! and duplicate audit records are append-only; Prometheus' `rate()` works on them as on any
+//! counter. What only this process knows (entries acknowledged, commit latency) is exposed as
+//! per-process series that start at zero with the process, as Prometheus expects.
+//!
+//! Pure: it turns a [`Status`] and [`Metrics`] into text; the caller does all I/O.
+
+use crate::metrics::{Metrics, COMMIT_SECONDS_BUCKETS};
+use crate::status::Status;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of what [`render`] returns.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The values of one scrape, fixed before encoding starts.
+#[derive(Debug)]
+struct Snapshot {
+    /// Counters: name without `_total` (the encoder appends it), help, value.
+    counters: Vec<(&'static str, &'static str, u64)>,
+    /// Gauges: name, help, value.
+    gauges: Vec<(&'static str, &'static str, f64)>,
+    /// Commit latency: per-bucket counts (upper bound, count), sum in seconds, total count.
+    commit_buckets: Vec<(f64, u64)>,
+    /// Sum of commit latencies in seconds.
+    commit_seconds_sum: f64,
+    /// Commits observed.
+    commit_count: u64,
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (name, help, value) in &self.counters {
+            let counter = ConstCounter::new(*value);
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        for (name, help, value) in &self.gauges {
+            let gauge = ConstGauge::new(*value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let mut histogram = encoder.encode_descriptor(
+            "claimgate_commit_seconds",
+            "Ledger transaction commit latency, in seconds (this process).",
+            None,
+            MetricType::Histogram,
+        )?;
+        histogram.encode_histogram::<NoLabelSet>(
+            self.commit_seconds_sum,
+            self.commit_count,
+            &self.commit_buckets,
+            None,
+        )
+    }
+}
+
+/// The Prometheus text (format 0.0.4) for one scrape.
+pub fn render(status: &Status, metrics: &Metrics) -> String {
+    let l = &status.ledger;
+    let counters = vec![
+        ("claimgate_submissions_processed", "Submissions claimed and disbursed (ledger processed_messages rows).", l.claims),
+        ("claimgate_duplicates_suppressed", "Deliveries recognised as already processed and skipped (ledger duplicate audit records).", l.duplicates_suppressed),
+        ("claimgate_dead_lettered", "Entries dead-lettered with a reason (ledger dead_letters rows).", l.dead_letters),
+        ("claimgate_conflicts", "Resubmissions that reused an award's timestamp with a different payload (ledger conflict audit records).", l.conflicts),
+        ("claimgate_disbursed_cents", "Sum of all disbursements recorded in the ledger, in cents.", l.disbursed_cents_total.max(0) as u64),
+        ("claimgate_entries_acked", "Stream entries this process acknowledged since it started.", Metrics::get(&metrics.acked)),
+    ];
+    let mut gauges = vec![
+        ("claimgate_outbox_backlog", "Outbox rows not yet published to the events stream.", l.outbox_backlog as f64),
+        ("claimgate_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox row, 0 when none.", l.outbox_oldest_age_s.unwrap_or(0.0)),
+        ("claimgate_redis_up", "1 if Redis answered this scrape, else 0.", status.redis.is_ok() as u8 as f64),
+    ];
+    // Redis-side gauges are left out, not zeroed, when Redis did not answer: a missing series
+    // is honest, a zero would claim nothing is pending.
+    if let Ok(r) = &status.redis {
+        gauges.push(("claimgate_pending_entries", "Entries delivered to the group and not yet acknowledged.", r.pending as f64));
+        gauges.push(("claimgate_oldest_pending_age_seconds", "Age of the oldest pending entry by Redis' clock, 0 when none.", r.oldest_pending_age_s.unwrap_or(0.0)));
+        gauges.push(("claimgate_stream_length_entries", "Entries in the submissions stream.", r.length as f64));
+        gauges.push(("claimgate_dead_letter_stream_entries", "Entries in the dead-letter stream.", r.dead_letters as f64));
+        if let Some(lag) = r.lag {
+            gauges.push(("claimgate_group_lag_entries", "Entries in the stream not yet delivered to the group.", lag as f64));
+        }
+    }
+    let commit_buckets: Vec<(f64, u64)> = COMMIT_SECONDS_BUCKETS
+        .iter()
+        .copied()
+        .chain(std::iter::once(f64::INFINITY))
+        .zip(metrics.commit_buckets.iter().map(Metrics::get))
+        .collect();
+    // Buckets are read one by one while commits go on: count is their sum, so the histogram
+    // is always self-consistent even if the sum drifts by a commit in flight.
+    let commit_count = commit_buckets.iter().map(|(_, n)| n).sum();
+    let snapshot = Snapshot {
+        counters,
+        gauges,
+        commit_buckets,
+        commit_seconds_sum: Metrics::get(&metrics.commit_us_sum) as f64 / 1e6,
+        commit_count,
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Stats;
+    use std::time::Duration;
+
+    #[test]
+    fn contract_names_are_present_with_ledger_values() {
+        let status = Status {
+            db: "x.db".into(),
+            ledger: Stats { claims: 7, duplicates_suppressed: 2, dead_letters: 1, outbox_backlog: 3, ..Stats::default() },
+            redis: Err("down".into()),
+        };
+        let metrics = Metrics::default();
+        metrics.observe_commit(Duration::from_millis(3));
+        metrics.observe_commit(Duration::from_secs(9));
+        let text = render(&status, &metrics);
+        for line in [
+            "claimgate_submissions_processed_total 7",
+            "claimgate_duplicates_suppressed_total 2",
+            "claimgate_dead_lettered_total 1",
+            "claimgate_outbox_backlog 3",
+            "claimgate_redis_up 0",
+            "claimgate_commit_seconds_bucket{le=\"0.005\"} 1",
+            "claimgate_commit_seconds_bucket{le=\"+Inf\"} 2",
+            "claimgate_commit_seconds_count 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("claimgate_pending_entries"), "no pending gauge without Redis:\n{text}");
+    }
+}

@@ -1,0 +1,133 @@
+//! `claimgate run --metrics-addr HOST:PORT`: `/metrics` (Prometheus text) and `/healthz`.
+//!
+//! One thread answers requests one at a time with `tiny_http`; it only reads (ledger counts,
+//! Redis XLEN/XPENDING/XINFO/PING), so a scrape can never change what the worker does.
+//!
+//! `/healthz` is 200 `ok` while all three hold, else 503 naming each one that does not:
+//! - the worker loop is running and has gone round within [`HEARTBEAT_STALE_MS`];
+//! - Redis answers PING;
+//! - the ledger answers a query.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::exposition;
+use crate::ledger::SqliteLedger;
+use crate::metrics::Metrics;
+use crate::status;
+use crate::stream::{self, Conn};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// A worker loop that has not gone round for this long is reported unhealthy. Its longest
+/// legitimate pause is a Redis outage step: connect timeout + response timeout + the longest
+/// backoff, about 12 s; this leaves room for that and still catches a stuck loop.
+pub const HEARTBEAT_STALE_MS: u64 = 30_000;
+
+/// How often the server thread checks whether the worker has stopped.
+const POLL_MS: u64 = 200;
+
+/// What the request handler reads.
+struct Endpoints<'a> {
+    /// Stream, group and Redis URL.
+    cfg: &'a Config,
+    /// The ledger the worker writes.
+    ledger: &'a SqliteLedger,
+    /// The worker's counters and heartbeat.
+    metrics: &'a Metrics,
+    /// False once the worker loop has returned.
+    worker_running: &'a AtomicBool,
+    /// The handler's own Redis connection (reconnects after failures).
+    conn: Conn,
+}
+
+/// Serves `/metrics` and `/healthz` on `addr` while `work` (the worker loop) runs, then stops
+/// the server and returns what `work` returned. A port that cannot be bound is a configuration
+/// error, reported before the worker starts.
+pub fn serve_during<T>(
+    addr: &str,
+    cfg: &Config,
+    ledger: &SqliteLedger,
+    metrics: &Metrics,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| Error::Config(format!("cannot listen on --metrics-addr {addr}: {e}")))?;
+    log::info!("serving /metrics and /healthz on http://{}", server.server_addr());
+    let worker_running = AtomicBool::new(true);
+    metrics.beat();
+    std::thread::scope(|s| {
+        let mut endpoints = Endpoints {
+            cfg,
+            ledger,
+            metrics,
+            worker_running: &worker_running,
+            conn: Conn::new(stream::client(&cfg.redis_url)?),
+        };
+        let server = &server;
+        s.spawn(move || endpoints.serve(server));
+        let result = work();
+        worker_running.store(false, Ordering::SeqCst);
+        result
+    })
+}
+
+impl Endpoints<'_> {
+    fn serve(&mut self, server: &tiny_http::Server) {
+        while self.worker_running.load(Ordering::SeqCst) {
+            let request = match server.recv_timeout(Duration::from_millis(POLL_MS)) {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
+                Err(e) => {
+                    log::warn!("metrics server: {e}");
+                    continue;
+                }
+            };
+            let path = request.url().split('?').next().unwrap_or("").to_owned();
+            let (code, content_type, body) = match path.as_str() {
+                "/metrics" => self.metrics_page(),
+                "/healthz" => self.health(),
+                _ => (404, "text/plain", "not found: try /metrics or /healthz\n".to_owned()),
+            };
+            let header = tiny_http::Header::from_bytes("Content-Type", content_type).expect("static header is valid");
+            let response = tiny_http::Response::from_string(body).with_status_code(code).with_header(header);
+            if let Err(e) = request.respond(response) {
+                log::debug!("metrics server: client went away: {e}");
+            }
+        }
+    }
+
+    fn metrics_page(&mut self) -> (u16, &'static str, String) {
+        match status::gather(self.cfg, self.ledger, &mut self.conn) {
+            Ok(s) => (200, exposition::CONTENT_TYPE, exposition::render(&s, self.metrics)),
+            // Without the ledger the counters cannot be stated; a failed scrape (up == 0) says so.
+            Err(e) => (503, "text/plain", format!("ledger unavailable: {e}\n")),
+        }
+    }
+
+    fn health(&mut self) -> (u16, &'static str, String) {
+        let mut problems = Vec::new();
+        if !self.worker_running.load(Ordering::SeqCst) {
+            problems.push("worker loop has stopped".to_owned());
+        } else {
+            let since_ms = self.metrics.heartbeat_age_ms();
+            if since_ms > HEARTBEAT_STALE_MS {
+                problems.push(format!("worker loop has not gone round for {} s", since_ms / 1000));
+            }
+        }
+        if let Err(e) = self.conn.query::<String>(&redis::cmd("PING")) {
+            problems.push(format!("redis: {e}"));
+        }
+        let ledger_ok = self
+            .ledger
+            .connection()
+            .and_then(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?));
+        if let Err(e) = ledger_ok {
+            problems.push(format!("ledger: {e}"));
+        }
+        if problems.is_empty() {
+            (200, "text/plain", "ok\n".into())
+        } else {
+            (503, "text/plain", format!("unhealthy: {}\n", problems.join("; ")))
+        }
+    }
+}

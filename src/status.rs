@@ -1,0 +1,277 @@
+//! `claimgate status`: what the ledger holds and where the stream stands, as a table for people
+//! or JSON for machines. The same snapshot feeds the `/metrics` gauges.
+//!
+//! Read-only on both sides: it never acknowledges, claims or writes anything. Redis being down is
+//! a state worth showing, not a failure, so the ledger half is still printed. The Redis URL is
+//! only ever shown redacted.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::ledger::{Ledger, SqliteLedger, Stats};
+use crate::stream::{self, Conn};
+use redis::Value;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Write;
+
+/// One consumer in the group.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConsumerStatus {
+    /// The consumer's name.
+    pub name: String,
+    /// Entries delivered to it and not yet acknowledged.
+    pub pending: u64,
+    /// Milliseconds since it last interacted with the group.
+    pub idle_ms: u64,
+}
+
+/// Where the submissions stream and its group stand.
+#[derive(Debug, Clone, Serialize)]
+pub struct RedisStatus {
+    /// The Redis URL with any password replaced by `***`.
+    pub url: String,
+    /// The submissions stream key.
+    pub stream: String,
+    /// Entries in the stream (acknowledged ones included until trimmed).
+    pub length: u64,
+    /// The consumer group.
+    pub group: String,
+    /// Whether the group exists yet (a worker creates it on first start).
+    pub group_exists: bool,
+    /// Entries not yet delivered to the group; `None` when Redis cannot tell (after trimming).
+    pub lag: Option<u64>,
+    /// Entries delivered and not yet acknowledged, over all consumers.
+    pub pending: u64,
+    /// The oldest pending entry's id.
+    pub oldest_pending_id: Option<String>,
+    /// Seconds since the oldest pending entry was added to the stream (by Redis' clock).
+    pub oldest_pending_age_s: Option<f64>,
+    /// Per-consumer pending counts and idle times.
+    pub consumers: Vec<ConsumerStatus>,
+    /// The dead-letter stream key.
+    pub dead_letter_stream: String,
+    /// Entries in the dead-letter stream.
+    pub dead_letters: u64,
+}
+
+/// Everything `status` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The ledger file.
+    pub db: String,
+    /// Ledger counts and totals.
+    pub ledger: Stats,
+    /// The stream side, or why it could not be read.
+    pub redis: std::result::Result<RedisStatus, String>,
+}
+
+/// Reads the stream side. A missing stream or group reads as empty, not as an error.
+pub fn redis_status(cfg: &Config, conn: &mut Conn) -> Result<RedisStatus> {
+    let length: u64 = conn.query(redis::cmd("XLEN").arg(&cfg.stream))?;
+    let dead_letter_stream = cfg.dead_stream();
+    let dead_letters: u64 = conn.query(redis::cmd("XLEN").arg(&dead_letter_stream))?;
+    let mut status = RedisStatus {
+        url: stream::redact(&cfg.redis_url),
+        stream: cfg.stream.clone(),
+        length,
+        group: cfg.group.clone(),
+        group_exists: false,
+        lag: Some(length),
+        pending: 0,
+        oldest_pending_id: None,
+        oldest_pending_age_s: None,
+        consumers: Vec::new(),
+        dead_letter_stream,
+        dead_letters,
+    };
+    let groups = match conn.query::<Value>(redis::cmd("XINFO").arg("GROUPS").arg(&cfg.stream)) {
+        Ok(v) => stream::array(v)?,
+        Err(Error::Redis(e)) if e.to_string().contains("no such key") => return Ok(status),
+        Err(e) => return Err(e),
+    };
+    let Some(group) = groups
+        .into_iter()
+        .map(fields)
+        .find(|g| text(g, "name").as_deref() == Some(cfg.group.as_str()))
+    else {
+        return Ok(status);
+    };
+    status.group_exists = true;
+    status.lag = match group.get("lag") {
+        Some(Value::Nil) | None => None,
+        Some(v) => Some(stream::int(v.clone())?.max(0) as u64),
+    };
+    let summary = stream::array(conn.query(redis::cmd("XPENDING").arg(&cfg.stream).arg(&cfg.group))?)?;
+    let mut summary = summary.into_iter();
+    status.pending = stream::int(summary.next().unwrap_or(Value::Nil))?.max(0) as u64;
+    if status.pending > 0 {
+        let oldest = stream::string(summary.next().unwrap_or(Value::Nil))?;
+        status.oldest_pending_age_s = id_age_s(conn, &oldest)?;
+        status.oldest_pending_id = Some(oldest);
+    }
+    let consumers: Value = conn.query(redis::cmd("XINFO").arg("CONSUMERS").arg(&cfg.stream).arg(&cfg.group))?;
+    for c in stream::array(consumers)? {
+        let c = fields(c);
+        status.consumers.push(ConsumerStatus {
+            name: text(&c, "name").unwrap_or_default(),
+            pending: number(&c, "pending"),
+            idle_ms: number(&c, "idle"),
+        });
+    }
+    Ok(status)
+}
+
+/// Gathers the ledger and stream sides. Only a ledger failure is an error.
+pub fn gather(cfg: &Config, ledger: &SqliteLedger, conn: &mut Conn) -> Result<Status> {
+    Ok(Status {
+        db: ledger.path().display().to_string(),
+        ledger: ledger.stats()?,
+        redis: redis_status(cfg, conn).map_err(|e| e.to_string()),
+    })
+}
+
+/// The body of `claimgate status`.
+pub fn run(cfg: &Config, json: bool) -> Result<()> {
+    if !cfg.db_path.exists() {
+        // Opening would create an empty ledger, which hides a wrong --db behind zeros.
+        return Err(Error::Config(format!(
+            "no ledger at {} (set --db or CLAIMGATE_DB)",
+            cfg.db_path.display()
+        )));
+    }
+    let ledger = SqliteLedger::open_path(&cfg.db_path)?;
+    let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
+    let status = gather(cfg, &ledger, &mut conn)?;
+    let text = if json {
+        let doc = serde_json::json!({
+            "db": status.db,
+            "ledger": status.ledger,
+            "redis": match &status.redis {
+                Ok(r) => serde_json::to_value(r).expect("status serializes"),
+                Err(e) => serde_json::json!({ "url": stream::redact(&cfg.redis_url), "error": e }),
+            },
+        });
+        serde_json::to_string_pretty(&doc).expect("status serializes") + "\n"
+    } else {
+        table(&status)
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .map_err(|e| Error::io("writing status", e))
+}
+
+/// Cents as dollars with thousands separators: `1234567` → `$12,345.67`.
+pub fn dollars(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let cents = cents.unsigned_abs();
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, ch) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(ch);
+    }
+    format!("{sign}${grouped}.{:02}", cents % 100)
+}
+
+/// Seconds as a short human duration.
+fn age(secs: Option<f64>) -> String {
+    match secs {
+        None => "-".into(),
+        Some(s) if s < 120.0 => format!("{s:.1}s"),
+        Some(s) if s < 7200.0 => format!("{:.1}m", s / 60.0),
+        Some(s) => format!("{:.1}h", s / 3600.0),
+    }
+}
+
+/// The human-readable table.
+pub fn table(s: &Status) -> String {
+    let l = &s.ledger;
+    let mut rows: Vec<(String, String)> = vec![
+        ("ledger".into(), s.db.clone()),
+        ("  claims".into(), l.claims.to_string()),
+        ("  disbursements".into(), l.disbursements.to_string()),
+        ("  total disbursed".into(), format!("{} ({} cents)", dollars(l.disbursed_cents_total), l.disbursed_cents_total)),
+        ("  duplicates suppressed".into(), l.duplicates_suppressed.to_string()),
+        ("  conflicts recorded".into(), l.conflicts.to_string()),
+        ("  dead letters recorded".into(), l.dead_letters.to_string()),
+        ("  outbox backlog".into(), format!("{} (oldest {})", l.outbox_backlog, age(l.outbox_oldest_age_s))),
+        ("  audit records".into(), l.audit_records.to_string()),
+    ];
+    match &s.redis {
+        Err(e) => rows.push(("redis".into(), format!("unreachable: {e}"))),
+        Ok(r) => {
+            rows.push(("redis".into(), r.url.clone()));
+            rows.push((format!("  stream {}", r.stream), format!("{} entries", r.length)));
+            if r.group_exists {
+                let lag = r.lag.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into());
+                rows.push((format!("  group {}", r.group), format!("lag {lag}, pending {}", r.pending)));
+                rows.push(("  oldest pending".into(), match &r.oldest_pending_id {
+                    Some(id) => format!("{id} ({} old)", age(r.oldest_pending_age_s)),
+                    None => "-".into(),
+                }));
+                for c in &r.consumers {
+                    rows.push((format!("    consumer {}", c.name), format!("pending {}, idle {}", c.pending, age(Some(c.idle_ms as f64 / 1000.0)))));
+                }
+            } else {
+                rows.push((format!("  group {}", r.group), "not created yet (no worker has started)".into()));
+            }
+            rows.push((format!("  dead letters {}", r.dead_letter_stream), format!("{} entries", r.dead_letters)));
+        }
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
+}
+
+/// Seconds between the time encoded in a stream id and Redis' own clock.
+fn id_age_s(conn: &mut Conn, id: &str) -> Result<Option<f64>> {
+    let Some(id_ms) = id.split('-').next().and_then(|ms| ms.parse::<u64>().ok()) else {
+        return Ok(None);
+    };
+    let (secs, micros): (u64, u64) = conn.query(&redis::cmd("TIME"))?;
+    let now_ms = secs * 1000 + micros / 1000;
+    Ok(Some(now_ms.saturating_sub(id_ms) as f64 / 1000.0))
+}
+
+/// A flat `[name, value, …]` reply (or RESP3 map) as a map.
+fn fields(v: Value) -> HashMap<String, Value> {
+    let mut out = HashMap::new();
+    if let Value::Map(pairs) = v {
+        for (k, v) in pairs {
+            if let Ok(k) = stream::string(k) {
+                out.insert(k, v);
+            }
+        }
+        return out;
+    }
+    let mut it = stream::array(v).unwrap_or_default().into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        if let Ok(k) = stream::string(k) {
+            out.insert(k, v);
+        }
+    }
+    out
+}
+
+fn text(m: &HashMap<String, Value>, key: &str) -> Option<String> {
+    m.get(key).cloned().and_then(|v| stream::string(v).ok())
+}
+
+fn number(m: &HashMap<String, Value>, key: &str) -> u64 {
+    m.get(key).cloned().and_then(|v| stream::int(v).ok()).unwrap_or(0).max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dollars;
+
+    #[test]
+    fn dollars_group_thousands() {
+        assert_eq!(dollars(0), "$0.00");
+        assert_eq!(dollars(5), "$0.05");
+        assert_eq!(dollars(123_456_789), "$1,234,567.89");
+        assert_eq!(dollars(100_000), "$1,000.00");
+    }
+}
