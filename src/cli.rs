@@ -42,7 +42,13 @@ pub struct GlobalArgs {
     #[arg(long, env = "CLAIMGATE_GROUP", global = true, default_value = config::GROUP_DEFAULT)]
     pub group: String,
     /// Log line format.
-    #[arg(long, env = "CLAIMGATE_LOG_FORMAT", global = true, value_enum, default_value_t)]
+    #[arg(
+        long,
+        env = "CLAIMGATE_LOG_FORMAT",
+        global = true,
+        value_enum,
+        default_value_t
+    )]
     pub log_format: crate::logging::Format,
     /// Append audit lines (target claimgate::audit) to this file instead of stderr.
     #[arg(long, env = "CLAIMGATE_AUDIT_LOG", global = true)]
@@ -151,7 +157,12 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Produce(args) => produce(&cfg, args),
         Command::Status(args) => crate::status::run(&cfg, args.json),
         Command::Key(args) => key(args),
-        Command::Demo(args) => crate::demo::run(&cfg, args, cli.global.redis_url_explicit, &*shutdown_flag()?),
+        Command::Demo(args) => crate::demo::run(
+            &cfg,
+            args,
+            cli.global.redis_url_explicit,
+            &*shutdown_flag()?,
+        ),
     }
 }
 
@@ -164,14 +175,19 @@ pub fn parse() -> Cli {
         m.value_source("redis_url") == Some(clap::parser::ValueSource::CommandLine)
     };
     cli.global.redis_url_explicit = from_command_line(&matches)
-        || matches.subcommand().is_some_and(|(_, sub)| from_command_line(sub));
+        || matches
+            .subcommand()
+            .is_some_and(|(_, sub)| from_command_line(sub));
     cli
 }
 
 impl GlobalArgs {
     /// How logs are written.
     pub fn logging(&self) -> crate::logging::Options {
-        crate::logging::Options { format: self.log_format, audit_log: self.audit_log.clone() }
+        crate::logging::Options {
+            format: self.log_format,
+            audit_log: self.audit_log.clone(),
+        }
     }
 }
 

@@ -29,8 +29,10 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 struct Snapshot {
     /// Counters: name without `_total` (the encoder appends it), help, value.
     counters: Vec<(&'static str, &'static str, u64)>,
-    /// Gauges: name, help, value.
-    gauges: Vec<(&'static str, &'static str, f64)>,
+    /// Gauges that count things: name, help, value.
+    counts: Vec<(&'static str, &'static str, i64)>,
+    /// Gauges in seconds: name, help, value.
+    ages: Vec<(&'static str, &'static str, f64)>,
     /// Commit latency: per-bucket counts (upper bound, count), sum in seconds, total count.
     commit_buckets: Vec<(f64, u64)>,
     /// Sum of commit latencies in seconds.
@@ -43,9 +45,18 @@ impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         for (name, help, value) in &self.counters {
             let counter = ConstCounter::new(*value);
-            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
         }
-        for (name, help, value) in &self.gauges {
+        for (name, help, value) in &self.counts {
+            let gauge = ConstGauge::new(*value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        for (name, help, value) in &self.ages {
             let gauge = ConstGauge::new(*value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
@@ -75,21 +86,53 @@ pub fn render(status: &Status, metrics: &Metrics) -> String {
         ("claimgate_disbursed_cents", "Sum of all disbursements recorded in the ledger, in cents.", l.disbursed_cents_total.max(0) as u64),
         ("claimgate_entries_acked", "Stream entries this process acknowledged since it started.", Metrics::get(&metrics.acked)),
     ];
-    let mut gauges = vec![
-        ("claimgate_outbox_backlog", "Outbox rows not yet published to the events stream.", l.outbox_backlog as f64),
-        ("claimgate_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox row, 0 when none.", l.outbox_oldest_age_s.unwrap_or(0.0)),
-        ("claimgate_redis_up", "1 if Redis answered this scrape, else 0.", status.redis.is_ok() as u8 as f64),
+    let mut counts = vec![
+        (
+            "claimgate_outbox_backlog",
+            "Outbox rows not yet published to the events stream.",
+            l.outbox_backlog as i64,
+        ),
+        (
+            "claimgate_redis_up",
+            "1 if Redis answered this scrape, else 0.",
+            status.redis.is_ok() as i64,
+        ),
     ];
+    let mut ages = vec![(
+        "claimgate_outbox_oldest_age_seconds",
+        "Age of the oldest unpublished outbox row, 0 when none.",
+        l.outbox_oldest_age_s.unwrap_or(0.0),
+    )];
     // Redis-side gauges are left out, not zeroed, when Redis did not answer: a missing series
     // is honest, a zero would claim nothing is pending.
     if let Ok(r) = &status.redis {
-        gauges.push(("claimgate_pending_entries", "Entries delivered to the group and not yet acknowledged.", r.pending as f64));
-        gauges.push(("claimgate_oldest_pending_age_seconds", "Age of the oldest pending entry by Redis' clock, 0 when none.", r.oldest_pending_age_s.unwrap_or(0.0)));
-        gauges.push(("claimgate_stream_length_entries", "Entries in the submissions stream.", r.length as f64));
-        gauges.push(("claimgate_dead_letter_stream_entries", "Entries in the dead-letter stream.", r.dead_letters as f64));
+        counts.push((
+            "claimgate_pending_entries",
+            "Entries delivered to the group and not yet acknowledged.",
+            r.pending as i64,
+        ));
+        counts.push((
+            "claimgate_stream_length_entries",
+            "Entries in the submissions stream.",
+            r.length as i64,
+        ));
+        counts.push((
+            "claimgate_dead_letter_stream_entries",
+            "Entries in the dead-letter stream.",
+            r.dead_letters as i64,
+        ));
         if let Some(lag) = r.lag {
-            gauges.push(("claimgate_group_lag_entries", "Entries in the stream not yet delivered to the group.", lag as f64));
+            counts.push((
+                "claimgate_group_lag_entries",
+                "Entries in the stream not yet delivered to the group.",
+                lag as i64,
+            ));
         }
+        ages.push((
+            "claimgate_oldest_pending_age_seconds",
+            "Age of the oldest pending entry by Redis' clock, 0 when none.",
+            r.oldest_pending_age_s.unwrap_or(0.0),
+        ));
     }
     let commit_buckets: Vec<(f64, u64)> = COMMIT_SECONDS_BUCKETS
         .iter()
@@ -102,7 +145,8 @@ pub fn render(status: &Status, metrics: &Metrics) -> String {
     let commit_count = commit_buckets.iter().map(|(_, n)| n).sum();
     let snapshot = Snapshot {
         counters,
-        gauges,
+        counts,
+        ages,
         commit_buckets,
         commit_seconds_sum: Metrics::get(&metrics.commit_us_sum) as f64 / 1e6,
         commit_count,
@@ -125,7 +169,13 @@ mod tests {
     fn contract_names_are_present_with_ledger_values() {
         let status = Status {
             db: "x.db".into(),
-            ledger: Stats { claims: 7, duplicates_suppressed: 2, dead_letters: 1, outbox_backlog: 3, ..Stats::default() },
+            ledger: Stats {
+                claims: 7,
+                duplicates_suppressed: 2,
+                dead_letters: 1,
+                outbox_backlog: 3,
+                ..Stats::default()
+            },
             redis: Err("down".into()),
         };
         let metrics = Metrics::default();
@@ -142,8 +192,14 @@ mod tests {
             "claimgate_commit_seconds_bucket{le=\"+Inf\"} 2",
             "claimgate_commit_seconds_count 2",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
-        assert!(!text.contains("claimgate_pending_entries"), "no pending gauge without Redis:\n{text}");
+        assert!(
+            !text.contains("claimgate_pending_entries"),
+            "no pending gauge without Redis:\n{text}"
+        );
     }
 }

@@ -89,8 +89,12 @@ pub fn init(options: &Options) -> Result<()> {
             Some(Mutex::new(open_private_append(path)?))
         }
     };
-    log::set_boxed_logger(Box::new(Router { main, audit, format }))
-        .map_err(|e| Error::Other(format!("installing the logger: {e}")))?;
+    log::set_boxed_logger(Box::new(Router {
+        main,
+        audit,
+        format,
+    }))
+    .map_err(|e| Error::Other(format!("installing the logger: {e}")))?;
     log::set_max_level(max_level);
     Ok(())
 }

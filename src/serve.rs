@@ -52,7 +52,10 @@ pub fn serve_during<T>(
 ) -> Result<T> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| Error::Config(format!("cannot listen on --metrics-addr {addr}: {e}")))?;
-    log::info!("serving /metrics and /healthz on http://{}", server.server_addr());
+    log::info!(
+        "serving /metrics and /healthz on http://{}",
+        server.server_addr()
+    );
     let worker_running = AtomicBool::new(true);
     metrics.beat();
     std::thread::scope(|s| {
@@ -86,10 +89,17 @@ impl Endpoints<'_> {
             let (code, content_type, body) = match path.as_str() {
                 "/metrics" => self.metrics_page(),
                 "/healthz" => self.health(),
-                _ => (404, "text/plain", "not found: try /metrics or /healthz\n".to_owned()),
+                _ => (
+                    404,
+                    "text/plain",
+                    "not found: try /metrics or /healthz\n".to_owned(),
+                ),
             };
-            let header = tiny_http::Header::from_bytes("Content-Type", content_type).expect("static header is valid");
-            let response = tiny_http::Response::from_string(body).with_status_code(code).with_header(header);
+            let header = tiny_http::Header::from_bytes("Content-Type", content_type)
+                .expect("static header is valid");
+            let response = tiny_http::Response::from_string(body)
+                .with_status_code(code)
+                .with_header(header);
             if let Err(e) = request.respond(response) {
                 log::debug!("metrics server: client went away: {e}");
             }
@@ -98,7 +108,11 @@ impl Endpoints<'_> {
 
     fn metrics_page(&mut self) -> (u16, &'static str, String) {
         match status::gather(self.cfg, self.ledger, &mut self.conn) {
-            Ok(s) => (200, exposition::CONTENT_TYPE, exposition::render(&s, self.metrics)),
+            Ok(s) => (
+                200,
+                exposition::CONTENT_TYPE,
+                exposition::render(&s, self.metrics),
+            ),
             // Without the ledger the counters cannot be stated; a failed scrape (up == 0) says so.
             Err(e) => (503, "text/plain", format!("ledger unavailable: {e}\n")),
         }
@@ -111,7 +125,10 @@ impl Endpoints<'_> {
         } else {
             let since_ms = self.metrics.heartbeat_age_ms();
             if since_ms > HEARTBEAT_STALE_MS {
-                problems.push(format!("worker loop has not gone round for {} s", since_ms / 1000));
+                problems.push(format!(
+                    "worker loop has not gone round for {} s",
+                    since_ms / 1000
+                ));
             }
         }
         if let Err(e) = self.conn.query::<String>(&redis::cmd("PING")) {
@@ -127,7 +144,11 @@ impl Endpoints<'_> {
         if problems.is_empty() {
             (200, "text/plain", "ok\n".into())
         } else {
-            (503, "text/plain", format!("unhealthy: {}\n", problems.join("; ")))
+            (
+                503,
+                "text/plain",
+                format!("unhealthy: {}\n", problems.join("; ")),
+            )
         }
     }
 }

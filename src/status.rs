@@ -101,7 +101,8 @@ pub fn redis_status(cfg: &Config, conn: &mut Conn) -> Result<RedisStatus> {
         Some(Value::Nil) | None => None,
         Some(v) => Some(stream::int(v.clone())?.max(0) as u64),
     };
-    let summary = stream::array(conn.query(redis::cmd("XPENDING").arg(&cfg.stream).arg(&cfg.group))?)?;
+    let summary =
+        stream::array(conn.query(redis::cmd("XPENDING").arg(&cfg.stream).arg(&cfg.group))?)?;
     let mut summary = summary.into_iter();
     status.pending = stream::int(summary.next().unwrap_or(Value::Nil))?.max(0) as u64;
     if status.pending > 0 {
@@ -109,7 +110,12 @@ pub fn redis_status(cfg: &Config, conn: &mut Conn) -> Result<RedisStatus> {
         status.oldest_pending_age_s = id_age_s(conn, &oldest)?;
         status.oldest_pending_id = Some(oldest);
     }
-    let consumers: Value = conn.query(redis::cmd("XINFO").arg("CONSUMERS").arg(&cfg.stream).arg(&cfg.group))?;
+    let consumers: Value = conn.query(
+        redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&cfg.stream)
+            .arg(&cfg.group),
+    )?;
     for c in stream::array(consumers)? {
         let c = fields(c);
         status.consumers.push(ConsumerStatus {
@@ -165,15 +171,20 @@ pub fn run(cfg: &Config, json: bool) -> Result<()> {
 pub fn dollars(cents: i64) -> String {
     let sign = if cents < 0 { "-" } else { "" };
     let cents = cents.unsigned_abs();
-    let whole = (cents / 100).to_string();
-    let mut grouped = String::new();
-    for (i, ch) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i) % 3 == 0 {
-            grouped.push(',');
+    format!("{sign}${}.{:02}", thousands(cents / 100), cents % 100)
+}
+
+/// A count with thousands separators: `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
         }
-        grouped.push(ch);
+        out.push(ch);
     }
-    format!("{sign}${grouped}.{:02}", cents % 100)
+    out
 }
 
 /// Seconds as a short human duration.
@@ -193,36 +204,80 @@ pub fn table(s: &Status) -> String {
         ("ledger".into(), s.db.clone()),
         ("  claims".into(), l.claims.to_string()),
         ("  disbursements".into(), l.disbursements.to_string()),
-        ("  total disbursed".into(), format!("{} ({} cents)", dollars(l.disbursed_cents_total), l.disbursed_cents_total)),
-        ("  duplicates suppressed".into(), l.duplicates_suppressed.to_string()),
+        (
+            "  total disbursed".into(),
+            format!(
+                "{} ({} cents)",
+                dollars(l.disbursed_cents_total),
+                l.disbursed_cents_total
+            ),
+        ),
+        (
+            "  duplicates suppressed".into(),
+            l.duplicates_suppressed.to_string(),
+        ),
         ("  conflicts recorded".into(), l.conflicts.to_string()),
         ("  dead letters recorded".into(), l.dead_letters.to_string()),
-        ("  outbox backlog".into(), format!("{} (oldest {})", l.outbox_backlog, age(l.outbox_oldest_age_s))),
+        (
+            "  outbox backlog".into(),
+            format!(
+                "{} (oldest {})",
+                l.outbox_backlog,
+                age(l.outbox_oldest_age_s)
+            ),
+        ),
         ("  audit records".into(), l.audit_records.to_string()),
     ];
     match &s.redis {
         Err(e) => rows.push(("redis".into(), format!("unreachable: {e}"))),
         Ok(r) => {
             rows.push(("redis".into(), r.url.clone()));
-            rows.push((format!("  stream {}", r.stream), format!("{} entries", r.length)));
+            rows.push((
+                format!("  stream {}", r.stream),
+                format!("{} entries", r.length),
+            ));
             if r.group_exists {
-                let lag = r.lag.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into());
-                rows.push((format!("  group {}", r.group), format!("lag {lag}, pending {}", r.pending)));
-                rows.push(("  oldest pending".into(), match &r.oldest_pending_id {
-                    Some(id) => format!("{id} ({} old)", age(r.oldest_pending_age_s)),
-                    None => "-".into(),
-                }));
+                let lag = r
+                    .lag
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                rows.push((
+                    format!("  group {}", r.group),
+                    format!("lag {lag}, pending {}", r.pending),
+                ));
+                rows.push((
+                    "  oldest pending".into(),
+                    match &r.oldest_pending_id {
+                        Some(id) => format!("{id} ({} old)", age(r.oldest_pending_age_s)),
+                        None => "-".into(),
+                    },
+                ));
                 for c in &r.consumers {
-                    rows.push((format!("    consumer {}", c.name), format!("pending {}, idle {}", c.pending, age(Some(c.idle_ms as f64 / 1000.0)))));
+                    rows.push((
+                        format!("    consumer {}", c.name),
+                        format!(
+                            "pending {}, idle {}",
+                            c.pending,
+                            age(Some(c.idle_ms as f64 / 1000.0))
+                        ),
+                    ));
                 }
             } else {
-                rows.push((format!("  group {}", r.group), "not created yet (no worker has started)".into()));
+                rows.push((
+                    format!("  group {}", r.group),
+                    "not created yet (no worker has started)".into(),
+                ));
             }
-            rows.push((format!("  dead letters {}", r.dead_letter_stream), format!("{} entries", r.dead_letters)));
+            rows.push((
+                format!("  dead letters {}", r.dead_letter_stream),
+                format!("{} entries", r.dead_letters),
+            ));
         }
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
 }
 
 /// Seconds between the time encoded in a stream id and Redis' own clock.
@@ -260,7 +315,11 @@ fn text(m: &HashMap<String, Value>, key: &str) -> Option<String> {
 }
 
 fn number(m: &HashMap<String, Value>, key: &str) -> u64 {
-    m.get(key).cloned().and_then(|v| stream::int(v).ok()).unwrap_or(0).max(0) as u64
+    m.get(key)
+        .cloned()
+        .and_then(|v| stream::int(v).ok())
+        .unwrap_or(0)
+        .max(0) as u64
 }
 
 #[cfg(test)]

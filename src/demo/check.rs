@@ -18,11 +18,17 @@ pub struct Check {
 }
 
 fn check(what: &str, ok: bool, detail: String) -> Check {
-    Check { what: what.to_owned(), ok, detail }
+    Check {
+        what: what.to_owned(),
+        ok,
+        detail,
+    }
 }
 
 fn count(conn: &Connection, sql: &str) -> Result<i64> {
-    Ok(conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?.unwrap_or(0))
+    Ok(conn
+        .query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?
+        .unwrap_or(0))
 }
 
 /// Runs every check. `received` is the submissions stream's length in Redis.
@@ -59,12 +65,23 @@ pub fn verify(conn: &Connection, expected: &Expected, received: u64) -> Result<V
             claims == disbursements && claims == outbox,
             format!("{claims} claims, {disbursements} disbursements, {outbox} outbox rows"),
         ),
-        check("no submission paid twice", double_paid == 0, format!("{double_paid} keys with more than one disbursement")),
-        check("every disbursement matches its claim", mismatched == 0, format!("{mismatched} mismatches")),
+        check(
+            "no submission paid twice",
+            double_paid == 0,
+            format!("{double_paid} keys with more than one disbursement"),
+        ),
+        check(
+            "every disbursement matches its claim",
+            mismatched == 0,
+            format!("{mismatched} mismatches"),
+        ),
         check(
             "every distinct submission paid",
             claims as u64 == expected.unique,
-            format!("{claims} paid, {} distinct submissions sent", expected.unique),
+            format!(
+                "{claims} paid, {} distinct submissions sent",
+                expected.unique
+            ),
         ),
         check(
             "total equals the sum of distinct submissions",
@@ -74,7 +91,10 @@ pub fn verify(conn: &Connection, expected: &Expected, received: u64) -> Result<V
         check(
             "every malformed entry dead-lettered",
             dead as usize == expected.malformed_codes.len(),
-            format!("{dead} dead letters, {} malformed entries sent", expected.malformed_codes.len()),
+            format!(
+                "{dead} dead letters, {} malformed entries sent",
+                expected.malformed_codes.len()
+            ),
         ),
         check(
             "every stream entry accounted for in the audit trail",
@@ -87,7 +107,11 @@ pub fn verify(conn: &Connection, expected: &Expected, received: u64) -> Result<V
                 processed_records == disbursements,
                 format!("{n} records, {processed_records} processed"),
             ),
-            Err(b) => check("audit chain intact", false, format!("broken at seq {}: {}", b.seq, b.reason)),
+            Err(b) => check(
+                "audit chain intact",
+                false,
+                format!("broken at seq {}: {}", b.seq, b.reason),
+            ),
         },
     ])
 }
@@ -140,6 +164,9 @@ pub fn duplicate_sources(conn: &Connection) -> Result<(i64, i64)> {
          AND NOT EXISTS (SELECT 1 FROM audit_log p
                          WHERE p.kind = 'processed' AND p.stream_entry_id = d.stream_entry_id)",
     )?;
-    let all = count(conn, "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?;
+    let all = count(
+        conn,
+        "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'",
+    )?;
     Ok((resent, all - resent))
 }

@@ -76,7 +76,19 @@ fn payload(rng: &mut fastrand::Rng, award: usize, drawdown: usize) -> (String, i
             r#""amount_cents":{},"currency":"USD","recipient":"{}","program":"{}","#,
             r#""period":"2026-{:02}","invoice":"INV-{:05}-{:02}"}}"#
         ),
-        prefix, award, month, day, hour, minute, second, amount_cents, recipient, program, month, award, drawdown + 1
+        prefix,
+        award,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        amount_cents,
+        recipient,
+        program,
+        month,
+        award,
+        drawdown + 1
     );
     (json, amount_cents)
 }
@@ -89,13 +101,49 @@ fn entry(payload: &str) -> Fields {
 fn malformed() -> Vec<(Fields, &'static str)> {
     let ts = "2026-07-14T10:00:00Z";
     vec![
-        (entry(r#"{"award_id":"RB-2026-09001","submission_timestamp":"2026-07-14T10:00:00Z","amount_cents":125"#), "not_json"),
-        (entry(&format!(r#"{{"award_id":"WQ-2026-09002","submission_timestamp":"{ts}","currency":"USD"}}"#)), "missing_field"),
-        (entry(r#"{"award_id":"EL-2026-09003","submission_timestamp":"07/14/2026 10:00","amount_cents":48000}"#), "bad_timestamp"),
-        (entry(&format!(r#"{{"award_id":"HR-2026-09004","submission_timestamp":"{ts}","amount_cents":-4500}}"#)), "amount_not_positive"),
-        (entry(&format!(r#"{{"award_id":"TR-2026-09005","submission_timestamp":"{ts}","amount_cents":"1250.00"}}"#)), "wrong_type"),
-        (entry(&format!(r#"{{"award_id":"RB-2026-09006","submission_timestamp":"{ts}","amount_cents":1250.5}}"#)), "amount_not_integer"),
-        (vec![("body".to_owned(), br#"{"award_id":"WQ-2026-09007"}"#.to_vec())], "missing_payload"),
+        (
+            entry(
+                r#"{"award_id":"RB-2026-09001","submission_timestamp":"2026-07-14T10:00:00Z","amount_cents":125"#,
+            ),
+            "not_json",
+        ),
+        (
+            entry(&format!(
+                r#"{{"award_id":"WQ-2026-09002","submission_timestamp":"{ts}","currency":"USD"}}"#
+            )),
+            "missing_field",
+        ),
+        (
+            entry(
+                r#"{"award_id":"EL-2026-09003","submission_timestamp":"07/14/2026 10:00","amount_cents":48000}"#,
+            ),
+            "bad_timestamp",
+        ),
+        (
+            entry(&format!(
+                r#"{{"award_id":"HR-2026-09004","submission_timestamp":"{ts}","amount_cents":-4500}}"#
+            )),
+            "amount_not_positive",
+        ),
+        (
+            entry(&format!(
+                r#"{{"award_id":"TR-2026-09005","submission_timestamp":"{ts}","amount_cents":"1250.00"}}"#
+            )),
+            "wrong_type",
+        ),
+        (
+            entry(&format!(
+                r#"{{"award_id":"RB-2026-09006","submission_timestamp":"{ts}","amount_cents":1250.5}}"#
+            )),
+            "amount_not_integer",
+        ),
+        (
+            vec![(
+                "body".to_owned(),
+                br#"{"award_id":"WQ-2026-09007"}"#.to_vec(),
+            )],
+            "missing_payload",
+        ),
     ]
 }
 
@@ -153,8 +201,12 @@ pub fn generate(submissions: usize, seed: u64) -> Feed {
 /// a different payload, so a different key. It is paid (it is a distinct submission) and, where
 /// conflict detection is on, flagged for review. Returns the payload and its amount.
 fn corrected(original: &str) -> (String, i64) {
-    let mut v: serde_json::Value = serde_json::from_str(original).expect("the demo writes valid JSON");
-    let cents = v["amount_cents"].as_i64().expect("the demo writes integer amounts") + 100;
+    let mut v: serde_json::Value =
+        serde_json::from_str(original).expect("the demo writes valid JSON");
+    let cents = v["amount_cents"]
+        .as_i64()
+        .expect("the demo writes integer amounts")
+        + 100;
     v["amount_cents"] = cents.into();
     v["note"] = "amount corrected".into();
     (v.to_string(), cents)
@@ -167,7 +219,9 @@ mod tests {
     use std::collections::HashSet;
 
     fn as_pairs(f: &Fields) -> Vec<(Vec<u8>, Vec<u8>)> {
-        f.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.clone())).collect()
+        f.iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.clone()))
+            .collect()
     }
 
     #[test]
@@ -191,7 +245,11 @@ mod tests {
         assert_eq!(valid - e.unique, e.resends);
         assert!(e.resends > 0 && e.conflicting == 1);
         assert_eq!(codes, e.malformed_codes);
-        assert_eq!(codes.iter().collect::<HashSet<_>>().len(), 7, "every malformed class differs");
+        assert_eq!(
+            codes.iter().collect::<HashSet<_>>().len(),
+            7,
+            "every malformed class differs"
+        );
         assert_eq!(feed.entries.len() as u64, e.entries);
     }
 }

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, SqliteLedger};
 use crate::localredis::{LocalRedis, Options};
-use crate::status::dollars;
+use crate::status::{dollars, thousands as group};
 use crate::stream::{self, Conn};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -91,7 +91,12 @@ enum Ended {
 
 /// The body of `claimgate demo`. `redis_url_explicit` is true only when `--redis-url` was on
 /// the command line.
-pub fn run(cfg: &Config, args: DemoArgs, redis_url_explicit: bool, interrupted: &AtomicBool) -> Result<()> {
+pub fn run(
+    cfg: &Config,
+    args: DemoArgs,
+    redis_url_explicit: bool,
+    interrupted: &AtomicBool,
+) -> Result<()> {
     let started = Instant::now();
     if !redis_url_explicit && !on_path("redis-server") {
         return Err(Error::Config(INSTALL_HELP.into()));
@@ -131,7 +136,8 @@ impl<'a> Demo<'a> {
             (None, cfg.redis_url.clone(), cfg)
         } else {
             let redis_dir = dir.path().join("redis");
-            std::fs::create_dir(&redis_dir).map_err(|e| Error::io("creating the redis directory", e))?;
+            std::fs::create_dir(&redis_dir)
+                .map_err(|e| Error::io("creating the redis directory", e))?;
             let server = LocalRedis::start_in(&redis_dir, Options::default())?;
             let url = server.url();
             let cfg = Config {
@@ -144,39 +150,69 @@ impl<'a> Demo<'a> {
         };
         let ledger = SqliteLedger::open_path(&cfg.db_path)?;
         let conn = Conn::new(stream::client(&redis_url)?);
-        Ok(Demo { workers: Vec::new(), redis, redis_url, cfg, ledger, conn, interrupted, keys_created: false, tty: std::io::stdout().is_terminal(), dir })
+        Ok(Demo {
+            workers: Vec::new(),
+            redis,
+            redis_url,
+            cfg,
+            ledger,
+            conn,
+            interrupted,
+            keys_created: false,
+            tty: std::io::stdout().is_terminal(),
+            dir,
+        })
     }
 
     /// Runs the story. `Ok(false)` means it was interrupted.
     fn play(&mut self, feed: &data::Feed, started: Instant) -> Result<bool> {
         let e = &feed.expected;
         match &self.redis {
-            Some(r) => say(&format!("started a private redis-server on 127.0.0.1:{} (data in {})", r.port(), self.dir.path().display())),
-            None => say(&format!("using {} (keys under {}), as asked", stream::redact(&self.redis_url), self.cfg.stream)),
+            Some(r) => say(&format!(
+                "started a private redis-server on 127.0.0.1:{} (data in {})",
+                r.port(),
+                self.dir.path().display()
+            )),
+            None => say(&format!(
+                "using {} (keys under {}), as asked",
+                stream::redact(&self.redis_url),
+                self.cfg.stream
+            )),
         }
         say(&format!("ledger: {}", self.cfg.db_path.display()));
         self.feed(&feed.entries)?;
         say(&format!(
             "queued {} entries on {}: {} distinct submissions, {} byte-identical resends, {} conflicting resubmission, {} malformed",
-            group(e.entries), self.cfg.stream, group(e.unique), e.resends, e.conflicting, e.malformed_codes.len()
+            group(e.entries), self.cfg.stream, group(e.unique), group(e.resends), e.conflicting, e.malformed_codes.len()
         ));
 
         say(&format!("starting {CONSUMER}, armed to crash after its commit #{CRASH_AFTER_COMMITS} and before that commit's XACK"));
         let failpoint = format!("after_commit:{CRASH_AFTER_COMMITS}");
-        let Ended::Exited(status) = self.worker("worker-1", &[("CLAIMGATE_FAILPOINT", &failpoint)])? else {
+        let Ended::Exited(status) =
+            self.worker("worker-1", &[("CLAIMGATE_FAILPOINT", &failpoint)])?
+        else {
             return Ok(false);
         };
         if status.success() {
-            return Err(Error::Other(format!("{CONSUMER} was meant to crash but finished cleanly")));
+            return Err(Error::Other(format!(
+                "{CONSUMER} was meant to crash but finished cleanly"
+            )));
         }
         let pending = self.pending()?;
-        say(&format!("{CONSUMER} crashed ({status}) with {pending} entries delivered but not acknowledged"));
+        say(&format!(
+            "{CONSUMER} crashed ({status}) with {pending} entries delivered but not acknowledged"
+        ));
 
-        say(&format!("restarting {CONSUMER}, as systemd's Restart=on-failure would"));
+        say(&format!(
+            "restarting {CONSUMER}, as systemd's Restart=on-failure would"
+        ));
         match self.worker("worker-1-restarted", &[])? {
             Ended::Interrupted => return Ok(false),
             Ended::Exited(s) if !s.success() => {
-                return Err(Error::Other(format!("the restarted worker failed ({s}); log: {}", self.log("worker-1-restarted").display())))
+                return Err(Error::Other(format!(
+                    "the restarted worker failed ({s}); log: {}",
+                    self.log("worker-1-restarted").display()
+                )))
             }
             Ended::Exited(_) => {}
         }
@@ -205,17 +241,31 @@ impl<'a> Demo<'a> {
 
     /// Runs `claimgate run --exit-when-idle` as a child until it exits, showing progress.
     fn worker(&mut self, label: &str, env: &[(&str, &str)]) -> Result<Ended> {
-        let args = ["run", "--consumer", CONSUMER, "--exit-when-idle", "--batch-count-max", DEMO_BATCH_COUNT, "--claim-idle-ms", "1000"];
+        let args = [
+            "run",
+            "--consumer",
+            CONSUMER,
+            "--exit-when-idle",
+            "--batch-count-max",
+            DEMO_BATCH_COUNT,
+            "--claim-idle-ms",
+            "1000",
+        ];
         self.step(label, &args, env)
     }
 
     /// Runs the claimgate binary with `args` as a child and waits for it, showing progress and
     /// stopping it on Ctrl-C. Its log goes to `<label>.log` in the demo directory.
     fn step(&mut self, label: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Ended> {
-        let exe = std::env::current_exe().map_err(|e| Error::io("finding the claimgate binary", e))?;
-        let log = std::fs::File::create(self.log(label)).map_err(|e| Error::io("creating a worker log", e))?;
+        let exe =
+            std::env::current_exe().map_err(|e| Error::io("finding the claimgate binary", e))?;
+        let log = std::fs::File::create(self.log(label))
+            .map_err(|e| Error::io("creating a worker log", e))?;
         let mut cmd = Command::new(exe);
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
         // The child gets exactly our settings: nothing inherited from the operator's CLAIMGATE_*
         // or REDIS_URL, and the URL travels in the environment, not on a `ps`-visible command line.
         for (k, _) in std::env::vars_os() {
@@ -241,14 +291,20 @@ impl<'a> Demo<'a> {
                 return Ok(Ended::Interrupted);
             }
             let child = self.workers.last_mut().expect("just pushed");
-            if let Some(status) = child.try_wait().map_err(|e| Error::io("waiting for a worker", e))? {
+            if let Some(status) = child
+                .try_wait()
+                .map_err(|e| Error::io("waiting for a worker", e))?
+            {
                 self.workers.pop();
                 self.progress(label, true);
                 return Ok(Ended::Exited(status));
             }
             if Instant::now() > deadline {
                 self.stop_workers();
-                return Err(Error::Other(format!("{label} did not finish within {WORKER_TIMEOUT_MS} ms; log: {}", self.log(label).display())));
+                return Err(Error::Other(format!(
+                    "{label} did not finish within {WORKER_TIMEOUT_MS} ms; log: {}",
+                    self.log(label).display()
+                )));
             }
             if self.tty || last_print.elapsed() >= Duration::from_secs(1) {
                 self.progress(label, false);
@@ -265,8 +321,12 @@ impl<'a> Demo<'a> {
     /// One progress line: overwritten in place on a terminal, one per second otherwise.
     fn progress(&mut self, label: &str, last: bool) {
         let Ok(s) = self.ledger.stats() else { return };
-        let pending = self.pending().map(|p| p.to_string()).unwrap_or_else(|_| "?".into());
-        let line = format!(
+        let pending = self
+            .pending()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let line =
+            format!(
             "  [{label}] paid {} · duplicates skipped {} · dead-lettered {} · pending {pending}",
             group(s.claims), group(s.duplicates_suppressed), s.dead_letters
         );
@@ -304,7 +364,9 @@ impl<'a> Demo<'a> {
     /// Prints the tail of each worker log to stderr: they are about to be deleted with the
     /// temporary directory, and they say why a step failed.
     fn show_worker_logs(&self) {
-        let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return };
+        let Ok(entries) = std::fs::read_dir(self.dir.path()) else {
+            return;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_some_and(|e| e == "log") {
@@ -333,35 +395,64 @@ impl<'a> Demo<'a> {
     fn summary(&mut self, e: &data::Expected, started: Instant) -> Result<()> {
         let stats = self.ledger.stats()?;
         let received: u64 = self.conn.query(redis::cmd("XLEN").arg(&self.cfg.stream))?;
-        let conn = rusqlite::Connection::open_with_flags(&self.cfg.db_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.cfg.db_path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )?;
         let (resent, redelivered) = check::duplicate_sources(&conn)?;
         let reasons = check::dead_letter_reasons(&conn)?;
         let checks = check::verify(&conn, e, received)?;
         let failed: Vec<&check::Check> = checks.iter().filter(|c| !c.ok).collect();
         let mut out = String::new();
         out += "\nclaimgate demo: summary\n";
-        out += &format!("  received               {} stream entries\n", group(received));
-        out += &format!("  processed              {} submissions paid exactly once\n", group(stats.claims));
+        out += &format!(
+            "  received               {} stream entries\n",
+            group(received)
+        );
+        out += &format!(
+            "  processed              {} submissions paid exactly once\n",
+            group(stats.claims)
+        );
         out += &format!(
             "  duplicates suppressed  {} ({resent} resent by the producer, {redelivered} redeliveries after the crash)\n",
             group(stats.duplicates_suppressed)
         );
-        out += &format!("  conflicts flagged      {} ({} conflicting resubmission sent)\n", stats.conflicts, e.conflicting);
+        out += &format!(
+            "  conflicts flagged      {} ({} conflicting resubmission sent)\n",
+            stats.conflicts, e.conflicting
+        );
         out += &format!("  dead-lettered          {}\n", stats.dead_letters);
         for (code, n, reason) in &reasons {
             out += &format!("    {n} × {code:<20} e.g. {reason}\n");
         }
-        out += &format!("  total disbursed        {}\n", dollars(stats.disbursed_cents_total));
-        out += &format!("  outbox backlog         {} events waiting for the relay\n", group(stats.outbox_backlog));
+        out += &format!(
+            "  total disbursed        {}\n",
+            dollars(stats.disbursed_cents_total)
+        );
+        out += &format!(
+            "  outbox backlog         {} events waiting for the relay\n",
+            group(stats.outbox_backlog)
+        );
         if failed.is_empty() {
-            out += &format!("  ledger verified        yes: {} checks passed\n", checks.len());
+            out += &format!(
+                "  ledger verified        yes: {} checks passed\n",
+                checks.len()
+            );
         } else {
             out += "  ledger verified        NO\n";
         }
         for c in &checks {
-            out += &format!("    [{}] {}: {}\n", if c.ok { "ok" } else { "FAILED" }, c.what, c.detail);
+            out += &format!(
+                "    [{}] {}: {}\n",
+                if c.ok { "ok" } else { "FAILED" },
+                c.what,
+                c.detail
+            );
         }
-        out += &format!("  took                   {:.1}s\n", started.elapsed().as_secs_f64());
+        out += &format!(
+            "  took                   {:.1}s\n",
+            started.elapsed().as_secs_f64()
+        );
         print!("{out}");
         let _ = std::io::stdout().flush();
         match failed.first() {
@@ -379,32 +470,26 @@ impl Drop for Demo<'_> {
 
 /// Whether an executable called `name` is on PATH.
 pub fn on_path(name: &str) -> bool {
-    let Some(path) = std::env::var_os("PATH") else { return false };
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
     std::env::split_paths(&path).any(|dir| is_executable(&dir.join(name)))
 }
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 fn say(line: &str) {
     println!("{line}");
 }
 
-/// `1234567` → `1,234,567`.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 fn unix_ms() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }

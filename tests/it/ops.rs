@@ -1,0 +1,426 @@
+//! The operator's tools, end to end: `demo`, `status`, `/metrics` and `/healthz`, log routing,
+//! credentials in Redis URLs, the ledger's file mode. Real redis-servers, real processes.
+
+use crate::support::{signal, submission, wait_exit, wait_for, World};
+use claimgate::localredis::{free_port, Options};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_claimgate");
+
+/// `GET path` over plain HTTP/1.0; returns the status code and body, or `None` if nobody answers.
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The value of an unlabelled sample in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(format!(
+                    "{}: {cmdline}",
+                    entry.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    found
+}
+
+fn is_empty_dir(p: &Path) -> bool {
+    std::fs::read_dir(p).unwrap().next().is_none()
+}
+
+#[test]
+fn demo_runs_from_an_empty_dir_pays_once_and_leaves_nothing_behind() {
+    // Plan:
+    // 1. A "Redis you already run" stands by, named in an inherited REDIS_URL, with a ledger
+    //    path in CLAIMGATE_DB: the demo must touch neither (only --redis-url counts).
+    // 2. Run the demo from an empty directory with its own TMPDIR.
+    // 3. Check the summary, then that the cwd and TMPDIR are empty, no process mentions the
+    //    demo's directory (no redis-server left behind), and the bystander Redis is untouched.
+    let bystander = World::new();
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["demo", "--submissions", "600"])
+        .current_dir(cwd.path())
+        .env("TMPDIR", tmp.path())
+        .env("REDIS_URL", bystander.redis.url())
+        .env("CLAIMGATE_DB", &bystander.db)
+        .env_remove("CLAIMGATE_FAILPOINT")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "demo failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    let line = |label: &str| -> String {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} line in\n{stdout}"))
+            .to_owned()
+    };
+    let first_number = |l: String| -> u64 {
+        l.split_whitespace()
+            .find_map(|w| w.replace(',', "").parse().ok())
+            .unwrap()
+    };
+    assert_eq!(
+        first_number(line("processed")),
+        601,
+        "600 submissions + 1 corrected resubmission"
+    );
+    assert!(first_number(line("duplicates suppressed")) > 0, "{stdout}");
+    assert_eq!(first_number(line("dead-lettered")), 7);
+    assert!(line("ledger verified").contains("yes"), "{stdout}");
+    assert!(
+        stdout.contains("crashed"),
+        "the worker crash must happen and be reported:\n{stdout}"
+    );
+
+    assert!(
+        is_empty_dir(cwd.path()),
+        "the demo wrote into the current directory"
+    );
+    assert!(is_empty_dir(tmp.path()), "the demo left files in TMPDIR");
+    let tmp_path = tmp.path().to_string_lossy().into_owned();
+    assert_eq!(
+        processes_mentioning(&tmp_path),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+    let keys: u64 = redis::cmd("DBSIZE").query(&mut bystander.conn()).unwrap();
+    assert_eq!(
+        keys, 0,
+        "the demo wrote to a Redis it was not given with --redis-url"
+    );
+    assert!(
+        !bystander.db.exists(),
+        "the demo created the inherited CLAIMGATE_DB"
+    );
+}
+
+#[test]
+fn demo_without_redis_server_on_path_exits_2_with_the_install_command() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("demo")
+        .env("PATH", empty.path())
+        .current_dir(empty.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sudo apt-get install -y redis-server"),
+        "{stderr}"
+    );
+    assert!(is_empty_dir(empty.path()));
+}
+
+#[test]
+fn metrics_counters_equal_the_ledger_and_healthz_follows_redis() {
+    // Plan:
+    // 1. Queue 120 submissions, 6 byte-identical resends and 2 malformed entries.
+    // 2. Run a worker with --metrics-addr; once it has drained the stream, scrape /metrics and
+    //    compare each counter with SQL on the ledger.
+    // 3. Kill Redis: /healthz turns 503. Restart it: /healthz is 200 again.
+    let mut world = World::new();
+    let payloads: Vec<String> = (0..120).map(submission).collect();
+    world.add(&payloads);
+    world.add(&payloads[..6]);
+    world.add_fields(&[("payload", b"not json")]);
+    world.add_fields(&[("other", b"{}")]);
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut worker = world.spawn(&["run", "--consumer", "m1", "--metrics-addr", &addr]);
+
+    assert!(
+        wait_for(Duration::from_secs(60), || world
+            .count("processed_messages")
+            == 120
+            && world.count("dead_letters") == 2
+            && world.pending() == 0),
+        "worker did not drain the stream"
+    );
+    let (code, text) = http_get(&addr, "/metrics").expect("metrics endpoint answers");
+    assert_eq!(code, 200, "{text}");
+    let processed = sample(&text, "claimgate_submissions_processed_total").unwrap();
+    let duplicates = sample(&text, "claimgate_duplicates_suppressed_total").unwrap();
+    let dead = sample(&text, "claimgate_dead_lettered_total").unwrap();
+    assert_eq!(processed as i64, world.count("processed_messages"));
+    assert_eq!(
+        duplicates as i64,
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")
+    );
+    assert_eq!(dead as i64, world.count("dead_letters"));
+    assert_eq!((processed, duplicates, dead), (120.0, 6.0, 2.0));
+    assert_eq!(sample(&text, "claimgate_pending_entries"), Some(0.0));
+    assert_eq!(
+        sample(&text, "claimgate_outbox_backlog"),
+        Some(world.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL") as f64)
+    );
+    assert!(
+        sample(&text, "claimgate_commit_seconds_count").unwrap() >= 1.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE claimgate_commit_seconds histogram"),
+        "{text}"
+    );
+
+    assert_eq!(http_get(&addr, "/healthz").map(|r| r.0), Some(200));
+    world.redis.kill();
+    assert!(
+        wait_for(
+            Duration::from_secs(30),
+            || matches!(http_get(&addr, "/healthz"), Some((503, b)) if b.contains("redis"))
+        ),
+        "healthz stayed healthy with Redis down"
+    );
+    world.redis.restart().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || http_get(&addr, "/healthz")
+            .map(|r| r.0)
+            == Some(200)),
+        "healthz did not recover after Redis came back"
+    );
+
+    signal(&worker, libc::SIGTERM);
+    assert!(wait_exit(&mut worker, Duration::from_secs(30)).success());
+}
+
+#[test]
+fn status_json_agrees_with_sql_on_the_ledger() {
+    // Plan: process 40 submissions (3 resent, 1 malformed), then queue 5 more and leave 2 of
+    // them pending with consumer "stuck", so every figure is non-trivial; compare with SQL/Redis.
+    let world = World::new();
+    let payloads: Vec<String> = (0..40).map(submission).collect();
+    world.add(&payloads);
+    world.add(&payloads[..3]);
+    world.add_fields(&[("payload", b"{\"award_id\":\"A\"}")]);
+    world.drain(&[]);
+    world.add(&(100..105).map(submission).collect::<Vec<_>>());
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("grant-workers")
+        .arg("stuck")
+        .arg("COUNT")
+        .arg(2)
+        .arg("STREAMS")
+        .arg("grants:submissions")
+        .arg(">")
+        .query(&mut world.conn())
+        .unwrap();
+
+    let out = world.run_ok(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (l, r) = (&v["ledger"], &v["redis"]);
+    assert_eq!(l["claims"], world.count("processed_messages"));
+    assert_eq!(l["disbursements"], world.count("disbursements"));
+    assert_eq!(
+        l["disbursed_cents_total"],
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements")
+    );
+    assert_eq!(l["dead_letters"], world.count("dead_letters"));
+    assert_eq!(
+        l["duplicates_suppressed"],
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")
+    );
+    assert_eq!(
+        l["outbox_backlog"],
+        world.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
+    );
+    assert_eq!(l["audit_records"], world.count("audit_log"));
+    assert_eq!(
+        (
+            l["claims"].as_i64(),
+            l["duplicates_suppressed"].as_i64(),
+            l["dead_letters"].as_i64()
+        ),
+        (Some(40), Some(3), Some(1))
+    );
+
+    assert_eq!(r["length"], world.xlen("grants:submissions"));
+    assert_eq!(r["dead_letters"], world.xlen("grants:submissions:dead"));
+    assert_eq!(r["pending"], world.pending());
+    assert_eq!(
+        (r["pending"].as_u64(), r["lag"].as_u64()),
+        (Some(2), Some(3))
+    );
+    let stuck = r["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "stuck")
+        .expect("consumer listed");
+    assert_eq!(stuck["pending"], 2);
+    assert!(r["oldest_pending_age_s"].as_f64().is_some());
+
+    let table = String::from_utf8(world.run_ok(&["status"]).stdout).unwrap();
+    for needle in [
+        "total disbursed",
+        "consumer stuck",
+        "pending 2",
+        "oldest pending",
+        "outbox backlog",
+    ] {
+        assert!(table.contains(needle), "no {needle:?} in\n{table}");
+    }
+}
+
+#[test]
+fn passwords_and_acl_users_work_and_are_never_shown() {
+    // Plan:
+    // 1. A Redis with requirepass, plus an ACL user with its own password.
+    // 2. Drain through the ACL user with INFO logs in JSON and audit lines routed to a file.
+    // 3. Run status (table and JSON), and status with a wrong password.
+    // 4. No output anywhere contains either password; JSON logs parse; audit lines are only in
+    //    their file; the ledger and the audit file are private (0600).
+    const ADMIN_PW: &str = "adm1n-pw-5f3a9c";
+    const USER_PW: &str = "us3r-pw-c0ffee";
+    const WRONG_PW: &str = "wr0ng-pw-bad1dea";
+    let world = World::with(Options {
+        password: Some(ADMIN_PW.into()),
+        ..Options::default()
+    });
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "claimgate",
+            "on",
+            &format!(">{USER_PW}"),
+            "~grants:*",
+            "+@all",
+        ])
+        .query(&mut world.conn())
+        .unwrap();
+    let user_url = format!(
+        "redis://claimgate:{USER_PW}@127.0.0.1:{}",
+        world.redis.port()
+    );
+    world.add(&(0..30).map(submission).collect::<Vec<_>>());
+    world.add(&[submission(0)]);
+    let audit_file = world.dir.path().join("audit.log");
+
+    let drain = world
+        .cmd(&[
+            "run",
+            "--exit-when-idle",
+            "--log-format",
+            "json",
+            "--audit-log",
+        ])
+        .arg(&audit_file)
+        .env("REDIS_URL", &user_url)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let drain_err = String::from_utf8_lossy(&drain.stderr).into_owned();
+    assert!(drain.status.success(), "{drain_err}");
+    assert_eq!(world.count("processed_messages"), 30);
+    assert!(!drain_err.is_empty(), "INFO logs expected on stderr");
+    for line in drain_err.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_ne!(
+            v["target"], "claimgate::audit",
+            "audit line on stderr: {line}"
+        );
+    }
+    let audit = std::fs::read_to_string(&audit_file).unwrap();
+    assert_eq!(
+        audit.lines().count(),
+        31,
+        "one audit line per processed or duplicate entry:\n{audit}"
+    );
+    assert!(audit.lines().all(
+        |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["target"] == "claimgate::audit"
+    ));
+
+    let table = world
+        .cmd(&["status"])
+        .env("REDIS_URL", &user_url)
+        .output()
+        .unwrap();
+    let json = world.run_ok(&["status", "--json"]);
+    let wrong_url = format!(
+        "redis://claimgate:{WRONG_PW}@127.0.0.1:{}",
+        world.redis.port()
+    );
+    let wrong = world
+        .cmd(&["status", "--json"])
+        .env("REDIS_URL", &wrong_url)
+        .output()
+        .unwrap();
+    assert!(table.status.success() && wrong.status.success());
+    let wrong_doc: serde_json::Value = serde_json::from_slice(&wrong.stdout).unwrap();
+    assert!(
+        wrong_doc["redis"]["error"].is_string(),
+        "a wrong password must show as an error: {wrong_doc}"
+    );
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&json.stdout).unwrap()["redis"]["length"],
+        31
+    );
+
+    let everything = [
+        &drain.stdout,
+        &drain.stderr,
+        &table.stdout,
+        &table.stderr,
+        &json.stdout,
+        &json.stderr,
+        &wrong.stdout,
+        &wrong.stderr,
+    ]
+    .iter()
+    .map(|b| String::from_utf8_lossy(b).into_owned())
+    .collect::<Vec<_>>()
+    .join("\n")
+        + &audit;
+    for pw in [ADMIN_PW, USER_PW, WRONG_PW] {
+        assert!(
+            !everything.contains(pw),
+            "password {pw} leaked:\n{everything}"
+        );
+    }
+    assert!(String::from_utf8_lossy(&table.stdout).contains("redis://claimgate:***@127.0.0.1"));
+
+    use std::os::unix::fs::PermissionsExt;
+    for f in [&world.db, &audit_file] {
+        let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} has mode {mode:o}", f.display());
+    }
+}
