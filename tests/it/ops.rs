@@ -424,3 +424,125 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
         assert_eq!(mode, 0o600, "{} has mode {mode:o}", f.display());
     }
 }
+
+/// A TLS-only redis-server, killed on drop (`LocalRedis` speaks plain TCP only).
+struct TlsRedis {
+    /// The server process.
+    child: std::process::Child,
+    /// Its port.
+    port: u16,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rediss_urls_are_verified_against_trusted_certificates() {
+    // Plan:
+    // 1. A self-signed certificate for 127.0.0.1; a redis-server that only speaks TLS, with a
+    //    password.
+    // 2. With the certificate trusted (SSL_CERT_FILE), produce and drain over rediss://.
+    // 3. Without it trusted, status reports Redis unreachable (the certificate is refused).
+    let dir = tempfile::tempdir().unwrap();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    // A different certificate: trusting it must not make the server's acceptable.
+    let stranger = dir.path().join("stranger.pem");
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    std::fs::write(&stranger, other.cert.pem()).unwrap();
+    let port = free_port().unwrap();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .arg("--tls-ca-cert-file")
+        .arg(&cert)
+        .args(["--tls-auth-clients", "no", "--requirepass", "tls-pw-77aa"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server on PATH");
+    let server = TlsRedis { child, port };
+    let url = format!("rediss://:tls-pw-77aa@127.0.0.1:{}", server.port);
+    let db = dir.path().join("ledger.db");
+    let claimgate = |args: &[&str], trusted: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("REDIS_URL", &url)
+            .env("CLAIMGATE_DB", &db)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null());
+        if trusted {
+            cmd.env("SSL_CERT_FILE", &cert);
+        } else {
+            cmd.env("SSL_CERT_FILE", &stranger);
+        }
+        cmd
+    };
+    let ready = wait_for(Duration::from_secs(10), || {
+        let mut c = claimgate(&["produce"], true);
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{}\n{}\n", submission(1), submission(2)).as_bytes())
+            .unwrap();
+        child.wait().unwrap().success()
+    });
+    assert!(ready, "could not queue over rediss://");
+    let drained = claimgate(&["run", "--exit-when-idle"], true)
+        .output()
+        .unwrap();
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    let ledger = rusqlite::Connection::open(&db).unwrap();
+    let paid: i64 = ledger
+        .query_row("SELECT COUNT(*) FROM disbursements", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(paid, 2);
+
+    let untrusted = claimgate(&["status", "--json"], false).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&untrusted.stdout).unwrap();
+    assert!(
+        doc["redis"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("certificate"),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["redis"]["url"],
+        format!("rediss://:***@127.0.0.1:{port}")
+    );
+}
