@@ -71,6 +71,15 @@ pub enum Command {
     Key(KeyArgs),
     /// The whole pipeline on a private redis-server and a temporary ledger, then a summary.
     Demo(crate::demo::DemoArgs),
+    /// Copy the ledger consistently (while workers run) to a new file, mode 0600.
+    Backup(BackupArgs),
+}
+
+/// Flags of `claimgate backup`.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The new file to write; must not exist.
+    pub out: PathBuf,
 }
 
 /// Flags of `claimgate run`.
@@ -163,6 +172,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             cli.global.redis_url_explicit,
             &*shutdown_flag()?,
         ),
+        Command::Backup(args) => crate::backup::run(&cfg.db_path, &args.out),
     }
 }
 

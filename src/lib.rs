@@ -25,9 +25,11 @@
 //! - [`serve`]: the `/metrics` and `/healthz` HTTP endpoints of `claimgate run`.
 //! - [`logging`]: human or JSON log lines; audit lines routable on their own.
 //! - [`demo`]: `claimgate demo`, the whole pipeline with no set-up.
+//! - [`backup`]: a consistent copy of the ledger while workers run.
 //! - [`cli`]: the command line.
 
 pub mod audit;
+pub mod backup;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -546,3 +546,35 @@ fn rediss_urls_are_verified_against_trusted_certificates() {
         format!("rediss://:***@127.0.0.1:{port}")
     );
 }
+
+#[test]
+fn backup_copies_the_ledger_consistently_and_privately() {
+    let world = World::new();
+    world.add(&(0..25).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    let out = world.dir.path().join("ledger-backup.db");
+    let done = world.run_ok(&["backup", out.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&done.stdout).contains("25 claims"));
+    let copy = rusqlite::Connection::open(&out).unwrap();
+    let (claims, cents): (i64, i64) = copy
+        .query_row("SELECT COUNT(*), (SELECT SUM(amount_cents) FROM disbursements) FROM processed_messages", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    assert_eq!(
+        (claims, cents),
+        (
+            25,
+            world.sql_i64("SELECT SUM(amount_cents) FROM disbursements")
+        )
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = world.run(&["backup", out.to_str().unwrap()]);
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "an existing backup must not be overwritten"
+    );
+}
