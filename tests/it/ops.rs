@@ -322,7 +322,13 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
             "on",
             &format!(">{USER_PW}"),
             "~grants:*",
-            "+@all",
+            // The least the worker and status need, as README.md documents it.
+            "+@stream",
+            "+@scripting",
+            "+hget",
+            "+hset",
+            "+ping",
+            "+time",
         ])
         .query(&mut world.conn())
         .unwrap();
@@ -332,6 +338,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     );
     world.add(&(0..30).map(submission).collect::<Vec<_>>());
     world.add(&[submission(0)]);
+    world.add_fields(&[("payload", b"{oops")]);
     let audit_file = world.dir.path().join("audit.log");
 
     let drain = world
@@ -362,9 +369,10 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     let audit = std::fs::read_to_string(&audit_file).unwrap();
     assert_eq!(
         audit.lines().count(),
-        31,
-        "one audit line per processed or duplicate entry:\n{audit}"
+        32,
+        "one audit line per processed, duplicate or dead-lettered entry:\n{audit}"
     );
+    assert_eq!(world.count("dead_letters"), 1);
     assert!(audit.lines().all(
         |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["target"] == "claimgate::audit"
     ));
@@ -392,7 +400,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     );
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&json.stdout).unwrap()["redis"]["length"],
-        31
+        32
     );
 
     let everything = [
