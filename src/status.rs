@@ -138,13 +138,6 @@ pub fn gather(cfg: &Config, ledger: &SqliteLedger, conn: &mut Conn) -> Result<St
 
 /// The body of `claimgate status`.
 pub fn run(cfg: &Config, json: bool) -> Result<()> {
-    if !cfg.db_path.exists() {
-        // Opening would create an empty ledger, which hides a wrong --db behind zeros.
-        return Err(Error::Config(format!(
-            "no ledger at {} (set --db or CLAIMGATE_DB)",
-            cfg.db_path.display()
-        )));
-    }
     let ledger = SqliteLedger::open_path(&cfg.db_path)?;
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
     let status = gather(cfg, &ledger, &mut conn)?;

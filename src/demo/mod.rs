@@ -36,7 +36,7 @@ pub const INSTALL_HELP: &str = "claimgate demo needs redis-server on PATH. Insta
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     /// Distinct valid submissions to feed (resends and malformed entries come on top).
-    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(50..=200_000))]
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=200_000))]
     pub submissions: u64,
     /// Seed for the generated submissions.
     #[arg(long, default_value_t = 2026)]
@@ -45,8 +45,11 @@ pub struct DemoArgs {
 
 /// The commit after which the first worker crashes, before acknowledging it.
 const CRASH_AFTER_COMMITS: u32 = 3;
-/// Entries per read for the demo's workers: small, so the crash lands mid-run.
-const DEMO_BATCH_COUNT: &str = "100";
+/// Reads the demo's entries take at least, so the worker commits several times (a commit takes
+/// at most 1 + CHANNEL_BATCHES_MAX reads) and the crash lands mid-run.
+const DEMO_READS_MIN: u64 = 30;
+/// Entries per read for the demo's workers, at most.
+const DEMO_BATCH_COUNT_MAX: u64 = 100;
 /// How long a worker may take before the demo gives up on it.
 const WORKER_TIMEOUT_MS: u64 = 120_000;
 /// How often progress is polled.
@@ -67,6 +70,8 @@ struct Demo<'a> {
     redis_url: String,
     /// Stream, group and ledger path the demo uses.
     cfg: Config,
+    /// Where a relay step publishes events (demo-prefixed on a Redis the demo did not start).
+    events_stream: String,
     /// The demo's read-only view of the ledger (the workers write it).
     ledger: SqliteLedger,
     /// A connection for feeding and progress.
@@ -75,6 +80,8 @@ struct Demo<'a> {
     interrupted: &'a AtomicBool,
     /// Whether the demo may have created keys in Redis (so there is something to clean up).
     keys_created: bool,
+    /// Entries fed to the stream.
+    entries: u64,
     /// Whether stdout is a terminal (progress overwrites one line).
     tty: bool,
     /// The temporary directory with the ledger, Redis data and worker logs (removed on drop).
@@ -124,7 +131,7 @@ impl<'a> Demo<'a> {
             .prefix("claimgate-demo-")
             .tempdir()
             .map_err(|e| Error::io("creating the demo's temporary directory", e))?;
-        let (redis, redis_url, cfg) = if redis_url_explicit {
+        let (redis, redis_url, cfg, events_stream) = if redis_url_explicit {
             // Someone else's Redis: fresh keys of our own, never the default stream.
             let prefix = format!("claimgate-demo-{}", unix_ms());
             let cfg = Config {
@@ -133,7 +140,7 @@ impl<'a> Demo<'a> {
                 db_path: dir.path().join("ledger.db"),
                 ..cfg.clone()
             };
-            (None, cfg.redis_url.clone(), cfg)
+            (None, cfg.redis_url.clone(), cfg, format!("{prefix}:events"))
         } else {
             let redis_dir = dir.path().join("redis");
             std::fs::create_dir(&redis_dir)
@@ -146,7 +153,12 @@ impl<'a> Demo<'a> {
                 stream: crate::config::STREAM_DEFAULT.into(),
                 group: crate::config::GROUP_DEFAULT.into(),
             };
-            (Some(server), url, cfg)
+            (
+                Some(server),
+                url,
+                cfg,
+                crate::config::EVENTS_STREAM_DEFAULT.into(),
+            )
         };
         let ledger = SqliteLedger::open_path(&cfg.db_path)?;
         let conn = Conn::new(stream::client(&redis_url)?);
@@ -155,10 +167,12 @@ impl<'a> Demo<'a> {
             redis,
             redis_url,
             cfg,
+            events_stream,
             ledger,
             conn,
             interrupted,
             keys_created: false,
+            entries: 0,
             tty: std::io::stdout().is_terminal(),
             dir,
         })
@@ -206,18 +220,13 @@ impl<'a> Demo<'a> {
         say(&format!(
             "restarting {CONSUMER}, as systemd's Restart=on-failure would"
         ));
-        match self.worker("worker-1-restarted", &[])? {
-            Ended::Interrupted => return Ok(false),
-            Ended::Exited(s) if !s.success() => {
-                return Err(Error::Other(format!(
-                    "the restarted worker failed ({s}); log: {}",
-                    self.log("worker-1-restarted").display()
-                )))
-            }
-            Ended::Exited(_) => {}
+        let args = self.worker_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if !self.run_step("worker-1-restarted", &args)? {
+            return Ok(false);
         }
-        // The relay step goes here once `claimgate relay` exists:
-        // self.step("relay", &["relay", "--exit-when-idle"])?;
+        // The relay step, once `claimgate relay` exists, is one more call:
+        // if !self.run_step("relay", &["relay", "--exit-when-idle", "--events-stream", &self.events_stream.clone()])? { return Ok(false); }
         self.summary(e, started)?;
         Ok(true)
     }
@@ -225,6 +234,7 @@ impl<'a> Demo<'a> {
     /// XADDs the whole feed, pipelined.
     fn feed(&mut self, entries: &[data::Fields]) -> Result<()> {
         self.keys_created = true;
+        self.entries = entries.len() as u64;
         for chunk in entries.chunks(FEED_PIPELINE_MAX) {
             let mut pipe = redis::pipe();
             for fields in chunk {
@@ -239,19 +249,38 @@ impl<'a> Demo<'a> {
         Ok(())
     }
 
+    /// Runs the claimgate binary with `args` to completion. `Ok(false)` if interrupted; an
+    /// error naming its log if it failed.
+    fn run_step(&mut self, label: &str, args: &[&str]) -> Result<bool> {
+        match self.step(label, args, &[])? {
+            Ended::Interrupted => Ok(false),
+            Ended::Exited(s) if s.success() => Ok(true),
+            Ended::Exited(s) => Err(Error::Other(format!("{label} failed ({s})"))),
+        }
+    }
+
     /// Runs `claimgate run --exit-when-idle` as a child until it exits, showing progress.
     fn worker(&mut self, label: &str, env: &[(&str, &str)]) -> Result<Ended> {
-        let args = [
+        let args = self.worker_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.step(label, &args, env)
+    }
+
+    /// The demo worker's command line: reads small enough that the crash lands mid-run.
+    fn worker_args(&self) -> Vec<String> {
+        let batch = (self.entries / DEMO_READS_MIN).clamp(1, DEMO_BATCH_COUNT_MAX);
+        [
             "run",
             "--consumer",
             CONSUMER,
             "--exit-when-idle",
-            "--batch-count-max",
-            DEMO_BATCH_COUNT,
             "--claim-idle-ms",
             "1000",
-        ];
-        self.step(label, &args, env)
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(["--batch-count-max".into(), batch.to_string()])
+        .collect()
     }
 
     /// Runs the claimgate binary with `args` as a child and waits for it, showing progress and
@@ -386,7 +415,12 @@ impl<'a> Demo<'a> {
             return;
         }
         let dead = self.cfg.dead_stream();
-        let keys = [self.cfg.stream.clone(), stream::dead_index_key(&dead), dead];
+        let keys = [
+            self.cfg.stream.clone(),
+            stream::dead_index_key(&dead),
+            dead,
+            self.events_stream.clone(),
+        ];
         if let Err(e) = self.conn.query::<i64>(redis::cmd("DEL").arg(&keys)) {
             eprintln!("claimgate demo: could not delete its keys {keys:?}: {e}");
         }
@@ -395,6 +429,9 @@ impl<'a> Demo<'a> {
     fn summary(&mut self, e: &data::Expected, started: Instant) -> Result<()> {
         let stats = self.ledger.stats()?;
         let received: u64 = self.conn.query(redis::cmd("XLEN").arg(&self.cfg.stream))?;
+        let events: u64 = self
+            .conn
+            .query(redis::cmd("XLEN").arg(&self.events_stream))?;
         let conn = rusqlite::Connection::open_with_flags(
             &self.cfg.db_path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -429,6 +466,13 @@ impl<'a> Demo<'a> {
             "  total disbursed        {}\n",
             dollars(stats.disbursed_cents_total)
         );
+        if events > 0 {
+            out += &format!(
+                "  events published       {} on {}\n",
+                group(events),
+                self.events_stream
+            );
+        }
         out += &format!(
             "  outbox backlog         {} events waiting for the relay\n",
             group(stats.outbox_backlog)

@@ -586,3 +586,51 @@ fn backup_copies_the_ledger_consistently_and_privately() {
         "an existing backup must not be overwritten"
     );
 }
+
+#[test]
+fn demo_with_an_explicit_redis_url_uses_only_its_own_keys_and_removes_them() {
+    let world = World::with(Options {
+        password: Some("demo-pw-31337".into()),
+        ..Options::default()
+    });
+    let _: () = redis::cmd("SET")
+        .arg("operator:key")
+        .arg("keep me")
+        .query(&mut world.conn())
+        .unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "demo",
+            "--submissions",
+            "200",
+            "--redis-url",
+            &world.redis.url(),
+        ])
+        .current_dir(cwd.path())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ledger verified        yes"), "{stdout}");
+    assert!(
+        !stdout.contains("demo-pw-31337") && stdout.contains(":***@127.0.0.1"),
+        "{stdout}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut world.conn())
+        .unwrap();
+    assert_eq!(
+        keys,
+        vec!["operator:key".to_owned()],
+        "only the operator's own key may remain"
+    );
+    assert!(is_empty_dir(cwd.path()));
+}
