@@ -54,8 +54,9 @@ pub struct RedisStatus {
     pub dead_letters: u64,
 }
 
-/// Everything `status` reports.
-#[derive(Debug, Clone, Serialize)]
+/// Everything `status` reports. Not `Serialize` itself: `run` shapes the JSON so that an
+/// unreachable Redis reads as `{"url", "error"}` rather than a Rust `Result`.
+#[derive(Debug, Clone)]
 pub struct Status {
     /// The ledger file.
     pub db: String,

@@ -72,7 +72,7 @@ struct Demo<'a> {
     cfg: Config,
     /// Where a relay step publishes events (demo-prefixed on a Redis the demo did not start).
     events_stream: String,
-    /// The demo's read-only view of the ledger (the workers write it).
+    /// The demo's handle on the ledger, for progress and the summary (the workers write it).
     ledger: SqliteLedger,
     /// A connection for feeding and progress.
     conn: Conn,
@@ -118,7 +118,8 @@ pub fn run(
     match result {
         Ok(true) => Ok(()),
         Ok(false) => {
-            println!("\ninterrupted: stopped the demo's workers and its redis-server; removed its files.");
+            let redis = if redis_url_explicit { "" } else { " and its redis-server" };
+            println!("\ninterrupted: stopped the demo's workers{redis}; removed its files.");
             Ok(())
         }
         Err(e) => Err(e),
