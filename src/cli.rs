@@ -69,7 +69,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the idempotency key of a payload.
     Key(KeyArgs),
-    /// The whole pipeline on a private redis-server and a temporary ledger, then a summary.
+    /// The whole pipeline on a private redis-server and a temporary ledger, then a summary
+    /// (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored).
     Demo(crate::demo::DemoArgs),
     /// Copy the ledger consistently (while workers run) to a new file, mode 0600.
     Backup(BackupArgs),

@@ -118,7 +118,11 @@ pub fn run(
     match result {
         Ok(true) => Ok(()),
         Ok(false) => {
-            let redis = if redis_url_explicit { "" } else { " and its redis-server" };
+            let redis = if redis_url_explicit {
+                ""
+            } else {
+                " and its redis-server"
+            };
             println!("\ninterrupted: stopped the demo's workers{redis}; removed its files.");
             Ok(())
         }
