@@ -358,7 +358,7 @@ impl<'a> Demo<'a> {
         let pending = self
             .pending()
             .map(|p| p.to_string())
-            .unwrap_or_else(|_| "?".into());
+            .unwrap_or_else(|_| "-".into());
         let line =
             format!(
             "  [{label}] paid {} · duplicates skipped {} · dead-lettered {} · pending {pending}",
