@@ -38,15 +38,7 @@ impl SqliteLedger {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
         })?;
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        // WAL is a property of the file: set it once, before any pooled connection exists.
-        let mode: String = first.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Config(format!(
-                "ledger {} refused WAL mode (got {mode}); is it on a network filesystem?",
-                cfg.path.display()
-            )));
-        }
-        first.execute_batch(SCHEMA)?;
+        prepare_file(&first, cfg)?;
         drop(first);
 
         let busy = Duration::from_millis(cfg.busy_timeout_ms);
@@ -83,6 +75,37 @@ impl SqliteLedger {
     /// The ledger file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Sets WAL (a property of the file: once, before any pooled connection exists) and applies the
+/// schema. Processes opening a brand-new ledger at the same moment race to convert it, and
+/// SQLite settles that race by failing one side with SQLITE_BUSY at once instead of waiting
+/// (waiting could deadlock); the loser tries again, within the busy timeout.
+fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(cfg.busy_timeout_ms);
+    let mut attempt = 0;
+    loop {
+        let result = (|| -> Result<()> {
+            let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(Error::Config(format!(
+                    "ledger {} refused WAL mode (got {mode}); is it on a network filesystem?",
+                    cfg.path.display()
+                )));
+            }
+            Ok(conn.execute_batch(SCHEMA)?)
+        })();
+        match result {
+            Err(Error::Sqlite(e))
+                if crate::error::sqlite_is_transient(&e)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(crate::config::backoff(attempt));
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
 }
 

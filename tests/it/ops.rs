@@ -634,3 +634,21 @@ fn demo_with_an_explicit_redis_url_uses_only_its_own_keys_and_removes_them() {
     );
     assert!(is_empty_dir(cwd.path()));
 }
+
+#[test]
+fn workers_starting_together_on_a_new_ledger_all_open_it() {
+    // Several processes converting one brand-new ledger to WAL at once: SQLite fails the losers
+    // with SQLITE_BUSY immediately (no busy wait); every one must still start and exit 0.
+    let world = World::new();
+    world.add(&(0..20).map(submission).collect::<Vec<_>>());
+    let mut workers: Vec<_> = (0..8)
+        .map(|i| world.spawn(&["run", "--exit-when-idle", "--consumer", &format!("w{i}")]))
+        .collect();
+    for w in &mut workers {
+        let status = wait_exit(w, Duration::from_secs(60));
+        let mut err = String::new();
+        w.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(status.success(), "{status}: {err}");
+    }
+    assert_eq!(world.count("disbursements"), 20);
+}
