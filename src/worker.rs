@@ -132,14 +132,38 @@ pub fn run(
         drop(raw_rx);
         let writer_client = client.clone();
         let shared_ref = &shared;
-        let writer =
-            s.spawn(move || writer_loop(parsed_rx, ledger, Conn::new(writer_client), shared_ref));
-        let read_result = reader_loop(&client, raw_tx, &shared);
+        let writer = s.spawn(move || {
+            block_termination_signals();
+            writer_loop(parsed_rx, ledger, Conn::new(writer_client), shared_ref)
+        });
+        let reader = s.spawn(|| {
+            block_termination_signals();
+            reader_loop(&client, raw_tx, &shared)
+        });
+        let read_result = reader
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("reader thread panicked".into())));
         let write_result = writer
             .join()
             .unwrap_or_else(|_| Err(Error::Other("writer thread panicked".into())));
         read_result.and(write_result)
     })
+}
+
+/// Keeps SIGINT and SIGTERM off the calling thread; the caller's thread (blocked in `join`)
+/// takes them and sets the shutdown flag. Delivered to a thread inside a socket read with a
+/// timeout, a signal fails the read with EINTR even under SA_RESTART: a lost XREADGROUP reply
+/// leaves entries Redis counts as delivered pending after a clean SIGTERM.
+fn block_termination_signals() {
+    // SAFETY: `set` is plain data initialised by sigemptyset; pthread_sigmask changes only the
+    // calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
