@@ -4,9 +4,9 @@
 //! gets the busy timeout and `synchronous` level. Writers open their transactions with
 //! `BEGIN IMMEDIATE`, so two processes never both read and then fail to upgrade to write.
 
-use super::{Item, Ledger, Outcome, Stats};
+use super::{conflict, Item, Ledger, Outcome, Stats};
 use crate::audit::{self, Kind, Record};
-use crate::config::LedgerConfig;
+use crate::config::{LedgerConfig, OnConflict};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use r2d2::{Pool, PooledConnection};
@@ -28,6 +28,8 @@ pub struct SqliteLedger {
     pool: Pool<SqliteConnectionManager>,
     /// The file, for messages.
     path: PathBuf,
+    /// What `record` does with a conflicting resubmission.
+    on_conflict: OnConflict,
 }
 
 impl SqliteLedger {
@@ -63,7 +65,13 @@ impl SqliteLedger {
             .max_size(cfg.pool_size_max)
             .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
             .build(manager)?;
-        Ok(SqliteLedger { pool, path: cfg.path.clone() })
+        Ok(SqliteLedger { pool, path: cfg.path.clone(), on_conflict: OnConflict::Record })
+    }
+
+    /// Sets what `record` does with a conflicting resubmission (default: record and pay).
+    pub fn with_on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = on_conflict;
+        self
     }
 
     /// Opens the ledger at `path` with default settings.
@@ -97,7 +105,7 @@ impl Ledger for SqliteLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
         let mut conn = self.pool.get()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = write_items(&tx, items, consumer, stream)?;
+        let outcomes = write_items(&tx, items, &Context { consumer, stream, on_conflict: self.on_conflict })?;
         failpoint::hit("before_commit");
         tx.commit()?;
         Ok(outcomes)
@@ -110,7 +118,7 @@ impl Ledger for SqliteLedger {
 }
 
 /// The tail of the audit chain, carried through one transaction.
-struct ChainTail {
+pub(super) struct ChainTail {
     seq: i64,
     hash: String,
 }
@@ -118,7 +126,9 @@ struct ChainTail {
 impl ChainTail {
     fn read(tx: &Transaction<'_>) -> Result<Self> {
         let tail = tx
-            .query_row("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1", [], |r| {
+            // A checkpoint is transparent: what follows it links to the hash it continues from.
+            .query_row("SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
+                        FROM audit_log ORDER BY seq DESC LIMIT 1", [], |r| {
                 Ok(ChainTail { seq: r.get(0)?, hash: r.get(1)? })
             })
             .optional()?;
@@ -126,7 +136,7 @@ impl ChainTail {
     }
 
     /// Seals `record` after the current tail, inserts it, and makes it the new tail.
-    fn append(&mut self, tx: &Transaction<'_>, mut record: Record) -> Result<()> {
+    pub(super) fn append(&mut self, tx: &Transaction<'_>, mut record: Record) -> Result<()> {
         record.seq = self.seq + 1;
         record.seal(&self.hash);
         insert_audit(tx, &record)?;
@@ -136,13 +146,19 @@ impl ChainTail {
     }
 }
 
+/// Who is recording, from where, under which conflict policy.
+pub(super) struct Context<'a> {
+    /// The consumer name.
+    pub(super) consumer: &'a str,
+    /// The submissions stream (dead letters are keyed by stream and entry id).
+    pub(super) stream: &'a str,
+    /// What to do with a conflicting resubmission.
+    pub(super) on_conflict: OnConflict,
+}
+
 /// Writes every item of a batch inside the caller's open transaction.
-fn write_items(
-    tx: &Transaction<'_>,
-    items: &[Item<'_>],
-    consumer: &str,
-    stream: &str,
-) -> Result<Vec<Outcome>> {
+fn write_items(tx: &Transaction<'_>, items: &[Item<'_>], ctx: &Context<'_>) -> Result<Vec<Outcome>> {
+    let (consumer, stream) = (ctx.consumer, ctx.stream);
     let now = now_rfc3339();
     let mut tail = ChainTail::read(tx)?;
     let mut outcomes = Vec::with_capacity(items.len());
@@ -150,7 +166,7 @@ fn write_items(
         let outcome = match item {
             Item::Submission { submission, entry_id, delivery_count } => {
                 let claim = Claim { submission, entry_id, delivery_count: *delivery_count };
-                record_submission(tx, &mut tail, &claim, consumer, &now)?
+                record_submission(tx, &mut tail, &claim, ctx, &now)?
             }
             Item::DeadLetter { entry_id, reason_code, reason, award_id, key, delivery_count } => {
                 let inserted = tx
@@ -188,10 +204,13 @@ fn write_items(
 }
 
 /// One submission with its delivery facts.
-struct Claim<'a> {
-    submission: &'a crate::submission::Submission,
-    entry_id: &'a str,
-    delivery_count: u64,
+pub(super) struct Claim<'a> {
+    /// The validated submission.
+    pub(super) submission: &'a crate::submission::Submission,
+    /// The stream entry that carried it.
+    pub(super) entry_id: &'a str,
+    /// Deliveries so far.
+    pub(super) delivery_count: u64,
 }
 
 /// INSERT OR IGNORE the claim; if it took, write the disbursement, outbox row and audit record.
@@ -199,11 +218,22 @@ fn record_submission(
     tx: &Transaction<'_>,
     tail: &mut ChainTail,
     claim: &Claim<'_>,
-    consumer: &str,
+    ctx: &Context<'_>,
     now: &str,
 ) -> Result<Outcome> {
-    let s = claim.submission;
+    let (s, consumer) = (claim.submission, ctx.consumer);
     let key = s.key.as_bytes().as_slice();
+    // Under hold, a conflict must be known before claiming; under record (the default) it is
+    // looked up only for new claims, after the claim, so duplicates pay nothing for it.
+    let held_conflict = match ctx.on_conflict {
+        OnConflict::Hold => conflict::find(tx, s)?,
+        OnConflict::Record => None,
+    };
+    if let Some(other) = &held_conflict {
+        if !conflict::is_claimed(tx, key)? {
+            return conflict::hold(tx, tail, claim, other, ctx, now);
+        }
+    }
     let claimed = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
@@ -255,10 +285,22 @@ fn record_submission(
     .execute(params![claim_id, EVENT_DISBURSEMENT_RECORDED, event.to_string(), now])?;
     r.amount_cents = Some(s.amount_cents);
     tail.append(tx, r)?;
-    Ok(Outcome::Processed)
+    let other = match ctx.on_conflict {
+        OnConflict::Hold => held_conflict,
+        OnConflict::Record => conflict::find(tx, s)?,
+    };
+    match other {
+        None => Ok(Outcome::Processed),
+        Some(other) => {
+            let mut c = conflict::record(claim, &other, consumer, now);
+            c.detail = Some(format!("{}; paid (--on-conflict record)", c.detail.unwrap_or_default()));
+            tail.append(tx, c)?;
+            Ok(Outcome::ProcessedConflicting { other_key: other.key_hex })
+        }
+    }
 }
 
-fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
+pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
     Record {
         seq: 0,
         kind,
