@@ -129,7 +129,10 @@ pub enum HoldCommand {
 /// Opens a ledger that must already exist (these commands never create one).
 fn open_existing(cfg: &Config) -> Result<SqliteLedger> {
     if !cfg.db_path.exists() {
-        return Err(Error::Config(format!("no ledger at {}", cfg.db_path.display())));
+        return Err(Error::Config(format!(
+            "no ledger at {}",
+            cfg.db_path.display()
+        )));
     }
     SqliteLedger::open(&LedgerConfig::new(&cfg.db_path))
 }
@@ -140,8 +143,16 @@ pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
     let rcfg = args.opts.config(cfg);
     crate::stream::client(&rcfg.redis_url)?;
     let shutdown = crate::cli::shutdown_flag()?;
-    let totals = relay::run(&rcfg, &ledger, &shutdown, &AtomicBool::new(args.exit_when_idle))?;
-    println!("published {} events to {} ({} outbox rows marked published)", totals.published, rcfg.events_stream, totals.marked);
+    let totals = relay::run(
+        &rcfg,
+        &ledger,
+        &shutdown,
+        &AtomicBool::new(args.exit_when_idle),
+    )?;
+    println!(
+        "published {} events to {} ({} outbox rows marked published)",
+        totals.published, rcfg.events_stream, totals.marked
+    );
     Ok(())
 }
 
@@ -149,9 +160,15 @@ pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
 pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
     match args.command {
         AuditCommand::Export { out, since } => export(cfg, out, since),
-        AuditCommand::Verify { file: Some(path), continuing_from } => {
+        AuditCommand::Verify {
+            file: Some(path),
+            continuing_from,
+        } => {
             let (n, head) = crate::verify::file(&path, continuing_from.as_deref())?;
-            println!("audit chain intact: {n} records in {}, head {head}", path.display());
+            println!(
+                "audit chain intact: {n} records in {}, head {head}",
+                path.display()
+            );
             Ok(())
         }
         AuditCommand::Verify { file: None, .. } => {
@@ -166,12 +183,18 @@ pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
 }
 
 fn parse_since(since: Option<String>) -> Result<Since> {
-    let Some(s) = since else { return Ok(Since::All) };
+    let Some(s) = since else {
+        return Ok(Since::All);
+    };
     if let Ok(seq) = s.parse::<i64>() {
         return Ok(Since::Seq(seq));
     }
     let t = time::OffsetDateTime::parse(&s, &time::format_description::well_known::Rfc3339)
-        .map_err(|_| Error::Config(format!("--since {s:?} is neither a seq number nor an RFC 3339 date-time")))?;
+        .map_err(|_| {
+            Error::Config(format!(
+                "--since {s:?} is neither a seq number nor an RFC 3339 date-time"
+            ))
+        })?;
     Ok(Since::Time(crate::retention::ledger_time(t)))
 }
 
@@ -182,7 +205,8 @@ fn export(cfg: &Config, out: Option<PathBuf>, since: Option<String>) -> Result<(
     let tx = conn.transaction()?;
     let sink: Box<dyn Write> = match &out {
         Some(p) => Box::new(
-            std::fs::File::create(p).map_err(|e| Error::Config(format!("cannot create {}: {e}", p.display())))?,
+            std::fs::File::create(p)
+                .map_err(|e| Error::Config(format!("cannot create {}: {e}", p.display())))?,
         ),
         None => Box::new(std::io::stdout().lock()),
     };
@@ -190,17 +214,23 @@ fn export(cfg: &Config, out: Option<PathBuf>, since: Option<String>) -> Result<(
     let (mut n, mut range, mut head) = (0u64, None::<(i64, i64)>, String::new());
     audit_store::for_each(&tx, &since, |r| {
         serde_json::to_writer(&mut sink, &r).expect("records serialize");
-        sink.write_all(b"\n").map_err(|e| Error::io("writing the export", e))?;
+        sink.write_all(b"\n")
+            .map_err(|e| Error::io("writing the export", e))?;
         n += 1;
         range = Some((range.map_or(r.seq, |(a, _)| a), r.seq));
         head = r.hash;
         Ok(())
     })?;
-    sink.flush().map_err(|e| Error::io("writing the export", e))?;
+    sink.flush()
+        .map_err(|e| Error::io("writing the export", e))?;
     if let Some(p) = &out {
-        std::fs::File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(format!("syncing {}", p.display()), e))?;
+        std::fs::File::open(p)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(format!("syncing {}", p.display()), e))?;
     }
-    let seqs = range.map(|(a, b)| format!(" (seq {a}..={b}, last hash {head})")).unwrap_or_default();
+    let seqs = range
+        .map(|(a, b)| format!(" (seq {a}..={b}, last hash {head})"))
+        .unwrap_or_default();
     eprintln!("exported {n} audit records{seqs}");
     Ok(())
 }
@@ -239,11 +269,25 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
     match args.command {
         HoldCommand::Add { award_id, reason } => {
             let placed = holds::hold_add(&mut conn, &award_id, &reason, &now_rfc3339())?;
-            println!("{award_id}: {}", if placed { "now under legal hold" } else { "already under legal hold" });
+            println!(
+                "{award_id}: {}",
+                if placed {
+                    "now under legal hold"
+                } else {
+                    "already under legal hold"
+                }
+            );
         }
         HoldCommand::Remove { award_id } => {
             let lifted = holds::hold_remove(&mut conn, &award_id)?;
-            println!("{award_id}: {}", if lifted { "hold lifted" } else { "was not under hold" });
+            println!(
+                "{award_id}: {}",
+                if lifted {
+                    "hold lifted"
+                } else {
+                    "was not under hold"
+                }
+            );
         }
         HoldCommand::List => {
             for h in holds::holds(&conn)? {
@@ -256,5 +300,8 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
 
 /// `status`'s note on the outbox backlog: the age of its oldest row, if any.
 pub fn oldest(stats: &Stats) -> String {
-    stats.outbox_oldest_age_s.map(|s| format!(" (oldest {s:.1}s old)")).unwrap_or_default()
+    stats
+        .outbox_oldest_age_s
+        .map(|s| format!(" (oldest {s:.1}s old)"))
+        .unwrap_or_default()
 }

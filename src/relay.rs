@@ -94,14 +94,21 @@ pub fn run(
     let mut conn = Conn::new(stream::client(&rcfg.redis_url)?);
     let ledger_id = outbox::ledger_id(&*ledger.connection()?)?;
     let script = redis::Script::new(PUBLISH_LUA);
-    info!("relay publishing outbox of {} to {}", ledger.path().display(), rcfg.events_stream);
+    info!(
+        "relay publishing outbox of {} to {}",
+        ledger.path().display(),
+        rcfg.events_stream
+    );
     let mut totals = Totals::default();
     let (mut failures, mut failing_since) = (0u32, Instant::now());
     while !shutdown.load(Ordering::SeqCst) {
         match step(rcfg, ledger, &mut conn, &script, &ledger_id) {
             Ok(round) => {
                 if failures > 0 {
-                    info!("relay recovered after {failures} failed attempts over {:.1}s", failing_since.elapsed().as_secs_f64());
+                    info!(
+                        "relay recovered after {failures} failed attempts over {:.1}s",
+                        failing_since.elapsed().as_secs_f64()
+                    );
                     failures = 0;
                 }
                 totals.published += round.published;
@@ -124,7 +131,10 @@ pub fn run(
             Err(e) => return Err(e),
         }
     }
-    info!("relay stopped: {} events published, {} rows marked", totals.published, totals.marked);
+    info!(
+        "relay stopped: {} events published, {} rows marked",
+        totals.published, totals.marked
+    );
     Ok(totals)
 }
 
@@ -149,14 +159,22 @@ fn step(
     let mut db = ledger.connection()?;
     let rows = outbox::unpublished(&db, rcfg.batch_count_max)?;
     let Some(last) = rows.last() else {
-        return Ok(Round { read: 0, published: 0, marked: 0 });
+        return Ok(Round {
+            read: 0,
+            published: 0,
+            marked: 0,
+        });
     };
     let last_id = last.id;
     let (upto, published) = publish(conn, script, rcfg, ledger_id, &rows)?;
     failpoint::hit("relay_after_publish");
     // Rows above our batch may be covered by another relay's mark; we mark only what we read.
     let marked = outbox::mark_published(&mut db, upto.min(last_id), &now_rfc3339())?;
-    Ok(Round { read: rows.len(), published, marked: marked as u64 })
+    Ok(Round {
+        read: rows.len(),
+        published,
+        marked: marked as u64,
+    })
 }
 
 /// Runs the publish script; returns the new mark and how many rows it added.
@@ -168,7 +186,9 @@ fn publish(
     rows: &[OutboxRow],
 ) -> Result<(i64, u64)> {
     let mut inv = script.prepare_invoke();
-    inv.key(&rcfg.events_stream).key(rcfg.mark_key()).arg(ledger_id);
+    inv.key(&rcfg.events_stream)
+        .key(rcfg.mark_key())
+        .arg(ledger_id);
     for row in rows {
         inv.arg(row.id).arg(&row.event_type).arg(&row.payload);
     }
@@ -211,7 +231,9 @@ pub fn alongside<T>(
             shutdown.store(true, Ordering::SeqCst);
         }
         drain.store(true, Ordering::SeqCst);
-        let relayed = relay.join().unwrap_or_else(|_| Err(Error::Other("relay thread panicked".into())));
+        let relayed = relay
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("relay thread panicked".into())));
         let value = worked?;
         relayed.map(|_| value)
     })

@@ -42,7 +42,11 @@ pub fn parse_cutoff(s: &str) -> Result<OffsetDateTime> {
         return Ok(t);
     }
     let date = time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
-        .map_err(|_| Error::Config(format!("--before {s:?} is neither a date (YYYY-MM-DD) nor an RFC 3339 date-time")))?;
+        .map_err(|_| {
+            Error::Config(format!(
+                "--before {s:?} is neither a date (YYYY-MM-DD) nor an RFC 3339 date-time"
+            ))
+        })?;
     Ok(date.midnight().assume_utc())
 }
 
@@ -50,7 +54,11 @@ pub fn parse_cutoff(s: &str) -> Result<OffsetDateTime> {
 pub fn window_start(now: OffsetDateTime) -> OffsetDateTime {
     let year = now.year() - RETENTION_YEARS;
     // 29 February has no counterpart three years on or back; the day before is conservative.
-    now.replace_year(year).unwrap_or_else(|_| (now - time::Duration::days(1)).replace_year(year).expect("28 Feb exists"))
+    now.replace_year(year).unwrap_or_else(|_| {
+        (now - time::Duration::days(1))
+            .replace_year(year)
+            .expect("28 Feb exists")
+    })
 }
 
 /// The ledger's own timestamp format, so `recorded_at < cutoff` compares as text correctly.
@@ -58,7 +66,9 @@ pub fn ledger_time(t: OffsetDateTime) -> String {
     let format = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
     );
-    t.to_offset(time::UtcOffset::UTC).format(&format).expect("UTC time always formats")
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&format)
+        .expect("UTC time always formats")
 }
 
 /// Purges everything recorded before `before`, exporting it first to `export` (default: next
@@ -77,9 +87,13 @@ pub fn purge(ledger: &SqliteLedger, before: &str, export: Option<&Path>) -> Resu
     let mut conn = ledger.connection()?;
     let (ends, first, last, export_path, digest) = {
         let tx = conn.transaction()?;
-        let Some((first, last)) = store::prefix(&tx, &cutoff)? else { return Ok(None) };
+        let Some((first, last)) = store::prefix(&tx, &cutoff)? else {
+            return Ok(None);
+        };
         refuse_if_held_or_unpublished(&tx, first, last, &cutoff)?;
-        let path = export.map(Path::to_owned).unwrap_or_else(|| default_export_path(ledger.path()));
+        let path = export
+            .map(Path::to_owned)
+            .unwrap_or_else(|| default_export_path(ledger.path()));
         let (ends, digest) = export_prefix(&tx, first, last, &path)?;
         (ends, first, last, path, digest)
     };
@@ -98,10 +112,20 @@ pub fn purge(ledger: &SqliteLedger, before: &str, export: Option<&Path>) -> Resu
         // The next batch starts at the checkpoint this one left at `hi`, replacing it.
         lo = hi;
     }
-    Ok(Some(Purged { export: export_path, export_sha256: digest, through_seq: last, removed }))
+    Ok(Some(Purged {
+        export: export_path,
+        export_sha256: digest,
+        through_seq: last,
+        removed,
+    }))
 }
 
-fn refuse_if_held_or_unpublished(conn: &rusqlite::Connection, first: i64, last: i64, cutoff: &str) -> Result<()> {
+fn refuse_if_held_or_unpublished(
+    conn: &rusqlite::Connection,
+    first: i64,
+    last: i64,
+    cutoff: &str,
+) -> Result<()> {
     let held = store::held_in(conn, first, last)?;
     if !held.is_empty() {
         return Err(Error::Other(format!(
@@ -129,7 +153,12 @@ fn default_export_path(db: &Path) -> PathBuf {
 
 /// Writes every row the purge will remove, batch by batch, and fsyncs the file. Returns each
 /// batch's last seq and the file's SHA-256. Refuses to overwrite an existing file.
-fn export_prefix(conn: &rusqlite::Connection, first: i64, last: i64, path: &Path) -> Result<(Vec<i64>, String)> {
+fn export_prefix(
+    conn: &rusqlite::Connection,
+    first: i64,
+    last: i64,
+    path: &Path,
+) -> Result<(Vec<i64>, String)> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -147,7 +176,8 @@ fn export_prefix(conn: &rusqlite::Connection, first: i64, last: i64, path: &Path
             let mut line = serde_json::to_vec(&row).expect("rows serialize");
             line.push(b'\n');
             sha.update(&line);
-            out.write_all(&line).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            out.write_all(&line)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
         }
         ends.push(hi);
         if hi >= last {
@@ -155,8 +185,11 @@ fn export_prefix(conn: &rusqlite::Connection, first: i64, last: i64, path: &Path
         }
         lo = hi + 1;
     }
-    let file = out.into_inner().map_err(|e| Error::io(format!("writing {}", path.display()), e.into_error()))?;
-    file.sync_all().map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if let Ok(d) = std::fs::File::open(dir) {
             d.sync_all().ok();

@@ -101,11 +101,15 @@ pub fn ledger(conn: &mut Connection) -> Result<Summary> {
     let tx = conn.transaction()?;
     integrity(&tx)?;
     for (what, sql) in CHECKS {
-        if let Some(found) = tx.query_row(sql, [], |r| r.get::<_, String>(0)).optional()? {
+        if let Some(found) = tx
+            .query_row(sql, [], |r| r.get::<_, String>(0))
+            .optional()?
+        {
             return Err(Error::Invariant(format!("{what}: {found}")));
         }
     }
-    let count = |sql: &str| -> Result<u64> { Ok(tx.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
+    let count =
+        |sql: &str| -> Result<u64> { Ok(tx.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let disbursements = count("SELECT COUNT(*) FROM disbursements")?;
     // Every processed record matches a distinct disbursement (checked above); equal counts then
     // mean every disbursement has its record.
@@ -119,7 +123,9 @@ pub fn ledger(conn: &mut Connection) -> Result<Summary> {
             [],
             |r| r.get(0),
         )?;
-        return Err(Error::Invariant(format!("disbursement without a processed record: {found}")));
+        return Err(Error::Invariant(format!(
+            "disbursement without a processed record: {found}"
+        )));
     }
     let (audit_records, head_hash) = chain(&tx)?;
     Ok(Summary {
@@ -134,10 +140,15 @@ pub fn ledger(conn: &mut Connection) -> Result<Summary> {
 /// SQLite's own consistency check of the file.
 fn integrity(conn: &Connection) -> Result<()> {
     let mut stmt = conn.prepare("PRAGMA integrity_check")?;
-    let problems: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let problems: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     match problems.first().map(String::as_str) {
         Some("ok") => Ok(()),
-        _ => Err(Error::Invariant(format!("SQLite integrity_check: {}", problems.join("; ")))),
+        _ => Err(Error::Invariant(format!(
+            "SQLite integrity_check: {}",
+            problems.join("; ")
+        ))),
     }
 }
 
@@ -153,18 +164,29 @@ pub fn chain(conn: &Connection) -> Result<(u64, String)> {
 /// lines are checked and other tables' lines skipped). `continuing_from` is the hash the first
 /// record must link to when the file starts mid-chain (`audit export --since`).
 pub fn file(path: &Path, continuing_from: Option<&str>) -> Result<(u64, String)> {
-    let f = std::fs::File::open(path).map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-    let mut v = continuing_from.map(Verifier::continuing_from).unwrap_or_default();
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+    let mut v = continuing_from
+        .map(Verifier::continuing_from)
+        .unwrap_or_default();
     for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
         let line = line.map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |e: serde_json::Error| Error::Invariant(format!("{} line {}: not an audit record ({e})", path.display(), n + 1));
+        let bad = |e: serde_json::Error| {
+            Error::Invariant(format!(
+                "{} line {}: not an audit record ({e})",
+                path.display(),
+                n + 1
+            ))
+        };
         let value: serde_json::Value = serde_json::from_str(&line).map_err(bad)?;
         let record = match value.get("table").and_then(|t| t.as_str()) {
             None => serde_json::from_value::<Record>(value).map_err(bad)?,
-            Some("audit_log") => serde_json::from_value::<Record>(value["row"].clone()).map_err(bad)?,
+            Some("audit_log") => {
+                serde_json::from_value::<Record>(value["row"].clone()).map_err(bad)?
+            }
             Some(_) => continue,
         };
         push(&mut v, &record)?;

@@ -16,18 +16,25 @@ pub enum Since {
 }
 
 /// The columns, in `Record` order.
-const COLUMNS: &str = "seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
+const COLUMNS: &str =
+    "seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
                        delivery_count, detail, recorded_at, prev_hash, hash";
 
 /// Calls `f` with each selected record, lowest seq first. Call inside a read transaction for a
 /// consistent snapshot. A `kind` no record can have is reported as an invariant violation.
-pub fn for_each(conn: &Connection, since: &Since, mut f: impl FnMut(Record) -> Result<()>) -> Result<()> {
+pub fn for_each(
+    conn: &Connection,
+    since: &Since,
+    mut f: impl FnMut(Record) -> Result<()>,
+) -> Result<()> {
     let (filter, arg) = match since {
         Since::All => ("seq >= ?1", rusqlite::types::Value::Integer(i64::MIN)),
         Since::Seq(n) => ("seq >= ?1", rusqlite::types::Value::Integer(*n)),
         Since::Time(t) => ("recorded_at >= ?1", rusqlite::types::Value::Text(t.clone())),
     };
-    let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM audit_log WHERE {filter} ORDER BY seq"))?;
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {COLUMNS} FROM audit_log WHERE {filter} ORDER BY seq"
+    ))?;
     let mut rows = stmt.query([arg])?;
     while let Some(row) = rows.next()? {
         f(record_of(row)?)?;
@@ -37,7 +44,9 @@ pub fn for_each(conn: &Connection, since: &Since, mut f: impl FnMut(Record) -> R
 
 /// Records with `seq` in `first..=last`, in order (bounded by the caller).
 pub fn range(conn: &Connection, first: i64, last: i64) -> Result<Vec<Record>> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT {COLUMNS} FROM audit_log WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq"))?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM audit_log WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq"
+    ))?;
     let mut rows = stmt.query([first, last])?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
@@ -69,8 +78,11 @@ pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
 fn record_of(row: &Row<'_>) -> Result<Record> {
     let seq: i64 = row.get(0)?;
     let kind: String = row.get(1)?;
-    let kind = Kind::parse(&kind)
-        .ok_or_else(|| Error::Invariant(format!("audit record seq {seq}: unknown kind {kind:?} (edited)")))?;
+    let kind = Kind::parse(&kind).ok_or_else(|| {
+        Error::Invariant(format!(
+            "audit record seq {seq}: unknown kind {kind:?} (edited)"
+        ))
+    })?;
     Ok(Record {
         seq,
         kind,

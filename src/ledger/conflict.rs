@@ -22,16 +22,29 @@ pub(super) struct Other {
 
 /// The earliest claim with this submission's award and time but another key, if any.
 /// One lookup on the `processed_messages_award_ts` index.
-pub(super) fn find(tx: &Transaction<'_>, s: &crate::submission::Submission) -> Result<Option<Other>> {
+pub(super) fn find(
+    tx: &Transaction<'_>,
+    s: &crate::submission::Submission,
+) -> Result<Option<Other>> {
     let other = tx
         .prepare_cached(
             "SELECT idempotency_key, claimed_at FROM processed_messages
              WHERE award_id = ?1 AND submission_timestamp = ?2 AND idempotency_key <> ?3
              ORDER BY claim_id LIMIT 1",
         )?
-        .query_row(params![s.award_id, s.submission_timestamp, s.key.as_bytes().as_slice()], |r| {
-            Ok(Other { key_hex: to_hex(&r.get::<_, Vec<u8>>(0)?), claimed_at: r.get(1)? })
-        })
+        .query_row(
+            params![
+                s.award_id,
+                s.submission_timestamp,
+                s.key.as_bytes().as_slice()
+            ],
+            |r| {
+                Ok(Other {
+                    key_hex: to_hex(&r.get::<_, Vec<u8>>(0)?),
+                    claimed_at: r.get(1)?,
+                })
+            },
+        )
         .optional()?;
     Ok(other)
 }
@@ -72,7 +85,10 @@ pub(super) fn hold(
     now: &str,
 ) -> Result<Outcome> {
     let s = claim.submission;
-    let reason = format!("conflicts with key {} for the same award and submission time; held for review", other.key_hex);
+    let reason = format!(
+        "conflicts with key {} for the same award and submission time; held for review",
+        other.key_hex
+    );
     let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code, reason,
@@ -81,7 +97,10 @@ pub(super) fn hold(
         .execute(params![ctx.stream, claim.entry_id, reason, s.award_id, claim.delivery_count as i64, now])?;
     if inserted == 1 {
         let mut c = record(claim, other, ctx.consumer, now);
-        c.detail = Some(format!("{}; held for review, not paid (--on-conflict hold)", c.detail.unwrap_or_default()));
+        c.detail = Some(format!(
+            "{}; held for review, not paid (--on-conflict hold)",
+            c.detail.unwrap_or_default()
+        ));
         tail.append(tx, c)?;
         let mut d = blank_record(Kind::DeadLetter, ctx.consumer, now);
         d.idempotency_key = Some(s.key.to_hex());
@@ -91,5 +110,8 @@ pub(super) fn hold(
         d.detail = Some(format!("conflict_hold: {reason}"));
         tail.append(tx, d)?;
     }
-    Ok(Outcome::Held { other_key: other.key_hex.clone(), first: inserted == 1 })
+    Ok(Outcome::Held {
+        other_key: other.key_hex.clone(),
+        first: inserted == 1,
+    })
 }

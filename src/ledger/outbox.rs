@@ -24,7 +24,13 @@ pub fn unpublished(conn: &Connection, limit: usize) -> Result<Vec<OutboxRow>> {
         "SELECT id, event_type, payload FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT ?1",
     )?;
     let rows = stmt
-        .query_map([limit as i64], |r| Ok(OutboxRow { id: r.get(0)?, event_type: r.get(1)?, payload: r.get(2)? }))?
+        .query_map([limit as i64], |r| {
+            Ok(OutboxRow {
+                id: r.get(0)?,
+                event_type: r.get(1)?,
+                payload: r.get(2)?,
+            })
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }
@@ -33,7 +39,9 @@ pub fn unpublished(conn: &Connection, limit: usize) -> Result<Vec<OutboxRow>> {
 pub fn mark_published(conn: &mut Connection, upto_id: i64, now: &str) -> Result<usize> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let n = tx
-        .prepare_cached("UPDATE outbox SET published_at = ?1 WHERE published_at IS NULL AND id <= ?2")?
+        .prepare_cached(
+            "UPDATE outbox SET published_at = ?1 WHERE published_at IS NULL AND id <= ?2",
+        )?
         .execute(params![now, upto_id])?;
     tx.commit()?;
     Ok(n)
@@ -41,5 +49,9 @@ pub fn mark_published(conn: &mut Connection, upto_id: i64, now: &str) -> Result<
 
 /// This ledger file's random identity (created with the schema).
 pub fn ledger_id(conn: &Connection) -> Result<String> {
-    Ok(conn.query_row("SELECT value FROM ledger_meta WHERE name = 'ledger_id'", [], |r| r.get(0))?)
+    Ok(conn.query_row(
+        "SELECT value FROM ledger_meta WHERE name = 'ledger_id'",
+        [],
+        |r| r.get(0),
+    )?)
 }

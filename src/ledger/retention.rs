@@ -45,8 +45,15 @@ pub fn hold_remove(conn: &mut Connection, award_id: &str) -> Result<bool> {
 
 /// Every hold, by award.
 pub fn holds(conn: &Connection) -> Result<Vec<Hold>> {
-    let mut stmt = conn.prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?;
-    let rows = stmt.query_map([], |r| Ok(Hold { award_id: r.get(0)?, reason: r.get(1)?, held_at: r.get(2)? }))?;
+    let mut stmt =
+        conn.prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Hold {
+            award_id: r.get(0)?,
+            reason: r.get(1)?,
+            held_at: r.get(2)?,
+        })
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -61,7 +68,9 @@ pub fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
         [cutoff],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    let (Some(first), Some(last)) = (first, last) else { return Ok(None) };
+    let (Some(first), Some(last)) = (first, last) else {
+        return Ok(None);
+    };
     let only_checkpoint = conn
         .query_row(
             "SELECT 1 FROM audit_log WHERE seq BETWEEN ?1 AND ?2 AND kind <> 'checkpoint' LIMIT 1",
@@ -70,7 +79,11 @@ pub fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
         )
         .optional()?
         .is_none();
-    Ok(if last < first || only_checkpoint { None } else { Some((first, last)) })
+    Ok(if last < first || only_checkpoint {
+        None
+    } else {
+        Some((first, last))
+    })
 }
 
 /// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
@@ -96,7 +109,9 @@ pub fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> 
 /// Outbox rows not yet published among the claims of `first..=last`.
 pub fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
     let n: i64 = conn.query_row(
-        &format!("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"),
+        &format!(
+            "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
+        ),
         [first, last],
         |r| r.get(0),
     )?;
@@ -119,10 +134,22 @@ pub fn export_rows(conn: &Connection, first: i64, last: i64) -> Result<Vec<serde
         .map(|r| serde_json::json!({ "table": "audit_log", "row": r }))
         .collect();
     let tables = [
-        ("processed_messages", format!("SELECT * FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})")),
-        ("disbursements", format!("SELECT * FROM disbursements WHERE claim_id IN ({CLAIMS_IN})")),
-        ("outbox", format!("SELECT * FROM outbox WHERE claim_id IN ({CLAIMS_IN})")),
-        ("dead_letters", format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})")),
+        (
+            "processed_messages",
+            format!("SELECT * FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"),
+        ),
+        (
+            "disbursements",
+            format!("SELECT * FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"),
+        ),
+        (
+            "outbox",
+            format!("SELECT * FROM outbox WHERE claim_id IN ({CLAIMS_IN})"),
+        ),
+        (
+            "dead_letters",
+            format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+        ),
     ];
     for (table, sql) in tables {
         let mut stmt = conn.prepare(&sql)?;
@@ -164,16 +191,34 @@ pub struct Removed {
 /// Removes batch `first..=last` and leaves a checkpoint at `last` that continues from the hash
 /// of record `last`, in one transaction. Refuses (nothing removed) if an award in the batch has
 /// come under hold since the purge was planned.
-pub fn purge_batch(conn: &mut Connection, first: i64, last: i64, detail: &str, now: &str) -> Result<Removed> {
+pub fn purge_batch(
+    conn: &mut Connection,
+    first: i64,
+    last: i64,
+    detail: &str,
+    now: &str,
+) -> Result<Removed> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let held = held_in(&tx, first, last)?;
     if !held.is_empty() {
-        return Err(Error::Other(format!("award {} came under legal hold during the purge; stopped", held.join(", "))));
+        return Err(Error::Other(format!(
+            "award {} came under legal hold during the purge; stopped",
+            held.join(", ")
+        )));
     }
-    let continues_from: String = tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| r.get(0))?;
+    let continues_from: String =
+        tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| {
+            r.get(0)
+        })?;
     let claims = delete_claims(&tx, first, last)?;
-    let dead_letters = tx.execute(&format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"), [first, last])?;
-    let records = tx.execute("DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2", [first, last])?;
+    let dead_letters = tx.execute(
+        &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+        [first, last],
+    )?;
+    let records = tx.execute(
+        "DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
+        [first, last],
+    )?;
     let mut checkpoint = Record {
         seq: last,
         kind: Kind::Checkpoint,
@@ -191,15 +236,30 @@ pub fn purge_batch(conn: &mut Connection, first: i64, last: i64, detail: &str, n
     checkpoint.seal(&continues_from);
     audit_store::insert(&tx, &checkpoint)?;
     tx.commit()?;
-    Ok(Removed { records: records as u64, claims, dead_letters: dead_letters as u64 })
+    Ok(Removed {
+        records: records as u64,
+        claims,
+        dead_letters: dead_letters as u64,
+    })
 }
 
 fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64) -> Result<u64> {
-    tx.execute("CREATE TEMP TABLE IF NOT EXISTS purge_claims (claim_id INTEGER PRIMARY KEY)", [])?;
+    tx.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS purge_claims (claim_id INTEGER PRIMARY KEY)",
+        [],
+    )?;
     tx.execute("DELETE FROM temp.purge_claims", [])?;
-    tx.execute(&format!("INSERT INTO temp.purge_claims {CLAIMS_IN}"), [first, last])?;
+    tx.execute(
+        &format!("INSERT INTO temp.purge_claims {CLAIMS_IN}"),
+        [first, last],
+    )?;
     for table in ["outbox", "disbursements", "processed_messages"] {
-        tx.execute(&format!("DELETE FROM {table} WHERE claim_id IN (SELECT claim_id FROM temp.purge_claims)"), [])?;
+        tx.execute(
+            &format!(
+                "DELETE FROM {table} WHERE claim_id IN (SELECT claim_id FROM temp.purge_claims)"
+            ),
+            [],
+        )?;
     }
     let n: i64 = tx.query_row("SELECT COUNT(*) FROM temp.purge_claims", [], |r| r.get(0))?;
     Ok(n as u64)

@@ -17,12 +17,19 @@ fn stderr(out: &Output) -> String {
 /// Runs `claimgate ARGS`, insists on exit 1, and returns stderr.
 fn fails(w: &World, args: &[&str]) -> String {
     let out = w.run(args);
-    assert_eq!(out.status.code(), Some(1), "claimgate {args:?} should fail: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "claimgate {args:?} should fail: {}",
+        stderr(&out)
+    );
     stderr(&out)
 }
 
 fn kind_count(w: &World, kind: &str) -> i64 {
-    w.sql_i64(&format!("SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}'"))
+    w.sql_i64(&format!(
+        "SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}'"
+    ))
 }
 
 /// Every column of one audit row except seq, to put back later.
@@ -44,7 +51,14 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     w.add_fields(&[("payload", b"{not json")]);
     w.add_fields(&[("other", b"x")]);
     w.drain(&[]);
-    assert_eq!((kind_count(&w, "processed"), kind_count(&w, "duplicate"), kind_count(&w, "dead_letter")), (30, 3, 2));
+    assert_eq!(
+        (
+            kind_count(&w, "processed"),
+            kind_count(&w, "duplicate"),
+            kind_count(&w, "dead_letter")
+        ),
+        (30, 3, 2)
+    );
     assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate' AND detail LIKE 'first claimed at %' AND delivery_count = 1 AND consumer IS NOT NULL"), 3);
     assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND amount_cents > 0 AND length(idempotency_key) = 64 AND stream_entry_id IS NOT NULL"), 30);
     w.run_ok(&["audit", "verify"]);
@@ -54,18 +68,27 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     w.run_ok(&file_arg);
 
     let db = rw(&w);
-    db.execute("UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 10", []).unwrap();
+    db.execute(
+        "UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 10",
+        [],
+    )
+    .unwrap();
     assert!(fails(&w, &["audit", "verify"]).contains("seq 10"));
-    db.execute("UPDATE audit_log SET amount_cents = amount_cents - 1 WHERE seq = 10", []).unwrap();
+    db.execute(
+        "UPDATE audit_log SET amount_cents = amount_cents - 1 WHERE seq = 10",
+        [],
+    )
+    .unwrap();
     w.run_ok(&["audit", "verify"]);
 
-    db.execute_batch(&format!(
+    db.execute_batch(
         "CREATE TEMP TABLE saved AS SELECT * FROM audit_log WHERE seq = 12;
-         DELETE FROM audit_log WHERE seq = 12;"
-    ))
+         DELETE FROM audit_log WHERE seq = 12;",
+    )
     .unwrap();
     assert!(fails(&w, &["audit", "verify"]).contains("seq 13"));
-    db.execute_batch("INSERT INTO audit_log SELECT * FROM temp.saved; DROP TABLE temp.saved;").unwrap();
+    db.execute_batch("INSERT INTO audit_log SELECT * FROM temp.saved; DROP TABLE temp.saved;")
+        .unwrap();
     w.run_ok(&["audit", "verify"]);
 
     let swap = format!(
@@ -86,7 +109,12 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     let edited = original.replacen("\"consumer\":\"", "\"consumer\":\"X", 1);
     for tampered in [
         edited,
-        lines.iter().enumerate().filter(|(i, _)| *i != 7).map(|(_, l)| format!("{l}\n")).collect::<String>(),
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 7)
+            .map(|(_, l)| format!("{l}\n"))
+            .collect::<String>(),
         {
             let mut swapped = lines.clone();
             swapped.swap(3, 4);
@@ -106,7 +134,8 @@ fn verify_catches_an_edited_amount_and_a_deleted_outbox_row() {
     w.add(&(0..10).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     let ok = w.run_ok(&["verify"]);
-    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ledger verified: 10 claims, 10 disbursements, 10 outbox rows"));
+    assert!(String::from_utf8_lossy(&ok.stdout)
+        .starts_with("ledger verified: 10 claims, 10 disbursements, 10 outbox rows"));
 
     let db = rw(&w);
     // Edited behind the ledger's back in both places it is stored: only the audit record knows.
@@ -117,12 +146,21 @@ fn verify_catches_an_edited_amount_and_a_deleted_outbox_row() {
     .unwrap();
     let msg = fails(&w, &["verify"]);
     assert!(msg.contains("but disbursement 3 records"), "{msg}");
-    db.execute("UPDATE processed_messages SET amount_cents = amount_cents - 5000 WHERE claim_id = 3", []).unwrap();
+    db.execute(
+        "UPDATE processed_messages SET amount_cents = amount_cents - 5000 WHERE claim_id = 3",
+        [],
+    )
+    .unwrap();
     assert!(fails(&w, &["verify"]).contains("disbursement 3 (award"));
-    db.execute("UPDATE disbursements SET amount_cents = amount_cents - 5000 WHERE id = 3", []).unwrap();
+    db.execute(
+        "UPDATE disbursements SET amount_cents = amount_cents - 5000 WHERE id = 3",
+        [],
+    )
+    .unwrap();
     w.run_ok(&["verify"]);
 
-    db.execute("DELETE FROM outbox WHERE claim_id = 4", []).unwrap();
+    db.execute("DELETE FROM outbox WHERE claim_id = 4", [])
+        .unwrap();
     let msg = fails(&w, &["verify"]);
     assert!(msg.contains("has no outbox row"), "{msg}");
 }
@@ -133,26 +171,45 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
     // record naming A's key. 2. C likewise, under --on-conflict hold: not claimed or paid,
     // dead-lettered (ledger row, audit records, dead-letter stream), acknowledged.
     let w = World::new();
-    let same = |cents: i64| format!(r#"{{"award_id":"A-77","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{cents}}}"#);
+    let same = |cents: i64| {
+        format!(
+            r#"{{"award_id":"A-77","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{cents}}}"#
+        )
+    };
     w.add(&[same(100)]);
     w.drain(&[]);
     w.add(&[same(200)]);
     w.drain(&[]);
     assert_eq!(w.count("disbursements"), 2);
-    let first_key = claimgate::key::derive_idempotency_key("A-77", "2026-07-01T09:00:00Z", same(100).as_bytes()).unwrap();
-    let second_key = claimgate::key::derive_idempotency_key("A-77", "2026-07-01T09:00:00Z", same(200).as_bytes()).unwrap();
+    let first_key = claimgate::key::derive_idempotency_key(
+        "A-77",
+        "2026-07-01T09:00:00Z",
+        same(100).as_bytes(),
+    )
+    .unwrap();
+    let second_key = claimgate::key::derive_idempotency_key(
+        "A-77",
+        "2026-07-01T09:00:00Z",
+        same(200).as_bytes(),
+    )
+    .unwrap();
     assert_eq!(
         w.sql_i64(&format!(
             "SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict' AND idempotency_key = '{second_key}' AND detail LIKE '%{first_key}%'"
         )),
         1
     );
-    let status: serde_json::Value = serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
+    let status: serde_json::Value =
+        serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
     assert_eq!(status["ledger"]["conflicts"], 1);
 
     let held_id = w.add(&[same(300)]).remove(0);
     w.drain(&["--on-conflict", "hold"]);
-    assert_eq!(w.count("disbursements"), 2, "the held submission is not paid");
+    assert_eq!(
+        w.count("disbursements"),
+        2,
+        "the held submission is not paid"
+    );
     assert_eq!(w.count("processed_messages"), 2, "nor claimed");
     assert_eq!(w.sql_i64(&format!("SELECT COUNT(*) FROM dead_letters WHERE reason_code = 'conflict_hold' AND stream_entry_id = '{held_id}'")), 1);
     assert_eq!(kind_count(&w, "conflict"), 2);
@@ -171,7 +228,11 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
 fn backdate(w: &World, n: i64) {
     let db = rw(w);
     let old = "2020-03-01T12:00:00.000000Z";
-    db.execute("UPDATE audit_log SET recorded_at = ?1 WHERE seq <= ?2", rusqlite::params![old, n]).unwrap();
+    db.execute(
+        "UPDATE audit_log SET recorded_at = ?1 WHERE seq <= ?2",
+        rusqlite::params![old, n],
+    )
+    .unwrap();
     db.execute(
         "UPDATE processed_messages SET claimed_at = ?1 WHERE idempotency_key IN
          (SELECT unhex(idempotency_key) FROM audit_log WHERE seq <= ?2 AND kind = 'processed')",
@@ -179,7 +240,9 @@ fn backdate(w: &World, n: i64) {
     )
     .unwrap();
     let records: Vec<Record> = {
-        let mut stmt = db.prepare(&format!("SELECT seq, {COLS} FROM audit_log ORDER BY seq")).unwrap();
+        let mut stmt = db
+            .prepare(&format!("SELECT seq, {COLS} FROM audit_log ORDER BY seq"))
+            .unwrap();
         let rows = stmt.query_map([], |r| {
             Ok(Record {
                 seq: r.get(0)?,
@@ -201,13 +264,18 @@ fn backdate(w: &World, n: i64) {
     let mut prev = claimgate::audit::GENESIS_HASH.to_owned();
     for mut r in records {
         r.seal(&prev);
-        db.execute("UPDATE audit_log SET prev_hash = ?1, hash = ?2 WHERE seq = ?3", rusqlite::params![r.prev_hash, r.hash, r.seq]).unwrap();
+        db.execute(
+            "UPDATE audit_log SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            rusqlite::params![r.prev_hash, r.hash, r.seq],
+        )
+        .unwrap();
         prev = r.hash;
     }
 }
 
 #[test]
-fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable() {
+fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable()
+{
     // Plan:
     // 1. 20 submissions and one malformed entry; backdate the first 12 records to 2020.
     // 2. Refused: a date inside the 3-year window (exit 2); unpublished events; a held award.
@@ -223,8 +291,14 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
 
     let recent = w.run(&["retention", "purge", "--before", "2025-01-01"]);
     assert_eq!(recent.status.code(), Some(2));
-    assert!(stderr(&recent).contains("retention window"), "{}", stderr(&recent));
-    assert!(fails(&w, &["retention", "purge", "--before", "2021-01-01"]).contains("not yet published"));
+    assert!(
+        stderr(&recent).contains("retention window"),
+        "{}",
+        stderr(&recent)
+    );
+    assert!(
+        fails(&w, &["retention", "purge", "--before", "2021-01-01"]).contains("not yet published")
+    );
     w.run_ok(&["relay", "--exit-when-idle"]);
     w.run_ok(&["hold", "add", "A-000004", "--reason", "case 21-cv-0042"]);
     assert!(String::from_utf8_lossy(&w.run_ok(&["hold", "list"]).stdout).contains("A-000004"));
@@ -233,19 +307,45 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
 
     w.run_ok(&["hold", "remove", "A-000004"]);
     let export = w.dir.path().join("purged.jsonl");
-    w.run_ok(&["retention", "purge", "--before", "2021-01-01", "--export", export.to_str().unwrap()]);
-    assert_eq!(w.count("processed_messages"), 9, "11 of the first 12 records were claims (one dead letter)");
+    w.run_ok(&[
+        "retention",
+        "purge",
+        "--before",
+        "2021-01-01",
+        "--export",
+        export.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        w.count("processed_messages"),
+        9,
+        "11 of the first 12 records were claims (one dead letter)"
+    );
     assert_eq!(w.count("disbursements"), 9);
     assert_eq!(w.count("outbox"), 9);
     assert_eq!(w.count("dead_letters"), 0);
     assert_eq!(w.count("audit_log"), 21 - 12 + 1);
-    assert_eq!(w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"), 12);
+    assert_eq!(
+        w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"),
+        12
+    );
     w.run_ok(&["audit", "verify"]);
     w.run_ok(&["verify"]);
     w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
     let exported = std::fs::read_to_string(&export).unwrap();
-    assert_eq!(exported.lines().filter(|l| l.contains(r#""table":"audit_log""#)).count(), 12);
-    assert_eq!(exported.lines().filter(|l| l.contains(r#""table":"disbursements""#)).count(), 11);
+    assert_eq!(
+        exported
+            .lines()
+            .filter(|l| l.contains(r#""table":"audit_log""#))
+            .count(),
+        12
+    );
+    assert_eq!(
+        exported
+            .lines()
+            .filter(|l| l.contains(r#""table":"disbursements""#))
+            .count(),
+        11
+    );
 
     w.add(&[support::submission(20), support::submission(21)]);
     w.drain(&[]);

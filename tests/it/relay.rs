@@ -6,13 +6,27 @@ use std::time::Duration;
 
 /// `(event_id, event_type, payload)` of every entry in `grants:events`, in stream order.
 fn events(w: &World) -> Vec<(i64, String, serde_json::Value)> {
-    let reply: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg("grants:events").arg("-").arg("+").query(&mut w.conn()).unwrap();
+    let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("grants:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut w.conn())
+        .unwrap();
     reply
         .into_iter()
         .map(|(_, fields)| {
-            let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap();
-            (get("event_id").parse().unwrap(), get("event_type"), serde_json::from_str(&get("payload")).unwrap())
+            let get = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap()
+            };
+            (
+                get("event_id").parse().unwrap(),
+                get("event_type"),
+                serde_json::from_str(&get("payload")).unwrap(),
+            )
         })
         .collect()
 }
@@ -49,18 +63,29 @@ fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
                 .spawn()
                 .unwrap();
             let status = support::wait_exit(&mut child, Duration::from_secs(30));
-            assert!(before == n as u64 || !status.success(), "the failpoint should have aborted the relay");
+            assert!(
+                before == n as u64 || !status.success(),
+                "the failpoint should have aborted the relay"
+            );
         } else {
             let mut child = w.spawn(&relay_args(&[]));
             let target = before + rng.u64(1..=10);
-            support::wait_for(Duration::from_secs(30), || w.xlen("grants:events") >= target.min(n as u64));
+            support::wait_for(Duration::from_secs(30), || {
+                w.xlen("grants:events") >= target.min(n as u64)
+            });
             support::signal(&child, libc::SIGKILL);
             support::wait_exit(&mut child, Duration::from_secs(10));
         }
-        assert!(w.xlen("grants:events") >= before, "the stream never shrinks");
+        assert!(
+            w.xlen("grants:events") >= before,
+            "the stream never shrinks"
+        );
     }
     let published_mid_way = w.xlen("grants:events");
-    assert!(published_mid_way > 0 && published_mid_way < n as u64, "the kills landed mid-way ({published_mid_way})");
+    assert!(
+        published_mid_way > 0 && published_mid_way < n as u64,
+        "the kills landed mid-way ({published_mid_way})"
+    );
 
     let mut a = w.spawn(&relay_args(&["--exit-when-idle"]));
     let mut b = w.spawn(&relay_args(&["--exit-when-idle"]));
@@ -69,13 +94,29 @@ fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
 
     let got = events(&w);
     let ids: Vec<i64> = got.iter().map(|(id, _, _)| *id).collect();
-    assert_eq!(ids, (1..=n as i64).collect::<Vec<_>>(), "one entry per outbox row, in id order");
+    assert_eq!(
+        ids,
+        (1..=n as i64).collect::<Vec<_>>(),
+        "one entry per outbox row, in id order"
+    );
     assert!(got.iter().all(|(_, t, _)| t == "disbursement.recorded"));
-    let amounts: i64 = got.iter().map(|(_, _, p)| p["amount_cents"].as_i64().unwrap()).sum();
+    let amounts: i64 = got
+        .iter()
+        .map(|(_, _, p)| p["amount_cents"].as_i64().unwrap())
+        .sum();
     assert_eq!(amounts, support::amount_sum(n));
-    assert!(got.iter().all(|(_, _, p)| p["idempotency_key"].as_str().unwrap().len() == 64 && p["award_id"].is_string()));
-    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"), 0);
-    let upto: i64 = redis::cmd("HGET").arg("grants:events:published_upto").arg("upto").query(&mut w.conn()).unwrap();
+    assert!(got.iter().all(
+        |(_, _, p)| p["idempotency_key"].as_str().unwrap().len() == 64 && p["award_id"].is_string()
+    ));
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    let upto: i64 = redis::cmd("HGET")
+        .arg("grants:events:published_upto")
+        .arg("upto")
+        .query(&mut w.conn())
+        .unwrap();
     assert_eq!(upto, n as i64);
 }
 
@@ -88,17 +129,36 @@ fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_s
     w.add(&(0..25).map(support::submission).collect::<Vec<_>>());
     w.drain(&["--relay"]);
     assert_eq!(w.xlen("grants:events"), 25);
-    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"), 0);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
     let status = w.run_ok(&["status", "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(doc["ledger"]["outbox_backlog"], 0);
 
     let other_db = w.dir.path().join("other.db");
     w.add(&[support::submission(99)]);
-    let drained = w.cmd(&["run", "--exit-when-idle"]).env("CLAIMGATE_DB", &other_db).output().unwrap();
+    let drained = w
+        .cmd(&["run", "--exit-when-idle"])
+        .env("CLAIMGATE_DB", &other_db)
+        .output()
+        .unwrap();
     assert!(drained.status.success());
-    let out = w.cmd(&["relay", "--exit-when-idle"]).env("CLAIMGATE_DB", &other_db).output().unwrap();
+    let out = w
+        .cmd(&["relay", "--exit-when-idle"])
+        .env("CLAIMGATE_DB", &other_db)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to ledger"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(w.xlen("grants:events"), 25, "nothing published from the wrong ledger");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("belongs to ledger"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        w.xlen("grants:events"),
+        25,
+        "nothing published from the wrong ledger"
+    );
 }
