@@ -126,6 +126,31 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     }
     std::fs::write(&export, original).unwrap();
     w.run_ok(&file_arg);
+
+    // An increment exported with --since verifies against the hash its predecessor ended on.
+    let tail = w.dir.path().join("since20.jsonl");
+    w.run_ok(&[
+        "audit",
+        "export",
+        "--since",
+        "20",
+        "--out",
+        tail.to_str().unwrap(),
+    ]);
+    let prev: String = db
+        .query_row("SELECT hash FROM audit_log WHERE seq = 19", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    w.run_ok(&[
+        "audit",
+        "verify",
+        "--file",
+        tail.to_str().unwrap(),
+        "--continuing-from",
+        &prev,
+    ]);
+    assert!(fails(&w, &["audit", "verify", "--file", tail.to_str().unwrap()]).contains("seq 20"));
 }
 
 #[test]

@@ -162,3 +162,43 @@ fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_s
         "nothing published from the wrong ledger"
     );
 }
+
+#[test]
+fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
+    // Plan: 1. Record 20 disbursements. 2. Start a relay, let it publish them all, stop Redis
+    // (AOF keeps stream and mark), record 10 more while Redis is down. 3. Restart Redis: the
+    // same relay process, never having exited, publishes exactly the 10 new events.
+    let mut w = World::persistent();
+    w.add(&(0..20).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let mut relay = w.spawn(&relay_args(&[]));
+    assert!(support::wait_for(Duration::from_secs(30), || w
+        .xlen("grants:events")
+        == 20));
+    w.redis.kill();
+    let db = rusqlite::Connection::open(&w.db).unwrap();
+    db.execute_batch(
+        "WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM n WHERE value < 10)
+         INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp, amount_cents,
+                                         claimed_at, stream_entry_id, consumer)
+         SELECT randomblob(32), 'B-' || value, '2026-07-01T09:00:00Z', 100, '2026-11-29T00:00:00.000000Z', '0-' || value, 't'
+         FROM n;
+         INSERT INTO outbox (claim_id, event_type, payload, created_at)
+         SELECT claim_id, 'disbursement.recorded', json_object('award_id', award_id, 'amount_cents', amount_cents,
+                'idempotency_key', lower(hex(idempotency_key))), claimed_at
+         FROM processed_messages WHERE award_id LIKE 'B-%' ORDER BY claim_id;",
+    )
+    .unwrap();
+    assert!(
+        relay.try_wait().unwrap().is_none(),
+        "the relay does not exit while Redis is down"
+    );
+    w.redis.restart().unwrap();
+    assert!(support::wait_for(Duration::from_secs(30), || {
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL") == 0
+    }));
+    support::signal(&relay, libc::SIGTERM);
+    assert!(support::wait_exit(&mut relay, Duration::from_secs(10)).success());
+    let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(ids, (1..=30).collect::<Vec<_>>());
+}
