@@ -95,6 +95,10 @@ pub enum RetentionCommand {
         /// The export file [default: next to the ledger, `<db>.purge-<time>.jsonl`].
         #[arg(long)]
         export: Option<PathBuf>,
+        /// Audit records removed per transaction, with the ledger rows they describe.
+        #[arg(long, default_value_t = crate::retention::PURGE_BATCH_RECORDS_MAX as u32,
+              value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch_records_max: u32,
     },
 }
 
@@ -249,9 +253,18 @@ pub fn verify(cfg: &Config) -> Result<()> {
 
 /// `claimgate retention purge`.
 pub fn retention(cfg: &Config, args: RetentionArgs) -> Result<()> {
-    let RetentionCommand::Purge { before, export } = args.command;
+    let RetentionCommand::Purge {
+        before,
+        export,
+        batch_records_max,
+    } = args.command;
     let ledger = open_existing(cfg)?;
-    match crate::retention::purge(&ledger, &before, export.as_deref())? {
+    let req = crate::retention::Request {
+        before: &before,
+        export: export.as_deref(),
+        batch_records_max: batch_records_max as usize,
+    };
+    match crate::retention::purge(&ledger, &req)? {
         None => println!("nothing recorded before {before}; nothing purged"),
         Some(p) => println!(
             "purged {} audit records (through seq {}), {} claims with their disbursements and outbox rows, {} dead letters; \

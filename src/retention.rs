@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 
 /// How long records are kept at least (2 CFR 200.334: three years from the final report).
 pub const RETENTION_YEARS: i32 = 3;
-/// Audit records removed per transaction (with the ledger rows they describe).
+/// Default audit records removed per transaction (with the ledger rows they describe).
 pub const PURGE_BATCH_RECORDS_MAX: usize = 1_000;
 
 /// What a purge did.
@@ -71,9 +71,21 @@ pub fn ledger_time(t: OffsetDateTime) -> String {
         .expect("UTC time always formats")
 }
 
-/// Purges everything recorded before `before`, exporting it first to `export` (default: next
-/// to the ledger). `Ok(None)` when there is nothing that old.
-pub fn purge(ledger: &SqliteLedger, before: &str, export: Option<&Path>) -> Result<Option<Purged>> {
+/// What the operator asked to purge.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// `--before`: a date or RFC 3339 date-time at least three years back.
+    pub before: &'a str,
+    /// Where to export first; `None` for a file next to the ledger.
+    pub export: Option<&'a Path>,
+    /// Audit records removed per transaction.
+    pub batch_records_max: usize,
+}
+
+/// Purges everything recorded before `req.before`, exporting it first. `Ok(None)` when there
+/// is nothing that old.
+pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>> {
+    let (before, export) = (req.before, req.export);
     let cutoff_time = parse_cutoff(before)?;
     let latest = window_start(OffsetDateTime::now_utc());
     if cutoff_time > latest {
@@ -94,7 +106,8 @@ pub fn purge(ledger: &SqliteLedger, before: &str, export: Option<&Path>) -> Resu
         let path = export
             .map(Path::to_owned)
             .unwrap_or_else(|| default_export_path(ledger.path()));
-        let (ends, digest) = export_prefix(&tx, first, last, &path)?;
+        let (ends, digest) =
+            export_prefix(&tx, (first, last), req.batch_records_max.max(1), &path)?;
         (ends, first, last, path, digest)
     };
     let mut removed = Removed::default();
@@ -155,8 +168,8 @@ fn default_export_path(db: &Path) -> PathBuf {
 /// batch's last seq and the file's SHA-256. Refuses to overwrite an existing file.
 fn export_prefix(
     conn: &rusqlite::Connection,
-    first: i64,
-    last: i64,
+    (first, last): (i64, i64),
+    batch_records_max: usize,
     path: &Path,
 ) -> Result<(Vec<i64>, String)> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -171,7 +184,7 @@ fn export_prefix(
     let mut ends = Vec::new();
     let mut lo = first;
     loop {
-        let hi = store::batch_end(conn, lo, last, PURGE_BATCH_RECORDS_MAX)?;
+        let hi = store::batch_end(conn, lo, last, batch_records_max)?;
         for row in store::export_rows(conn, lo, hi)? {
             let mut line = serde_json::to_vec(&row).expect("rows serialize");
             line.push(b'\n');

@@ -248,11 +248,10 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
     w.run_ok(&["verify"]);
 }
 
-/// Moves the first `n` audit records (and the rows they describe) back to 2020, then re-seals
+/// Moves the first `n` audit records (and the claims they describe) back to `old`, then re-seals
 /// the chain, as a ledger that has really been running that long would be.
-fn backdate(w: &World, n: i64) {
+fn backdate(w: &World, n: i64, old: &str) {
     let db = rw(w);
-    let old = "2020-03-01T12:00:00.000000Z";
     db.execute(
         "UPDATE audit_log SET recorded_at = ?1 WHERE seq <= ?2",
         rusqlite::params![old, n],
@@ -311,7 +310,8 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
     w.add_fields(&[("payload", b"[]")]);
     w.add(&(10..20).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
-    backdate(&w, 12);
+    backdate(&w, 12, "2020-03-01T12:00:00.000000Z");
+    backdate(&w, 5, "2019-03-01T12:00:00.000000Z");
     w.run_ok(&["verify"]);
 
     let recent = w.run(&["retention", "purge", "--before", "2025-01-01"]);
@@ -331,15 +331,30 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
     assert_eq!(w.count("audit_log"), 21, "a refused purge deletes nothing");
 
     w.run_ok(&["hold", "remove", "A-000004"]);
+    // Two purges, in batches of 4 records: the second replaces the first one's checkpoint.
+    let early = w.dir.path().join("purged-2019.jsonl");
+    let purge = |before: &str, file: &std::path::Path| {
+        w.run_ok(&[
+            "retention",
+            "purge",
+            "--before",
+            before,
+            "--batch-records-max",
+            "4",
+            "--export",
+            file.to_str().unwrap(),
+        ]);
+    };
+    purge("2020-01-01", &early);
+    assert_eq!(w.count("processed_messages"), 15);
+    assert_eq!(
+        w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"),
+        5
+    );
+    w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["verify"]);
     let export = w.dir.path().join("purged.jsonl");
-    w.run_ok(&[
-        "retention",
-        "purge",
-        "--before",
-        "2021-01-01",
-        "--export",
-        export.to_str().unwrap(),
-    ]);
+    purge("2021-01-01", &export);
     assert_eq!(
         w.count("processed_messages"),
         9,
@@ -353,6 +368,7 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
         w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"),
         12
     );
+    w.run_ok(&["audit", "verify", "--file", early.to_str().unwrap()]);
     w.run_ok(&["audit", "verify"]);
     w.run_ok(&["verify"]);
     w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
@@ -362,14 +378,15 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
             .lines()
             .filter(|l| l.contains(r#""table":"audit_log""#))
             .count(),
-        12
+        12 - 5 + 1,
+        "the second export holds the first checkpoint and records 6..=12"
     );
     assert_eq!(
         exported
             .lines()
             .filter(|l| l.contains(r#""table":"disbursements""#))
             .count(),
-        11
+        6
     );
 
     w.add(&[support::submission(20), support::submission(21)]);
