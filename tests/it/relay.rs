@@ -40,24 +40,46 @@ fn relay_args(extra: &[&'static str]) -> Vec<&'static str> {
 #[test]
 fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
     // Plan:
-    // 1. Record 400 disbursements (worker only), so the outbox holds 300 unpublished rows.
-    // 2. Twelve times: start a relay publishing 7 rows per round and kill it at a random
-    //    moment, alternately by the failpoint between publishing and marking (the one window
-    //    that could double-publish) and by a real SIGKILL once the stream has grown.
-    // 3. Drain with two relays at once, then check the events stream and the outbox.
+    // 1. Record 400 disbursements (worker only), so the outbox holds 400 unpublished rows.
+    // 2. Twelve times: start a relay publishing 1 to 3 rows per round and kill it,
+    //    alternately by the failpoint between publishing and marking (the one window that
+    //    could double-publish) on a random round, and by a real SIGKILL a random number of
+    //    events after it started publishing.
+    // 3. Drain with two relays at once, with different batch sizes so their batches overlap
+    //    partially, then check the events stream and the outbox.
     let w = World::new();
     let n = 400;
     w.add(&(0..n).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     assert_eq!(w.count("outbox"), n as i64);
 
-    let mut rng = fastrand::Rng::with_seed(0x5eed_4e1a);
+    // A fresh seed each run, printed so a failure can be replayed with CLAIMGATE_TEST_SEED.
+    let seed = std::env::var("CLAIMGATE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("relay kill test seed: {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut conn = w.conn();
+    let mut xlen = move || -> u64 {
+        redis::cmd("XLEN")
+            .arg("grants:events")
+            .query(&mut conn)
+            .unwrap()
+    };
     for round in 0..12 {
-        let before = w.xlen("grants:events");
+        let before = xlen();
+        let batch = rng.u32(1..=3).to_string();
+        let args = [
+            "relay",
+            "--relay-batch-count-max",
+            batch.as_str(),
+            "--exit-when-idle",
+        ];
         if round % 2 == 0 {
             let nth = rng.u32(1..=4).to_string();
             let mut child = w
-                .cmd(&relay_args(&["--exit-when-idle"]))
+                .cmd(&args)
                 .env("CLAIMGATE_FAILPOINT", format!("relay_after_publish:{nth}"))
                 .stderr(std::process::Stdio::null())
                 .spawn()
@@ -68,27 +90,27 @@ fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
                 "the failpoint should have aborted the relay"
             );
         } else {
-            let mut child = w.spawn(&relay_args(&[]));
-            let target = before + rng.u64(1..=10);
-            support::wait_for(Duration::from_secs(30), || {
-                w.xlen("grants:events") >= target.min(n as u64)
-            });
+            let mut child = w.spawn(&args);
+            let target = (before + rng.u64(1..=6)).min(n as u64);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            // Polled every millisecond so the kill lands close to the chosen event.
+            while xlen() < target && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             support::signal(&child, libc::SIGKILL);
             support::wait_exit(&mut child, Duration::from_secs(10));
         }
-        assert!(
-            w.xlen("grants:events") >= before,
-            "the stream never shrinks"
-        );
+        assert!(xlen() >= before, "the stream never shrinks");
     }
-    let published_mid_way = w.xlen("grants:events");
+    let published_mid_way = xlen();
+    eprintln!("published before the final drain: {published_mid_way} of {n}");
     assert!(
         published_mid_way > 0 && published_mid_way < n as u64,
         "the kills landed mid-way ({published_mid_way})"
     );
 
     let mut a = w.spawn(&relay_args(&["--exit-when-idle"]));
-    let mut b = w.spawn(&relay_args(&["--exit-when-idle"]));
+    let mut b = w.spawn(&["relay", "--relay-batch-count-max", "5", "--exit-when-idle"]);
     assert!(support::wait_exit(&mut a, Duration::from_secs(60)).success());
     assert!(support::wait_exit(&mut b, Duration::from_secs(60)).success());
 
