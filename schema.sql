@@ -72,13 +72,13 @@ CREATE TABLE IF NOT EXISTS audit_log (
     hash            TEXT    NOT NULL
 );
 
--- Facts about this ledger file itself. `ledger_id` is random per file: the relay stamps it on
--- its Redis high-water mark so a fresh ledger is never mistaken for one already published.
+-- Facts about this ledger file itself. `ledger_id` is random per file, created by the first
+-- relay (not here: this file runs at every open and must not take the write lock): the relay
+-- stamps it on its Redis high-water mark so a fresh ledger is never mistaken for a published one.
 CREATE TABLE IF NOT EXISTS ledger_meta (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-INSERT OR IGNORE INTO ledger_meta (name, value) VALUES ('ledger_id', lower(hex(randomblob(16))));
 
 -- Awards under legal hold: `retention purge` refuses to delete anything that names them.
 CREATE TABLE IF NOT EXISTS legal_holds (

@@ -277,6 +277,11 @@ pub fn retention(cfg: &Config, args: RetentionArgs) -> Result<()> {
 
 /// `claimgate hold add|remove|list`.
 pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
+    if let HoldCommand::Add { award_id, .. } | HoldCommand::Remove { award_id } = &args.command {
+        if award_id.trim().is_empty() {
+            return Err(Error::Config("the award id must not be empty".into()));
+        }
+    }
     let ledger = SqliteLedger::open(&LedgerConfig::new(&cfg.db_path))?;
     let mut conn = ledger.connection()?;
     match args.command {

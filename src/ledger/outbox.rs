@@ -5,7 +5,7 @@
 //! The relay's exactly-once argument (see `relay.rs`) rests on that.
 
 use crate::error::Result;
-use rusqlite::{params, Connection, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 /// One outbox row on its way to the events stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,11 +47,23 @@ pub fn mark_published(conn: &mut Connection, upto_id: i64, now: &str) -> Result<
     Ok(n)
 }
 
-/// This ledger file's random identity (created with the schema).
+/// This ledger file's random identity, created on first use.
 pub fn ledger_id(conn: &Connection) -> Result<String> {
-    Ok(conn.query_row(
-        "SELECT value FROM ledger_meta WHERE name = 'ledger_id'",
+    let read = |conn: &Connection| {
+        conn.query_row(
+            "SELECT value FROM ledger_meta WHERE name = 'ledger_id'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+    };
+    if let Some(id) = read(conn)? {
+        return Ok(id);
+    }
+    // One statement, so it is atomic on its own; OR IGNORE lets two first relays race safely.
+    conn.execute(
+        "INSERT OR IGNORE INTO ledger_meta (name, value) VALUES ('ledger_id', lower(hex(randomblob(16))))",
         [],
-        |r| r.get(0),
-    )?)
+    )?;
+    Ok(read(conn)?.expect("just inserted"))
 }
