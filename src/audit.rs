@@ -45,9 +45,15 @@ impl Kind {
 
     /// Parses a `kind` column value.
     pub fn parse(s: &str) -> Option<Kind> {
-        [Kind::Processed, Kind::Duplicate, Kind::DeadLetter, Kind::Conflict, Kind::Checkpoint]
-            .into_iter()
-            .find(|k| k.as_str() == s)
+        [
+            Kind::Processed,
+            Kind::Duplicate,
+            Kind::DeadLetter,
+            Kind::Conflict,
+            Kind::Checkpoint,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
     }
 }
 
@@ -138,7 +144,10 @@ impl Verifier {
     /// A verifier whose first record must link to `prev_hash` (to check an export that starts
     /// mid-chain, against the hash its predecessor ended on).
     pub fn continuing_from(prev_hash: &str) -> Self {
-        Verifier { expected_prev: Some(prev_hash.to_owned()), ..Verifier::default() }
+        Verifier {
+            expected_prev: Some(prev_hash.to_owned()),
+            ..Verifier::default()
+        }
     }
 
     /// The hash the next record must link to (the chain's head so far).
@@ -150,7 +159,10 @@ impl Verifier {
     pub fn push(&mut self, r: &Record) -> Result<(), Break> {
         if let Some(last) = self.last_seq {
             if r.seq <= last {
-                return Err(Break { seq: r.seq, reason: format!("out of order after seq {last}") });
+                return Err(Break {
+                    seq: r.seq,
+                    reason: format!("out of order after seq {last}"),
+                });
             }
         }
         let leading_checkpoint = self.expected_prev.is_none() && r.kind == Kind::Checkpoint;
@@ -161,9 +173,16 @@ impl Verifier {
             });
         }
         if r.compute_hash() != r.hash {
-            return Err(Break { seq: r.seq, reason: "content does not match its hash (edited)".into() });
+            return Err(Break {
+                seq: r.seq,
+                reason: "content does not match its hash (edited)".into(),
+            });
         }
-        let next = if leading_checkpoint { &r.prev_hash } else { &r.hash };
+        let next = if leading_checkpoint {
+            &r.prev_hash
+        } else {
+            &r.hash
+        };
         self.expected_prev = Some(next.clone());
         self.last_seq = Some(r.seq);
         self.count += 1;
@@ -242,6 +261,10 @@ mod tests {
         mid[2].kind = Kind::Checkpoint;
         mid[2].prev_hash = full[0].hash.clone();
         mid[2].hash = mid[2].compute_hash();
-        assert_eq!(verify_chain(&mid).unwrap_err().seq, 3, "a checkpoint cannot bridge mid-chain");
+        assert_eq!(
+            verify_chain(&mid).unwrap_err().seq,
+            3,
+            "a checkpoint cannot bridge mid-chain"
+        );
     }
 }

@@ -36,8 +36,9 @@ impl SqliteLedger {
     /// Opens (creating if needed, mode 0600) the ledger at `cfg.path` and applies the schema.
     pub fn open(cfg: &LedgerConfig) -> Result<Self> {
         create_private(&cfg.path)?;
-        let first = Connection::open(&cfg.path)
-            .map_err(|e| Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display())))?;
+        let first = Connection::open(&cfg.path).map_err(|e| {
+            Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
+        })?;
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         // WAL is a property of the file: set it once, before any pooled connection exists.
         let mode: String = first.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
@@ -65,7 +66,11 @@ impl SqliteLedger {
             .max_size(cfg.pool_size_max)
             .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
             .build(manager)?;
-        Ok(SqliteLedger { pool, path: cfg.path.clone(), on_conflict: OnConflict::Record })
+        Ok(SqliteLedger {
+            pool,
+            path: cfg.path.clone(),
+            on_conflict: OnConflict::Record,
+        })
     }
 
     /// Sets what `record` does with a conflicting resubmission (default: record and pay).
@@ -94,10 +99,18 @@ impl SqliteLedger {
 /// and turns "no such directory" or "permission denied" into a configuration error.
 fn create_private(path: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(Error::Config(format!("cannot create ledger {}: {e}", path.display()))),
+        Err(e) => Err(Error::Config(format!(
+            "cannot create ledger {}: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -105,7 +118,15 @@ impl Ledger for SqliteLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
         let mut conn = self.pool.get()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = write_items(&tx, items, &Context { consumer, stream, on_conflict: self.on_conflict })?;
+        let outcomes = write_items(
+            &tx,
+            items,
+            &Context {
+                consumer,
+                stream,
+                on_conflict: self.on_conflict,
+            },
+        )?;
         failpoint::hit("before_commit");
         tx.commit()?;
         Ok(outcomes)
@@ -127,12 +148,22 @@ impl ChainTail {
     fn read(tx: &Transaction<'_>) -> Result<Self> {
         let tail = tx
             // A checkpoint is transparent: what follows it links to the hash it continues from.
-            .query_row("SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
-                        FROM audit_log ORDER BY seq DESC LIMIT 1", [], |r| {
-                Ok(ChainTail { seq: r.get(0)?, hash: r.get(1)? })
-            })
+            .query_row(
+                "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
+                        FROM audit_log ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok(ChainTail {
+                        seq: r.get(0)?,
+                        hash: r.get(1)?,
+                    })
+                },
+            )
             .optional()?;
-        Ok(tail.unwrap_or(ChainTail { seq: 0, hash: audit::GENESIS_HASH.to_owned() }))
+        Ok(tail.unwrap_or(ChainTail {
+            seq: 0,
+            hash: audit::GENESIS_HASH.to_owned(),
+        }))
     }
 
     /// Seals `record` after the current tail, inserts it, and makes it the new tail.
@@ -157,18 +188,37 @@ pub(super) struct Context<'a> {
 }
 
 /// Writes every item of a batch inside the caller's open transaction.
-fn write_items(tx: &Transaction<'_>, items: &[Item<'_>], ctx: &Context<'_>) -> Result<Vec<Outcome>> {
+fn write_items(
+    tx: &Transaction<'_>,
+    items: &[Item<'_>],
+    ctx: &Context<'_>,
+) -> Result<Vec<Outcome>> {
     let (consumer, stream) = (ctx.consumer, ctx.stream);
     let now = now_rfc3339();
     let mut tail = ChainTail::read(tx)?;
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
         let outcome = match item {
-            Item::Submission { submission, entry_id, delivery_count } => {
-                let claim = Claim { submission, entry_id, delivery_count: *delivery_count };
+            Item::Submission {
+                submission,
+                entry_id,
+                delivery_count,
+            } => {
+                let claim = Claim {
+                    submission,
+                    entry_id,
+                    delivery_count: *delivery_count,
+                };
                 record_submission(tx, &mut tail, &claim, ctx, &now)?
             }
-            Item::DeadLetter { entry_id, reason_code, reason, award_id, key, delivery_count } => {
+            Item::DeadLetter {
+                entry_id,
+                reason_code,
+                reason,
+                award_id,
+                key,
+                delivery_count,
+            } => {
                 let inserted = tx
                     .prepare_cached(
                         "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code,
@@ -282,7 +332,12 @@ fn record_submission(
     tx.prepare_cached(
         "INSERT INTO outbox (claim_id, event_type, payload, created_at) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![claim_id, EVENT_DISBURSEMENT_RECORDED, event.to_string(), now])?;
+    .execute(params![
+        claim_id,
+        EVENT_DISBURSEMENT_RECORDED,
+        event.to_string(),
+        now
+    ])?;
     r.amount_cents = Some(s.amount_cents);
     tail.append(tx, r)?;
     let other = match ctx.on_conflict {
@@ -293,9 +348,14 @@ fn record_submission(
         None => Ok(Outcome::Processed),
         Some(other) => {
             let mut c = conflict::record(claim, &other, consumer, now);
-            c.detail = Some(format!("{}; paid (--on-conflict record)", c.detail.unwrap_or_default()));
+            c.detail = Some(format!(
+                "{}; paid (--on-conflict record)",
+                c.detail.unwrap_or_default()
+            ));
             tail.append(tx, c)?;
-            Ok(Outcome::ProcessedConflicting { other_key: other.key_hex })
+            Ok(Outcome::ProcessedConflicting {
+                other_key: other.key_hex,
+            })
         }
     }
 }
@@ -341,7 +401,8 @@ fn insert_audit(tx: &Transaction<'_>, r: &Record) -> Result<()> {
 }
 
 fn stats(conn: &Connection) -> Result<Stats> {
-    let count = |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
+    let count =
+        |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let oldest: Option<String> = conn.query_row(
         "SELECT MIN(created_at) FROM outbox WHERE published_at IS NULL",
         [],
@@ -369,11 +430,18 @@ pub fn now_rfc3339() -> String {
     let format = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
     );
-    time::OffsetDateTime::now_utc().format(&format).expect("UTC time always formats")
+    time::OffsetDateTime::now_utc()
+        .format(&format)
+        .expect("UTC time always formats")
 }
 
 /// Seconds between an RFC 3339 timestamp and now.
 pub fn age_seconds(rfc3339: &str) -> Option<f64> {
-    let then = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339).ok()?;
-    Some((time::OffsetDateTime::now_utc() - then).as_seconds_f64().max(0.0))
+    let then = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .ok()?;
+    Some(
+        (time::OffsetDateTime::now_utc() - then)
+            .as_seconds_f64()
+            .max(0.0),
+    )
 }
