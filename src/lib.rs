@@ -17,13 +17,18 @@
 //! - [`stream`]: Redis only.
 //! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
 //! - [`worker`]: the only place that holds both Redis and the ledger.
+//! - [`relay`]: outbox rows to the events stream, each event exactly once.
+//! - [`verify`]: the ledger checked against itself and its audit chain.
+//! - [`retention`]: purging records past the retention window, and legal holds.
 //! - [`metrics`]: counters the worker keeps.
 //! - [`failpoint`]: named crash points for tests.
 //! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line; [`cli_trail`] holds the relay, audit, verify, retention and
+//!   hold command bodies.
 
 pub mod audit;
 pub mod cli;
+pub mod cli_trail;
 pub mod config;
 pub mod error;
 pub mod failpoint;
@@ -31,8 +36,11 @@ pub mod key;
 pub mod ledger;
 pub mod localredis;
 pub mod metrics;
+pub mod relay;
+pub mod retention;
 pub mod stream;
 pub mod submission;
+pub mod verify;
 pub mod worker;
 
 pub use error::{Error, Result};

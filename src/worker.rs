@@ -455,6 +455,7 @@ fn commit_and_ack(
         let (outcomes, committed) = record(ledger, &items, shared)?;
         shared.metrics.observe_commit(started.elapsed());
         failpoint::hit("after_commit");
+        copy_held(&batch, &outcomes, conn, shared)?;
         let ack_ids: Vec<&str> = batch
             .iter()
             .zip(&committed)
@@ -490,6 +491,43 @@ fn commit_and_ack(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Copies entries the ledger held for review (`--on-conflict hold`) to the dead-letter stream.
+/// This runs after the commit that recorded the hold and before the XACK: a crash in between
+/// leaves the entry pending, and its redelivery is held again and copied (once per id).
+fn copy_held(
+    batch: &[Parsed],
+    outcomes: &[Option<Outcome>],
+    conn: &mut Conn,
+    shared: &Shared<'_>,
+) -> Result<()> {
+    let (cfg, wcfg) = (shared.cfg, shared.wcfg);
+    for (p, outcome) in batch.iter().zip(outcomes) {
+        let (Verdict::Valid(s), Some(Outcome::Held { other_key, .. })) = (&p.verdict, outcome)
+        else {
+            continue;
+        };
+        let entry = Entry {
+            id: p.id.clone(),
+            fields: vec![(submission::PAYLOAD_FIELD.to_vec(), s.payload.clone())],
+            delivery_count: p.delivery_count,
+        };
+        let meta = [
+            ("reason", format!("conflicts with key {other_key} for the same award and submission time; held for review")),
+            ("reason_code", "conflict_hold".to_owned()),
+            ("deliveries", p.delivery_count.to_string()),
+            ("consumer", wcfg.consumer.clone()),
+            ("source_stream", cfg.stream.clone()),
+            ("dead_lettered_at", crate::ledger::now_rfc3339()),
+        ];
+        retry(
+            "copying a held entry to the dead-letter stream",
+            shared,
+            || stream::dead_letter(conn, &cfg.dead_stream(), &entry, &meta),
+        )?;
+    }
+    Ok(())
 }
 
 fn item_of(p: &Parsed) -> Item<'_> {
@@ -569,6 +607,21 @@ fn report(p: &Parsed, outcome: &Outcome, shared: &Shared<'_>) {
         (Verdict::Valid(s), Outcome::Duplicate { first_claimed_at }) => {
             m.duplicates.fetch_add(1, Ordering::Relaxed);
             info!(target: audit::LOG_TARGET, "duplicate key={} award={} entry={} deliveries={} first_claimed_at={first_claimed_at}; skipped", s.key.short(), s.award_id, p.id, p.delivery_count);
+        }
+        (Verdict::Valid(s), Outcome::ProcessedConflicting { other_key }) => {
+            m.processed.fetch_add(1, Ordering::Relaxed);
+            info!(target: audit::LOG_TARGET, "processed key={} award={} amount_cents={} entry={}", s.key.short(), s.award_id, s.amount_cents, p.id);
+            warn!(target: audit::LOG_TARGET, "conflict key={} award={} entry={} other_key={}: same award and submission time, different payload; paid", s.key.short(), s.award_id, p.id, &other_key[..12]);
+        }
+        (
+            Verdict::Valid(s),
+            Outcome::Held {
+                other_key,
+                first: true,
+            },
+        ) => {
+            m.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            warn!(target: audit::LOG_TARGET, "conflict key={} award={} entry={} other_key={}: held for review, not paid", s.key.short(), s.award_id, p.id, &other_key[..12]);
         }
         (Verdict::Dead(d), Outcome::DeadLettered) => {
             m.dead_lettered.fetch_add(1, Ordering::Relaxed);

@@ -3,4 +3,6 @@
 
 mod support;
 
+mod audit;
+mod relay;
 mod worker;
