@@ -54,6 +54,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the idempotency key of a payload.
     Key(KeyArgs),
+    /// Inspect dead letters and replay one onto the submissions stream.
+    Dlq(crate::dlq::DlqArgs),
 }
 
 /// Flags of `claimgate run`.
@@ -86,6 +88,10 @@ pub struct RunArgs {
     /// SQLite synchronous level: full (default; survives power loss) or normal.
     #[arg(long, env = "CLAIMGATE_SYNCHRONOUS", default_value = "full", value_parser = ["full", "normal"])]
     pub synchronous: String,
+    /// Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker
+    /// leaves entries pending and retries until room is made.
+    #[arg(long, env = "CLAIMGATE_LEDGER_PAGES_MAX", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ledger_pages_max: Option<u64>,
 }
 
 /// Flags of `claimgate produce`.
@@ -137,6 +143,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Produce(args) => produce(&cfg, args),
         Command::Status(args) => status(&cfg, args),
         Command::Key(args) => key(args),
+        Command::Dlq(args) => crate::dlq::run(&cfg, args),
     }
 }
 
@@ -165,6 +172,7 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     if args.synchronous == "normal" {
         lcfg.synchronous = Synchronous::Normal;
     }
+    lcfg.pages_max = args.ledger_pages_max;
     let ledger = SqliteLedger::open(&lcfg)?;
     stream::client(&cfg.redis_url)?;
     let mut wcfg = WorkerConfig::new(args.consumer.unwrap_or_else(default_consumer));

@@ -16,6 +16,7 @@
 //! - [`error`]: the one error type and its transient/permanent question.
 //! - [`stream`]: Redis only.
 //! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
+//! - [`dlq`]: list, show and replay dead letters (Redis only).
 //! - [`worker`]: the only place that holds both Redis and the ledger.
 //! - [`metrics`]: counters the worker keeps.
 //! - [`failpoint`]: named crash points for tests.
@@ -25,6 +26,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod dlq;
 pub mod error;
 pub mod failpoint;
 pub mod key;

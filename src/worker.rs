@@ -176,9 +176,19 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
             }
             Ok(None) => {
                 episode.cleared("reading from redis");
-                if wcfg.exit_when_idle && is_idle(&mut conn, shared)? {
-                    info!("stream {} is drained and group {} has nothing pending; exiting", cfg.stream, cfg.group);
-                    break;
+                if !wcfg.exit_when_idle {
+                    continue;
+                }
+                // The idle check talks to Redis too: losing it is a transient failure like any
+                // other read, never a reason to exit.
+                match is_idle(&mut conn, shared) {
+                    Ok(true) => {
+                        info!("stream {} is drained and group {} has nothing pending; exiting", cfg.stream, cfg.group);
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) if e.is_transient() => std::thread::sleep(episode.failed("reading from redis", &e)),
+                    Err(e) => return Err(e),
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -188,6 +198,10 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
                 state.claim_cursor = "0-0".into();
             }
             Err(e) if e.is_transient() => {
+                // A reply lost with the connection may have moved entries into our pending
+                // list without handing them to us; re-read our own history once Redis is back
+                // rather than leave them until the XAUTOCLAIM scan takes them over.
+                state.own_cursor = Some("0-0".into());
                 let wait = episode.failed("reading from redis", &e);
                 std::thread::sleep(wait);
             }

@@ -4,3 +4,5 @@
 mod support;
 
 mod worker;
+mod fuzz;
+mod resilience;
