@@ -490,3 +490,44 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
     assert_eq!(audit(&w, "duplicate"), 1);
     assert_eq!(w.pending(), 0);
 }
+
+#[test]
+fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
+    // 1. Redis starts out at its maxmemory (noeviction): even creating the consumer group is
+    //    refused with OOM. The worker waits instead of exiting, and goes on once memory is freed.
+    // 2. The limit bites again just after a batch of one malformed and two valid entries
+    //    arrives: the dead-letter XADD is refused. The batch waits, unacknowledged; the worker
+    //    stays up (OOM is the world being full, like a full disk, not a bad entry).
+    // 3. Memory is freed: the bad entry is dead-lettered, the two are paid, nothing pending.
+    let w = World::new();
+    let set_maxmemory = |bytes: u64| redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(bytes).query::<()>(&mut w.conn()).unwrap();
+    set_maxmemory(1);
+    let mut worker = Worker::start(&w, &[], &[]);
+    worker.wait_log("reading from redis failed");
+    assert!(worker.lines_with("reading from redis failed")[0].contains("OOM"), "{}", worker.log_text());
+    assert!(worker.alive());
+    set_maxmemory(0);
+    assert!(wait_for(SOON, || group_exists(&w)), "{}", worker.log_text());
+
+    // One MULTI, so the entries land and the limit comes back before the worker can react.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(submission(1)).ignore()
+        .cmd("XADD").arg(STREAM).arg("*").arg("payload").arg("{not json").ignore()
+        .cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(submission(2)).ignore()
+        .cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).ignore();
+    pipe.query::<()>(&mut w.conn()).unwrap();
+
+    worker.wait_log("copying an entry to the dead-letter stream failed");
+    assert!(worker.lines_with("copying an entry to the dead-letter stream failed")[0].contains("OOM"), "{}", worker.log_text());
+    assert!(worker.alive());
+    assert_eq!((w.pending(), w.count("disbursements"), w.xlen("grants:submissions:dead")), (3, 0, 0));
+
+    set_maxmemory(0);
+    assert!(wait_for(SOON, || w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert_eq!(w.count("disbursements"), 2);
+    assert_eq!(w.xlen("grants:submissions:dead"), 1);
+    assert_eq!(w.count("dead_letters"), 1);
+    assert!(worker.alive());
+    assert!(worker.stop().success());
+}
