@@ -531,3 +531,35 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
     assert!(worker.alive());
     assert!(worker.stop().success());
 }
+
+#[test]
+fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
+    // 1. A worker is idle in a blocking read. In one pipeline, three entries are added and a
+    //    script then holds the server for 6.5 s: Redis hands the entries to the worker (they
+    //    enter its pending list) but cannot send the reply until the script ends, by which time
+    //    the worker's 5.2 s response timeout has dropped the connection. The reply is lost.
+    // 2. On reconnect the worker re-reads its own pending list and pays all three, long before
+    //    the stale-entry scan (--claim-idle-ms 600000) would take them over.
+    let w = World::new();
+    let worker = Worker::start(&w, &["--claim-idle-ms", "600000"], &[]);
+    w.add(&submissions(0..1));
+    assert!(wait_for(SOON, || w.count("disbursements") == 1 && w.pending() == 0));
+    let mut conn = w.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("busy-reply-threshold").arg(60_000).query(&mut conn).unwrap();
+    let hold = r"
+        local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+        local start = us(redis.call('TIME'))
+        while us(redis.call('TIME')) - start < tonumber(ARGV[1]) do end
+        return 1";
+    let mut pipe = redis::pipe();
+    for p in submissions(1..4) {
+        pipe.cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(p).ignore();
+    }
+    pipe.cmd("EVAL").arg(hold).arg(0).arg(6_500_000).ignore();
+    pipe.query::<()>(&mut conn).unwrap();
+
+    assert!(wait_for(SOON, || w.count("disbursements") == 4 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert_eq!(disbursed_cents(&w), amount_sum(4));
+    assert_eq!(worker.lines_with("reading from redis failed").len(), 1, "{}", worker.log_text());
+    assert!(worker.stop().success());
+}
