@@ -23,7 +23,7 @@ use crate::stream::{self, Conn, Entry};
 use crate::submission::{self, Submission};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{error, info, warn};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -42,9 +42,10 @@ struct Shared<'a> {
     shutdown: &'a AtomicBool,
     /// Counters for metrics and summaries.
     metrics: &'a Metrics,
-    /// Ids read but not yet acknowledged or abandoned by this process. XAUTOCLAIM may hand our
-    /// own slow entries back to us; these are skipped so an entry is never in the pipeline twice.
-    in_flight: Mutex<HashSet<String>>,
+    /// Ids read but not yet acknowledged or abandoned by this process, with when they were
+    /// read. XAUTOCLAIM may hand our own slow entries back to us; these are skipped so an entry
+    /// is never in the pipeline twice.
+    in_flight: Mutex<HashMap<String, Instant>>,
 }
 
 impl Shared<'_> {
@@ -57,6 +58,17 @@ impl Shared<'_> {
         for id in ids {
             set.remove(&id);
         }
+    }
+
+    /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
+    /// take it back from us. Each such claim counts as a delivery, so while the writer waits
+    /// out a long outage, scanning would push healthy entries over the delivery cap (and a
+    /// restart would then dead-letter them). Half the idle time leaves a margin for the gap
+    /// between Redis's delivery time and ours.
+    fn holding_claimable(&self) -> bool {
+        let held_max = Duration::from_millis(self.wcfg.claim_idle_ms / 2);
+        let set = self.in_flight.lock().expect("in-flight set poisoned");
+        set.values().any(|read_at| read_at.elapsed() >= held_max)
     }
 }
 
@@ -99,7 +111,7 @@ pub fn run(
     metrics: &Metrics,
 ) -> Result<()> {
     let client = stream::client(&cfg.redis_url)?;
-    let shared = Shared { cfg, wcfg, shutdown, metrics, in_flight: Mutex::new(HashSet::new()) };
+    let shared = Shared { cfg, wcfg, shutdown, metrics, in_flight: Mutex::new(HashMap::new()) };
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
     info!(
@@ -216,7 +228,7 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
 fn read_step(conn: &mut Conn, state: &mut ReadState, shared: &Shared<'_>) -> Result<Option<Vec<Entry>>> {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let consumer = wcfg.consumer.as_str();
-    if Instant::now() >= state.claim_due {
+    if Instant::now() >= state.claim_due && !shared.holding_claimable() {
         let got = stream::autoclaim(
             conn,
             &cfg.stream,
@@ -274,12 +286,13 @@ fn forget_vanished(conn: &mut Conn, shared: &Shared<'_>, ids: &[String], why: &s
 
 fn not_in_flight(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let set = shared.in_flight.lock().expect("in-flight set poisoned");
-    entries.into_iter().filter(|e| !set.contains(&e.id)).collect()
+    entries.into_iter().filter(|e| !set.contains_key(&e.id)).collect()
 }
 
 fn track(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let mut set = shared.in_flight.lock().expect("in-flight set poisoned");
-    set.extend(entries.iter().map(|e| e.id.clone()));
+    let now = Instant::now();
+    set.extend(entries.iter().map(|e| (e.id.clone(), now)));
     entries
 }
 

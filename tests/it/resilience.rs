@@ -227,7 +227,7 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
     w.redis.kill();
     w.redis.restart().unwrap();
     assert!(wait_for(SOON, || group_exists(&w)), "the group was not recreated:\n{}", worker.log_text());
-    assert_eq!(worker.lines_with("recreating it").len(), 1, "{}", worker.log_text());
+    worker.wait_log("recreating it");
     assert!(worker.alive());
     producer.join().unwrap();
     w.add(&submissions(0..150));
@@ -238,6 +238,7 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
     assert_eq!(disbursed_cents(&w), amount_sum(150));
     assert!(audit(&w, "duplicate") >= paid_before_kill, "every submission paid before the kill was re-sent");
     assert_eq!(w.count("dead_letters"), 0);
+    assert_eq!(worker.lines_with("recreating it").len(), 1, "{}", worker.log_text());
     assert!(worker.alive());
     assert!(worker.stop().success());
 }
@@ -562,4 +563,34 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
     assert_eq!(disbursed_cents(&w), amount_sum(4));
     assert_eq!(worker.lines_with("reading from redis failed").len(), 1, "{}", worker.log_text());
     assert!(worker.stop().success());
+}
+
+#[test]
+fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
+    // 1. The ledger is locked by another process; a worker (--claim-idle-ms 300) reads five
+    //    entries and waits out the lock with them in hand.
+    // 2. It is SIGKILLed during the outage (an operator restarting a stuck-looking service),
+    //    the lock is released, and a worker with the same name restarts.
+    // 3. The restarted worker pays all five: the outage must not have counted as deliveries
+    //    (the stale-entry scan must not keep re-claiming entries the worker itself holds).
+    let w = World::new();
+    let locker = rusqlite::Connection::open({
+        claimgate::ledger::SqliteLedger::open_path(&w.db).unwrap();
+        &w.db
+    })
+    .unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut worker = Worker::start(&w, &["--consumer", "held", "--claim-idle-ms", "300"], &[]);
+    add_atomically(&w, &submissions(0..5));
+    worker.wait_log("committing to the ledger failed");
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(w.pending(), 5);
+
+    w.drain(&["--consumer", "held"]);
+    assert_eq!(w.count("disbursements"), 5);
+    assert_eq!(disbursed_cents(&w), amount_sum(5));
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    assert_eq!(w.pending(), 0);
 }
