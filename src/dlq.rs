@@ -93,7 +93,12 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
         DlqCommand::List { json } => {
             let all = list(&mut conn, cfg)?;
             if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&all).expect("serializable")).ok();
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&all).expect("serializable")
+                )
+                .ok();
                 return Ok(());
             }
             for d in &all {
@@ -106,17 +111,29 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
             let d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
             if json {
                 let mut doc = serde_json::to_value(&d).expect("serializable");
-                let fields: serde_json::Map<String, serde_json::Value> =
-                    d.fields.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+                let fields: serde_json::Map<String, serde_json::Value> = d
+                    .fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone().into()))
+                    .collect();
                 doc["fields"] = fields.into();
-                writeln!(out, "{}", serde_json::to_string_pretty(&doc).expect("serializable")).ok();
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&doc).expect("serializable")
+                )
+                .ok();
                 return Ok(());
             }
             writeln!(out, "dead letter {} on {}", d.id, cfg.dead_stream()).ok();
             for (name, value) in &d.fields {
                 writeln!(out, "  {name}: {value}").ok();
             }
-            let replayed = d.replayed_as.as_deref().map(|r| format!("yes, as {r}")).unwrap_or_else(|| "no".into());
+            let replayed = d
+                .replayed_as
+                .as_deref()
+                .map(|r| format!("yes, as {r}"))
+                .unwrap_or_else(|| "no".into());
             writeln!(out, "  replayed: {replayed}").ok();
             Ok(())
         }
@@ -149,7 +166,11 @@ pub fn list(conn: &mut Conn, cfg: &Config) -> Result<Vec<DeadLetter>> {
     let mut start = "-".to_owned();
     loop {
         let mut cmd = redis::cmd("XRANGE");
-        cmd.arg(&dead).arg(&start).arg("+").arg("COUNT").arg(LIST_PAGE_ENTRIES_MAX);
+        cmd.arg(&dead)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(LIST_PAGE_ENTRIES_MAX);
         let page = parse_entries(conn.query(&cmd)?)?;
         let full = page.len() == LIST_PAGE_ENTRIES_MAX;
         if let Some(last) = page.last() {
@@ -168,12 +189,15 @@ pub fn list(conn: &mut Conn, cfg: &Config) -> Result<Vec<DeadLetter>> {
 /// `id`; `None` if neither exists.
 pub fn find(conn: &mut Conn, cfg: &Config, id: &str) -> Result<Option<DeadLetter>> {
     if !is_stream_id(id) {
-        return Err(Error::Config(format!("{id:?} is not a stream entry id (expected MS-SEQ, e.g. 1700000000000-0)")));
+        return Err(Error::Config(format!(
+            "{id:?} is not a stream entry id (expected MS-SEQ, e.g. 1700000000000-0)"
+        )));
     }
     let dead = cfg.dead_stream();
     let mut found = fetch(conn, &dead, id)?;
     if found.is_none() {
-        let by_original: Option<String> = conn.query(redis::cmd("HGET").arg(dead_index_key(&dead)).arg(id))?;
+        let by_original: Option<String> =
+            conn.query(redis::cmd("HGET").arg(dead_index_key(&dead)).arg(id))?;
         if let Some(dead_id) = by_original {
             found = fetch(conn, &dead, &dead_id)?;
         }
@@ -215,11 +239,19 @@ pub fn replay(conn: &mut Conn, cfg: &Config, dead_id: &str) -> Result<Replay> {
     });
     let dead = cfg.dead_stream();
     let mut inv = script.prepare_invoke();
-    inv.key(&dead).key(replayed_key(&dead)).key(&cfg.stream).arg(dead_id).arg(ORIGINAL_FIELD_PREFIX);
+    inv.key(&dead)
+        .key(replayed_key(&dead))
+        .key(&cfg.stream)
+        .arg(dead_id)
+        .arg(ORIGINAL_FIELD_PREFIX);
     let reply: Vec<String> = conn.invoke(&inv)?;
     let (status, value) = match reply.as_slice() {
         [status, value] => (status.as_str(), value.clone()),
-        _ => return Err(Error::Other(format!("unexpected reply from the replay script: {reply:?}"))),
+        _ => {
+            return Err(Error::Other(format!(
+                "unexpected reply from the replay script: {reply:?}"
+            )))
+        }
     };
     match status {
         "replayed" => Ok(Replay::Replayed(value)),
@@ -233,7 +265,10 @@ pub fn replay(conn: &mut Conn, cfg: &Config, dead_id: &str) -> Result<Replay> {
 }
 
 fn not_found(cfg: &Config, id: &str) -> Error {
-    Error::Other(format!("no dead letter {id} on {} (neither a dead-letter id nor an original entry id)", cfg.dead_stream()))
+    Error::Other(format!(
+        "no dead letter {id} on {} (neither a dead-letter id nor an original entry id)",
+        cfg.dead_stream()
+    ))
 }
 
 /// A stream id as XRANGE accepts it: `MS` or `MS-SEQ`, digits only.
@@ -280,10 +315,17 @@ fn parse_entries(reply: Value) -> Result<Vec<DeadLetter>> {
 
 /// Reads the worker's fields (see `stream::dead_letter`) out of one dead-letter entry.
 fn dead_letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> DeadLetter {
-    let get = |name: &str| raw.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| v.as_slice());
+    let get = |name: &str| {
+        raw.iter()
+            .find(|(k, _)| k == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    };
     let text = |name: &str| get(name).map(|v| String::from_utf8_lossy(v).into_owned());
     let payload_field = [ORIGINAL_FIELD_PREFIX.as_bytes(), PAYLOAD_FIELD].concat();
-    let payload = raw.iter().find(|(k, _)| *k == payload_field).map(|(_, v)| v.as_slice());
+    let payload = raw
+        .iter()
+        .find(|(k, _)| *k == payload_field)
+        .map(|(_, v)| v.as_slice());
     DeadLetter {
         original_id: text("original_id"),
         dead_lettered_at: text("dead_lettered_at"),
@@ -294,7 +336,12 @@ fn dead_letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> DeadLetter {
         replayed_as: None,
         fields: raw
             .iter()
-            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()))
+            .map(|(k, v)| {
+                (
+                    String::from_utf8_lossy(k).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
             .collect(),
         id,
     }
@@ -309,7 +356,11 @@ fn summary_line(d: &DeadLetter) -> String {
         (Some(code), None) => code.clone(),
         (None, None) => dash(),
     };
-    let replayed = d.replayed_as.as_deref().map(|r| format!("  [replayed as {r}]")).unwrap_or_default();
+    let replayed = d
+        .replayed_as
+        .as_deref()
+        .map(|r| format!("  [replayed as {r}]"))
+        .unwrap_or_default();
     format!(
         "{}  {}  award={}  {reason}{replayed}",
         d.id,
@@ -327,7 +378,17 @@ mod tests {
         for ok in ["0", "0-0", "1700000000000-12"] {
             assert!(is_stream_id(ok), "{ok}");
         }
-        for bad in ["", "-", "1-", "-1", "abc", "1-2-3", "1700000000000-x", "+", "99999999999999999999999"] {
+        for bad in [
+            "",
+            "-",
+            "1-",
+            "-1",
+            "abc",
+            "1-2-3",
+            "1700000000000-x",
+            "+",
+            "99999999999999999999999",
+        ] {
             assert!(!is_stream_id(bad), "{bad}");
         }
     }
@@ -336,11 +397,20 @@ mod tests {
     fn a_dead_letter_names_its_award_and_reason() {
         let raw: Vec<(Vec<u8>, Vec<u8>)> = vec![
             (b"original_id".to_vec(), b"5-0".to_vec()),
-            (b"reason".to_vec(), b"max deliveries exceeded (6 > 5)".to_vec()),
+            (
+                b"reason".to_vec(),
+                b"max deliveries exceeded (6 > 5)".to_vec(),
+            ),
             (b"reason_code".to_vec(), b"max_deliveries".to_vec()),
             (b"deliveries".to_vec(), b"6".to_vec()),
-            (b"dead_lettered_at".to_vec(), b"2026-07-01T09:00:00.000000Z".to_vec()),
-            (b"original.payload".to_vec(), br#"{"award_id":"A-7","amount_cents":1}"#.to_vec()),
+            (
+                b"dead_lettered_at".to_vec(),
+                b"2026-07-01T09:00:00.000000Z".to_vec(),
+            ),
+            (
+                b"original.payload".to_vec(),
+                br#"{"award_id":"A-7","amount_cents":1}"#.to_vec(),
+            ),
         ];
         let d = dead_letter_of("9-0".into(), &raw);
         assert_eq!(d.award_id.as_deref(), Some("A-7"));

@@ -96,15 +96,15 @@ pub fn redis_is_transient(e: &redis::RedisError) -> bool {
 /// SQLite errors that a later attempt can get past: another writer, a full disk, an I/O hiccup.
 pub fn sqlite_is_transient(e: &rusqlite::Error) -> bool {
     use rusqlite::ErrorCode;
-    match e.sqlite_error_code() {
+    matches!(
+        e.sqlite_error_code(),
         Some(
             ErrorCode::DatabaseBusy
-            | ErrorCode::DatabaseLocked
-            | ErrorCode::DiskFull
-            | ErrorCode::SystemIoFailure
-            | ErrorCode::OutOfMemory
-            | ErrorCode::CannotOpen,
-        ) => true,
-        _ => false,
-    }
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::OutOfMemory
+                | ErrorCode::CannotOpen
+        )
+    )
 }

@@ -213,7 +213,8 @@ mod tests {
     #[test]
     fn every_malformed_class_is_named() {
         let ok_ts = "2026-07-01T09:00:00Z";
-        let cases: Vec<(Vec<(Vec<u8>, Vec<u8>)>, &str)> = vec![
+        type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+        let cases: Vec<(Fields, &str)> = vec![
             (vec![(b"other".to_vec(), b"{}".to_vec())], "missing_payload"),
             ([entry("{}"), entry("{}")].concat(), "ambiguous_payload"),
             (entry("{not json"), "not_json"),

@@ -25,7 +25,8 @@ fn check_verdict(payload: &[u8], verdict: &Result<Submission, Malformed>) {
             assert_eq!(s.payload, payload);
             assert!(!s.award_id.is_empty());
             assert!(s.amount_cents > 0);
-            let key = derive_idempotency_key(&s.award_id, &s.submission_timestamp, payload).unwrap();
+            let key =
+                derive_idempotency_key(&s.award_id, &s.submission_timestamp, payload).unwrap();
             assert_eq!(s.key, key);
             assert_eq!(IdempotencyKey::from_hex(&key.to_hex()), Some(key));
         }
@@ -33,7 +34,13 @@ fn check_verdict(payload: &[u8], verdict: &Result<Submission, Malformed>) {
             assert!(!m.code().is_empty());
             assert!(!m.to_string().is_empty());
             if payload.len() > PAYLOAD_BYTES_MAX {
-                assert_eq!(m, &Malformed::PayloadTooLarge { size: payload.len(), max: PAYLOAD_BYTES_MAX });
+                assert_eq!(
+                    m,
+                    &Malformed::PayloadTooLarge {
+                        size: payload.len(),
+                        max: PAYLOAD_BYTES_MAX
+                    }
+                );
             }
         }
     }
@@ -46,7 +53,8 @@ fn json_value() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
-        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Value::Number)),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+            .map(Value::Number)),
         ".{0,12}".prop_map(Value::String),
         // Values near the validators' edges: timestamps, valid and not.
         prop_oneof![
@@ -72,12 +80,19 @@ fn submission_like() -> impl Strategy<Value = Vec<u8>> {
     (
         prop::option::of(json_value()),
         prop::option::of(json_value()),
-        prop::option::of(prop_oneof![any::<i64>().prop_map(Value::from), json_value()]),
+        prop::option::of(prop_oneof![
+            any::<i64>().prop_map(Value::from),
+            json_value()
+        ]),
         prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..3),
     )
         .prop_map(|(award, ts, amount, extra)| {
             let mut object: serde_json::Map<String, Value> = extra.into_iter().collect();
-            for (name, value) in [("award_id", award), ("submission_timestamp", ts), ("amount_cents", amount)] {
+            for (name, value) in [
+                ("award_id", award),
+                ("submission_timestamp", ts),
+                ("amount_cents", amount),
+            ] {
                 if let Some(v) = value {
                     object.insert(name.into(), v);
                 }

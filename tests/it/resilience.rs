@@ -35,11 +35,18 @@ impl Worker {
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().expect("spawn claimgate");
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn claimgate");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (stderr, sink) = (child.stderr.take().expect("piped stderr"), Arc::clone(&log));
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 sink.lock().unwrap().push(line);
             }
         });
@@ -48,12 +55,22 @@ impl Worker {
 
     /// Lines of its log containing `needle`.
     fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .cloned()
+            .collect()
     }
 
     /// Waits until a log line contains `needle`.
     fn wait_log(&self, needle: &str) {
-        assert!(wait_for(SOON, || !self.lines_with(needle).is_empty()), "no log line with {needle:?}:\n{}", self.log_text());
+        assert!(
+            wait_for(SOON, || !self.lines_with(needle).is_empty()),
+            "no log line with {needle:?}:\n{}",
+            self.log_text()
+        );
     }
 
     fn log_text(&self) -> String {
@@ -84,7 +101,12 @@ fn add_atomically(w: &World, payloads: &[String]) {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for p in payloads {
-        pipe.cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(p.as_bytes()).ignore();
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(p.as_bytes())
+            .ignore();
     }
     pipe.query::<()>(&mut w.conn()).unwrap();
 }
@@ -95,24 +117,47 @@ fn submissions(range: std::ops::Range<usize>) -> Vec<String> {
 
 /// True when the consumer group exists on the submissions stream.
 fn group_exists(w: &World) -> bool {
-    let groups: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XINFO").arg("GROUPS").arg(STREAM).query(&mut w.conn());
+    let groups: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(STREAM)
+        .query(&mut w.conn());
     groups.map(|g| !g.is_empty()).unwrap_or(false)
 }
 
 /// Reads every new entry as consumer `consumer` (creating the group) and returns the ids.
 fn read_as(w: &World, consumer: &str) -> Vec<String> {
     let mut conn = w.conn();
-    let _: redis::RedisResult<()> = redis::cmd("XGROUP").arg("CREATE").arg(STREAM).arg(GROUP).arg("0").arg("MKSTREAM").query(&mut conn);
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(STREAM)
+        .arg(GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut conn);
     let reply: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
-        .arg("GROUP").arg(GROUP).arg(consumer).arg("COUNT").arg(1000).arg("STREAMS").arg(STREAM).arg(">")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(1000)
+        .arg("STREAMS")
+        .arg(STREAM)
+        .arg(">")
         .query(&mut conn)
         .unwrap();
-    reply.keys.into_iter().flat_map(|k| k.ids).map(|e| e.id).collect()
+    reply
+        .keys
+        .into_iter()
+        .flat_map(|k| k.ids)
+        .map(|e| e.id)
+        .collect()
 }
 
 /// Audit records of one kind.
 fn audit(w: &World, kind: &str) -> i64 {
-    w.sql_i64(&format!("SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}'"))
+    w.sql_i64(&format!(
+        "SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}'"
+    ))
 }
 
 fn disbursed_cents(w: &World) -> i64 {
@@ -121,7 +166,10 @@ fn disbursed_cents(w: &World) -> i64 {
 
 /// The number N in "recovered after N failed attempts" on a log line.
 fn failed_attempts(line: &str) -> u32 {
-    let after = line.split("recovered after ").nth(1).expect("a recovery line");
+    let after = line
+        .split("recovered after ")
+        .nth(1)
+        .expect("a recovery line");
     after.split_whitespace().next().unwrap().parse().unwrap()
 }
 
@@ -138,18 +186,35 @@ fn redis_down_at_start_is_waited_out_then_everything_is_processed_once() {
     worker.wait_log("reading from redis failed");
     // Keep Redis down for a while so the worker retries several times.
     std::thread::sleep(Duration::from_millis(1_500));
-    assert!(worker.alive(), "the worker exited while Redis was down:\n{}", worker.log_text());
+    assert!(
+        worker.alive(),
+        "the worker exited while Redis was down:\n{}",
+        worker.log_text()
+    );
     w.redis.restart().unwrap();
 
-    assert!(wait_for(SOON, || w.count("disbursements") == 50 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 50 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(w.count("processed_messages"), 50);
     assert_eq!(disbursed_cents(&w), amount_sum(50));
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
     worker.wait_log("reading from redis recovered");
-    assert_eq!(worker.lines_with("reading from redis failed").len(), 1, "{}", worker.log_text());
+    assert_eq!(
+        worker.lines_with("reading from redis failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
     let recovered = worker.lines_with("reading from redis recovered");
     assert_eq!(recovered.len(), 1, "{}", worker.log_text());
-    assert!(failed_attempts(&recovered[0]) >= 2, "one episode should span several retries: {}", recovered[0]);
+    assert!(
+        failed_attempts(&recovered[0]) >= 2,
+        "one episode should span several retries: {}",
+        recovered[0]
+    );
     assert!(worker.stop().success());
 }
 
@@ -165,15 +230,27 @@ fn produce_through_outages(url: String, payloads: Vec<String>) -> u32 {
     for p in payloads {
         loop {
             if conn.is_none() {
-                conn = client.get_connection_with_timeout(Duration::from_millis(200)).ok();
+                conn = client
+                    .get_connection_with_timeout(Duration::from_millis(200))
+                    .ok();
             }
-            let sent = conn.as_mut().map(|c| redis::cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(p.as_bytes()).query::<String>(c));
+            let sent = conn.as_mut().map(|c| {
+                redis::cmd("XADD")
+                    .arg(STREAM)
+                    .arg("*")
+                    .arg("payload")
+                    .arg(p.as_bytes())
+                    .query::<String>(c)
+            });
             if let Some(Ok(_)) = sent {
                 break;
             }
             conn = None;
             failures += 1;
-            assert!(std::time::Instant::now() < deadline, "Redis never came back for the producer");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Redis never came back for the producer"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -198,9 +275,16 @@ fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() 
     worker.wait_log("reading from redis failed");
     assert!(worker.alive());
     w.redis.restart().unwrap();
-    assert!(producer.join().unwrap() > 0, "the producer never saw the outage: Redis was not killed mid-run");
+    assert!(
+        producer.join().unwrap() > 0,
+        "the producer never saw the outage: Redis was not killed mid-run"
+    );
 
-    assert!(wait_for(SOON, || w.count("disbursements") == 400 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 400 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(w.count("processed_messages"), 400);
     assert_eq!(audit(&w, "processed"), 400);
     assert_eq!(disbursed_cents(&w), amount_sum(400));
@@ -226,19 +310,35 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
     let paid_before_kill = w.count("processed_messages");
     w.redis.kill();
     w.redis.restart().unwrap();
-    assert!(wait_for(SOON, || group_exists(&w)), "the group was not recreated:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || group_exists(&w)),
+        "the group was not recreated:\n{}",
+        worker.log_text()
+    );
     worker.wait_log("recreating it");
     assert!(worker.alive());
     producer.join().unwrap();
     w.add(&submissions(0..150));
 
-    assert!(wait_for(SOON, || w.count("disbursements") == 150 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 150 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(w.count("processed_messages"), 150);
     assert_eq!(audit(&w, "processed"), 150);
     assert_eq!(disbursed_cents(&w), amount_sum(150));
-    assert!(audit(&w, "duplicate") >= paid_before_kill, "every submission paid before the kill was re-sent");
+    assert!(
+        audit(&w, "duplicate") >= paid_before_kill,
+        "every submission paid before the kill was re-sent"
+    );
     assert_eq!(w.count("dead_letters"), 0);
-    assert_eq!(worker.lines_with("recreating it").len(), 1, "{}", worker.log_text());
+    assert_eq!(
+        worker.lines_with("recreating it").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.alive());
     assert!(worker.stop().success());
 }
@@ -265,13 +365,29 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
     locker.execute_batch("ROLLBACK").unwrap();
 
-    assert!(wait_for(SOON, || w.count("disbursements") == 30 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 30 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(disbursed_cents(&w), amount_sum(30));
     assert_eq!(w.count("dead_letters"), 0);
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
     worker.wait_log("committing to the ledger recovered");
-    assert_eq!(worker.lines_with("committing to the ledger failed").len(), 1, "{}", worker.log_text());
-    assert_eq!(worker.lines_with("committing to the ledger recovered").len(), 1, "{}", worker.log_text());
+    assert_eq!(
+        worker.lines_with("committing to the ledger failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        worker
+            .lines_with("committing to the ledger recovered")
+            .len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.stop().success());
 }
 
@@ -294,25 +410,52 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
              PRAGMA wal_checkpoint(TRUNCATE);",
         )
         .unwrap();
-    let pages: i64 = admin.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
-    let freelist: i64 = admin.query_row("PRAGMA freelist_count", [], |r| r.get(0)).unwrap();
-    assert_eq!(freelist, 0, "the ledger must have no free pages for this test to mean anything");
+    let pages: i64 = admin
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    let freelist: i64 = admin
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        freelist, 0,
+        "the ledger must have no free pages for this test to mean anything"
+    );
 
     let mut worker = Worker::start(&w, &["--ledger-pages-max", &pages.to_string()], &[]);
     add_atomically(&w, &submissions(0..40));
     worker.wait_log("committing to the ledger failed");
-    assert!(worker.lines_with("committing to the ledger failed")[0].contains("full"), "{}", worker.log_text());
+    assert!(
+        worker.lines_with("committing to the ledger failed")[0].contains("full"),
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.alive());
     assert_eq!(w.count("processed_messages"), 0);
     assert_eq!(w.pending(), 40);
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
 
     admin.execute_batch("DROP TABLE filler").unwrap();
-    assert!(wait_for(SOON, || w.count("disbursements") == 40 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 40 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(disbursed_cents(&w), amount_sum(40));
     assert_eq!(w.count("dead_letters"), 0);
-    assert_eq!(worker.lines_with("committing to the ledger failed").len(), 1, "{}", worker.log_text());
-    assert_eq!(worker.lines_with("committing to the ledger recovered").len(), 1, "{}", worker.log_text());
+    assert_eq!(
+        worker.lines_with("committing to the ledger failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        worker
+            .lines_with("committing to the ledger recovered")
+            .len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.stop().success());
 }
 
@@ -328,7 +471,14 @@ fn entries_claimed_over_and_over_without_ack_are_dead_lettered_at_the_cap() {
     assert_eq!(stuck.len(), 3);
     let mut conn = w.conn();
     for _ in 0..5 {
-        let _: redis::Value = redis::cmd("XCLAIM").arg(STREAM).arg(GROUP).arg("never-acks").arg(0).arg(&stuck).query(&mut conn).unwrap();
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(STREAM)
+            .arg(GROUP)
+            .arg("never-acks")
+            .arg(0)
+            .arg(&stuck)
+            .query(&mut conn)
+            .unwrap();
     }
     w.add(&submissions(3..5));
     w.drain(&[]);
@@ -337,7 +487,10 @@ fn entries_claimed_over_and_over_without_ack_are_dead_lettered_at_the_cap() {
     assert_eq!(dead.len(), 3);
     for d in &dead {
         assert_eq!(d["reason_code"], b"max_deliveries");
-        assert_eq!(String::from_utf8_lossy(&d["reason"]), "max deliveries exceeded (7 > 5)");
+        assert_eq!(
+            String::from_utf8_lossy(&d["reason"]),
+            "max deliveries exceeded (7 > 5)"
+        );
         assert_eq!(d["deliveries"], b"7");
         assert!(stuck.contains(&String::from_utf8(d["original_id"].clone()).unwrap()));
     }
@@ -355,7 +508,11 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     let w = World::new();
     w.add(&submissions(0..1));
     for run in 1..=5 {
-        let out = w.cmd(&["run", "--consumer", "crashy"]).env("CLAIMGATE_FAILPOINT", "after_read").output().unwrap();
+        let out = w
+            .cmd(&["run", "--consumer", "crashy"])
+            .env("CLAIMGATE_FAILPOINT", "after_read")
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "run {run} should have crashed");
         assert_eq!(w.pending(), 1);
     }
@@ -363,7 +520,10 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
 
     let dead = w.dead_letters();
     assert_eq!(dead.len(), 1);
-    assert_eq!(String::from_utf8_lossy(&dead[0]["reason"]), "max deliveries exceeded (6 > 5)");
+    assert_eq!(
+        String::from_utf8_lossy(&dead[0]["reason"]),
+        "max deliveries exceeded (6 > 5)"
+    );
     assert_eq!(w.count("disbursements"), 0);
     assert_eq!(w.pending(), 0);
 }
@@ -376,12 +536,22 @@ fn entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged() {
     let w = World::new();
     w.add(&submissions(0..5));
     let ids = read_as(&w, "died");
-    let _: u64 = redis::cmd("XDEL").arg(STREAM).arg(&ids[1]).arg(&ids[3]).query(&mut w.conn()).unwrap();
+    let _: u64 = redis::cmd("XDEL")
+        .arg(STREAM)
+        .arg(&ids[1])
+        .arg(&ids[3])
+        .query(&mut w.conn())
+        .unwrap();
     let out = w.drain(&[]);
 
     let log = String::from_utf8_lossy(&out.stderr);
     for gone in [&ids[1], &ids[3]] {
-        assert!(log.contains(&format!("entry {gone} was deleted from the stream while pending")), "{log}");
+        assert!(
+            log.contains(&format!(
+                "entry {gone} was deleted from the stream while pending"
+            )),
+            "{log}"
+        );
     }
     assert_eq!(w.pending(), 0);
     assert_eq!(w.count("disbursements"), 3);
@@ -399,19 +569,39 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
     //    the re-read, the nil-body path of the re-read does the same.)
     let w = World::new();
     let ids = w.add(&submissions(0..5));
-    let out = w.cmd(&["run", "--consumer", "me"]).env("CLAIMGATE_FAILPOINT", "after_read").output().unwrap();
+    let out = w
+        .cmd(&["run", "--consumer", "me"])
+        .env("CLAIMGATE_FAILPOINT", "after_read")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert_eq!(w.pending(), 5);
-    let _: u64 = redis::cmd("XDEL").arg(STREAM).arg(&ids[0]).arg(&ids[4]).query(&mut w.conn()).unwrap();
+    let _: u64 = redis::cmd("XDEL")
+        .arg(STREAM)
+        .arg(&ids[0])
+        .arg(&ids[4])
+        .query(&mut w.conn())
+        .unwrap();
     let mut conn = claimgate::stream::Conn::new(redis::Client::open(w.redis.url()).unwrap());
-    let history = claimgate::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None).unwrap();
+    let history =
+        claimgate::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None).unwrap();
     assert_eq!(history.vanished, vec![ids[0].clone(), ids[4].clone()]);
     assert_eq!(history.entries.len(), 3);
-    let out = w.run_ok(&["run", "--exit-when-idle", "--consumer", "me", "--claim-idle-ms", "600000"]);
+    let out = w.run_ok(&[
+        "run",
+        "--exit-when-idle",
+        "--consumer",
+        "me",
+        "--claim-idle-ms",
+        "600000",
+    ]);
 
     let log = String::from_utf8_lossy(&out.stderr);
     for gone in [&ids[0], &ids[4]] {
-        let logged = log.lines().any(|l| l.contains(&format!("entry {gone} ")) && l.contains("acknowledging it out of the pending list"));
+        let logged = log.lines().any(|l| {
+            l.contains(&format!("entry {gone} "))
+                && l.contains("acknowledging it out of the pending list")
+        });
         assert!(logged, "{log}");
     }
     assert_eq!(w.pending(), 0);
@@ -444,9 +634,18 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
     assert_eq!(listed[0]["award_id"], "A-000007");
     assert!(listed[0]["replayed_as"].is_null());
     let text = String::from_utf8(w.run_ok(&["dlq", "list"]).stdout).unwrap();
-    assert!(text.contains(&dead_id) && text.contains("award=A-000007") && text.contains("payload_too_large"), "{text}");
+    assert!(
+        text.contains(&dead_id)
+            && text.contains("award=A-000007")
+            && text.contains("payload_too_large"),
+        "{text}"
+    );
     let shown = String::from_utf8(w.run_ok(&["dlq", "show", &original]).stdout).unwrap();
-    assert!(shown.contains(&format!("dead letter {dead_id}")) && shown.contains(&format!("original.payload: {}", submission(7))), "{shown}");
+    assert!(
+        shown.contains(&format!("dead letter {dead_id}"))
+            && shown.contains(&format!("original.payload: {}", submission(7))),
+        "{shown}"
+    );
 
     let replayed = String::from_utf8(w.run_ok(&["dlq", "replay", &dead_id]).stdout).unwrap();
     assert!(replayed.contains("replayed dead letter"), "{replayed}");
@@ -476,7 +675,11 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
     // 3. The operator replays it: the worker finds the claim taken. Still one disbursement.
     let w = World::new();
     w.add(&submissions(3..4));
-    let out = w.cmd(&["run", "--consumer", "c1"]).env("CLAIMGATE_FAILPOINT", "after_commit").output().unwrap();
+    let out = w
+        .cmd(&["run", "--consumer", "c1"])
+        .env("CLAIMGATE_FAILPOINT", "after_commit")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert_eq!((w.count("disbursements"), w.pending()), (1, 1));
     w.drain(&["--consumer", "c1", "--max-deliveries", "1"]);
@@ -501,11 +704,22 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
     //    stays up (OOM is the world being full, like a full disk, not a bad entry).
     // 3. Memory is freed: the bad entry is dead-lettered, the two are paid, nothing pending.
     let w = World::new();
-    let set_maxmemory = |bytes: u64| redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(bytes).query::<()>(&mut w.conn()).unwrap();
+    let set_maxmemory = |bytes: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query::<()>(&mut w.conn())
+            .unwrap()
+    };
     set_maxmemory(1);
     let mut worker = Worker::start(&w, &[], &[]);
     worker.wait_log("reading from redis failed");
-    assert!(worker.lines_with("reading from redis failed")[0].contains("OOM"), "{}", worker.log_text());
+    assert!(
+        worker.lines_with("reading from redis failed")[0].contains("OOM"),
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.alive());
     set_maxmemory(0);
     assert!(wait_for(SOON, || group_exists(&w)), "{}", worker.log_text());
@@ -513,19 +727,53 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
     // One MULTI, so the entries land and the limit comes back before the worker can react.
     let mut pipe = redis::pipe();
     pipe.atomic()
-        .cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(submission(1)).ignore()
-        .cmd("XADD").arg(STREAM).arg("*").arg("payload").arg("{not json").ignore()
-        .cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(submission(2)).ignore()
-        .cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).ignore();
+        .cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("payload")
+        .arg(submission(1))
+        .ignore()
+        .cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("payload")
+        .arg("{not json")
+        .ignore()
+        .cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("payload")
+        .arg(submission(2))
+        .ignore()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .ignore();
     pipe.query::<()>(&mut w.conn()).unwrap();
 
     worker.wait_log("copying an entry to the dead-letter stream failed");
-    assert!(worker.lines_with("copying an entry to the dead-letter stream failed")[0].contains("OOM"), "{}", worker.log_text());
+    assert!(
+        worker.lines_with("copying an entry to the dead-letter stream failed")[0].contains("OOM"),
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.alive());
-    assert_eq!((w.pending(), w.count("disbursements"), w.xlen("grants:submissions:dead")), (3, 0, 0));
+    assert_eq!(
+        (
+            w.pending(),
+            w.count("disbursements"),
+            w.xlen("grants:submissions:dead")
+        ),
+        (3, 0, 0)
+    );
 
     set_maxmemory(0);
-    assert!(wait_for(SOON, || w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(w.count("disbursements"), 2);
     assert_eq!(w.xlen("grants:submissions:dead"), 1);
     assert_eq!(w.count("dead_letters"), 1);
@@ -546,7 +794,12 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
     w.add(&submissions(0..1));
     assert!(wait_for(SOON, || w.count("disbursements") == 1 && w.pending() == 0));
     let mut conn = w.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("busy-reply-threshold").arg(60_000).query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
     let hold = r"
         local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
         local start = us(redis.call('TIME'))
@@ -554,14 +807,28 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
         return 1";
     let mut pipe = redis::pipe();
     for p in submissions(1..4) {
-        pipe.cmd("XADD").arg(STREAM).arg("*").arg("payload").arg(p).ignore();
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(p)
+            .ignore();
     }
     pipe.cmd("EVAL").arg(hold).arg(0).arg(6_500_000).ignore();
     pipe.query::<()>(&mut conn).unwrap();
 
-    assert!(wait_for(SOON, || w.count("disbursements") == 4 && w.pending() == 0), "not drained:\n{}", worker.log_text());
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 4 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
     assert_eq!(disbursed_cents(&w), amount_sum(4));
-    assert_eq!(worker.lines_with("reading from redis failed").len(), 1, "{}", worker.log_text());
+    assert_eq!(
+        worker.lines_with("reading from redis failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
     assert!(worker.stop().success());
 }
 

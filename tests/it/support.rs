@@ -133,7 +133,8 @@ impl World {
 
     /// The dead-letter stream's entries as field maps.
     pub fn dead_letters(&self) -> Vec<std::collections::HashMap<String, Vec<u8>>> {
-        let reply: Vec<(String, Vec<(String, Vec<u8>)>)> =
+        type Entries = Vec<(String, Vec<(String, Vec<u8>)>)>;
+        let reply: Entries =
             redis::cmd("XRANGE").arg("grants:submissions:dead").arg("-").arg("+").query(&mut self.conn()).unwrap();
         reply.into_iter().map(|(_, f)| f.into_iter().collect()).collect()
     }
