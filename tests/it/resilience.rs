@@ -861,3 +861,14 @@ fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
     assert_eq!(w.pending(), 0);
 }
+
+#[test]
+fn sigterm_during_an_outage_still_stops_the_worker_cleanly() {
+    // 1. Redis is down; the worker is waiting it out.
+    // 2. SIGTERM: the worker stops waiting and exits 0 (nothing was read, so nothing is lost).
+    let mut w = World::new();
+    w.redis.kill();
+    let worker = Worker::start(&w, &[], &[]);
+    worker.wait_log("reading from redis failed");
+    assert!(worker.stop().success());
+}
