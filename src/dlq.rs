@@ -111,12 +111,8 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
             let d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
             if json {
                 let mut doc = serde_json::to_value(&d).expect("serializable");
-                let fields: serde_json::Map<String, serde_json::Value> = d
-                    .fields
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone().into()))
-                    .collect();
-                doc["fields"] = fields.into();
+                // Pairs, not a map: an entry dead-lettered for two payload fields must show both.
+                doc["fields"] = serde_json::to_value(&d.fields).expect("serializable");
                 writeln!(
                     out,
                     "{}",
