@@ -17,8 +17,10 @@ use redis::Value;
 use serde::Serialize;
 use std::io::Write;
 
-/// Dead letters fetched per XRANGE page, so a long dead-letter stream never arrives as one reply.
-const LIST_PAGE_ENTRIES_MAX: usize = 500;
+/// Dead letters fetched per XRANGE page. Listing streams page by page and keeps no page once
+/// printed, so memory stays bounded by one page whatever the stream's length (dead letters
+/// can carry oversize payloads, so a page is kept small).
+const LIST_PAGE_ENTRIES_MAX: usize = 100;
 
 /// Flags of `claimgate dlq`.
 #[derive(Debug, clap::Args)]
@@ -91,20 +93,26 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match args.command {
         DlqCommand::List { json } => {
-            let all = list(&mut conn, cfg)?;
+            // JSON is written as an array one element at a time, so it streams like the table.
+            let mut count = 0u64;
             if json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&all).expect("serializable")
-                )
-                .ok();
-                return Ok(());
+                write!(out, "[").ok();
             }
-            for d in &all {
-                writeln!(out, "{}", summary_line(d)).ok();
+            for_each(&mut conn, cfg, |d| {
+                let line = if json {
+                    let sep = if count == 0 { "\n  " } else { ",\n  " };
+                    format!("{sep}{}", serde_json::to_string(d).expect("serializable"))
+                } else {
+                    format!("{}\n", summary_line(d))
+                };
+                count += 1;
+                write!(out, "{line}").ok();
+            })?;
+            if json {
+                writeln!(out, "{}]", if count == 0 { "" } else { "\n" }).ok();
+            } else {
+                writeln!(out, "{count} dead letters on {}", cfg.dead_stream()).ok();
             }
-            writeln!(out, "{} dead letters on {}", all.len(), cfg.dead_stream()).ok();
             Ok(())
         }
         DlqCommand::Show { id, json } => {
@@ -155,10 +163,9 @@ pub fn replayed_key(dead_stream: &str) -> String {
     format!("{dead_stream}:replayed")
 }
 
-/// Every dead letter, oldest first, read page by page.
-pub fn list(conn: &mut Conn, cfg: &Config) -> Result<Vec<DeadLetter>> {
+/// Calls `f` on every dead letter, oldest first, reading one page at a time.
+pub fn for_each(conn: &mut Conn, cfg: &Config, mut f: impl FnMut(&DeadLetter)) -> Result<()> {
     let dead = cfg.dead_stream();
-    let mut all = Vec::new();
     let mut start = "-".to_owned();
     loop {
         let mut cmd = redis::cmd("XRANGE");
@@ -167,18 +174,14 @@ pub fn list(conn: &mut Conn, cfg: &Config) -> Result<Vec<DeadLetter>> {
             .arg("+")
             .arg("COUNT")
             .arg(LIST_PAGE_ENTRIES_MAX);
-        let page = parse_entries(conn.query(&cmd)?)?;
-        let full = page.len() == LIST_PAGE_ENTRIES_MAX;
-        if let Some(last) = page.last() {
-            start = format!("({}", last.id);
-        }
-        all.extend(page);
-        if !full {
-            break;
+        let mut page = parse_entries(conn.query(&cmd)?)?;
+        mark_replayed(conn, &dead, &mut page)?;
+        page.iter().for_each(&mut f);
+        match page.last() {
+            Some(last) if page.len() == LIST_PAGE_ENTRIES_MAX => start = format!("({}", last.id),
+            _ => return Ok(()),
         }
     }
-    mark_replayed(conn, &dead, &mut all)?;
-    Ok(all)
 }
 
 /// The dead letter with dead-letter id `id`, or failing that the one made from original entry
@@ -279,21 +282,19 @@ fn fetch(conn: &mut Conn, dead: &str, id: &str) -> Result<Option<DeadLetter>> {
     Ok(parse_entries(reply)?.into_iter().next())
 }
 
-/// Fills in `replayed_as` for each dead letter with one HMGET.
+/// Fills in `replayed_as` for each dead letter (at most a page) with one HMGET.
 fn mark_replayed(conn: &mut Conn, dead: &str, letters: &mut [DeadLetter]) -> Result<()> {
     if letters.is_empty() {
         return Ok(());
     }
-    for chunk in letters.chunks_mut(LIST_PAGE_ENTRIES_MAX) {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(replayed_key(dead));
-        for d in chunk.iter() {
-            cmd.arg(&d.id);
-        }
-        let replayed: Vec<Option<String>> = conn.query(&cmd)?;
-        for (d, r) in chunk.iter_mut().zip(replayed) {
-            d.replayed_as = r;
-        }
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(replayed_key(dead));
+    for d in letters.iter() {
+        cmd.arg(&d.id);
+    }
+    let replayed: Vec<Option<String>> = conn.query(&cmd)?;
+    for (d, r) in letters.iter_mut().zip(replayed) {
+        d.replayed_as = r;
     }
     Ok(())
 }

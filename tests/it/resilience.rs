@@ -631,6 +631,11 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
     let dead_id = listed[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(listed[0]["original_id"], original.as_str());
     assert_eq!(listed[0]["reason_code"], "payload_too_large");
+    let reason = format!(
+        "payload is {} bytes, over the limit of 50 bytes",
+        submission(7).len()
+    );
+    assert_eq!(listed[0]["reason"], reason.as_str());
     assert_eq!(listed[0]["award_id"], "A-000007");
     assert!(listed[0]["replayed_as"].is_null());
     let text = String::from_utf8(w.run_ok(&["dlq", "list"]).stdout).unwrap();
@@ -871,4 +876,40 @@ fn sigterm_during_an_outage_still_stops_the_worker_cleanly() {
     let worker = Worker::start(&w, &[], &[]);
     worker.wait_log("reading from redis failed");
     assert!(worker.stop().success());
+}
+
+#[test]
+fn dlq_list_pages_through_a_long_dead_letter_stream() {
+    // 250 malformed entries (more than two listing pages) are all listed, oldest first, once.
+    let w = World::new();
+    let mut pipe = redis::pipe();
+    for i in 0..250 {
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(format!("bad {i}"))
+            .ignore();
+    }
+    pipe.query::<()>(&mut w.conn()).unwrap();
+    w.drain(&[]);
+    assert_eq!(w.xlen("grants:submissions:dead"), 250);
+
+    let listed = dlq_list(&w);
+    let ids: Vec<&str> = listed.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_by_key(|id| {
+        let (ms, seq) = id.split_once('-').unwrap();
+        (ms.parse::<u64>().unwrap(), seq.parse::<u64>().unwrap())
+    });
+    sorted.dedup();
+    assert_eq!(ids.len(), 250);
+    assert_eq!(ids, sorted);
+    assert!(listed.iter().all(|d| d["reason_code"] == "not_json"));
+    let text = String::from_utf8(w.run_ok(&["dlq", "list"]).stdout).unwrap();
+    assert_eq!(text.lines().count(), 251);
+    assert!(
+        text.ends_with("250 dead letters on grants:submissions:dead\n"),
+        "{text}"
+    );
 }
