@@ -441,6 +441,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
         worker.log_text()
     );
     assert_eq!(disbursed_cents(&w), amount_sum(40));
+    worker.wait_log("committing to the ledger recovered");
     assert_eq!(w.count("dead_letters"), 0);
     assert_eq!(
         worker.lines_with("committing to the ledger failed").len(),
