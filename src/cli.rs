@@ -64,6 +64,8 @@ pub enum Command {
     Retention(crate::cli_trail::RetentionArgs),
     /// Place, lift or list legal holds on awards (held awards are never purged).
     Hold(crate::cli_trail::HoldArgs),
+    /// Inspect dead letters and replay one onto the submissions stream.
+    Dlq(crate::dlq::DlqArgs),
 }
 
 /// Flags of `claimgate run`.
@@ -106,6 +108,10 @@ pub struct RunArgs {
     /// Relay settings, used with --relay.
     #[command(flatten)]
     pub relay_opts: crate::cli_trail::RelayOpts,
+    /// Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker
+    /// leaves entries pending and retries until room is made.
+    #[arg(long, env = "CLAIMGATE_LEDGER_PAGES_MAX", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ledger_pages_max: Option<u64>,
 }
 
 /// Flags of `claimgate produce`.
@@ -162,6 +168,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Verify => crate::cli_trail::verify(&cfg),
         Command::Retention(args) => crate::cli_trail::retention(&cfg, args),
         Command::Hold(args) => crate::cli_trail::hold(&cfg, args),
+        Command::Dlq(args) => crate::dlq::run(&cfg, args),
     }
 }
 
@@ -195,6 +202,7 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     } else {
         OnConflict::Record
     };
+    lcfg.pages_max = args.ledger_pages_max;
     let ledger = SqliteLedger::open(&lcfg)?.with_on_conflict(on_conflict);
     stream::client(&cfg.redis_url)?;
     let mut wcfg = WorkerConfig::new(args.consumer.unwrap_or_else(default_consumer));

@@ -16,6 +16,7 @@
 //! - [`error`]: the one error type and its transient/permanent question.
 //! - [`stream`]: Redis only.
 //! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
+//! - [`dlq`]: list, show and replay dead letters (Redis only).
 //! - [`worker`]: the only place that holds both Redis and the ledger.
 //! - [`relay`]: outbox rows to the events stream, each event exactly once.
 //! - [`verify`]: the ledger checked against itself and its audit chain.
@@ -30,6 +31,7 @@ pub mod audit;
 pub mod cli;
 pub mod cli_trail;
 pub mod config;
+pub mod dlq;
 pub mod error;
 pub mod failpoint;
 pub mod key;

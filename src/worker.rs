@@ -25,7 +25,7 @@ use crate::stream::{self, Conn, Entry};
 use crate::submission::{self, Submission};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{error, info, warn};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,9 +44,10 @@ struct Shared<'a> {
     shutdown: &'a AtomicBool,
     /// Counters for metrics and summaries.
     metrics: &'a Metrics,
-    /// Ids read but not yet acknowledged or abandoned by this process. XAUTOCLAIM may hand our
-    /// own slow entries back to us; these are skipped so an entry is never in the pipeline twice.
-    in_flight: Mutex<HashSet<String>>,
+    /// Ids read but not yet acknowledged or abandoned by this process, with when they were
+    /// read. XAUTOCLAIM may hand our own slow entries back to us; these are skipped so an entry
+    /// is never in the pipeline twice.
+    in_flight: Mutex<HashMap<String, Instant>>,
 }
 
 impl Shared<'_> {
@@ -59,6 +60,17 @@ impl Shared<'_> {
         for id in ids {
             set.remove(&id);
         }
+    }
+
+    /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
+    /// take it back from us. Each such claim counts as a delivery, so while the writer waits
+    /// out a long outage, scanning would push healthy entries over the delivery cap (and a
+    /// restart would then dead-letter them). Half the idle time leaves a margin for the gap
+    /// between Redis's delivery time and ours.
+    fn holding_claimable(&self) -> bool {
+        let held_max = Duration::from_millis(self.wcfg.claim_idle_ms / 2);
+        let set = self.in_flight.lock().expect("in-flight set poisoned");
+        set.values().any(|read_at| read_at.elapsed() >= held_max)
     }
 }
 
@@ -106,7 +118,7 @@ pub fn run(
         wcfg,
         shutdown,
         metrics,
-        in_flight: Mutex::new(HashSet::new()),
+        in_flight: Mutex::new(HashMap::new()),
     };
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
@@ -194,12 +206,24 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
             }
             Ok(None) => {
                 episode.cleared("reading from redis");
-                if wcfg.exit_when_idle && is_idle(&mut conn, shared)? {
-                    info!(
-                        "stream {} is drained and group {} has nothing pending; exiting",
-                        cfg.stream, cfg.group
-                    );
-                    break;
+                if !wcfg.exit_when_idle {
+                    continue;
+                }
+                // The idle check talks to Redis too: losing it is a transient failure like any
+                // other read, never a reason to exit.
+                match is_idle(&mut conn, shared) {
+                    Ok(true) => {
+                        info!(
+                            "stream {} is drained and group {} has nothing pending; exiting",
+                            cfg.stream, cfg.group
+                        );
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) if e.is_transient() => {
+                        std::thread::sleep(episode.failed("reading from redis", &e))
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -212,6 +236,10 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
                 state.claim_cursor = "0-0".into();
             }
             Err(e) if e.is_transient() => {
+                // A reply lost with the connection may have moved entries into our pending
+                // list without handing them to us; re-read our own history once Redis is back
+                // rather than leave them until the XAUTOCLAIM scan takes them over.
+                state.own_cursor = Some("0-0".into());
                 let wait = episode.failed("reading from redis", &e);
                 std::thread::sleep(wait);
             }
@@ -230,7 +258,7 @@ fn read_step(
 ) -> Result<Option<Vec<Entry>>> {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let consumer = wcfg.consumer.as_str();
-    if Instant::now() >= state.claim_due {
+    if Instant::now() >= state.claim_due && !shared.holding_claimable() {
         let got = stream::autoclaim(
             conn,
             &cfg.stream,
@@ -320,13 +348,14 @@ fn not_in_flight(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let set = shared.in_flight.lock().expect("in-flight set poisoned");
     entries
         .into_iter()
-        .filter(|e| !set.contains(&e.id))
+        .filter(|e| !set.contains_key(&e.id))
         .collect()
 }
 
 fn track(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let mut set = shared.in_flight.lock().expect("in-flight set poisoned");
-    set.extend(entries.iter().map(|e| e.id.clone()));
+    let now = Instant::now();
+    set.extend(entries.iter().map(|e| (e.id.clone(), now)));
     entries
 }
 

@@ -53,13 +53,19 @@ impl SqliteLedger {
 
         let busy = Duration::from_millis(cfg.busy_timeout_ms);
         let synchronous = cfg.synchronous.as_sql();
+        // max_page_count is per connection, not stored in the file, so every connection sets it.
+        let pages_max = cfg
+            .pages_max
+            .map(|n| format!("PRAGMA max_page_count = {n};"))
+            .unwrap_or_default();
         let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
             c.busy_timeout(busy)?;
             c.execute_batch(&format!(
                 "PRAGMA synchronous = {synchronous};
                  PRAGMA foreign_keys = ON;
                  PRAGMA cache_size = -16384;
-                 PRAGMA temp_store = MEMORY;"
+                 PRAGMA temp_store = MEMORY;
+                 {pages_max}"
             ))
         });
         let pool = Pool::builder()

@@ -4,5 +4,7 @@
 mod support;
 
 mod audit;
+mod fuzz;
 mod relay;
+mod resilience;
 mod worker;
