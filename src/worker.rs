@@ -235,6 +235,9 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
                 state.own_cursor = Some("0-0".into());
                 state.claim_cursor = "0-0".into();
             }
+            // SIGINT/SIGTERM interrupt a blocking read (sockets with a receive timeout are
+            // not restarted after a signal): that is the stop we asked for, not an outage.
+            Err(_) if shared.stopping() => break,
             Err(e) if e.is_transient() => {
                 // A reply lost with the connection may have moved entries into our pending
                 // list without handing them to us; re-read our own history once Redis is back
