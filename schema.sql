@@ -71,3 +71,24 @@ CREATE TABLE IF NOT EXISTS audit_log (
     prev_hash       TEXT    NOT NULL,
     hash            TEXT    NOT NULL
 );
+
+-- Facts about this ledger file itself. `ledger_id` is random per file, created by the first
+-- relay (not here: this file runs at every open and must not take the write lock): the relay
+-- stamps it on its Redis high-water mark so a fresh ledger is never mistaken for a published one.
+CREATE TABLE IF NOT EXISTS ledger_meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- Awards under legal hold: `retention purge` refuses to delete anything that names them.
+CREATE TABLE IF NOT EXISTS legal_holds (
+    award_id TEXT PRIMARY KEY,
+    reason   TEXT NOT NULL,
+    held_at  TEXT NOT NULL
+);
+
+-- Finds an earlier claim for the same award and submission time with a different payload
+-- (a conflicting resubmission). The one lookup this adds per new claim is measured in
+-- notes/relay.md.
+CREATE INDEX IF NOT EXISTS processed_messages_award_ts
+    ON processed_messages (award_id, submission_timestamp);

@@ -114,26 +114,59 @@ pub struct Break {
     pub reason: String,
 }
 
-/// Walks records in order and checks every link and hash. A checkpoint record may start the
-/// chain from a non-genesis hash (records before it were purged); nowhere else may it jump.
+/// Walks records in order and checks every link and hash. See [`Verifier`].
 pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<u64, Break> {
-    let mut prev: Option<&Record> = None;
-    let mut count = 0u64;
+    let mut v = Verifier::default();
     for r in records {
-        let expected_prev = match prev {
-            Some(p) => p.hash.as_str(),
-            None if r.kind == Kind::Checkpoint => r.prev_hash.as_str(),
-            None => GENESIS_HASH,
-        };
-        if let Some(p) = prev {
-            if r.seq <= p.seq {
+        v.push(r)?;
+    }
+    Ok(v.count)
+}
+
+/// Checks a chain one record at a time, so a ledger of any size verifies in constant memory.
+///
+/// A chain starts at [`GENESIS_HASH`], or with a checkpoint left by a retention purge. A
+/// leading checkpoint is transparent: its `prev_hash` is the hash of the last purged record, the
+/// hash it continues from, and the next record must link to that; its own `hash` seals its
+/// content (what was purged, and the export's digest). Anywhere else a checkpoint is an
+/// ordinary link, so nothing can jump the chain mid-way.
+#[derive(Debug, Default, Clone)]
+pub struct Verifier {
+    /// The `prev_hash` the next record must carry; `None` before the first record.
+    expected_prev: Option<String>,
+    /// The last record's seq, for the ordering check.
+    last_seq: Option<i64>,
+    /// Records checked so far.
+    pub count: u64,
+}
+
+impl Verifier {
+    /// A verifier whose first record must link to `prev_hash` (to check an export that starts
+    /// mid-chain, against the hash its predecessor ended on).
+    pub fn continuing_from(prev_hash: &str) -> Self {
+        Verifier {
+            expected_prev: Some(prev_hash.to_owned()),
+            ..Verifier::default()
+        }
+    }
+
+    /// The hash the next record must link to (the chain's head so far).
+    pub fn head(&self) -> &str {
+        self.expected_prev.as_deref().unwrap_or(GENESIS_HASH)
+    }
+
+    /// Checks the next record.
+    pub fn push(&mut self, r: &Record) -> Result<(), Break> {
+        if let Some(last) = self.last_seq {
+            if r.seq <= last {
                 return Err(Break {
                     seq: r.seq,
-                    reason: format!("out of order after seq {}", p.seq),
+                    reason: format!("out of order after seq {last}"),
                 });
             }
         }
-        if r.prev_hash != expected_prev {
+        let leading_checkpoint = self.expected_prev.is_none() && r.kind == Kind::Checkpoint;
+        if !leading_checkpoint && r.prev_hash != self.head() {
             return Err(Break {
                 seq: r.seq,
                 reason: "prev_hash does not match the previous record's hash (a record before it was edited, deleted or moved)".into(),
@@ -145,10 +178,16 @@ pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result
                 reason: "content does not match its hash (edited)".into(),
             });
         }
-        prev = Some(r);
-        count += 1;
+        let next = if leading_checkpoint {
+            &r.prev_hash
+        } else {
+            &r.hash
+        };
+        self.expected_prev = Some(next.clone());
+        self.last_seq = Some(r.seq);
+        self.count += 1;
+        Ok(())
     }
-    Ok(count)
 }
 
 #[cfg(test)]
@@ -202,5 +241,30 @@ mod tests {
         let mut swapped = chain(5);
         swapped.swap(1, 2);
         assert_eq!(verify_chain(&swapped).unwrap_err().seq, 3);
+    }
+
+    #[test]
+    fn a_leading_checkpoint_bridges_a_purged_prefix_and_is_itself_sealed() {
+        let full = chain(5);
+        let mut cp = record(2, "-");
+        cp.kind = Kind::Checkpoint;
+        cp.prev_hash = full[1].hash.clone();
+        cp.hash = cp.compute_hash();
+        let mut purged = vec![cp.clone()];
+        purged.extend_from_slice(&full[2..]);
+        assert_eq!(verify_chain(&purged), Ok(4));
+
+        purged[0].detail = Some("edited".into());
+        assert_eq!(verify_chain(&purged).unwrap_err().seq, 2);
+
+        let mut mid = full.clone();
+        mid[2].kind = Kind::Checkpoint;
+        mid[2].prev_hash = full[0].hash.clone();
+        mid[2].hash = mid[2].compute_hash();
+        assert_eq!(
+            verify_chain(&mid).unwrap_err().seq,
+            3,
+            "a checkpoint cannot bridge mid-chain"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! Every flag can also come from the environment variable named beside it. Subcommand bodies
 //! stay thin: they build configs, open what they need and call into the library.
 
-use crate::config::{self, Config, LedgerConfig, Synchronous, WorkerConfig};
+use crate::config::{self, Config, LedgerConfig, OnConflict, Synchronous, WorkerConfig};
 use crate::error::{Error, Result};
 use crate::ledger::SqliteLedger;
 use crate::metrics::Metrics;
@@ -69,6 +69,18 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the idempotency key of a payload.
     Key(KeyArgs),
+    /// Publish unpublished outbox rows to the events stream, each event exactly once.
+    Relay(crate::cli_trail::RelayArgs),
+    /// Export or verify the hash-chained audit trail.
+    Audit(crate::cli_trail::AuditArgs),
+    /// Check the ledger against itself and the audit chain; exit 1 naming the first violation.
+    Verify,
+    /// Purge records older than the retention window (exported first; never automatic).
+    Retention(crate::cli_trail::RetentionArgs),
+    /// Place, lift or list legal holds on awards (held awards are never purged).
+    Hold(crate::cli_trail::HoldArgs),
+    /// Inspect dead letters and replay one onto the submissions stream.
+    Dlq(crate::dlq::DlqArgs),
     /// The whole pipeline on a private redis-server and a temporary ledger, then a summary
     /// (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored).
     Demo(crate::demo::DemoArgs),
@@ -113,6 +125,20 @@ pub struct RunArgs {
     /// SQLite synchronous level: full (default; survives power loss) or normal.
     #[arg(long, env = "CLAIMGATE_SYNCHRONOUS", default_value = "full", value_parser = ["full", "normal"])]
     pub synchronous: String,
+    /// What to do with a resubmission reusing an award's timestamp with a different payload:
+    /// record (pay it and leave a conflict record) or hold (dead-letter it for review).
+    #[arg(long, env = "CLAIMGATE_ON_CONFLICT", default_value = "record", value_parser = ["record", "hold"])]
+    pub on_conflict: String,
+    /// Also run the outbox relay in this process (single-box setups).
+    #[arg(long, env = "CLAIMGATE_RELAY")]
+    pub relay: bool,
+    /// Relay settings, used with --relay.
+    #[command(flatten)]
+    pub relay_opts: crate::cli_trail::RelayOpts,
+    /// Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker
+    /// leaves entries pending and retries until room is made.
+    #[arg(long, env = "CLAIMGATE_LEDGER_PAGES_MAX", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ledger_pages_max: Option<u64>,
     /// Serve Prometheus /metrics and /healthz on this HOST:PORT.
     #[arg(long, env = "CLAIMGATE_METRICS_ADDR")]
     pub metrics_addr: Option<String>,
@@ -167,6 +193,12 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Produce(args) => produce(&cfg, args),
         Command::Status(args) => crate::status::run(&cfg, args.json),
         Command::Key(args) => key(args),
+        Command::Relay(args) => crate::cli_trail::relay(&cfg, args),
+        Command::Audit(args) => crate::cli_trail::audit(&cfg, args),
+        Command::Verify => crate::cli_trail::verify(&cfg),
+        Command::Retention(args) => crate::cli_trail::retention(&cfg, args),
+        Command::Hold(args) => crate::cli_trail::hold(&cfg, args),
+        Command::Dlq(args) => crate::dlq::run(&cfg, args),
         Command::Demo(args) => crate::demo::run(
             &cfg,
             args,
@@ -227,7 +259,13 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     if args.synchronous == "normal" {
         lcfg.synchronous = Synchronous::Normal;
     }
-    let ledger = SqliteLedger::open(&lcfg)?;
+    let on_conflict = if args.on_conflict == "hold" {
+        OnConflict::Hold
+    } else {
+        OnConflict::Record
+    };
+    lcfg.pages_max = args.ledger_pages_max;
+    let ledger = SqliteLedger::open(&lcfg)?.with_on_conflict(on_conflict);
     stream::client(&cfg.redis_url)?;
     let mut wcfg = WorkerConfig::new(args.consumer.unwrap_or_else(default_consumer));
     wcfg.threads = args.threads.into();
@@ -237,9 +275,15 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     wcfg.batch_count_max = args.batch_count_max as usize;
     wcfg.exit_when_idle = args.exit_when_idle;
     wcfg.per_message = args.per_message;
+    wcfg.on_conflict = on_conflict;
     let shutdown = shutdown_flag()?;
     let metrics = Metrics::default();
-    let work = || crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics);
+    let relay = args.relay.then(|| args.relay_opts.config(cfg));
+    let work = || {
+        crate::relay::alongside(relay.as_ref(), &ledger, &shutdown, || {
+            crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics)
+        })
+    };
     match &args.metrics_addr {
         Some(addr) => crate::serve::serve_during(addr, cfg, &ledger, &metrics, work)?,
         None => work()?,

@@ -130,6 +130,10 @@ pub struct LedgerConfig {
     pub busy_timeout_ms: u64,
     /// Connections in the pool.
     pub pool_size_max: u32,
+    /// `PRAGMA max_page_count` on every pooled connection: a hard cap on the ledger's size.
+    /// Past it a commit fails as "database or disk is full", which the worker waits out like a
+    /// full disk. `None` leaves SQLite's own limit.
+    pub pages_max: Option<u64>,
 }
 
 impl LedgerConfig {
@@ -140,6 +144,7 @@ impl LedgerConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
             pool_size_max: 4,
+            pages_max: None,
         }
     }
 }

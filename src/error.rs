@@ -77,7 +77,10 @@ pub fn redis_is_transient(e: &redis::RedisError) -> bool {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return true;
     }
-    if e.code() == Some("NOGROUP") {
+    // NOGROUP: the group went with a Redis restart and is recreated. OOM: Redis is at its
+    // maxmemory, which is the world being full (like a full disk), not the entry being bad.
+    // BUSY: a long-running script holds the server.
+    if matches!(e.code(), Some("NOGROUP" | "OOM" | "BUSY")) {
         return true;
     }
     matches!(

@@ -16,7 +16,11 @@
 //! - [`error`]: the one error type and its transient/permanent question.
 //! - [`stream`]: Redis only.
 //! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
+//! - [`dlq`]: list, show and replay dead letters (Redis only).
 //! - [`worker`]: the only place that holds both Redis and the ledger.
+//! - [`relay`]: outbox rows to the events stream, each event exactly once.
+//! - [`verify`]: the ledger checked against itself and its audit chain.
+//! - [`retention`]: purging records past the retention window, and legal holds.
 //! - [`metrics`]: counters the worker keeps.
 //! - [`failpoint`]: named crash points for tests.
 //! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
@@ -26,13 +30,16 @@
 //! - [`logging`]: human or JSON log lines; audit lines routable on their own.
 //! - [`demo`]: `claimgate demo`, the whole pipeline with no set-up.
 //! - [`backup`]: a consistent copy of the ledger while workers run.
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line; [`cli_trail`] holds the relay, audit, verify, retention and
+//!   hold command bodies.
 
 pub mod audit;
 pub mod backup;
 pub mod cli;
+pub mod cli_trail;
 pub mod config;
 pub mod demo;
+pub mod dlq;
 pub mod error;
 pub mod exposition;
 pub mod failpoint;
@@ -41,10 +48,13 @@ pub mod ledger;
 pub mod localredis;
 pub mod logging;
 pub mod metrics;
+pub mod relay;
+pub mod retention;
 pub mod serve;
 pub mod status;
 pub mod stream;
 pub mod submission;
+pub mod verify;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -25,7 +25,7 @@ use crate::stream::{self, Conn, Entry};
 use crate::submission::{self, Submission};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{error, info, warn};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,9 +44,10 @@ struct Shared<'a> {
     shutdown: &'a AtomicBool,
     /// Counters for metrics and summaries.
     metrics: &'a Metrics,
-    /// Ids read but not yet acknowledged or abandoned by this process. XAUTOCLAIM may hand our
-    /// own slow entries back to us; these are skipped so an entry is never in the pipeline twice.
-    in_flight: Mutex<HashSet<String>>,
+    /// Ids read but not yet acknowledged or abandoned by this process, with when they were
+    /// read. XAUTOCLAIM may hand our own slow entries back to us; these are skipped so an entry
+    /// is never in the pipeline twice.
+    in_flight: Mutex<HashMap<String, Instant>>,
 }
 
 impl Shared<'_> {
@@ -59,6 +60,17 @@ impl Shared<'_> {
         for id in ids {
             set.remove(&id);
         }
+    }
+
+    /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
+    /// take it back from us. Each such claim counts as a delivery, so while the writer waits
+    /// out a long outage, scanning would push healthy entries over the delivery cap (and a
+    /// restart would then dead-letter them). Half the idle time leaves a margin for the gap
+    /// between Redis's delivery time and ours.
+    fn holding_claimable(&self) -> bool {
+        let held_max = Duration::from_millis(self.wcfg.claim_idle_ms / 2);
+        let set = self.in_flight.lock().expect("in-flight set poisoned");
+        set.values().any(|read_at| read_at.elapsed() >= held_max)
     }
 }
 
@@ -106,7 +118,7 @@ pub fn run(
         wcfg,
         shutdown,
         metrics,
-        in_flight: Mutex::new(HashSet::new()),
+        in_flight: Mutex::new(HashMap::new()),
     };
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
@@ -219,12 +231,24 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
             }
             Ok(None) => {
                 episode.cleared("reading from redis");
-                if wcfg.exit_when_idle && is_idle(&mut conn, shared)? {
-                    info!(
-                        "stream {} is drained and group {} has nothing pending; exiting",
-                        cfg.stream, cfg.group
-                    );
-                    break;
+                if !wcfg.exit_when_idle {
+                    continue;
+                }
+                // The idle check talks to Redis too: losing it is a transient failure like any
+                // other read, never a reason to exit.
+                match is_idle(&mut conn, shared) {
+                    Ok(true) => {
+                        info!(
+                            "stream {} is drained and group {} has nothing pending; exiting",
+                            cfg.stream, cfg.group
+                        );
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) if e.is_transient() => {
+                        std::thread::sleep(episode.failed("reading from redis", &e))
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -236,7 +260,14 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
                 state.own_cursor = Some("0-0".into());
                 state.claim_cursor = "0-0".into();
             }
+            // SIGINT/SIGTERM interrupt a blocking read (sockets with a receive timeout are
+            // not restarted after a signal): that is the stop we asked for, not an outage.
+            Err(_) if shared.stopping() => break,
             Err(e) if e.is_transient() => {
+                // A reply lost with the connection may have moved entries into our pending
+                // list without handing them to us; re-read our own history once Redis is back
+                // rather than leave them until the XAUTOCLAIM scan takes them over.
+                state.own_cursor = Some("0-0".into());
                 let wait = episode.failed("reading from redis", &e);
                 std::thread::sleep(wait);
             }
@@ -255,7 +286,7 @@ fn read_step(
 ) -> Result<Option<Vec<Entry>>> {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let consumer = wcfg.consumer.as_str();
-    if Instant::now() >= state.claim_due {
+    if Instant::now() >= state.claim_due && !shared.holding_claimable() {
         let got = stream::autoclaim(
             conn,
             &cfg.stream,
@@ -345,13 +376,14 @@ fn not_in_flight(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let set = shared.in_flight.lock().expect("in-flight set poisoned");
     entries
         .into_iter()
-        .filter(|e| !set.contains(&e.id))
+        .filter(|e| !set.contains_key(&e.id))
         .collect()
 }
 
 fn track(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let mut set = shared.in_flight.lock().expect("in-flight set poisoned");
-    set.extend(entries.iter().map(|e| e.id.clone()));
+    let now = Instant::now();
+    set.extend(entries.iter().map(|e| (e.id.clone(), now)));
     entries
 }
 
@@ -480,6 +512,7 @@ fn commit_and_ack(
         let (outcomes, committed) = record(ledger, &items, shared)?;
         shared.metrics.observe_commit(started.elapsed());
         failpoint::hit("after_commit");
+        copy_held(&batch, &outcomes, conn, shared)?;
         let ack_ids: Vec<&str> = batch
             .iter()
             .zip(&committed)
@@ -515,6 +548,43 @@ fn commit_and_ack(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Copies entries the ledger held for review (`--on-conflict hold`) to the dead-letter stream.
+/// This runs after the commit that recorded the hold and before the XACK: a crash in between
+/// leaves the entry pending, and its redelivery is held again and copied (once per id).
+fn copy_held(
+    batch: &[Parsed],
+    outcomes: &[Option<Outcome>],
+    conn: &mut Conn,
+    shared: &Shared<'_>,
+) -> Result<()> {
+    let (cfg, wcfg) = (shared.cfg, shared.wcfg);
+    for (p, outcome) in batch.iter().zip(outcomes) {
+        let (Verdict::Valid(s), Some(Outcome::Held { other_key, .. })) = (&p.verdict, outcome)
+        else {
+            continue;
+        };
+        let entry = Entry {
+            id: p.id.clone(),
+            fields: vec![(submission::PAYLOAD_FIELD.to_vec(), s.payload.clone())],
+            delivery_count: p.delivery_count,
+        };
+        let meta = [
+            ("reason", format!("conflicts with key {other_key} for the same award and submission time; held for review")),
+            ("reason_code", "conflict_hold".to_owned()),
+            ("deliveries", p.delivery_count.to_string()),
+            ("consumer", wcfg.consumer.clone()),
+            ("source_stream", cfg.stream.clone()),
+            ("dead_lettered_at", crate::ledger::now_rfc3339()),
+        ];
+        retry(
+            "copying a held entry to the dead-letter stream",
+            shared,
+            || stream::dead_letter(conn, &cfg.dead_stream(), &entry, &meta),
+        )?;
+    }
+    Ok(())
 }
 
 fn item_of(p: &Parsed) -> Item<'_> {
@@ -594,6 +664,21 @@ fn report(p: &Parsed, outcome: &Outcome, shared: &Shared<'_>) {
         (Verdict::Valid(s), Outcome::Duplicate { first_claimed_at }) => {
             m.duplicates.fetch_add(1, Ordering::Relaxed);
             info!(target: audit::LOG_TARGET, "duplicate key={} award={} entry={} deliveries={} first_claimed_at={first_claimed_at}; skipped", s.key.short(), s.award_id, p.id, p.delivery_count);
+        }
+        (Verdict::Valid(s), Outcome::ProcessedConflicting { other_key }) => {
+            m.processed.fetch_add(1, Ordering::Relaxed);
+            info!(target: audit::LOG_TARGET, "processed key={} award={} amount_cents={} entry={}", s.key.short(), s.award_id, s.amount_cents, p.id);
+            warn!(target: audit::LOG_TARGET, "conflict key={} award={} entry={} other_key={}: same award and submission time, different payload; paid", s.key.short(), s.award_id, p.id, &other_key[..12]);
+        }
+        (
+            Verdict::Valid(s),
+            Outcome::Held {
+                other_key,
+                first: true,
+            },
+        ) => {
+            m.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            warn!(target: audit::LOG_TARGET, "conflict key={} award={} entry={} other_key={}: held for review, not paid", s.key.short(), s.award_id, p.id, &other_key[..12]);
         }
         (Verdict::Dead(d), Outcome::DeadLettered) => {
             m.dead_lettered.fetch_add(1, Ordering::Relaxed);

@@ -5,6 +5,10 @@
 //! implementation keeps: [`Ledger::record`] writes all of a batch's effects in one transaction,
 //! or none of them.
 
+pub mod audit_store;
+mod conflict;
+pub mod outbox;
+pub mod retention;
 mod sqlite;
 
 pub use sqlite::{age_seconds, now_rfc3339, SqliteLedger, EVENT_DISBURSEMENT_RECORDED, SCHEMA};
@@ -56,6 +60,21 @@ pub enum Outcome {
     DeadLettered,
     /// This entry had already been dead-lettered by an earlier delivery; nothing written.
     AlreadyDeadLettered,
+    /// Processed and paid, but an earlier claim has the same award and submission time with a
+    /// different payload: a `conflict` record linking both keys was written too.
+    ProcessedConflicting {
+        /// The earlier claim's key, in hex.
+        other_key: String,
+    },
+    /// Under `--on-conflict hold`: a conflicting resubmission was neither claimed nor paid; a
+    /// `dead_letters` row with `conflict` and `dead_letter` records holds it for review. The
+    /// worker copies the entry to the dead-letter stream before acknowledging it.
+    Held {
+        /// The earlier claim's key, in hex.
+        other_key: String,
+        /// False when an earlier delivery already held it (nothing new was written).
+        first: bool,
+    },
 }
 
 /// Ledger-wide counts, as `status` shows them.

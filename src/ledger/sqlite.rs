@@ -4,9 +4,9 @@
 //! gets the busy timeout and `synchronous` level. Writers open their transactions with
 //! `BEGIN IMMEDIATE`, so two processes never both read and then fail to upgrade to write.
 
-use super::{Item, Ledger, Outcome, Stats};
+use super::{conflict, Item, Ledger, Outcome, Stats};
 use crate::audit::{self, Kind, Record};
-use crate::config::LedgerConfig;
+use crate::config::{LedgerConfig, OnConflict};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use r2d2::{Pool, PooledConnection};
@@ -28,6 +28,8 @@ pub struct SqliteLedger {
     pool: Pool<SqliteConnectionManager>,
     /// The file, for messages.
     path: PathBuf,
+    /// What `record` does with a conflicting resubmission.
+    on_conflict: OnConflict,
 }
 
 impl SqliteLedger {
@@ -43,13 +45,19 @@ impl SqliteLedger {
 
         let busy = Duration::from_millis(cfg.busy_timeout_ms);
         let synchronous = cfg.synchronous.as_sql();
+        // max_page_count is per connection, not stored in the file, so every connection sets it.
+        let pages_max = cfg
+            .pages_max
+            .map(|n| format!("PRAGMA max_page_count = {n};"))
+            .unwrap_or_default();
         let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
             c.busy_timeout(busy)?;
             c.execute_batch(&format!(
                 "PRAGMA synchronous = {synchronous};
                  PRAGMA foreign_keys = ON;
                  PRAGMA cache_size = -16384;
-                 PRAGMA temp_store = MEMORY;"
+                 PRAGMA temp_store = MEMORY;
+                 {pages_max}"
             ))
         });
         let pool = Pool::builder()
@@ -59,7 +67,14 @@ impl SqliteLedger {
         Ok(SqliteLedger {
             pool,
             path: cfg.path.clone(),
+            on_conflict: OnConflict::Record,
         })
+    }
+
+    /// Sets what `record` does with a conflicting resubmission (default: record and pay).
+    pub fn with_on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = on_conflict;
+        self
     }
 
     /// Opens the ledger at `path` with default settings.
@@ -132,7 +147,15 @@ impl Ledger for SqliteLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
         let mut conn = self.pool.get()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = write_items(&tx, items, consumer, stream)?;
+        let outcomes = write_items(
+            &tx,
+            items,
+            &Context {
+                consumer,
+                stream,
+                on_conflict: self.on_conflict,
+            },
+        )?;
         failpoint::hit("before_commit");
         tx.commit()?;
         Ok(outcomes)
@@ -145,7 +168,7 @@ impl Ledger for SqliteLedger {
 }
 
 /// The tail of the audit chain, carried through one transaction.
-struct ChainTail {
+pub(super) struct ChainTail {
     seq: i64,
     hash: String,
 }
@@ -153,8 +176,10 @@ struct ChainTail {
 impl ChainTail {
     fn read(tx: &Transaction<'_>) -> Result<Self> {
         let tail = tx
+            // A checkpoint is transparent: what follows it links to the hash it continues from.
             .query_row(
-                "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
+                "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
+                        FROM audit_log ORDER BY seq DESC LIMIT 1",
                 [],
                 |r| {
                     Ok(ChainTail {
@@ -171,7 +196,7 @@ impl ChainTail {
     }
 
     /// Seals `record` after the current tail, inserts it, and makes it the new tail.
-    fn append(&mut self, tx: &Transaction<'_>, mut record: Record) -> Result<()> {
+    pub(super) fn append(&mut self, tx: &Transaction<'_>, mut record: Record) -> Result<()> {
         record.seq = self.seq + 1;
         record.seal(&self.hash);
         insert_audit(tx, &record)?;
@@ -181,13 +206,23 @@ impl ChainTail {
     }
 }
 
+/// Who is recording, from where, under which conflict policy.
+pub(super) struct Context<'a> {
+    /// The consumer name.
+    pub(super) consumer: &'a str,
+    /// The submissions stream (dead letters are keyed by stream and entry id).
+    pub(super) stream: &'a str,
+    /// What to do with a conflicting resubmission.
+    pub(super) on_conflict: OnConflict,
+}
+
 /// Writes every item of a batch inside the caller's open transaction.
 fn write_items(
     tx: &Transaction<'_>,
     items: &[Item<'_>],
-    consumer: &str,
-    stream: &str,
+    ctx: &Context<'_>,
 ) -> Result<Vec<Outcome>> {
+    let (consumer, stream) = (ctx.consumer, ctx.stream);
     let now = now_rfc3339();
     let mut tail = ChainTail::read(tx)?;
     let mut outcomes = Vec::with_capacity(items.len());
@@ -203,7 +238,7 @@ fn write_items(
                     entry_id,
                     delivery_count: *delivery_count,
                 };
-                record_submission(tx, &mut tail, &claim, consumer, &now)?
+                record_submission(tx, &mut tail, &claim, ctx, &now)?
             }
             Item::DeadLetter {
                 entry_id,
@@ -248,10 +283,13 @@ fn write_items(
 }
 
 /// One submission with its delivery facts.
-struct Claim<'a> {
-    submission: &'a crate::submission::Submission,
-    entry_id: &'a str,
-    delivery_count: u64,
+pub(super) struct Claim<'a> {
+    /// The validated submission.
+    pub(super) submission: &'a crate::submission::Submission,
+    /// The stream entry that carried it.
+    pub(super) entry_id: &'a str,
+    /// Deliveries so far.
+    pub(super) delivery_count: u64,
 }
 
 /// INSERT OR IGNORE the claim; if it took, write the disbursement, outbox row and audit record.
@@ -259,11 +297,22 @@ fn record_submission(
     tx: &Transaction<'_>,
     tail: &mut ChainTail,
     claim: &Claim<'_>,
-    consumer: &str,
+    ctx: &Context<'_>,
     now: &str,
 ) -> Result<Outcome> {
-    let s = claim.submission;
+    let (s, consumer) = (claim.submission, ctx.consumer);
     let key = s.key.as_bytes().as_slice();
+    // Under hold, a conflict must be known before claiming; under record (the default) it is
+    // looked up only for new claims, after the claim, so duplicates pay nothing for it.
+    let held_conflict = match ctx.on_conflict {
+        OnConflict::Hold => conflict::find(tx, s)?,
+        OnConflict::Record => None,
+    };
+    if let Some(other) = &held_conflict {
+        if !conflict::is_claimed(tx, key)? {
+            return conflict::hold(tx, tail, claim, other, ctx, now);
+        }
+    }
     let claimed = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
@@ -320,10 +369,27 @@ fn record_submission(
     ])?;
     r.amount_cents = Some(s.amount_cents);
     tail.append(tx, r)?;
-    Ok(Outcome::Processed)
+    let other = match ctx.on_conflict {
+        OnConflict::Hold => held_conflict,
+        OnConflict::Record => conflict::find(tx, s)?,
+    };
+    match other {
+        None => Ok(Outcome::Processed),
+        Some(other) => {
+            let mut c = conflict::record(claim, &other, consumer, now);
+            c.detail = Some(format!(
+                "{}; paid (--on-conflict record)",
+                c.detail.unwrap_or_default()
+            ));
+            tail.append(tx, c)?;
+            Ok(Outcome::ProcessedConflicting {
+                other_key: other.key_hex,
+            })
+        }
+    }
 }
 
-fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
+pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
     Record {
         seq: 0,
         kind,

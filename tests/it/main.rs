@@ -3,5 +3,9 @@
 
 mod support;
 
+mod audit;
+mod fuzz;
 mod ops;
+mod relay;
+mod resilience;
 mod worker;

@@ -1,0 +1,420 @@
+//! `claimgate dlq`: dead letters an operator can work — list them, show one, replay one.
+//!
+//! A dead letter is never removed or edited here: it stays in `<stream>:dead` as evidence. A
+//! replay copies its original fields back onto the submissions stream as a new entry and marks
+//! the dead letter replayed in the hash `<stream>:dead:replayed` (dead-letter id → new entry id),
+//! both inside one Lua script, so two operators replaying the same dead letter at once still
+//! produce one new entry. A replayed submission that the ledger already holds is an ordinary
+//! duplicate: the ledger, not this module, is what prevents a second disbursement.
+//!
+//! This module talks to Redis only; it never opens the ledger.
+
+use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
+use crate::error::{Error, Result};
+use crate::stream::{self, dead_index_key, Conn, ORIGINAL_FIELD_PREFIX};
+use crate::submission::{award_id_hint, PAYLOAD_FIELD};
+use redis::Value;
+use serde::Serialize;
+use std::io::Write;
+
+/// Dead letters fetched per XRANGE page. Listing streams page by page and keeps no page once
+/// printed, so memory stays bounded by one page whatever the stream's length (dead letters
+/// can carry oversize payloads, so a page is kept small).
+const LIST_PAGE_ENTRIES_MAX: usize = 100;
+
+/// Flags of `claimgate dlq`.
+#[derive(Debug, clap::Args)]
+pub struct DlqArgs {
+    /// What to do with the dead letters.
+    #[command(subcommand)]
+    pub command: DlqCommand,
+}
+
+/// The `dlq` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters: id, time, award id where known, reason, and whether it was replayed.
+    List {
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id).
+    Show {
+        /// The dead-letter entry id (or the original submission entry id).
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a dead letter's original fields back on the submissions stream, once.
+    Replay {
+        /// The dead-letter entry id (or the original submission entry id).
+        id: String,
+    },
+}
+
+/// One dead letter as an operator sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// Its id in the dead-letter stream.
+    pub id: String,
+    /// The id the entry had on the submissions stream.
+    pub original_id: Option<String>,
+    /// When it was dead-lettered (RFC 3339), as the worker wrote it.
+    pub dead_lettered_at: Option<String>,
+    /// Short class of the problem, e.g. `not_json` or `max_deliveries`.
+    pub reason_code: Option<String>,
+    /// The reason in words.
+    pub reason: Option<String>,
+    /// The award, where the payload still names one.
+    pub award_id: Option<String>,
+    /// Deliveries the entry had when it was dead-lettered.
+    pub deliveries: Option<u64>,
+    /// The new submissions entry id if it was replayed.
+    pub replayed_as: Option<String>,
+    /// Every field of the dead-letter entry, in stream order (values shown as lossy UTF-8).
+    #[serde(skip)]
+    pub fields: Vec<(String, String)>,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replay {
+    /// Replayed now, as this new submissions entry id.
+    Replayed(String),
+    /// Refused: it had already been replayed, as this entry id.
+    AlreadyReplayed(String),
+}
+
+/// Runs `claimgate dlq ...`.
+pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
+    let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
+    let mut out = std::io::stdout().lock();
+    match args.command {
+        DlqCommand::List { json } => {
+            // JSON is written as an array one element at a time, so it streams like the table.
+            let mut count = 0u64;
+            if json {
+                write!(out, "[").ok();
+            }
+            for_each(&mut conn, cfg, |d| {
+                let line = if json {
+                    let sep = if count == 0 { "\n  " } else { ",\n  " };
+                    format!("{sep}{}", serde_json::to_string(d).expect("serializable"))
+                } else {
+                    format!("{}\n", summary_line(d))
+                };
+                count += 1;
+                write!(out, "{line}").ok();
+            })?;
+            if json {
+                writeln!(out, "{}]", if count == 0 { "" } else { "\n" }).ok();
+            } else {
+                writeln!(out, "{count} dead letters on {}", cfg.dead_stream()).ok();
+            }
+            Ok(())
+        }
+        DlqCommand::Show { id, json } => {
+            let d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
+            if json {
+                let mut doc = serde_json::to_value(&d).expect("serializable");
+                // Pairs, not a map: an entry dead-lettered for two payload fields must show both.
+                doc["fields"] = serde_json::to_value(&d.fields).expect("serializable");
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&doc).expect("serializable")
+                )
+                .ok();
+                return Ok(());
+            }
+            writeln!(out, "dead letter {} on {}", d.id, cfg.dead_stream()).ok();
+            for (name, value) in &d.fields {
+                writeln!(out, "  {name}: {value}").ok();
+            }
+            let replayed = d
+                .replayed_as
+                .as_deref()
+                .map(|r| format!("yes, as {r}"))
+                .unwrap_or_else(|| "no".into());
+            writeln!(out, "  replayed: {replayed}").ok();
+            Ok(())
+        }
+        DlqCommand::Replay { id } => {
+            let d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
+            match replay(&mut conn, cfg, &d.id)? {
+                Replay::Replayed(new_id) => {
+                    let original = d.original_id.as_deref().unwrap_or("?");
+                    writeln!(out, "replayed dead letter {} (original entry {original}) as {new_id} on {}", d.id, cfg.stream).ok();
+                    Ok(())
+                }
+                Replay::AlreadyReplayed(prior) => Err(Error::Other(format!(
+                    "dead letter {} was already replayed as {prior} on {}; refusing to replay it twice",
+                    d.id, cfg.stream
+                ))),
+            }
+        }
+    }
+}
+
+/// The hash that marks dead letters replayed: dead-letter id → new submissions entry id.
+pub fn replayed_key(dead_stream: &str) -> String {
+    format!("{dead_stream}:replayed")
+}
+
+/// Calls `f` on every dead letter, oldest first, reading one page at a time.
+pub fn for_each(conn: &mut Conn, cfg: &Config, mut f: impl FnMut(&DeadLetter)) -> Result<()> {
+    let dead = cfg.dead_stream();
+    let mut start = "-".to_owned();
+    loop {
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(&dead)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(LIST_PAGE_ENTRIES_MAX);
+        let mut page = parse_entries(conn.query(&cmd)?)?;
+        mark_replayed(conn, &dead, &mut page)?;
+        page.iter().for_each(&mut f);
+        match page.last() {
+            Some(last) if page.len() == LIST_PAGE_ENTRIES_MAX => start = format!("({}", last.id),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The dead letter with dead-letter id `id`, or failing that the one made from original entry
+/// `id`; `None` if neither exists.
+pub fn find(conn: &mut Conn, cfg: &Config, id: &str) -> Result<Option<DeadLetter>> {
+    if !is_stream_id(id) {
+        return Err(Error::Config(format!(
+            "{id:?} is not a stream entry id (expected MS-SEQ, e.g. 1700000000000-0)"
+        )));
+    }
+    let dead = cfg.dead_stream();
+    let mut found = fetch(conn, &dead, id)?;
+    if found.is_none() {
+        let by_original: Option<String> =
+            conn.query(redis::cmd("HGET").arg(dead_index_key(&dead)).arg(id))?;
+        if let Some(dead_id) = by_original {
+            found = fetch(conn, &dead, &dead_id)?;
+        }
+    }
+    let mut found: Vec<DeadLetter> = found.into_iter().collect();
+    mark_replayed(conn, &dead, &mut found)?;
+    Ok(found.pop())
+}
+
+/// Replays dead letter `dead_id` (which must exist) onto the submissions stream, unless it was
+/// replayed before. Check, copy and mark happen in one script, so they cannot interleave with
+/// another replay of the same dead letter.
+pub fn replay(conn: &mut Conn, cfg: &Config, dead_id: &str) -> Result<Replay> {
+    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| {
+        redis::Script::new(
+            r"
+            local prior = redis.call('HGET', KEYS[2], ARGV[1])
+            if prior then return {'already', prior} end
+            local found = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+            if #found == 0 then return {'missing', ''} end
+            local fields = found[1][2]
+            local prefix_len = string.len(ARGV[2])
+            local out = {}
+            for i = 1, #fields, 2 do
+              local name = fields[i]
+              if name == 'original_fields_omitted' then return {'incomplete', fields[i + 1]} end
+              if string.sub(name, 1, prefix_len) == ARGV[2] then
+                out[#out + 1] = string.sub(name, prefix_len + 1)
+                out[#out + 1] = fields[i + 1]
+              end
+            end
+            if #out == 0 then return {'empty', ''} end
+            local id = redis.call('XADD', KEYS[3], '*', unpack(out))
+            redis.call('HSET', KEYS[2], ARGV[1], id)
+            return {'replayed', id}
+            ",
+        )
+    });
+    let dead = cfg.dead_stream();
+    let mut inv = script.prepare_invoke();
+    inv.key(&dead)
+        .key(replayed_key(&dead))
+        .key(&cfg.stream)
+        .arg(dead_id)
+        .arg(ORIGINAL_FIELD_PREFIX);
+    let reply: Vec<String> = conn.invoke(&inv)?;
+    let (status, value) = match reply.as_slice() {
+        [status, value] => (status.as_str(), value.clone()),
+        _ => {
+            return Err(Error::Other(format!(
+                "unexpected reply from the replay script: {reply:?}"
+            )))
+        }
+    };
+    match status {
+        "replayed" => Ok(Replay::Replayed(value)),
+        "already" => Ok(Replay::AlreadyReplayed(value)),
+        "missing" => Err(Error::Other(format!("no dead letter {dead_id} on {dead}"))),
+        "incomplete" => Err(Error::Other(format!(
+            "dead letter {dead_id} kept only part of its entry ({value} fields omitted); replay it by hand from the source"
+        ))),
+        _ => Err(Error::Other(format!("dead letter {dead_id} holds no original fields to replay"))),
+    }
+}
+
+fn not_found(cfg: &Config, id: &str) -> Error {
+    Error::Other(format!(
+        "no dead letter {id} on {} (neither a dead-letter id nor an original entry id)",
+        cfg.dead_stream()
+    ))
+}
+
+/// A stream id as XRANGE accepts it: `MS` or `MS-SEQ`, digits only.
+fn is_stream_id(id: &str) -> bool {
+    let mut parts = id.splitn(2, '-');
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    parts.next().is_some_and(digits) && parts.next().is_none_or(digits)
+}
+
+fn fetch(conn: &mut Conn, dead: &str, id: &str) -> Result<Option<DeadLetter>> {
+    let reply = conn.query(redis::cmd("XRANGE").arg(dead).arg(id).arg(id))?;
+    Ok(parse_entries(reply)?.into_iter().next())
+}
+
+/// Fills in `replayed_as` for each dead letter (at most a page) with one HMGET.
+fn mark_replayed(conn: &mut Conn, dead: &str, letters: &mut [DeadLetter]) -> Result<()> {
+    if letters.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(replayed_key(dead));
+    for d in letters.iter() {
+        cmd.arg(&d.id);
+    }
+    let replayed: Vec<Option<String>> = conn.query(&cmd)?;
+    for (d, r) in letters.iter_mut().zip(replayed) {
+        d.replayed_as = r;
+    }
+    Ok(())
+}
+
+fn parse_entries(reply: Value) -> Result<Vec<DeadLetter>> {
+    let mut out = Vec::new();
+    for item in stream::array(reply)? {
+        let mut parts = stream::array(item)?.into_iter();
+        let id = stream::string(parts.next().unwrap_or(Value::Nil))?;
+        let raw = stream::pairs(parts.next().unwrap_or(Value::Nil))?;
+        out.push(dead_letter_of(id, &raw));
+    }
+    Ok(out)
+}
+
+/// Reads the worker's fields (see `stream::dead_letter`) out of one dead-letter entry.
+fn dead_letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> DeadLetter {
+    let get = |name: &str| {
+        raw.iter()
+            .find(|(k, _)| k == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    };
+    let text = |name: &str| get(name).map(|v| String::from_utf8_lossy(v).into_owned());
+    let payload_field = [ORIGINAL_FIELD_PREFIX.as_bytes(), PAYLOAD_FIELD].concat();
+    let payload = raw
+        .iter()
+        .find(|(k, _)| *k == payload_field)
+        .map(|(_, v)| v.as_slice());
+    DeadLetter {
+        original_id: text("original_id"),
+        dead_lettered_at: text("dead_lettered_at"),
+        reason_code: text("reason_code"),
+        reason: text("reason"),
+        award_id: payload.and_then(|p| award_id_hint(p, PAYLOAD_BYTES_MAX_DEFAULT)),
+        deliveries: text("deliveries").and_then(|d| d.parse().ok()),
+        replayed_as: None,
+        fields: raw
+            .iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8_lossy(k).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
+            .collect(),
+        id,
+    }
+}
+
+/// One line of `dlq list`: id, time, award, reason, replay mark.
+fn summary_line(d: &DeadLetter) -> String {
+    let dash = || "-".to_owned();
+    let reason = match (&d.reason_code, &d.reason) {
+        (Some(code), Some(reason)) => format!("{code}: {reason}"),
+        (None, Some(reason)) => reason.clone(),
+        (Some(code), None) => code.clone(),
+        (None, None) => dash(),
+    };
+    let replayed = d
+        .replayed_as
+        .as_deref()
+        .map(|r| format!("  [replayed as {r}]"))
+        .unwrap_or_default();
+    format!(
+        "{}  {}  award={}  {reason}{replayed}",
+        d.id,
+        d.dead_lettered_at.clone().unwrap_or_else(dash),
+        d.award_id.clone().unwrap_or_else(dash)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_stream_ids_are_accepted() {
+        for ok in ["0", "0-0", "1700000000000-12"] {
+            assert!(is_stream_id(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-",
+            "1-",
+            "-1",
+            "abc",
+            "1-2-3",
+            "1700000000000-x",
+            "+",
+            "99999999999999999999999",
+        ] {
+            assert!(!is_stream_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_dead_letter_names_its_award_and_reason() {
+        let raw: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"original_id".to_vec(), b"5-0".to_vec()),
+            (
+                b"reason".to_vec(),
+                b"max deliveries exceeded (6 > 5)".to_vec(),
+            ),
+            (b"reason_code".to_vec(), b"max_deliveries".to_vec()),
+            (b"deliveries".to_vec(), b"6".to_vec()),
+            (
+                b"dead_lettered_at".to_vec(),
+                b"2026-07-01T09:00:00.000000Z".to_vec(),
+            ),
+            (
+                b"original.payload".to_vec(),
+                br#"{"award_id":"A-7","amount_cents":1}"#.to_vec(),
+            ),
+        ];
+        let d = dead_letter_of("9-0".into(), &raw);
+        assert_eq!(d.award_id.as_deref(), Some("A-7"));
+        assert_eq!(d.deliveries, Some(6));
+        assert_eq!(
+            summary_line(&d),
+            "9-0  2026-07-01T09:00:00.000000Z  award=A-7  max_deliveries: max deliveries exceeded (6 > 5)"
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! The SQL behind `claimgate retention purge` and `claimgate hold`.
+//!
+//! A purge removes a prefix of the audit chain (records `seq <= last`) together with exactly
+//! the ledger rows those records describe: the claim, disbursement and outbox row of each
+//! `processed` record and the `dead_letters` row of each `dead_letter` record. Each bounded
+//! batch is one transaction that also moves the leading checkpoint forward, so the ledger
+//! passes `verify` and `audit verify` after every batch, even if the purge is killed mid-way.
+
+use super::audit_store;
+use crate::audit::{Kind, Record};
+use crate::error::{Error, Result};
+use crate::key::to_hex;
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+
+/// One legal hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hold {
+    /// The award nothing may be purged for.
+    pub award_id: String,
+    /// Why (case number, auditor's request).
+    pub reason: String,
+    /// When it was placed.
+    pub held_at: String,
+}
+
+/// Places a hold; returns false if the award was already held.
+pub fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> Result<bool> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let n = tx.execute(
+        "INSERT OR IGNORE INTO legal_holds (award_id, reason, held_at) VALUES (?1, ?2, ?3)",
+        params![award_id, reason, now],
+    )?;
+    tx.commit()?;
+    Ok(n == 1)
+}
+
+/// Lifts a hold; returns false if there was none.
+pub fn hold_remove(conn: &mut Connection, award_id: &str) -> Result<bool> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let n = tx.execute("DELETE FROM legal_holds WHERE award_id = ?1", [award_id])?;
+    tx.commit()?;
+    Ok(n == 1)
+}
+
+/// Every hold, by award.
+pub fn holds(conn: &Connection) -> Result<Vec<Hold>> {
+    let mut stmt =
+        conn.prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Hold {
+            award_id: r.get(0)?,
+            reason: r.get(1)?,
+            held_at: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The audit prefix a purge before `cutoff` may remove: `(first, last)` seqs, or `None`.
+/// It ends before the first non-checkpoint record written at or after `cutoff`.
+pub fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
+    let (first, last): (Option<i64>, Option<i64>) = conn.query_row(
+        "SELECT (SELECT MIN(seq) FROM audit_log),
+                (SELECT MAX(seq) FROM audit_log WHERE seq < COALESCE(
+                    (SELECT MIN(seq) FROM audit_log WHERE recorded_at >= ?1 AND kind <> 'checkpoint'),
+                    9223372036854775807))",
+        [cutoff],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let (Some(first), Some(last)) = (first, last) else {
+        return Ok(None);
+    };
+    let only_checkpoint = conn
+        .query_row(
+            "SELECT 1 FROM audit_log WHERE seq BETWEEN ?1 AND ?2 AND kind <> 'checkpoint' LIMIT 1",
+            [first, last],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_none();
+    Ok(if last < first || only_checkpoint {
+        None
+    } else {
+        Some((first, last))
+    })
+}
+
+/// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
+pub fn batch_end(conn: &Connection, first: i64, last: i64, count: usize) -> Result<i64> {
+    let end: Option<i64> = conn.query_row(
+        "SELECT MAX(seq) FROM (SELECT seq FROM audit_log WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq LIMIT ?3)",
+        params![first, last, count as i64],
+        |r| r.get(0),
+    )?;
+    Ok(end.unwrap_or(last))
+}
+
+/// Held awards named by any record in `first..=last`.
+pub fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT a.award_id FROM audit_log a JOIN legal_holds h ON h.award_id = a.award_id
+         WHERE a.seq BETWEEN ?1 AND ?2 ORDER BY a.award_id",
+    )?;
+    let rows = stmt.query_map([first, last], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Outbox rows not yet published among the claims of `first..=last`.
+pub fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
+    let n: i64 = conn.query_row(
+        &format!(
+            "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
+        ),
+        [first, last],
+        |r| r.get(0),
+    )?;
+    Ok(n as u64)
+}
+
+/// Claims whose `processed` record lies in `?1..=?2`.
+const CLAIMS_IN: &str = "SELECT p.claim_id FROM audit_log a
+     JOIN processed_messages p ON p.idempotency_key = unhex(a.idempotency_key)
+     WHERE a.kind = 'processed' AND a.seq BETWEEN ?1 AND ?2";
+/// Dead-letter entries whose `dead_letter` record lies in `?1..=?2`.
+const DEAD_IN: &str = "SELECT stream_entry_id FROM audit_log
+     WHERE kind = 'dead_letter' AND seq BETWEEN ?1 AND ?2";
+
+/// Every row a batch `first..=last` would remove, as `{"table": .., "row": ..}` JSON values,
+/// audit records first (so the export verifies with `audit verify --file`).
+pub fn export_rows(conn: &Connection, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
+    let mut out: Vec<serde_json::Value> = audit_store::range(conn, first, last)?
+        .into_iter()
+        .map(|r| serde_json::json!({ "table": "audit_log", "row": r }))
+        .collect();
+    let tables = [
+        (
+            "processed_messages",
+            format!("SELECT * FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"),
+        ),
+        (
+            "disbursements",
+            format!("SELECT * FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"),
+        ),
+        (
+            "outbox",
+            format!("SELECT * FROM outbox WHERE claim_id IN ({CLAIMS_IN})"),
+        ),
+        (
+            "dead_letters",
+            format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+        ),
+    ];
+    for (table, sql) in tables {
+        let mut stmt = conn.prepare(&sql)?;
+        let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+        let mut rows = stmt.query([first, last])?;
+        while let Some(row) = rows.next()? {
+            let mut obj = serde_json::Map::new();
+            for (i, name) in names.iter().enumerate() {
+                obj.insert(name.clone(), json_of(row.get_ref(i)?));
+            }
+            out.push(serde_json::json!({ "table": table, "row": obj }));
+        }
+    }
+    Ok(out)
+}
+
+fn json_of(v: ValueRef<'_>) -> serde_json::Value {
+    match v {
+        ValueRef::Null => serde_json::Value::Null,
+        ValueRef::Integer(n) => n.into(),
+        ValueRef::Real(x) => x.into(),
+        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+        // Keys are 32 raw bytes; hex is how every other tool shows them.
+        ValueRef::Blob(b) => to_hex(b).into(),
+    }
+}
+
+/// What one purge batch removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    /// Audit records (a previous checkpoint included).
+    pub records: u64,
+    /// Claims, each with its disbursement and outbox row.
+    pub claims: u64,
+    /// Dead-letter rows.
+    pub dead_letters: u64,
+}
+
+/// Removes batch `first..=last` and leaves a checkpoint at `last` that continues from the hash
+/// of record `last`, in one transaction. Refuses (nothing removed) if an award in the batch has
+/// come under hold since the purge was planned.
+pub fn purge_batch(
+    conn: &mut Connection,
+    first: i64,
+    last: i64,
+    detail: &str,
+    now: &str,
+) -> Result<Removed> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let held = held_in(&tx, first, last)?;
+    if !held.is_empty() {
+        return Err(Error::Other(format!(
+            "award {} came under legal hold during the purge; stopped",
+            held.join(", ")
+        )));
+    }
+    let continues_from: String =
+        tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| {
+            r.get(0)
+        })?;
+    let claims = delete_claims(&tx, first, last)?;
+    let dead_letters = tx.execute(
+        &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+        [first, last],
+    )?;
+    let records = tx.execute(
+        "DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
+        [first, last],
+    )?;
+    let mut checkpoint = Record {
+        seq: last,
+        kind: Kind::Checkpoint,
+        idempotency_key: None,
+        award_id: None,
+        amount_cents: None,
+        stream_entry_id: None,
+        consumer: None,
+        delivery_count: None,
+        detail: Some(detail.to_owned()),
+        recorded_at: now.to_owned(),
+        prev_hash: String::new(),
+        hash: String::new(),
+    };
+    checkpoint.seal(&continues_from);
+    audit_store::insert(&tx, &checkpoint)?;
+    tx.commit()?;
+    Ok(Removed {
+        records: records as u64,
+        claims,
+        dead_letters: dead_letters as u64,
+    })
+}
+
+fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64) -> Result<u64> {
+    tx.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS purge_claims (claim_id INTEGER PRIMARY KEY)",
+        [],
+    )?;
+    tx.execute("DELETE FROM temp.purge_claims", [])?;
+    tx.execute(
+        &format!("INSERT INTO temp.purge_claims {CLAIMS_IN}"),
+        [first, last],
+    )?;
+    for table in ["outbox", "disbursements", "processed_messages"] {
+        tx.execute(
+            &format!(
+                "DELETE FROM {table} WHERE claim_id IN (SELECT claim_id FROM temp.purge_claims)"
+            ),
+            [],
+        )?;
+    }
+    let n: i64 = tx.query_row("SELECT COUNT(*) FROM temp.purge_claims", [], |r| r.get(0))?;
+    Ok(n as u64)
+}

@@ -1,0 +1,240 @@
+//! `claimgate relay`: publishes outbox rows to the events stream, each `event_id` exactly once.
+//!
+//! # Why a relay killed at any moment never publishes an event twice
+//!
+//! One Lua script (atomic in Redis, and replicated and persisted as one unit) both XADDs a
+//! batch of rows and raises a high-water mark, the hash `<events stream>:published_upto`. The
+//! script skips every row whose id is at or below the mark. So the only crash window, between
+//! the script and the `UPDATE outbox SET published_at` that follows it (failpoint
+//! `relay_after_publish`), republishes nothing: the restarted relay reads the same rows as
+//! unpublished, the script skips them all, and the relay marks them. Skipping by id is safe
+//! because SQLite has one writer and `outbox.id` is AUTOINCREMENT: ids become visible in
+//! increasing order, so no row can appear later below a mark already set. For the same reason
+//! several relays may run at once; whichever publishes a row first raises the mark past it.
+//!
+//! The mark carries the ledger's random `ledger_id`: a relay pointed at a fresh ledger but an
+//! old events stream stops with an error instead of mistaking new rows for published ones.
+//!
+//! Invariant: this module never writes to the ledger except `outbox.published_at`, and sets it
+//! only for ids the Redis mark already covers.
+
+use crate::config::backoff;
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::ledger::outbox::{self, OutboxRow};
+use crate::ledger::{now_rfc3339, SqliteLedger};
+use crate::stream::{self, Conn};
+use log::{info, warn};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Default number of outbox rows published per script call (and per marking transaction).
+pub const BATCH_COUNT_MAX_DEFAULT: usize = 500;
+/// How often an idle relay looks for new outbox rows.
+pub const POLL_MS: u64 = 100;
+
+/// Everything the relay can be told.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Redis URL (never logged whole).
+    pub redis_url: String,
+    /// The events stream, `grants:events` by default.
+    pub events_stream: String,
+    /// Rows per publish round.
+    pub batch_count_max: usize,
+}
+
+impl RelayConfig {
+    /// The Redis hash holding the high-water mark and the ledger it belongs to.
+    pub fn mark_key(&self) -> String {
+        format!("{}:published_upto", self.events_stream)
+    }
+}
+
+/// What one relay run did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Rows this process added to the events stream.
+    pub published: u64,
+    /// Rows this process marked published (includes rows another relay, or this relay before a
+    /// crash, had already added).
+    pub marked: u64,
+}
+
+/// The script: skip ids at or below the mark, XADD the rest in order, raise the mark.
+/// KEYS[1] events stream, KEYS[2] mark hash; ARGV[1] ledger id, then (id, type, payload) triples.
+const PUBLISH_LUA: &str = r"
+local owner = redis.call('HGET', KEYS[2], 'ledger_id')
+if owner and owner ~= ARGV[1] then
+  return redis.error_reply('LEDGERMISMATCH ' .. KEYS[2] .. ' belongs to ledger ' .. owner)
+end
+local upto = tonumber(redis.call('HGET', KEYS[2], 'upto') or '0')
+local published = 0
+for i = 2, #ARGV, 3 do
+  local id = tonumber(ARGV[i])
+  if id > upto then
+    redis.call('XADD', KEYS[1], '*', 'event_id', ARGV[i], 'event_type', ARGV[i + 1], 'payload', ARGV[i + 2])
+    upto = id
+    published = published + 1
+  end
+end
+redis.call('HSET', KEYS[2], 'ledger_id', ARGV[1], 'upto', string.format('%d', upto))
+return {upto, published}
+";
+
+/// Publishes until `shutdown` is set, or, once `exit_when_idle` is set, until a read finds no
+/// unpublished row. Transient failures (Redis down, SQLite busy) are waited out with backoff;
+/// only a permanent one (a wrong key type, a mark from another ledger) ends it with an error.
+pub fn run(
+    rcfg: &RelayConfig,
+    ledger: &SqliteLedger,
+    shutdown: &AtomicBool,
+    exit_when_idle: &AtomicBool,
+) -> Result<Totals> {
+    let mut conn = Conn::new(stream::client(&rcfg.redis_url)?);
+    let ledger_id = outbox::ledger_id(&*ledger.connection()?)?;
+    let script = redis::Script::new(PUBLISH_LUA);
+    info!(
+        "relay publishing outbox of {} to {}",
+        ledger.path().display(),
+        rcfg.events_stream
+    );
+    let mut totals = Totals::default();
+    let (mut failures, mut failing_since) = (0u32, Instant::now());
+    while !shutdown.load(Ordering::SeqCst) {
+        match step(rcfg, ledger, &mut conn, &script, &ledger_id) {
+            Ok(round) => {
+                if failures > 0 {
+                    info!(
+                        "relay recovered after {failures} failed attempts over {:.1}s",
+                        failing_since.elapsed().as_secs_f64()
+                    );
+                    failures = 0;
+                }
+                totals.published += round.published;
+                totals.marked += round.marked;
+                if round.read == 0 {
+                    if exit_when_idle.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(POLL_MS));
+                }
+            }
+            Err(e) if e.is_transient() => {
+                if failures == 0 {
+                    warn!("relay failed: {e}; retrying with backoff until it clears");
+                    failing_since = Instant::now();
+                }
+                failures += 1;
+                std::thread::sleep(backoff(failures - 1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    info!(
+        "relay stopped: {} events published, {} rows marked",
+        totals.published, totals.marked
+    );
+    Ok(totals)
+}
+
+/// What one round did.
+struct Round {
+    /// Unpublished rows read from the ledger.
+    read: usize,
+    /// Rows the script added to the stream.
+    published: u64,
+    /// Rows marked published in the ledger.
+    marked: u64,
+}
+
+/// One round: read a batch, publish it atomically with the mark, then mark it in the ledger.
+fn step(
+    rcfg: &RelayConfig,
+    ledger: &SqliteLedger,
+    conn: &mut Conn,
+    script: &redis::Script,
+    ledger_id: &str,
+) -> Result<Round> {
+    let mut db = ledger.connection()?;
+    let rows = outbox::unpublished(&db, rcfg.batch_count_max)?;
+    let Some(last) = rows.last() else {
+        return Ok(Round {
+            read: 0,
+            published: 0,
+            marked: 0,
+        });
+    };
+    let last_id = last.id;
+    let (upto, published) = publish(conn, script, rcfg, ledger_id, &rows)?;
+    failpoint::hit("relay_after_publish");
+    // Rows above our batch may be covered by another relay's mark; we mark only what we read.
+    let marked = outbox::mark_published(&mut db, upto.min(last_id), &now_rfc3339())?;
+    Ok(Round {
+        read: rows.len(),
+        published,
+        marked: marked as u64,
+    })
+}
+
+/// Runs the publish script; returns the new mark and how many rows it added.
+fn publish(
+    conn: &mut Conn,
+    script: &redis::Script,
+    rcfg: &RelayConfig,
+    ledger_id: &str,
+    rows: &[OutboxRow],
+) -> Result<(i64, u64)> {
+    let mut inv = script.prepare_invoke();
+    inv.key(&rcfg.events_stream)
+        .key(rcfg.mark_key())
+        .arg(ledger_id);
+    for row in rows {
+        inv.arg(row.id).arg(&row.event_type).arg(&row.payload);
+    }
+    let (upto, published): (i64, u64) = conn.invoke(&inv)?;
+    if upto < rows[0].id {
+        // The mark can only be at or past what we just sent; anything else means the hash was
+        // changed under us, and marking rows published on its word would lose them.
+        return Err(Error::Invariant(format!(
+            "{} reads {upto} after publishing ids {}..={}",
+            rcfg.mark_key(),
+            rows[0].id,
+            rows[rows.len() - 1].id
+        )));
+    }
+    Ok((upto, published))
+}
+
+/// Runs `work` (the worker) with a relay thread beside it when `rcfg` is given. When `work`
+/// returns, the relay drains what is left and stops (or stops at once if shutdown was asked
+/// for). A relay that fails permanently asks the worker to shut down, and its error is returned.
+pub fn alongside<T>(
+    rcfg: Option<&RelayConfig>,
+    ledger: &SqliteLedger,
+    shutdown: &AtomicBool,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let Some(rcfg) = rcfg else { return work() };
+    let drain = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let relay = s.spawn(|| {
+            let result = run(rcfg, ledger, shutdown, &drain);
+            if let Err(e) = &result {
+                log::error!("relay failed: {e}; stopping the worker");
+                shutdown.store(true, Ordering::SeqCst);
+            }
+            result
+        });
+        let worked = work();
+        if worked.is_err() {
+            shutdown.store(true, Ordering::SeqCst);
+        }
+        drain.store(true, Ordering::SeqCst);
+        let relayed = relay
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("relay thread panicked".into())));
+        let value = worked?;
+        relayed.map(|_| value)
+    })
+}

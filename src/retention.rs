@@ -1,0 +1,212 @@
+//! Retention: nothing is ever deleted automatically. `claimgate retention purge --before DATE`
+//! removes what was recorded before DATE, and only when DATE is at least three years back
+//! (2 CFR 200.334) and no record in the range names an award under legal hold.
+//!
+//! Order of work: plan (the audit prefix to remove), refuse (window, holds, unpublished
+//! events), export everything the plan removes to a file and fsync it, then delete in bounded
+//! batches (see `ledger::retention`). A purge killed at any point leaves a ledger that passes
+//! `verify` and `audit verify`, and the export already on disk.
+//!
+//! Invariant: nothing is deleted that is not first in the fsynced export file.
+
+use crate::error::{Error, Result};
+use crate::ledger::retention::{self as store, Removed};
+use crate::ledger::{now_rfc3339, SqliteLedger};
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// How long records are kept at least (2 CFR 200.334: three years from the final report).
+pub const RETENTION_YEARS: i32 = 3;
+/// Default audit records removed per transaction (with the ledger rows they describe).
+pub const PURGE_BATCH_RECORDS_MAX: usize = 1_000;
+
+/// What a purge did.
+#[derive(Debug, Clone)]
+pub struct Purged {
+    /// The export file written before anything was deleted.
+    pub export: PathBuf,
+    /// The export file's SHA-256, also sealed into the checkpoint record.
+    pub export_sha256: String,
+    /// The last audit seq removed; the checkpoint now sits there.
+    pub through_seq: i64,
+    /// Totals over all batches.
+    pub removed: Removed,
+}
+
+/// Parses `--before`: a date (`2022-01-31`, midnight UTC) or an RFC 3339 date-time.
+pub fn parse_cutoff(s: &str) -> Result<OffsetDateTime> {
+    if let Ok(t) = OffsetDateTime::parse(s, &Rfc3339) {
+        return Ok(t);
+    }
+    let date = time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
+        .map_err(|_| {
+            Error::Config(format!(
+                "--before {s:?} is neither a date (YYYY-MM-DD) nor an RFC 3339 date-time"
+            ))
+        })?;
+    Ok(date.midnight().assume_utc())
+}
+
+/// The latest cutoff a purge may use: `RETENTION_YEARS` before `now`.
+pub fn window_start(now: OffsetDateTime) -> OffsetDateTime {
+    let year = now.year() - RETENTION_YEARS;
+    // 29 February has no counterpart three years on or back; the day before is conservative.
+    now.replace_year(year).unwrap_or_else(|_| {
+        (now - time::Duration::days(1))
+            .replace_year(year)
+            .expect("28 Feb exists")
+    })
+}
+
+/// The ledger's own timestamp format, so `recorded_at < cutoff` compares as text correctly.
+pub fn ledger_time(t: OffsetDateTime) -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&format)
+        .expect("UTC time always formats")
+}
+
+/// What the operator asked to purge.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// `--before`: a date or RFC 3339 date-time at least three years back.
+    pub before: &'a str,
+    /// Where to export first; `None` for a file next to the ledger.
+    pub export: Option<&'a Path>,
+    /// Audit records removed per transaction.
+    pub batch_records_max: usize,
+}
+
+/// Purges everything recorded before `req.before`, exporting it first. `Ok(None)` when there
+/// is nothing that old.
+pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>> {
+    let (before, export) = (req.before, req.export);
+    let cutoff_time = parse_cutoff(before)?;
+    let latest = window_start(OffsetDateTime::now_utc());
+    if cutoff_time > latest {
+        return Err(Error::Config(format!(
+            "refusing to purge: --before {before} reaches into the {RETENTION_YEARS}-year retention window \
+             (2 CFR 200.334); the latest allowed is {}",
+            ledger_time(latest)
+        )));
+    }
+    let cutoff = ledger_time(cutoff_time);
+    let mut conn = ledger.connection()?;
+    let (ends, first, last, export_path, digest) = {
+        let tx = conn.transaction()?;
+        let Some((first, last)) = store::prefix(&tx, &cutoff)? else {
+            return Ok(None);
+        };
+        refuse_if_held_or_unpublished(&tx, first, last, &cutoff)?;
+        let path = export
+            .map(Path::to_owned)
+            .unwrap_or_else(|| default_export_path(ledger.path()));
+        let (ends, digest) =
+            export_prefix(&tx, (first, last), req.batch_records_max.max(1), &path)?;
+        (ends, first, last, path, digest)
+    };
+    let mut removed = Removed::default();
+    let mut lo = first;
+    for hi in ends {
+        let detail = format!(
+            "retention purge of records before {cutoff}: removed seq {first}..={hi} of {first}..={last}; \
+             all of it exported to {} (sha256 {digest})",
+            export_path.display()
+        );
+        let r = store::purge_batch(&mut conn, lo, hi, &detail, &now_rfc3339())?;
+        removed.records += r.records;
+        removed.claims += r.claims;
+        removed.dead_letters += r.dead_letters;
+        // The next batch starts at the checkpoint this one left at `hi`, replacing it.
+        lo = hi;
+    }
+    Ok(Some(Purged {
+        export: export_path,
+        export_sha256: digest,
+        through_seq: last,
+        removed,
+    }))
+}
+
+fn refuse_if_held_or_unpublished(
+    conn: &rusqlite::Connection,
+    first: i64,
+    last: i64,
+    cutoff: &str,
+) -> Result<()> {
+    let held = store::held_in(conn, first, last)?;
+    if !held.is_empty() {
+        return Err(Error::Other(format!(
+            "refusing to purge: records before {cutoff} name award(s) under legal hold: {}; \
+             lift the hold (claimgate hold remove) or choose an earlier --before",
+            held.join(", ")
+        )));
+    }
+    let unpublished = store::unpublished_in(conn, first, last)?;
+    if unpublished > 0 {
+        return Err(Error::Other(format!(
+            "refusing to purge: {unpublished} outbox rows recorded before {cutoff} are not yet published; run claimgate relay first"
+        )));
+    }
+    Ok(())
+}
+
+/// `<ledger>.purge-<UTC time>.jsonl`, beside the ledger.
+fn default_export_path(db: &Path) -> PathBuf {
+    let stamp = now_rfc3339().replace([':', '.'], "");
+    let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!(".purge-{stamp}.jsonl"));
+    db.with_file_name(name)
+}
+
+/// Writes every row the purge will remove, batch by batch, and fsyncs the file. Returns each
+/// batch's last seq and the file's SHA-256. Refuses to overwrite an existing file.
+fn export_prefix(
+    conn: &rusqlite::Connection,
+    (first, last): (i64, i64),
+    batch_records_max: usize,
+    path: &Path,
+) -> Result<(Vec<i64>, String)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::Config(format!("cannot create export file {}: {e}", path.display())))?;
+    let mut out = std::io::BufWriter::new(file);
+    let mut sha = Sha256::new();
+    let mut ends = Vec::new();
+    let mut lo = first;
+    loop {
+        let hi = store::batch_end(conn, lo, last, batch_records_max)?;
+        for row in store::export_rows(conn, lo, hi)? {
+            let mut line = serde_json::to_vec(&row).expect("rows serialize");
+            line.push(b'\n');
+            sha.update(&line);
+            out.write_all(&line)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        }
+        ends.push(hi);
+        if hi >= last {
+            break;
+        }
+        lo = hi + 1;
+    }
+    let file = out
+        .into_inner()
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = std::fs::File::open(dir) {
+            d.sync_all().ok();
+        }
+    }
+    Ok((ends, crate::key::to_hex(&sha.finalize())))
+}

@@ -1,0 +1,396 @@
+//! The audit trail and the ledger's self-checks: counts, export, tampering caught and undone,
+//! `verify`, conflicting resubmissions, retention and legal holds.
+
+use crate::support::{self, World};
+use claimgate::audit::{Kind, Record};
+use rusqlite::Connection;
+use std::process::Output;
+
+fn rw(w: &World) -> Connection {
+    Connection::open(&w.db).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `claimgate ARGS`, insists on exit 1, and returns stderr.
+fn fails(w: &World, args: &[&str]) -> String {
+    let out = w.run(args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "claimgate {args:?} should fail: {}",
+        stderr(&out)
+    );
+    stderr(&out)
+}
+
+fn kind_count(w: &World, kind: &str) -> i64 {
+    w.sql_i64(&format!(
+        "SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}'"
+    ))
+}
+
+/// Every column of one audit row except seq, to put back later.
+const COLS: &str = "kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash";
+
+#[test]
+fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() {
+    // Plan:
+    // 1. 30 submissions, 3 of them sent twice, 2 malformed entries; drain.
+    // 2. Counts of processed/duplicate/dead_letter records match; the chain verifies; an export
+    //    verifies on its own.
+    // 3. In the ledger: edit one byte, delete one record, swap two; each is caught at the right
+    //    seq, and undoing it makes verify pass again.
+    // 4. In the export file: the same three, caught and undone.
+    let w = World::new();
+    let mut payloads: Vec<String> = (0..30).map(support::submission).collect();
+    payloads.extend((0..3).map(support::submission));
+    w.add(&payloads);
+    w.add_fields(&[("payload", b"{not json")]);
+    w.add_fields(&[("other", b"x")]);
+    w.drain(&[]);
+    assert_eq!(
+        (
+            kind_count(&w, "processed"),
+            kind_count(&w, "duplicate"),
+            kind_count(&w, "dead_letter")
+        ),
+        (30, 3, 2)
+    );
+    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate' AND detail LIKE 'first claimed at %' AND delivery_count = 1 AND consumer IS NOT NULL"), 3);
+    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND amount_cents > 0 AND length(idempotency_key) = 64 AND stream_entry_id IS NOT NULL"), 30);
+    w.run_ok(&["audit", "verify"]);
+    let export = w.dir.path().join("audit.jsonl");
+    w.run_ok(&["audit", "export", "--out", export.to_str().unwrap()]);
+    let file_arg = ["audit", "verify", "--file", export.to_str().unwrap()];
+    w.run_ok(&file_arg);
+
+    let db = rw(&w);
+    db.execute(
+        "UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 10",
+        [],
+    )
+    .unwrap();
+    assert!(fails(&w, &["audit", "verify"]).contains("seq 10"));
+    db.execute(
+        "UPDATE audit_log SET amount_cents = amount_cents - 1 WHERE seq = 10",
+        [],
+    )
+    .unwrap();
+    w.run_ok(&["audit", "verify"]);
+
+    db.execute_batch(
+        "CREATE TEMP TABLE saved AS SELECT * FROM audit_log WHERE seq = 12;
+         DELETE FROM audit_log WHERE seq = 12;",
+    )
+    .unwrap();
+    assert!(fails(&w, &["audit", "verify"]).contains("seq 13"));
+    db.execute_batch("INSERT INTO audit_log SELECT * FROM temp.saved; DROP TABLE temp.saved;")
+        .unwrap();
+    w.run_ok(&["audit", "verify"]);
+
+    let swap = format!(
+        "CREATE TEMP TABLE a AS SELECT {COLS} FROM audit_log WHERE seq = 5;
+         CREATE TEMP TABLE b AS SELECT {COLS} FROM audit_log WHERE seq = 6;
+         DELETE FROM audit_log WHERE seq IN (5, 6);
+         INSERT INTO audit_log (seq, {COLS}) SELECT 5, * FROM temp.b;
+         INSERT INTO audit_log (seq, {COLS}) SELECT 6, * FROM temp.a;
+         DROP TABLE temp.a; DROP TABLE temp.b;"
+    );
+    db.execute_batch(&swap).unwrap();
+    assert!(fails(&w, &["audit", "verify"]).contains("seq 5"));
+    db.execute_batch(&swap).unwrap();
+    w.run_ok(&["audit", "verify"]);
+
+    let original = std::fs::read_to_string(&export).unwrap();
+    let lines: Vec<&str> = original.lines().collect();
+    let edited = original.replacen("\"consumer\":\"", "\"consumer\":\"X", 1);
+    for tampered in [
+        edited,
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 7)
+            .map(|(_, l)| format!("{l}\n"))
+            .collect::<String>(),
+        {
+            let mut swapped = lines.clone();
+            swapped.swap(3, 4);
+            swapped.iter().map(|l| format!("{l}\n")).collect::<String>()
+        },
+    ] {
+        std::fs::write(&export, tampered).unwrap();
+        assert!(fails(&w, &file_arg).contains("audit chain broken at seq"));
+    }
+    std::fs::write(&export, original).unwrap();
+    w.run_ok(&file_arg);
+
+    // An increment exported with --since verifies against the hash its predecessor ended on.
+    let tail = w.dir.path().join("since20.jsonl");
+    w.run_ok(&[
+        "audit",
+        "export",
+        "--since",
+        "20",
+        "--out",
+        tail.to_str().unwrap(),
+    ]);
+    let prev: String = db
+        .query_row("SELECT hash FROM audit_log WHERE seq = 19", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    w.run_ok(&[
+        "audit",
+        "verify",
+        "--file",
+        tail.to_str().unwrap(),
+        "--continuing-from",
+        &prev,
+    ]);
+    assert!(fails(&w, &["audit", "verify", "--file", tail.to_str().unwrap()]).contains("seq 20"));
+}
+
+#[test]
+fn verify_catches_an_edited_amount_and_a_deleted_outbox_row() {
+    let w = World::new();
+    w.add(&(0..10).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let ok = w.run_ok(&["verify"]);
+    assert!(String::from_utf8_lossy(&ok.stdout)
+        .starts_with("ledger verified: 10 claims, 10 disbursements, 10 outbox rows"));
+
+    let db = rw(&w);
+    // Edited behind the ledger's back in both places it is stored: only the audit record knows.
+    db.execute_batch(
+        "UPDATE disbursements SET amount_cents = amount_cents + 5000 WHERE id = 3;
+         UPDATE processed_messages SET amount_cents = amount_cents + 5000 WHERE claim_id = 3;",
+    )
+    .unwrap();
+    let msg = fails(&w, &["verify"]);
+    assert!(msg.contains("but disbursement 3 records"), "{msg}");
+    db.execute(
+        "UPDATE processed_messages SET amount_cents = amount_cents - 5000 WHERE claim_id = 3",
+        [],
+    )
+    .unwrap();
+    assert!(fails(&w, &["verify"]).contains("disbursement 3 (award"));
+    db.execute(
+        "UPDATE disbursements SET amount_cents = amount_cents - 5000 WHERE id = 3",
+        [],
+    )
+    .unwrap();
+    w.run_ok(&["verify"]);
+
+    db.execute("DELETE FROM outbox WHERE claim_id = 4", [])
+        .unwrap();
+    let msg = fails(&w, &["verify"]);
+    assert!(msg.contains("has no outbox row"), "{msg}");
+}
+
+#[test]
+fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid() {
+    // Plan: 1. A, then B with A's award and time but another amount: both paid, one conflict
+    // record naming A's key. 2. C likewise, under --on-conflict hold: not claimed or paid,
+    // dead-lettered (ledger row, audit records, dead-letter stream), acknowledged.
+    let w = World::new();
+    let same = |cents: i64| {
+        format!(
+            r#"{{"award_id":"A-77","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{cents}}}"#
+        )
+    };
+    w.add(&[same(100)]);
+    w.drain(&[]);
+    w.add(&[same(200)]);
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 2);
+    let first_key = claimgate::key::derive_idempotency_key(
+        "A-77",
+        "2026-07-01T09:00:00Z",
+        same(100).as_bytes(),
+    )
+    .unwrap();
+    let second_key = claimgate::key::derive_idempotency_key(
+        "A-77",
+        "2026-07-01T09:00:00Z",
+        same(200).as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        w.sql_i64(&format!(
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict' AND idempotency_key = '{second_key}' AND detail LIKE '%{first_key}%'"
+        )),
+        1
+    );
+    let status: serde_json::Value =
+        serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["ledger"]["conflicts"], 1);
+
+    let held_id = w.add(&[same(300)]).remove(0);
+    w.drain(&["--on-conflict", "hold"]);
+    assert_eq!(
+        w.count("disbursements"),
+        2,
+        "the held submission is not paid"
+    );
+    assert_eq!(w.count("processed_messages"), 2, "nor claimed");
+    assert_eq!(w.sql_i64(&format!("SELECT COUNT(*) FROM dead_letters WHERE reason_code = 'conflict_hold' AND stream_entry_id = '{held_id}'")), 1);
+    assert_eq!(kind_count(&w, "conflict"), 2);
+    assert_eq!(w.sql_i64(&format!("SELECT COUNT(*) FROM audit_log WHERE kind = 'dead_letter' AND stream_entry_id = '{held_id}'")), 1);
+    let dead = w.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["original_id"], held_id.as_bytes());
+    assert_eq!(dead[0]["reason_code"], b"conflict_hold");
+    assert_eq!(dead[0]["original.payload"], same(300).as_bytes());
+    assert_eq!(w.pending(), 0);
+    w.run_ok(&["verify"]);
+}
+
+/// Moves the first `n` audit records (and the claims they describe) back to `old`, then re-seals
+/// the chain, as a ledger that has really been running that long would be.
+fn backdate(w: &World, n: i64, old: &str) {
+    let db = rw(w);
+    db.execute(
+        "UPDATE audit_log SET recorded_at = ?1 WHERE seq <= ?2",
+        rusqlite::params![old, n],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE processed_messages SET claimed_at = ?1 WHERE idempotency_key IN
+         (SELECT unhex(idempotency_key) FROM audit_log WHERE seq <= ?2 AND kind = 'processed')",
+        rusqlite::params![old, n],
+    )
+    .unwrap();
+    let records: Vec<Record> = {
+        let mut stmt = db
+            .prepare(&format!("SELECT seq, {COLS} FROM audit_log ORDER BY seq"))
+            .unwrap();
+        let rows = stmt.query_map([], |r| {
+            Ok(Record {
+                seq: r.get(0)?,
+                kind: Kind::parse(&r.get::<_, String>(1)?).unwrap(),
+                idempotency_key: r.get(2)?,
+                award_id: r.get(3)?,
+                amount_cents: r.get(4)?,
+                stream_entry_id: r.get(5)?,
+                consumer: r.get(6)?,
+                delivery_count: r.get(7)?,
+                detail: r.get(8)?,
+                recorded_at: r.get(9)?,
+                prev_hash: r.get(10)?,
+                hash: r.get(11)?,
+            })
+        });
+        rows.unwrap().map(Result::unwrap).collect()
+    };
+    let mut prev = claimgate::audit::GENESIS_HASH.to_owned();
+    for mut r in records {
+        r.seal(&prev);
+        db.execute(
+            "UPDATE audit_log SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            rusqlite::params![r.prev_hash, r.hash, r.seq],
+        )
+        .unwrap();
+        prev = r.hash;
+    }
+}
+
+#[test]
+fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable()
+{
+    // Plan:
+    // 1. 20 submissions and one malformed entry; backdate the first 12 records to 2020.
+    // 2. Refused: a date inside the 3-year window (exit 2); unpublished events; a held award.
+    // 3. Publish, lift the hold, purge: exported first, rows gone, checkpoint left, both
+    //    verifies pass, the export verifies on its own, and new work chains on after it.
+    let w = World::new();
+    w.add(&(0..10).map(support::submission).collect::<Vec<_>>());
+    w.add_fields(&[("payload", b"[]")]);
+    w.add(&(10..20).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    backdate(&w, 12, "2020-03-01T12:00:00.000000Z");
+    backdate(&w, 5, "2019-03-01T12:00:00.000000Z");
+    w.run_ok(&["verify"]);
+
+    let recent = w.run(&["retention", "purge", "--before", "2025-01-01"]);
+    assert_eq!(recent.status.code(), Some(2));
+    assert!(
+        stderr(&recent).contains("retention window"),
+        "{}",
+        stderr(&recent)
+    );
+    assert!(
+        fails(&w, &["retention", "purge", "--before", "2021-01-01"]).contains("not yet published")
+    );
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    w.run_ok(&["hold", "add", "A-000004", "--reason", "case 21-cv-0042"]);
+    assert!(String::from_utf8_lossy(&w.run_ok(&["hold", "list"]).stdout).contains("A-000004"));
+    assert!(fails(&w, &["retention", "purge", "--before", "2021-01-01"]).contains("A-000004"));
+    assert_eq!(w.count("audit_log"), 21, "a refused purge deletes nothing");
+
+    w.run_ok(&["hold", "remove", "A-000004"]);
+    // Two purges, in batches of 4 records: the second replaces the first one's checkpoint.
+    let early = w.dir.path().join("purged-2019.jsonl");
+    let purge = |before: &str, file: &std::path::Path| {
+        w.run_ok(&[
+            "retention",
+            "purge",
+            "--before",
+            before,
+            "--batch-records-max",
+            "4",
+            "--export",
+            file.to_str().unwrap(),
+        ]);
+    };
+    purge("2020-01-01", &early);
+    assert_eq!(w.count("processed_messages"), 15);
+    assert_eq!(
+        w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"),
+        5
+    );
+    w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["verify"]);
+    let export = w.dir.path().join("purged.jsonl");
+    purge("2021-01-01", &export);
+    assert_eq!(
+        w.count("processed_messages"),
+        9,
+        "11 of the first 12 records were claims (one dead letter)"
+    );
+    assert_eq!(w.count("disbursements"), 9);
+    assert_eq!(w.count("outbox"), 9);
+    assert_eq!(w.count("dead_letters"), 0);
+    assert_eq!(w.count("audit_log"), 21 - 12 + 1);
+    assert_eq!(
+        w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"),
+        12
+    );
+    w.run_ok(&["audit", "verify", "--file", early.to_str().unwrap()]);
+    w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
+    let exported = std::fs::read_to_string(&export).unwrap();
+    assert_eq!(
+        exported
+            .lines()
+            .filter(|l| l.contains(r#""table":"audit_log""#))
+            .count(),
+        12 - 5 + 1,
+        "the second export holds the first checkpoint and records 6..=12"
+    );
+    assert_eq!(
+        exported
+            .lines()
+            .filter(|l| l.contains(r#""table":"disbursements""#))
+            .count(),
+        6
+    );
+
+    w.add(&[support::submission(20), support::submission(21)]);
+    w.drain(&[]);
+    w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["verify"]);
+}

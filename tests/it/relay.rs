@@ -1,0 +1,226 @@
+//! The outbox relay: every outbox row reaches the events stream exactly once, in order, however
+//! often the relay is killed.
+
+use crate::support::{self, World};
+use std::time::Duration;
+
+/// `(event_id, event_type, payload)` of every entry in `grants:events`, in stream order.
+fn events(w: &World) -> Vec<(i64, String, serde_json::Value)> {
+    let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("grants:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut w.conn())
+        .unwrap();
+    reply
+        .into_iter()
+        .map(|(_, fields)| {
+            let get = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap()
+            };
+            (
+                get("event_id").parse().unwrap(),
+                get("event_type"),
+                serde_json::from_str(&get("payload")).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn relay_args(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec!["relay", "--relay-batch-count-max", "7"];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
+    // Plan:
+    // 1. Record 400 disbursements (worker only), so the outbox holds 400 unpublished rows.
+    // 2. Twelve times: start a relay publishing 1 to 3 rows per round and kill it,
+    //    alternately by the failpoint between publishing and marking (the one window that
+    //    could double-publish) on a random round, and by a real SIGKILL a random number of
+    //    events after it started publishing.
+    // 3. Drain with two relays at once, with different batch sizes so their batches overlap
+    //    partially, then check the events stream and the outbox.
+    let w = World::new();
+    let n = 400;
+    w.add(&(0..n).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.count("outbox"), n as i64);
+
+    // A fresh seed each run, printed so a failure can be replayed with CLAIMGATE_TEST_SEED.
+    let seed = std::env::var("CLAIMGATE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("relay kill test seed: {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut conn = w.conn();
+    let mut xlen = move || -> u64 {
+        redis::cmd("XLEN")
+            .arg("grants:events")
+            .query(&mut conn)
+            .unwrap()
+    };
+    for round in 0..12 {
+        let before = xlen();
+        let batch = rng.u32(1..=3).to_string();
+        let args = [
+            "relay",
+            "--relay-batch-count-max",
+            batch.as_str(),
+            "--exit-when-idle",
+        ];
+        if round % 2 == 0 {
+            let nth = rng.u32(1..=4).to_string();
+            let mut child = w
+                .cmd(&args)
+                .env("CLAIMGATE_FAILPOINT", format!("relay_after_publish:{nth}"))
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let status = support::wait_exit(&mut child, Duration::from_secs(30));
+            assert!(
+                before == n as u64 || !status.success(),
+                "the failpoint should have aborted the relay"
+            );
+        } else {
+            let mut child = w.spawn(&args);
+            let target = (before + rng.u64(1..=6)).min(n as u64);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            // Polled every millisecond so the kill lands close to the chosen event.
+            while xlen() < target && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            support::signal(&child, libc::SIGKILL);
+            support::wait_exit(&mut child, Duration::from_secs(10));
+        }
+        assert!(xlen() >= before, "the stream never shrinks");
+    }
+    let published_mid_way = xlen();
+    eprintln!("published before the final drain: {published_mid_way} of {n}");
+    assert!(
+        published_mid_way > 0 && published_mid_way < n as u64,
+        "the kills landed mid-way ({published_mid_way})"
+    );
+
+    let mut a = w.spawn(&relay_args(&["--exit-when-idle"]));
+    let mut b = w.spawn(&["relay", "--relay-batch-count-max", "5", "--exit-when-idle"]);
+    assert!(support::wait_exit(&mut a, Duration::from_secs(60)).success());
+    assert!(support::wait_exit(&mut b, Duration::from_secs(60)).success());
+
+    let got = events(&w);
+    let ids: Vec<i64> = got.iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(
+        ids,
+        (1..=n as i64).collect::<Vec<_>>(),
+        "one entry per outbox row, in id order"
+    );
+    assert!(got.iter().all(|(_, t, _)| t == "disbursement.recorded"));
+    let amounts: i64 = got
+        .iter()
+        .map(|(_, _, p)| p["amount_cents"].as_i64().unwrap())
+        .sum();
+    assert_eq!(amounts, support::amount_sum(n));
+    assert!(got.iter().all(
+        |(_, _, p)| p["idempotency_key"].as_str().unwrap().len() == 64 && p["award_id"].is_string()
+    ));
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    let upto: i64 = redis::cmd("HGET")
+        .arg("grants:events:published_upto")
+        .arg("upto")
+        .query(&mut w.conn())
+        .unwrap();
+    assert_eq!(upto, n as i64);
+}
+
+#[test]
+fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_stream() {
+    // Plan: 1. `run --relay --exit-when-idle` records and publishes 25 submissions.
+    // 2. A second, fresh ledger on the same Redis: its relay must refuse the old mark rather
+    //    than take rows 1..25 of the new ledger for already published.
+    let w = World::new();
+    w.add(&(0..25).map(support::submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    assert_eq!(w.xlen("grants:events"), 25);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    let status = w.run_ok(&["status", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["ledger"]["outbox_backlog"], 0);
+
+    let other_db = w.dir.path().join("other.db");
+    w.add(&[support::submission(99)]);
+    let drained = w
+        .cmd(&["run", "--exit-when-idle"])
+        .env("CLAIMGATE_DB", &other_db)
+        .output()
+        .unwrap();
+    assert!(drained.status.success());
+    let out = w
+        .cmd(&["relay", "--exit-when-idle"])
+        .env("CLAIMGATE_DB", &other_db)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("belongs to ledger"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        w.xlen("grants:events"),
+        25,
+        "nothing published from the wrong ledger"
+    );
+}
+
+#[test]
+fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
+    // Plan: 1. Record 20 disbursements. 2. Start a relay, let it publish them all, stop Redis
+    // (AOF keeps stream and mark), record 10 more while Redis is down. 3. Restart Redis: the
+    // same relay process, never having exited, publishes exactly the 10 new events.
+    let mut w = World::persistent();
+    w.add(&(0..20).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let mut relay = w.spawn(&relay_args(&[]));
+    assert!(support::wait_for(Duration::from_secs(30), || w
+        .xlen("grants:events")
+        == 20));
+    w.redis.kill();
+    let db = rusqlite::Connection::open(&w.db).unwrap();
+    db.execute_batch(
+        "WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM n WHERE value < 10)
+         INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp, amount_cents,
+                                         claimed_at, stream_entry_id, consumer)
+         SELECT randomblob(32), 'B-' || value, '2026-07-01T09:00:00Z', 100, '2026-11-29T00:00:00.000000Z', '0-' || value, 't'
+         FROM n;
+         INSERT INTO outbox (claim_id, event_type, payload, created_at)
+         SELECT claim_id, 'disbursement.recorded', json_object('award_id', award_id, 'amount_cents', amount_cents,
+                'idempotency_key', lower(hex(idempotency_key))), claimed_at
+         FROM processed_messages WHERE award_id LIKE 'B-%' ORDER BY claim_id;",
+    )
+    .unwrap();
+    assert!(
+        relay.try_wait().unwrap().is_none(),
+        "the relay does not exit while Redis is down"
+    );
+    w.redis.restart().unwrap();
+    assert!(support::wait_for(Duration::from_secs(30), || {
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL") == 0
+    }));
+    support::signal(&relay, libc::SIGTERM);
+    assert!(support::wait_exit(&mut relay, Duration::from_secs(10)).success());
+    let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(ids, (1..=30).collect::<Vec<_>>());
+}

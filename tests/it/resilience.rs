@@ -1,0 +1,916 @@
+//! Nothing stops the line: the worker waits out a world that is briefly broken (Redis down or
+//! restarted, the ledger locked or full), dead-letters what can never succeed (the delivery
+//! cap), acknowledges out what vanished, and an operator can replay a dead letter without
+//! paying anything twice. Real redis-server, real SQLite files, the real binary.
+
+use crate::support::{amount_sum, submission, wait_for, World};
+use std::io::BufRead;
+use std::process::{Child, ExitStatus};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Generous bound for anything the worker should do "soon": a debug build on a loaded 2-core box.
+const SOON: Duration = Duration::from_secs(60);
+
+const STREAM: &str = "grants:submissions";
+const GROUP: &str = "grant-workers";
+
+/// A worker process whose stderr is collected line by line while it runs.
+struct Worker {
+    /// The process.
+    child: Child,
+    /// Every stderr line so far.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Worker {
+    /// Starts `claimgate run ARGS` logging at INFO, with extra environment variables.
+    /// The ledger is created first, so the test can query it from the start.
+    fn start(w: &World, args: &[&str], envs: &[(&str, &str)]) -> Worker {
+        claimgate::ledger::SqliteLedger::open_path(&w.db).expect("create the ledger");
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        let mut cmd = w.cmd(&all);
+        cmd.env("RUST_LOG", "info");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn claimgate");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (stderr, sink) = (child.stderr.take().expect("piped stderr"), Arc::clone(&log));
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Worker { child, log }
+    }
+
+    /// Lines of its log containing `needle`.
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until a log line contains `needle`.
+    fn wait_log(&self, needle: &str) {
+        assert!(
+            wait_for(SOON, || !self.lines_with(needle).is_empty()),
+            "no log line with {needle:?}:\n{}",
+            self.log_text()
+        );
+    }
+
+    fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// True while the process runs.
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then its exit status.
+    fn stop(mut self) -> ExitStatus {
+        crate::support::signal(&self.child, libc::SIGTERM);
+        crate::support::wait_exit(&mut self.child, SOON)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// XADDs all payloads in one MULTI, so a reader sees them all at once or not at all.
+fn add_atomically(w: &World, payloads: &[String]) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for p in payloads {
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(p.as_bytes())
+            .ignore();
+    }
+    pipe.query::<()>(&mut w.conn()).unwrap();
+}
+
+fn submissions(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(submission).collect()
+}
+
+/// True when the consumer group exists on the submissions stream.
+fn group_exists(w: &World) -> bool {
+    let groups: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(STREAM)
+        .query(&mut w.conn());
+    groups.map(|g| !g.is_empty()).unwrap_or(false)
+}
+
+/// Reads every new entry as consumer `consumer` (creating the group) and returns the ids.
+fn read_as(w: &World, consumer: &str) -> Vec<String> {
+    let mut conn = w.conn();
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(STREAM)
+        .arg(GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut conn);
+    let reply: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(1000)
+        .arg("STREAMS")
+        .arg(STREAM)
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    reply
+        .keys
+        .into_iter()
+        .flat_map(|k| k.ids)
+        .map(|e| e.id)
+        .collect()
+}
+
+/// Audit records of one kind.
+fn audit(w: &World, kind: &str) -> i64 {
+    w.sql_i64(&format!(
+        "SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}'"
+    ))
+}
+
+fn disbursed_cents(w: &World) -> i64 {
+    w.sql_i64("SELECT SUM(amount_cents) FROM disbursements")
+}
+
+/// The number N in "recovered after N failed attempts" on a log line.
+fn failed_attempts(line: &str) -> u32 {
+    let after = line
+        .split("recovered after ")
+        .nth(1)
+        .expect("a recovery line");
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn redis_down_at_start_is_waited_out_then_everything_is_processed_once() {
+    // 1. Queue 50 submissions on a persistent Redis, then kill it.
+    // 2. Start the worker against the dead port: it must wait, not exit.
+    // 3. Bring Redis back with its data: all 50 are paid once, and the outage is logged exactly
+    //    once when it starts and once when it clears, however many retries it took.
+    let mut w = World::persistent();
+    w.add(&submissions(0..50));
+    w.redis.kill();
+    let mut worker = Worker::start(&w, &[], &[]);
+    worker.wait_log("reading from redis failed");
+    // Keep Redis down for a while so the worker retries several times.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        worker.alive(),
+        "the worker exited while Redis was down:\n{}",
+        worker.log_text()
+    );
+    w.redis.restart().unwrap();
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 50 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(w.count("processed_messages"), 50);
+    assert_eq!(disbursed_cents(&w), amount_sum(50));
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    worker.wait_log("reading from redis recovered");
+    assert_eq!(
+        worker.lines_with("reading from redis failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    let recovered = worker.lines_with("reading from redis recovered");
+    assert_eq!(recovered.len(), 1, "{}", worker.log_text());
+    assert!(
+        failed_attempts(&recovered[0]) >= 2,
+        "one episode should span several retries: {}",
+        recovered[0]
+    );
+    assert!(worker.stop().success());
+}
+
+/// XADDs each payload, retrying while Redis is unreachable, as a producer that must not lose a
+/// submission would. A retried XADD whose first attempt did land is a duplicate for the ledger.
+/// Paced at about one entry per 2 ms so the stream is still being fed when Redis is killed.
+/// Returns how many attempts failed.
+fn produce_through_outages(url: String, payloads: Vec<String>) -> u32 {
+    let client = redis::Client::open(url).unwrap();
+    let deadline = std::time::Instant::now() + SOON;
+    let mut failures = 0;
+    let mut conn = None;
+    for p in payloads {
+        loop {
+            if conn.is_none() {
+                conn = client
+                    .get_connection_with_timeout(Duration::from_millis(200))
+                    .ok();
+            }
+            let sent = conn.as_mut().map(|c| {
+                redis::cmd("XADD")
+                    .arg(STREAM)
+                    .arg("*")
+                    .arg("payload")
+                    .arg(p.as_bytes())
+                    .query::<String>(c)
+            });
+            if let Some(Ok(_)) = sent {
+                break;
+            }
+            conn = None;
+            failures += 1;
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Redis never came back for the producer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    failures
+}
+
+#[test]
+fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() {
+    // 1. A producer sends 400 submissions one by one while a worker processes them.
+    // 2. Once some are paid, Redis (AOF, fsync always) is SIGKILLed; the producer and the worker
+    //    both keep retrying. Redis restarts with its data.
+    // 3. All 400 are paid exactly once; nothing is left pending; the worker never exited.
+    let mut w = World::persistent();
+    let mut worker = Worker::start(&w, &[], &[]);
+    let producer = {
+        let url = w.redis.url();
+        std::thread::spawn(move || produce_through_outages(url, submissions(0..400)))
+    };
+    assert!(wait_for(SOON, || w.count("processed_messages") >= 50));
+    w.redis.kill();
+    worker.wait_log("reading from redis failed");
+    assert!(worker.alive());
+    w.redis.restart().unwrap();
+    assert!(
+        producer.join().unwrap() > 0,
+        "the producer never saw the outage: Redis was not killed mid-run"
+    );
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 400 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(w.count("processed_messages"), 400);
+    assert_eq!(audit(&w, "processed"), 400);
+    assert_eq!(disbursed_cents(&w), amount_sum(400));
+    assert_eq!(w.count("dead_letters"), 0);
+    assert!(worker.alive());
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absorbed() {
+    // 1. A producer is feeding 100 submissions to a worker when Redis, which keeps nothing, is
+    //    killed and restarted empty; the producer carries on against the new server.
+    // 2. The worker recreates the consumer group by itself and keeps going.
+    // 3. The producer, unable to know what was lost, re-sends all 100 plus 50 new ones.
+    // 4. 150 disbursements exactly; each one paid before the kill comes back as a duplicate.
+    let mut w = World::new();
+    let mut worker = Worker::start(&w, &[], &[]);
+    let producer = {
+        let url = w.redis.url();
+        std::thread::spawn(move || produce_through_outages(url, submissions(0..100)))
+    };
+    assert!(wait_for(SOON, || w.count("processed_messages") >= 20));
+    let paid_before_kill = w.count("processed_messages");
+    w.redis.kill();
+    w.redis.restart().unwrap();
+    assert!(
+        wait_for(SOON, || group_exists(&w)),
+        "the group was not recreated:\n{}",
+        worker.log_text()
+    );
+    worker.wait_log("recreating it");
+    assert!(worker.alive());
+    producer.join().unwrap();
+    w.add(&submissions(0..150));
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 150 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(w.count("processed_messages"), 150);
+    assert_eq!(audit(&w, "processed"), 150);
+    assert_eq!(disbursed_cents(&w), amount_sum(150));
+    assert!(
+        audit(&w, "duplicate") >= paid_before_kill,
+        "every submission paid before the kill was re-sent"
+    );
+    assert_eq!(w.count("dead_letters"), 0);
+    assert_eq!(
+        worker.lines_with("recreating it").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.alive());
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
+    // 1. The worker has paid 10 submissions.
+    // 2. Another process takes the ledger's write lock (BEGIN IMMEDIATE) and keeps it past the
+    //    worker's 5 s busy timeout while 20 more arrive.
+    // 3. Meanwhile nothing is dead-lettered, acknowledged or paid; the worker stays up.
+    // 4. After release all 20 are paid; the episode is logged once at start, once at clear.
+    let w = World::new();
+    let mut worker = Worker::start(&w, &[], &[]);
+    w.add(&submissions(0..10));
+    assert!(wait_for(SOON, || w.count("disbursements") == 10 && w.pending() == 0));
+
+    let locker = rusqlite::Connection::open(&w.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    add_atomically(&w, &submissions(10..30));
+    worker.wait_log("committing to the ledger failed");
+    assert!(worker.alive());
+    assert_eq!(w.count("disbursements"), 10);
+    assert_eq!(w.pending(), 20);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 30 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(disbursed_cents(&w), amount_sum(30));
+    assert_eq!(w.count("dead_letters"), 0);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    worker.wait_log("committing to the ledger recovered");
+    assert_eq!(
+        worker.lines_with("committing to the ledger failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        worker
+            .lines_with("committing to the ledger recovered")
+            .len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
+    // 1. A ledger whose every page is in use (a filler table), capped at its current size with
+    //    --ledger-pages-max, so the next commit fails with SQLITE_FULL as on a full disk.
+    // 2. 40 submissions arrive together: they stay pending, nothing is dead-lettered, the worker
+    //    keeps running.
+    // 3. The operator makes room (drops the filler): all 40 are paid without a restart.
+    let w = World::new();
+    claimgate::ledger::SqliteLedger::open_path(&w.db).unwrap();
+    let admin = rusqlite::Connection::open(&w.db).unwrap();
+    admin.busy_timeout(Duration::from_secs(10)).unwrap();
+    admin
+        .execute_batch(
+            "CREATE TABLE filler (b BLOB);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
+             INSERT INTO filler SELECT zeroblob(2000) FROM n;
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    let pages: i64 = admin
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    let freelist: i64 = admin
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        freelist, 0,
+        "the ledger must have no free pages for this test to mean anything"
+    );
+
+    let mut worker = Worker::start(&w, &["--ledger-pages-max", &pages.to_string()], &[]);
+    add_atomically(&w, &submissions(0..40));
+    worker.wait_log("committing to the ledger failed");
+    assert!(
+        worker.lines_with("committing to the ledger failed")[0].contains("full"),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.alive());
+    assert_eq!(w.count("processed_messages"), 0);
+    assert_eq!(w.pending(), 40);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+
+    admin.execute_batch("DROP TABLE filler").unwrap();
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 40 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(disbursed_cents(&w), amount_sum(40));
+    worker.wait_log("committing to the ledger recovered");
+    assert_eq!(w.count("dead_letters"), 0);
+    assert_eq!(
+        worker.lines_with("committing to the ledger failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        worker
+            .lines_with("committing to the ledger recovered")
+            .len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn entries_claimed_over_and_over_without_ack_are_dead_lettered_at_the_cap() {
+    // 1. Three entries are read by a consumer that never acknowledges, then claimed by it five
+    //    more times (6 deliveries); two healthy entries wait beside them.
+    // 2. A worker takes the three over (delivery 7 > --max-deliveries 5): it dead-letters them
+    //    with the cap reason and count, without parsing them for payment; the two are paid.
+    let w = World::new();
+    w.add(&submissions(0..3));
+    let stuck = read_as(&w, "never-acks");
+    assert_eq!(stuck.len(), 3);
+    let mut conn = w.conn();
+    for _ in 0..5 {
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(STREAM)
+            .arg(GROUP)
+            .arg("never-acks")
+            .arg(0)
+            .arg(&stuck)
+            .query(&mut conn)
+            .unwrap();
+    }
+    w.add(&submissions(3..5));
+    w.drain(&[]);
+
+    let dead = w.dead_letters();
+    assert_eq!(dead.len(), 3);
+    for d in &dead {
+        assert_eq!(d["reason_code"], b"max_deliveries");
+        assert_eq!(
+            String::from_utf8_lossy(&d["reason"]),
+            "max deliveries exceeded (7 > 5)"
+        );
+        assert_eq!(d["deliveries"], b"7");
+        assert!(stuck.contains(&String::from_utf8(d["original_id"].clone()).unwrap()));
+    }
+    assert_eq!(w.count("dead_letters"), 3);
+    assert_eq!(audit(&w, "dead_letter"), 3);
+    assert_eq!(w.count("disbursements"), 2);
+    assert_eq!(disbursed_cents(&w), 103 + 104);
+    assert_eq!(w.pending(), 0);
+}
+
+#[test]
+fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
+    // 1. An entry crashes every worker that reads it (failpoint after_read): five runs die.
+    // 2. The sixth run sees delivery 6 > 5 and dead-letters it instead of trying again.
+    let w = World::new();
+    w.add(&submissions(0..1));
+    for run in 1..=5 {
+        let out = w
+            .cmd(&["run", "--consumer", "crashy"])
+            .env("CLAIMGATE_FAILPOINT", "after_read")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "run {run} should have crashed");
+        assert_eq!(w.pending(), 1);
+    }
+    w.drain(&["--consumer", "crashy"]);
+
+    let dead = w.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        String::from_utf8_lossy(&dead[0]["reason"]),
+        "max deliveries exceeded (6 > 5)"
+    );
+    assert_eq!(w.count("disbursements"), 0);
+    assert_eq!(w.pending(), 0);
+}
+
+#[test]
+fn entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged() {
+    // 1. Five entries are pending on a consumer that died; two are then XDELed.
+    // 2. A worker taking the consumer's entries over (XAUTOCLAIM) acknowledges the two out of
+    //    the pending list, logs each id, pays the other three and exits cleanly.
+    let w = World::new();
+    w.add(&submissions(0..5));
+    let ids = read_as(&w, "died");
+    let _: u64 = redis::cmd("XDEL")
+        .arg(STREAM)
+        .arg(&ids[1])
+        .arg(&ids[3])
+        .query(&mut w.conn())
+        .unwrap();
+    let out = w.drain(&[]);
+
+    let log = String::from_utf8_lossy(&out.stderr);
+    for gone in [&ids[1], &ids[3]] {
+        assert!(
+            log.contains(&format!(
+                "entry {gone} was deleted from the stream while pending"
+            )),
+            "{log}"
+        );
+    }
+    assert_eq!(w.pending(), 0);
+    assert_eq!(w.count("disbursements"), 3);
+    assert_eq!(disbursed_cents(&w), 100 + 102 + 104);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+}
+
+#[test]
+fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged() {
+    // 1. A worker reads five entries and crashes before processing them (failpoint after_read).
+    // 2. Two are XDELed: re-reading the consumer's pending list now returns them as nil bodies.
+    // 3. The restarted worker acknowledges those two out, logs each id, and pays the other three.
+    //    (On Redis 7 its start-up XAUTOCLAIM scan purges deleted ids before checking idle time,
+    //    so it meets them there; on older servers, or for an entry deleted between the scan and
+    //    the re-read, the nil-body path of the re-read does the same.)
+    let w = World::new();
+    let ids = w.add(&submissions(0..5));
+    let out = w
+        .cmd(&["run", "--consumer", "me"])
+        .env("CLAIMGATE_FAILPOINT", "after_read")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(w.pending(), 5);
+    let _: u64 = redis::cmd("XDEL")
+        .arg(STREAM)
+        .arg(&ids[0])
+        .arg(&ids[4])
+        .query(&mut w.conn())
+        .unwrap();
+    let mut conn = claimgate::stream::Conn::new(redis::Client::open(w.redis.url()).unwrap());
+    let history =
+        claimgate::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None).unwrap();
+    assert_eq!(history.vanished, vec![ids[0].clone(), ids[4].clone()]);
+    assert_eq!(history.entries.len(), 3);
+    let out = w.run_ok(&[
+        "run",
+        "--exit-when-idle",
+        "--consumer",
+        "me",
+        "--claim-idle-ms",
+        "600000",
+    ]);
+
+    let log = String::from_utf8_lossy(&out.stderr);
+    for gone in [&ids[0], &ids[4]] {
+        let logged = log.lines().any(|l| {
+            l.contains(&format!("entry {gone} "))
+                && l.contains("acknowledging it out of the pending list")
+        });
+        assert!(logged, "{log}");
+    }
+    assert_eq!(w.pending(), 0);
+    assert_eq!(w.count("disbursements"), 3);
+    assert_eq!(disbursed_cents(&w), 101 + 102 + 103);
+}
+
+/// `dlq list --json` as JSON values.
+fn dlq_list(w: &World) -> Vec<serde_json::Value> {
+    let out = w.run_ok(&["dlq", "list", "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
+    // 1. A submission over a too-tight size limit is dead-lettered (payload_too_large).
+    // 2. `dlq list` and `dlq show` name it, its award and its reason.
+    // 3. `dlq replay` puts it back once; a second replay (by either id) is refused with exit 1.
+    // 4. With the limit fixed, the worker pays it: one disbursement.
+    let w = World::new();
+    let original = w.add(&submissions(7..8)).remove(0);
+    w.drain(&["--payload-bytes-max", "50"]);
+    assert_eq!(w.count("disbursements"), 0);
+
+    let listed = dlq_list(&w);
+    assert_eq!(listed.len(), 1);
+    let dead_id = listed[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(listed[0]["original_id"], original.as_str());
+    assert_eq!(listed[0]["reason_code"], "payload_too_large");
+    let reason = format!(
+        "payload is {} bytes, over the limit of 50 bytes",
+        submission(7).len()
+    );
+    assert_eq!(listed[0]["reason"], reason.as_str());
+    assert_eq!(listed[0]["award_id"], "A-000007");
+    assert!(listed[0]["replayed_as"].is_null());
+    let text = String::from_utf8(w.run_ok(&["dlq", "list"]).stdout).unwrap();
+    assert!(
+        text.contains(&dead_id)
+            && text.contains("award=A-000007")
+            && text.contains("payload_too_large"),
+        "{text}"
+    );
+    let shown = String::from_utf8(w.run_ok(&["dlq", "show", &original]).stdout).unwrap();
+    assert!(
+        shown.contains(&format!("dead letter {dead_id}"))
+            && shown.contains(&format!("original.payload: {}", submission(7))),
+        "{shown}"
+    );
+
+    let replayed = String::from_utf8(w.run_ok(&["dlq", "replay", &dead_id]).stdout).unwrap();
+    assert!(replayed.contains("replayed dead letter"), "{replayed}");
+    for id in [&dead_id, &original] {
+        let again = w.run(&["dlq", "replay", id]);
+        assert_eq!(again.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&again.stderr).contains("already replayed"));
+    }
+    assert_eq!(w.xlen(STREAM), 2);
+    assert!(!dlq_list(&w)[0]["replayed_as"].is_null());
+
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(disbursed_cents(&w), 107);
+    assert_eq!(w.xlen("grants:submissions:dead"), 1);
+    assert_eq!(w.pending(), 0);
+
+    assert_eq!(w.run(&["dlq", "show", "not-an-id"]).status.code(), Some(2));
+    assert_eq!(w.run(&["dlq", "replay", "1-0"]).status.code(), Some(1));
+}
+
+#[test]
+fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment() {
+    // 1. A worker commits a submission and crashes before XACK (failpoint after_commit).
+    // 2. The next run, with --max-deliveries 1, sees delivery 2 and dead-letters it at the cap,
+    //    although the ledger already paid it.
+    // 3. The operator replays it: the worker finds the claim taken. Still one disbursement.
+    let w = World::new();
+    w.add(&submissions(3..4));
+    let out = w
+        .cmd(&["run", "--consumer", "c1"])
+        .env("CLAIMGATE_FAILPOINT", "after_commit")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!((w.count("disbursements"), w.pending()), (1, 1));
+    w.drain(&["--consumer", "c1", "--max-deliveries", "1"]);
+    let listed = dlq_list(&w);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["reason"], "max deliveries exceeded (2 > 1)");
+
+    w.run_ok(&["dlq", "replay", listed[0]["id"].as_str().unwrap()]);
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(disbursed_cents(&w), 103);
+    assert_eq!(audit(&w, "duplicate"), 1);
+    assert_eq!(w.pending(), 0);
+}
+
+#[test]
+fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
+    // 1. Redis starts out at its maxmemory (noeviction): even creating the consumer group is
+    //    refused with OOM. The worker waits instead of exiting, and goes on once memory is freed.
+    // 2. The limit bites again just after a batch of one malformed and two valid entries
+    //    arrives: the dead-letter XADD is refused. The batch waits, unacknowledged; the worker
+    //    stays up (OOM is the world being full, like a full disk, not a bad entry).
+    // 3. Memory is freed: the bad entry is dead-lettered, the two are paid, nothing pending.
+    let w = World::new();
+    let set_maxmemory = |bytes: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query::<()>(&mut w.conn())
+            .unwrap()
+    };
+    set_maxmemory(1);
+    let mut worker = Worker::start(&w, &[], &[]);
+    worker.wait_log("reading from redis failed");
+    assert!(
+        worker.lines_with("reading from redis failed")[0].contains("OOM"),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.alive());
+    set_maxmemory(0);
+    assert!(wait_for(SOON, || group_exists(&w)), "{}", worker.log_text());
+
+    // One MULTI, so the entries land and the limit comes back before the worker can react.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("payload")
+        .arg(submission(1))
+        .ignore()
+        .cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("payload")
+        .arg("{not json")
+        .ignore()
+        .cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("payload")
+        .arg(submission(2))
+        .ignore()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .ignore();
+    pipe.query::<()>(&mut w.conn()).unwrap();
+
+    worker.wait_log("copying an entry to the dead-letter stream failed");
+    assert!(
+        worker.lines_with("copying an entry to the dead-letter stream failed")[0].contains("OOM"),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.alive());
+    assert_eq!(
+        (
+            w.pending(),
+            w.count("disbursements"),
+            w.xlen("grants:submissions:dead")
+        ),
+        (3, 0, 0)
+    );
+
+    set_maxmemory(0);
+    assert!(
+        wait_for(SOON, || w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(w.count("disbursements"), 2);
+    assert_eq!(w.xlen("grants:submissions:dead"), 1);
+    assert_eq!(w.count("dead_letters"), 1);
+    assert!(worker.alive());
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
+    // 1. A worker is idle in a blocking read. In one pipeline, three entries are added and a
+    //    script then holds the server for 6.5 s: Redis hands the entries to the worker (they
+    //    enter its pending list) but cannot send the reply until the script ends, by which time
+    //    the worker's 5.2 s response timeout has dropped the connection. The reply is lost.
+    // 2. On reconnect the worker re-reads its own pending list and pays all three, long before
+    //    the stale-entry scan (--claim-idle-ms 600000) would take them over.
+    let w = World::new();
+    let worker = Worker::start(&w, &["--claim-idle-ms", "600000"], &[]);
+    w.add(&submissions(0..1));
+    assert!(wait_for(SOON, || w.count("disbursements") == 1 && w.pending() == 0));
+    let mut conn = w.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let hold = r"
+        local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+        local start = us(redis.call('TIME'))
+        while us(redis.call('TIME')) - start < tonumber(ARGV[1]) do end
+        return 1";
+    let mut pipe = redis::pipe();
+    for p in submissions(1..4) {
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(p)
+            .ignore();
+    }
+    pipe.cmd("EVAL").arg(hold).arg(0).arg(6_500_000).ignore();
+    pipe.query::<()>(&mut conn).unwrap();
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 4 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(disbursed_cents(&w), amount_sum(4));
+    assert_eq!(
+        worker.lines_with("reading from redis failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
+    // 1. The ledger is locked by another process; a worker (--claim-idle-ms 300) reads five
+    //    entries and waits out the lock with them in hand.
+    // 2. It is SIGKILLed during the outage (an operator restarting a stuck-looking service),
+    //    the lock is released, and a worker with the same name restarts.
+    // 3. The restarted worker pays all five: the outage must not have counted as deliveries
+    //    (the stale-entry scan must not keep re-claiming entries the worker itself holds).
+    let w = World::new();
+    let locker = rusqlite::Connection::open({
+        claimgate::ledger::SqliteLedger::open_path(&w.db).unwrap();
+        &w.db
+    })
+    .unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut worker = Worker::start(&w, &["--consumer", "held", "--claim-idle-ms", "300"], &[]);
+    add_atomically(&w, &submissions(0..5));
+    worker.wait_log("committing to the ledger failed");
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(w.pending(), 5);
+
+    w.drain(&["--consumer", "held"]);
+    assert_eq!(w.count("disbursements"), 5);
+    assert_eq!(disbursed_cents(&w), amount_sum(5));
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    assert_eq!(w.pending(), 0);
+}
+
+#[test]
+fn sigterm_during_an_outage_still_stops_the_worker_cleanly() {
+    // 1. Redis is down; the worker is waiting it out.
+    // 2. SIGTERM: the worker stops waiting and exits 0 (nothing was read, so nothing is lost).
+    let mut w = World::new();
+    w.redis.kill();
+    let worker = Worker::start(&w, &[], &[]);
+    worker.wait_log("reading from redis failed");
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn dlq_list_pages_through_a_long_dead_letter_stream() {
+    // 250 malformed entries (more than two listing pages) are all listed, oldest first, once.
+    let w = World::new();
+    let mut pipe = redis::pipe();
+    for i in 0..250 {
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(format!("bad {i}"))
+            .ignore();
+    }
+    pipe.query::<()>(&mut w.conn()).unwrap();
+    w.drain(&[]);
+    assert_eq!(w.xlen("grants:submissions:dead"), 250);
+
+    let listed = dlq_list(&w);
+    let ids: Vec<&str> = listed.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_by_key(|id| {
+        let (ms, seq) = id.split_once('-').unwrap();
+        (ms.parse::<u64>().unwrap(), seq.parse::<u64>().unwrap())
+    });
+    sorted.dedup();
+    assert_eq!(ids.len(), 250);
+    assert_eq!(ids, sorted);
+    assert!(listed.iter().all(|d| d["reason_code"] == "not_json"));
+    let text = String::from_utf8(w.run_ok(&["dlq", "list"]).stdout).unwrap();
+    assert_eq!(text.lines().count(), 251);
+    assert!(
+        text.ends_with("250 dead letters on grants:submissions:dead\n"),
+        "{text}"
+    );
+}
