@@ -116,6 +116,41 @@ pub fn verify(conn: &Connection, expected: &Expected, received: u64) -> Result<V
     ])
 }
 
+/// After the relay: every outbox row published, and exactly one event per row on the stream.
+pub fn events(conn: &Connection, events_on_stream: u64) -> Result<Check> {
+    let rows = count(conn, "SELECT COUNT(*) FROM outbox")?;
+    let unpublished = count(
+        conn,
+        "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL",
+    )?;
+    Ok(check(
+        "one event published per disbursement",
+        unpublished == 0 && events_on_stream == rows as u64,
+        format!("{events_on_stream} events for {rows} outbox rows, {unpublished} unpublished"),
+    ))
+}
+
+/// What `claimgate verify` says of the ledger (its own invariants and the audit chain).
+pub fn claimgate_verify(db: &std::path::Path) -> Check {
+    let verdict =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(crate::Error::from)
+            .and_then(|mut conn| crate::verify::ledger(&mut conn));
+    match verdict {
+        Ok(s) => check(
+            "claimgate verify",
+            true,
+            format!(
+                "{} claims, {} audit records, chain head {}",
+                s.claims,
+                s.audit_records,
+                &s.head_hash[..12.min(s.head_hash.len())]
+            ),
+        ),
+        Err(e) => check("claimgate verify", false, e.to_string()),
+    }
+}
+
 /// Every audit record, in chain order.
 fn audit_records(conn: &Connection) -> Result<Vec<Record>> {
     let mut stmt = conn.prepare(

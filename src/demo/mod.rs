@@ -4,7 +4,8 @@
 //! directory, puts the ledger in the same directory, feeds a few thousand realistic submissions
 //! (with byte-identical resends, a conflicting resubmission and malformed entries of several
 //! kinds), runs the real worker binary as a child process that crashes on purpose between a
-//! commit and its XACK, restarts it as systemd would, and checks the ledger.
+//! commit and its XACK, restarts it as systemd would, relays the outbox to the events stream
+//! (`claimgate relay`), and checks the ledger (its own SQL checks plus `claimgate verify`'s).
 //!
 //! # Invariant
 //! The demo never touches a Redis it did not start unless `--redis-url` is given on the command
@@ -70,7 +71,7 @@ struct Demo<'a> {
     redis_url: String,
     /// Stream, group and ledger path the demo uses.
     cfg: Config,
-    /// Where a relay step publishes events (demo-prefixed on a Redis the demo did not start).
+    /// Where the relay step publishes events (demo-prefixed on a Redis the demo did not start).
     events_stream: String,
     /// The demo's handle on the ledger, for progress and the summary (the workers write it).
     ledger: SqliteLedger,
@@ -230,8 +231,20 @@ impl<'a> Demo<'a> {
         if !self.run_step("worker-1-restarted", &args)? {
             return Ok(false);
         }
-        // The relay step, once `claimgate relay` exists, is one more call:
-        // if !self.run_step("relay", &["relay", "--exit-when-idle", "--events-stream", &self.events_stream.clone()])? { return Ok(false); }
+        say(&format!(
+            "relaying the outbox to {} (claimgate relay --exit-when-idle)",
+            self.events_stream
+        ));
+        let events_stream = self.events_stream.clone();
+        let relay = [
+            "relay",
+            "--exit-when-idle",
+            "--events-stream",
+            &events_stream,
+        ];
+        if !self.run_step("relay", &relay)? {
+            return Ok(false);
+        }
         self.summary(e, started)?;
         Ok(true)
     }
@@ -419,15 +432,39 @@ impl<'a> Demo<'a> {
         if !explicit || !self.keys_created {
             return;
         }
-        let dead = self.cfg.dead_stream();
-        let keys = [
-            self.cfg.stream.clone(),
-            stream::dead_index_key(&dead),
-            dead,
-            self.events_stream.clone(),
-        ];
-        if let Err(e) = self.conn.query::<i64>(redis::cmd("DEL").arg(&keys)) {
-            eprintln!("claimgate demo: could not delete its keys {keys:?}: {e}");
+        // Every key the demo, its workers and its relay create starts with the demo's prefix
+        // (the stream's, up to its first colon), so one pattern finds them all.
+        let prefix = self
+            .cfg
+            .stream
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        if let Err(e) = self.delete_matching(&format!("{prefix}:*")) {
+            eprintln!("claimgate demo: could not delete its keys {prefix}:*: {e}");
+        }
+    }
+
+    /// SCANs for keys matching `pattern` and deletes them, a page at a time.
+    fn delete_matching(&mut self, pattern: &str) -> Result<()> {
+        let mut cursor = "0".to_owned();
+        loop {
+            let (next, keys): (String, Vec<String>) = self.conn.query(
+                redis::cmd("SCAN")
+                    .arg(&cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000),
+            )?;
+            if !keys.is_empty() {
+                self.conn.query::<i64>(redis::cmd("DEL").arg(&keys))?;
+            }
+            if next == "0" {
+                return Ok(());
+            }
+            cursor = next;
         }
     }
 
@@ -443,7 +480,9 @@ impl<'a> Demo<'a> {
         )?;
         let (resent, redelivered) = check::duplicate_sources(&conn)?;
         let reasons = check::dead_letter_reasons(&conn)?;
-        let checks = check::verify(&conn, e, received)?;
+        let mut checks = check::verify(&conn, e, received)?;
+        checks.push(check::events(&conn, events)?);
+        checks.push(check::claimgate_verify(&self.cfg.db_path));
         let failed: Vec<&check::Check> = checks.iter().filter(|c| !c.ok).collect();
         let mut out = String::new();
         out += "\nclaimgate demo: summary\n";
@@ -479,7 +518,7 @@ impl<'a> Demo<'a> {
             );
         }
         out += &format!(
-            "  outbox backlog         {} events waiting for the relay\n",
+            "  outbox backlog         {} events not yet published\n",
             group(stats.outbox_backlog)
         );
         if failed.is_empty() {

@@ -103,6 +103,12 @@ fn demo_runs_from_an_empty_dir_pays_once_and_leaves_nothing_behind() {
     );
     assert!(first_number(line("duplicates suppressed")) > 0, "{stdout}");
     assert_eq!(first_number(line("dead-lettered")), 7);
+    assert_eq!(
+        first_number(line("events published")),
+        601,
+        "the relay step ran"
+    );
+    assert_eq!(first_number(line("conflicts flagged")), 1);
     assert!(line("ledger verified").contains("yes"), "{stdout}");
     assert!(
         stdout.contains("crashed"),
