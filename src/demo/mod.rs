@@ -372,10 +372,13 @@ impl<'a> Demo<'a> {
             .pending()
             .map(|p| p.to_string())
             .unwrap_or_else(|_| "-".into());
-        let line =
-            format!(
-            "  [{label}] paid {} · duplicates skipped {} · dead-lettered {} · pending {pending}",
-            group(s.claims), group(s.duplicates_suppressed), s.dead_letters
+        let published = s.disbursements.saturating_sub(s.outbox_backlog);
+        let line = format!(
+            "  [{label}] paid {} · duplicates skipped {} · dead-lettered {} · pending {pending} · events published {}",
+            group(s.claims),
+            group(s.duplicates_suppressed),
+            s.dead_letters,
+            group(published)
         );
         let mut out = std::io::stdout().lock();
         let _ = match (self.tty, last) {
