@@ -50,6 +50,32 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
+/// A child process killed (SIGKILL) if a failed assertion unwinds past it, so a failing test
+/// never leaves a worker retrying forever against its dead Redis.
+struct Reaped(std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn is_empty_dir(p: &Path) -> bool {
     std::fs::read_dir(p).unwrap().next().is_none()
 }
@@ -170,7 +196,7 @@ fn metrics_counters_equal_the_ledger_and_healthz_follows_redis() {
     world.add_fields(&[("payload", b"not json")]);
     world.add_fields(&[("other", b"{}")]);
     let addr = format!("127.0.0.1:{}", free_port().unwrap());
-    let mut worker = world.spawn(&["run", "--consumer", "m1", "--metrics-addr", &addr]);
+    let mut worker = Reaped(world.spawn(&["run", "--consumer", "m1", "--metrics-addr", &addr]));
 
     assert!(
         wait_for(Duration::from_secs(60), || world
@@ -648,7 +674,7 @@ fn workers_starting_together_on_a_new_ledger_all_open_it() {
     let world = World::new();
     world.add(&(0..20).map(submission).collect::<Vec<_>>());
     let mut workers: Vec<_> = (0..8)
-        .map(|i| world.spawn(&["run", "--exit-when-idle", "--consumer", &format!("w{i}")]))
+        .map(|i| Reaped(world.spawn(&["run", "--exit-when-idle", "--consumer", &format!("w{i}")])))
         .collect();
     for w in &mut workers {
         let status = wait_exit(w, Duration::from_secs(60));
