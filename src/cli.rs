@@ -178,11 +178,16 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let shutdown = shutdown_flag()?;
     let metrics = Metrics::default();
     crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics)?;
+    let quantile = |q| metrics.commit_latency.quantile_us(q).unwrap_or(0);
     log::info!(
-        "worker stopped: {} processed, {} duplicates suppressed, {} dead-lettered",
+        "worker stopped: {} processed, {} duplicates suppressed, {} dead-lettered; \
+         commits={} commit_p50_us={} commit_p99_us={}",
         Metrics::get(&metrics.processed),
         Metrics::get(&metrics.duplicates),
-        Metrics::get(&metrics.dead_lettered)
+        Metrics::get(&metrics.dead_lettered),
+        Metrics::get(&metrics.commits),
+        quantile(0.5),
+        quantile(0.99)
     );
     Ok(())
 }

@@ -18,6 +18,7 @@
 //! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
 //! - [`worker`]: the only place that holds both Redis and the ledger.
 //! - [`metrics`]: counters the worker keeps.
+//! - [`latency`]: a fixed-size histogram for commit-latency percentiles.
 //! - [`failpoint`]: named crash points for tests.
 //! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
 //! - [`cli`]: the command line.
@@ -28,6 +29,7 @@ pub mod config;
 pub mod error;
 pub mod failpoint;
 pub mod key;
+pub mod latency;
 pub mod ledger;
 pub mod localredis;
 pub mod metrics;

@@ -25,6 +25,8 @@ pub struct Metrics {
     pub commit_buckets: [AtomicU64; COMMIT_SECONDS_BUCKETS.len() + 1],
     /// Sum of commit latencies, in microseconds.
     pub commit_us_sum: AtomicU64,
+    /// Commit latencies at a resolution fine enough to quote p50/p99 from.
+    pub commit_latency: crate::latency::Histogram,
 }
 
 impl Metrics {
@@ -35,6 +37,7 @@ impl Metrics {
         self.commit_buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.commit_us_sum.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.commit_latency.record(took);
     }
 
     /// Reads a counter.
