@@ -11,6 +11,8 @@
 //! Optional modes: `--backlog N` drains N entries once and reports peak RSS; `--prefill N`
 //! compares throughput on a ledger that already holds N disbursements; `--filter-dup F`
 //! compares `--fast-filter` on and off on a load with F duplicates. `--help` lists all flags.
+//! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
+//! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
 
 use claimgate::config::{Config, WorkerConfig};
 use claimgate::ledger::{Item, Ledger, Outcome, Stats};
@@ -48,6 +50,8 @@ struct Opts {
     dir: PathBuf,
     /// Extra flags passed to every `claimgate run`.
     extra: Vec<String>,
+    /// Keep (and reuse) the pre-filled ledger here instead of building a fresh one.
+    template: Option<PathBuf>,
 }
 
 fn main() {
@@ -88,6 +92,7 @@ fn parse_opts(args: &[String]) -> Opts {
         filter_dup: None,
         dir: std::env::temp_dir(),
         extra: Vec::new(),
+        template: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -102,6 +107,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--prefill" => o.prefill = number(&value()),
             "--filter-dup" => o.filter_dup = Some(value().parse().unwrap_or_else(|_| usage("--filter-dup takes a fraction"))),
             "--dir" => o.dir = PathBuf::from(value()),
+            "--template" => o.template = Some(PathBuf::from(value())),
             "--run-flag" => o.extra.push(value()),
             "--help" | "-h" => usage(""),
             other => usage(&format!("unknown flag {other}")),
@@ -121,7 +127,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
-         \x20      [--filter-dup 0.6] [--dir DIR] [--run-flag FLAG]..."
+         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]..."
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }
@@ -143,17 +149,17 @@ fn bench(o: &Opts) -> Res<()> {
         b.push(env.child_run(&pm_load, &format!("b{round}"), &["--per-message"], None)?);
         c.push(env.null_run(&main_load, &format!("c{round}"))?);
         println!(
-            "round {round}: (a) {:>8.0}/s  (b) {:>7.0}/s  (c) {:>8.0}/s  commit p50 {} p99 {}  rss {:.1} MiB",
+            "round {round}: (a) {:>8.0}/s  (b) {:>7.0}/s  (c) {:>8.0}/s  commit p50 {} p99 {}  rss {:.1} MiB  cpu {:.1} us/entry",
             a[round - 1].rate, b[round - 1].rate, c[round - 1].rate,
-            ms(a[round - 1].commit_p50_us), ms(a[round - 1].commit_p99_us), a[round - 1].rss_mib
+            ms(a[round - 1].commit_p50_us), ms(a[round - 1].commit_p99_us), a[round - 1].rss_mib, a[round - 1].cpu_us_per_entry
         );
     }
     let (ma, mb, mc) = (median(&a, |r| r.rate), median(&b, |r| r.rate), median(&c, |r| r.rate));
     println!("\nmedians over {} rounds", o.rounds);
-    println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB",
-        ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib));
-    println!("  (b) per-message             {mb:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB",
-        ms(median(&b, |r| r.commit_p50_us as f64) as u64), ms(median(&b, |r| r.commit_p99_us as f64) as u64), median(&b, |r| r.rss_mib));
+    println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
+        ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib), median(&a, |r| r.cpu_us_per_entry));
+    println!("  (b) per-message             {mb:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
+        ms(median(&b, |r| r.commit_p50_us as f64) as u64), ms(median(&b, |r| r.commit_p99_us as f64) as u64), median(&b, |r| r.rss_mib), median(&b, |r| r.cpu_us_per_entry));
     println!("  (c) null sink (no database) {mc:>9.0} entries/s");
     println!("  a/b = {:.1}x   a/c = {:.2}", ma / mb, ma / mc);
 
@@ -163,7 +169,7 @@ fn bench(o: &Opts) -> Res<()> {
     if o.backlog > 0 {
         let load = env.load("bench:backlog", o.backlog, o.dup, 3)?;
         let r = env.child_run(&load, "backlog", &[], None)?;
-        println!("\nbacklog of {}: drained at {:.0} entries/s, peak RSS {:.1} MiB (VmHWM via wait4 ru_maxrss)", o.backlog, r.rate, r.rss_mib);
+        println!("\nbacklog of {}: drained at {:.0} entries/s, peak RSS {:.1} MiB (wait4 ru_maxrss), cpu {:.1} us/entry", o.backlog, r.rate, r.rss_mib, r.cpu_us_per_entry);
         env.drop_stream("bench:backlog")?;
     }
     if o.prefill > 0 {
@@ -171,6 +177,9 @@ fn bench(o: &Opts) -> Res<()> {
     }
     if let Some(dup) = o.filter_dup {
         env.fast_filter(o, dup)?;
+    }
+    if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
+        println!("kept {}", work.keep().display());
     }
     Ok(())
 }
@@ -211,6 +220,9 @@ struct RunResult {
     commit_p99_us: u64,
     /// Peak resident set of the worker process (0 for in-process runs).
     rss_mib: f64,
+    /// CPU time (user + system) of the worker process per entry, in microseconds: less
+    /// sensitive than wall-clock rates to other work on a shared machine.
+    cpu_us_per_entry: f64,
 }
 
 /// The benchmark's surroundings.
@@ -278,6 +290,9 @@ impl Env {
         let db = self.dir.join(format!("{label}.db"));
         if let Some(t) = template {
             std::fs::copy(t, &db).map_err(|e| format!("copying {}: {e}", t.display()))?;
+            // Flush the copy now, or the worker's first checkpoint fsync would pay for writing
+            // back the whole file and the run would measure the copy, not the worker.
+            std::fs::File::open(&db).and_then(|f| f.sync_all()).map_err(|e| e.to_string())?;
         }
         let log = self.dir.join(format!("{label}.log"));
         let group = format!("bench-{label}");
@@ -289,7 +304,7 @@ impl Env {
             .args(&self.extra)
             .spawn()
             .map_err(|e| e.to_string())?;
-        let (status, rss_kib) = wait4(child.id())?;
+        let (status, rss_kib, cpu_s) = wait4(child.id())?;
         let secs = started.elapsed().as_secs_f64();
         if status != 0 {
             return Err(format!("worker {label} exited with status {status}; see {}", log.display()));
@@ -304,8 +319,11 @@ impl Env {
             commit_p50_us: field("commit_p50_us"),
             commit_p99_us: field("commit_p99_us"),
             rss_mib: rss_kib as f64 / 1024.0,
+            cpu_us_per_entry: cpu_s * 1e6 / load.n as f64,
         };
-        std::fs::remove_file(&log).ok();
+        if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+            std::fs::remove_file(&log).ok();
+        }
         if template.is_none() {
             remove_ledger(&db);
         }
@@ -319,7 +337,7 @@ impl Env {
         let log_file = std::fs::File::create(log).expect("log file");
         cmd.arg(AS_CLAIMGATE)
             .env_remove("CLAIMGATE_FAILPOINT")
-            .env_remove("RUST_LOG")
+            .env("RUST_LOG", std::env::var("BENCH_CHILD_LOG").unwrap_or_else(|_| "info".into()))
             .env("REDIS_URL", &self.redis_url)
             .env("CLAIMGATE_DB", db)
             .env("CLAIMGATE_STREAM", stream)
@@ -376,7 +394,7 @@ impl Env {
         if acked != load.n as u64 || read != load.n as u64 || pending != 0 {
             return Err(format!("null sink: acked {acked}, read {read}, pending {pending}; expected {} acked", load.n));
         }
-        Ok(RunResult { rate: load.n as f64 / secs, commit_p50_us: 0, commit_p99_us: 0, rss_mib: 0.0 })
+        Ok(RunResult { rate: load.n as f64 / secs, commit_p50_us: 0, commit_p99_us: 0, rss_mib: 0.0, cpu_us_per_entry: 0.0 })
     }
 
     /// One submission at a time on a quiet stream: XADD, then poll until the group has read it
@@ -435,22 +453,29 @@ impl Env {
 
     /// Throughput on a ledger already holding `o.prefill` disbursements against an empty one.
     fn prefilled(&self, o: &Opts, load: &Load) -> Res<()> {
-        let template = self.dir.join("prefilled-template.db");
-        let started = Instant::now();
-        prefill(&template, o.prefill)?;
-        println!("\nprefilled a ledger with {} disbursements in {:.1}s", o.prefill, started.elapsed().as_secs_f64());
+        let template = o.template.clone().unwrap_or_else(|| self.dir.join("prefilled-template.db"));
+        if o.template.is_none() || !template.exists() {
+            let started = Instant::now();
+            prefill(&template, o.prefill)?;
+            println!("\nprefilled a ledger with {} disbursements in {:.1}s", o.prefill, started.elapsed().as_secs_f64());
+        }
         let (mut empty, mut full) = (Vec::new(), Vec::new());
         for round in 1..=o.rounds {
             empty.push(self.child_run(load, &format!("e{round}"), &[], None)?);
             let r = self.child_run(load, &format!("p{round}"), &[], Some(&template))?;
             remove_ledger(&self.dir.join(format!("p{round}.db")));
             full.push(r);
-            println!("round {round}: empty {:.0}/s  prefilled {:.0}/s", empty[round - 1].rate, full[round - 1].rate);
+            println!(
+                "round {round}: empty {:.0}/s ({:.1} us cpu/entry)  prefilled {:.0}/s ({:.1} us cpu/entry)",
+                empty[round - 1].rate, empty[round - 1].cpu_us_per_entry, full[round - 1].rate, full[round - 1].cpu_us_per_entry
+            );
         }
         let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
         println!("  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%); commit p99 {} vs {}",
             o.prefill, (mf / me - 1.0) * 100.0, ms(median(&empty, |r| r.commit_p99_us as f64) as u64), ms(median(&full, |r| r.commit_p99_us as f64) as u64));
-        remove_ledger(&template);
+        if o.template.is_none() {
+            remove_ledger(&template);
+        }
         Ok(())
     }
 
@@ -461,7 +486,10 @@ impl Env {
         for round in 1..=o.rounds {
             off.push(self.child_run(&load, &format!("f0-{round}"), &[], None)?);
             on.push(self.child_run(&load, &format!("f1-{round}"), &["--fast-filter"], None)?);
-            println!("round {round}: filter off {:.0}/s  on {:.0}/s", off[round - 1].rate, on[round - 1].rate);
+            println!(
+                "round {round}: filter off {:.0}/s ({:.1} us cpu/entry)  on {:.0}/s ({:.1} us cpu/entry)",
+                off[round - 1].rate, off[round - 1].cpu_us_per_entry, on[round - 1].rate, on[round - 1].cpu_us_per_entry
+            );
         }
         let (m0, m1) = (median(&off, |r| r.rate), median(&on, |r| r.rate));
         println!("  {:.0}% duplicates, medians: --fast-filter off {m0:.0}/s, on {m1:.0}/s ({:+.1}%); commit p50 {} vs {}",
@@ -478,8 +506,9 @@ fn remove_ledger(db: &Path) {
     }
 }
 
-/// Waits for a child and returns its exit status and peak RSS in KiB (ru_maxrss).
-fn wait4(pid: u32) -> Res<(i32, i64)> {
+/// Waits for a child and returns its exit status, peak RSS in KiB (ru_maxrss) and CPU seconds
+/// (user + system).
+fn wait4(pid: u32) -> Res<(i32, i64, f64)> {
     let mut status = 0;
     // SAFETY: zeroed rusage is a valid out-parameter; pid is our own unreaped child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -488,7 +517,8 @@ fn wait4(pid: u32) -> Res<(i32, i64)> {
         return Err(format!("wait4({pid}) failed: {}", std::io::Error::last_os_error()));
     }
     let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
-    Ok((code, usage.ru_maxrss))
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok((code, usage.ru_maxrss, secs(usage.ru_utime) + secs(usage.ru_stime)))
 }
 
 /// `(entries-read, pending)` of a group, from XINFO GROUPS.

@@ -43,6 +43,11 @@ pub const BACKOFF_MS_MAX: u64 = 5_000;
 pub const CHANNEL_BATCHES_MAX: usize = 4;
 /// Most entries written in one group-commit transaction.
 pub const COMMIT_ENTRIES_MAX: usize = 4096;
+/// SQLite's own default checkpoint threshold, kept for every process but the worker.
+pub const WAL_AUTOCHECKPOINT_PAGES_DEFAULT: u32 = 1_000;
+/// Page cache per ledger connection. Sized so the worker's peak RSS stays under 64 MiB while
+/// draining a million entries (measured; see BENCHMARKS.md).
+pub const CACHE_KIB_DEFAULT: u32 = 16 * 1024;
 /// Default number of parse threads.
 pub const THREADS_DEFAULT: usize = 2;
 
@@ -130,6 +135,11 @@ pub struct LedgerConfig {
     pub busy_timeout_ms: u64,
     /// Connections in the pool.
     pub pool_size_max: u32,
+    /// `PRAGMA wal_autocheckpoint` for pooled connections: SQLite's 1,000 pages, or 0 when a
+    /// background checkpointer (`ledger::Checkpointer`) keeps checkpoints off the commit path.
+    pub wal_autocheckpoint_pages: u32,
+    /// Page cache per connection, in KiB (`PRAGMA cache_size = -N`).
+    pub cache_kib: u32,
 }
 
 impl LedgerConfig {
@@ -140,6 +150,8 @@ impl LedgerConfig {
             synchronous: Synchronous::Full,
             busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
             pool_size_max: 4,
+            wal_autocheckpoint_pages: WAL_AUTOCHECKPOINT_PAGES_DEFAULT,
+            cache_kib: CACHE_KIB_DEFAULT,
         }
     }
 }

@@ -5,8 +5,10 @@
 //! implementation keeps: [`Ledger::record`] writes all of a batch's effects in one transaction,
 //! or none of them.
 
+mod checkpoint;
 mod sqlite;
 
+pub use checkpoint::Checkpointer;
 pub use sqlite::{age_seconds, now_rfc3339, SqliteLedger, EVENT_DISBURSEMENT_RECORDED, SCHEMA};
 
 use crate::error::Result;
