@@ -562,6 +562,7 @@ impl Ledger for NullLedger {
             .iter()
             .map(|item| match item {
                 Item::Submission { .. } => Outcome::Processed,
+                Item::KnownDuplicate { committed_by, .. } => Outcome::Duplicate { first_claimed_at: committed_by.to_string() },
                 Item::DeadLetter { .. } => Outcome::DeadLettered,
             })
             .collect())

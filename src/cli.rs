@@ -83,6 +83,13 @@ pub struct RunArgs {
     /// One transaction and one XACK per entry (the reference design's shape; slow, for comparison).
     #[arg(long, env = "CLAIMGATE_PER_MESSAGE")]
     pub per_message: bool,
+    /// Skip the claim lookup for entries Redis marks as already committed (markers are written
+    /// only after their commit; a miss asks the ledger).
+    #[arg(long, env = "CLAIMGATE_FAST_FILTER")]
+    pub fast_filter: bool,
+    /// Lifetime of a --fast-filter marker, in seconds.
+    #[arg(long, env = "CLAIMGATE_FAST_FILTER_TTL_S", default_value_t = crate::fastfilter::FAST_FILTER_TTL_S_DEFAULT)]
+    pub fast_filter_ttl_s: u64,
     /// SQLite synchronous level: full (default; survives power loss) or normal.
     #[arg(long, env = "CLAIMGATE_SYNCHRONOUS", default_value = "full", value_parser = ["full", "normal"])]
     pub synchronous: String,
@@ -187,6 +194,7 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     wcfg.batch_count_max = args.batch_count_max as usize;
     wcfg.exit_when_idle = args.exit_when_idle;
     wcfg.per_message = args.per_message;
+    wcfg.fast_filter_ttl_s = args.fast_filter.then_some(args.fast_filter_ttl_s);
     let shutdown = shutdown_flag()?;
     let metrics = Metrics::default();
     crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics)?;

@@ -104,6 +104,8 @@ pub struct WorkerConfig {
     pub per_message: bool,
     /// Policy for conflicting resubmissions.
     pub on_conflict: OnConflict,
+    /// `--fast-filter`: marker lifetime in seconds, or `None` when the filter is off.
+    pub fast_filter_ttl_s: Option<u64>,
 }
 
 impl WorkerConfig {
@@ -120,6 +122,7 @@ impl WorkerConfig {
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
             per_message: false,
             on_conflict: OnConflict::Record,
+            fast_filter_ttl_s: None,
         }
     }
 }

@@ -20,6 +20,7 @@
 //! - [`metrics`]: counters the worker keeps.
 //! - [`latency`]: a fixed-size histogram for commit-latency percentiles.
 //! - [`failpoint`]: named crash points for tests.
+//! - [`fastfilter`]: `--fast-filter`, Redis markers written only after commit.
 //! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
 //! - [`cli`]: the command line.
 
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod failpoint;
+pub mod fastfilter;
 pub mod key;
 pub mod latency;
 pub mod ledger;

@@ -16,6 +16,7 @@ use crate::audit;
 use crate::config::{backoff, Config, WorkerConfig, BLOCK_TIMEOUT_SLACK_MS, CHANNEL_BATCHES_MAX, COMMIT_ENTRIES_MAX};
 use crate::error::{Error, Result};
 use crate::failpoint;
+use crate::fastfilter::FastFilter;
 use crate::key::IdempotencyKey;
 use crate::ledger::{Item, Ledger, Outcome};
 use crate::metrics::Metrics;
@@ -45,6 +46,8 @@ struct Shared<'a> {
     /// Ids read but not yet acknowledged or abandoned by this process. XAUTOCLAIM may hand our
     /// own slow entries back to us; these are skipped so an entry is never in the pipeline twice.
     in_flight: Mutex<HashSet<String>>,
+    /// `--fast-filter`: markers for keys already committed, or `None`.
+    filter: Option<FastFilter>,
 }
 
 impl Shared<'_> {
@@ -68,6 +71,8 @@ struct Parsed {
     delivery_count: u64,
     /// Valid, or why not.
     verdict: Verdict,
+    /// Set by the fast filter: when this valid submission's key was seen committed.
+    committed_by: Option<String>,
 }
 
 enum Verdict {
@@ -99,7 +104,8 @@ pub fn run(
     metrics: &Metrics,
 ) -> Result<()> {
     let client = stream::client(&cfg.redis_url)?;
-    let shared = Shared { cfg, wcfg, shutdown, metrics, in_flight: Mutex::new(HashSet::new()) };
+    let filter = wcfg.fast_filter_ttl_s.map(|ttl_s| FastFilter::new(&cfg.stream, &cfg.group, ttl_s));
+    let shared = Shared { cfg, wcfg, shutdown, metrics, in_flight: Mutex::new(HashSet::new()), filter };
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
     info!(
@@ -114,7 +120,8 @@ pub fn run(
     std::thread::scope(|s| {
         for _ in 0..wcfg.threads.max(1) {
             let (rx, tx, shared) = (raw_rx.clone(), parsed_tx.clone(), &shared);
-            s.spawn(move || parse_loop(rx, tx, shared.wcfg));
+            let filter = shared.filter.as_ref().map(|f| (f, Conn::new(client.clone())));
+            s.spawn(move || parse_loop(rx, tx, shared.wcfg, filter));
         }
         drop(parsed_tx);
         drop(raw_rx);
@@ -280,12 +287,37 @@ fn is_idle(conn: &mut Conn, shared: &Shared<'_>) -> Result<bool> {
 // ---------------------------------------------------------------------------------------------
 // Parse pool
 
-fn parse_loop(rx: Receiver<Vec<Entry>>, tx: Sender<Vec<Parsed>>, wcfg: &WorkerConfig) {
+fn parse_loop(
+    rx: Receiver<Vec<Entry>>,
+    tx: Sender<Vec<Parsed>>,
+    wcfg: &WorkerConfig,
+    mut filter: Option<(&FastFilter, Conn)>,
+) {
     for batch in rx {
-        let parsed = batch.into_iter().map(|e| parse_one(e, wcfg)).collect();
+        let mut parsed: Vec<Parsed> = batch.into_iter().map(|e| parse_one(e, wcfg)).collect();
+        if let Some((filter, conn)) = filter.as_mut() {
+            look_up_committed(filter, conn, &mut parsed);
+        }
         if tx.send(parsed).is_err() {
             return;
         }
+    }
+}
+
+/// Asks the fast filter which valid submissions are already committed; here, on a parse
+/// thread, so the writer never waits on the lookup.
+fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]) {
+    let keys: Vec<IdempotencyKey> = parsed.iter().filter_map(valid_key).collect();
+    let mut found = filter.lookup(conn, &keys).into_iter();
+    for p in parsed.iter_mut().filter(|p| valid_key(p).is_some()) {
+        p.committed_by = found.next().flatten();
+    }
+}
+
+fn valid_key(p: &Parsed) -> Option<IdempotencyKey> {
+    match &p.verdict {
+        Verdict::Valid(s) => Some(s.key),
+        Verdict::Dead(_) => None,
     }
 }
 
@@ -317,7 +349,7 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
             }),
         }
     };
-    Parsed { id, delivery_count, verdict }
+    Parsed { id, delivery_count, verdict, committed_by: None }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -378,6 +410,9 @@ fn commit_and_ack(batch: Vec<Parsed>, ledger: &dyn Ledger, conn: &mut Conn, shar
             .collect();
         retry("acknowledging entries", shared, || stream::ack(conn, &cfg.stream, &cfg.group, &ack_ids))?;
         shared.metrics.acked.fetch_add(ack_ids.len() as u64, Ordering::Relaxed);
+        if let Some(filter) = &shared.filter {
+            mark_committed(filter, conn, &batch, &outcomes);
+        }
         for ((p, outcome), _) in batch.iter().zip(&outcomes).zip(&committed).filter(|(_, ok)| **ok) {
             if let Some(outcome) = outcome {
                 report(p, outcome, shared);
@@ -397,9 +432,28 @@ fn commit_and_ack(batch: Vec<Parsed>, ledger: &dyn Ledger, conn: &mut Conn, shar
     }
 }
 
+/// After the commit: marks every key the ledger now holds that no marker vouched for yet.
+fn mark_committed(filter: &FastFilter, conn: &mut Conn, batch: &[Parsed], outcomes: &[Option<Outcome>]) {
+    let keys: Vec<IdempotencyKey> = batch
+        .iter()
+        .zip(outcomes)
+        .filter(|(p, o)| p.committed_by.is_none() && matches!(o, Some(Outcome::Processed | Outcome::Duplicate { .. })))
+        .filter_map(|(p, _)| valid_key(p))
+        .collect();
+    filter.mark(conn, &keys, &crate::ledger::now_rfc3339());
+}
+
 fn item_of(p: &Parsed) -> Item<'_> {
     match &p.verdict {
-        Verdict::Valid(s) => Item::Submission { submission: s, entry_id: &p.id, delivery_count: p.delivery_count },
+        Verdict::Valid(s) => match &p.committed_by {
+            Some(at) => Item::KnownDuplicate {
+                submission: s,
+                entry_id: &p.id,
+                delivery_count: p.delivery_count,
+                committed_by: at,
+            },
+            None => Item::Submission { submission: s, entry_id: &p.id, delivery_count: p.delivery_count },
+        },
         Verdict::Dead(d) => Item::DeadLetter {
             entry_id: &p.id,
             reason_code: d.code,
@@ -440,7 +494,9 @@ fn record(ledger: &dyn Ledger, items: &[Item<'_>], shared: &Shared<'_>) -> Resul
 
 fn entry_id_of<'a>(item: &Item<'a>) -> &'a str {
     match item {
-        Item::Submission { entry_id, .. } | Item::DeadLetter { entry_id, .. } => entry_id,
+        Item::Submission { entry_id, .. } | Item::KnownDuplicate { entry_id, .. } | Item::DeadLetter { entry_id, .. } => {
+            entry_id
+        }
     }
 }
 

@@ -157,6 +157,10 @@ fn write_items(
                 let claim = Claim { submission, entry_id, delivery_count: *delivery_count };
                 record_submission(tx, &mut tail, &claim, consumer, &now)?
             }
+            Item::KnownDuplicate { submission, entry_id, delivery_count, committed_by } => {
+                let claim = Claim { submission, entry_id, delivery_count: *delivery_count };
+                record_known_duplicate(tx, &mut tail, &claim, committed_by, consumer, &now)?
+            }
             Item::DeadLetter { entry_id, reason_code, reason, award_id, key, delivery_count } => {
                 let inserted = tx
                     .prepare_cached(
@@ -261,6 +265,26 @@ fn record_submission(
     r.amount_cents = Some(s.amount_cents);
     tail.append(tx, r)?;
     Ok(Outcome::Processed)
+}
+
+/// A duplicate the fast filter vouched for: its audit record only, no probe of the claim index.
+fn record_known_duplicate(
+    tx: &Transaction<'_>,
+    tail: &mut ChainTail,
+    claim: &Claim<'_>,
+    committed_by: &str,
+    consumer: &str,
+    now: &str,
+) -> Result<Outcome> {
+    let s = claim.submission;
+    let mut r = blank_record(Kind::Duplicate, consumer, now);
+    r.idempotency_key = Some(s.key.to_hex());
+    r.award_id = Some(s.award_id.clone());
+    r.stream_entry_id = Some(claim.entry_id.to_owned());
+    r.delivery_count = Some(claim.delivery_count as i64);
+    r.detail = Some(format!("already claimed; seen committed by {committed_by} (fast filter)"));
+    tail.append(tx, r)?;
+    Ok(Outcome::Duplicate { first_claimed_at: committed_by.to_owned() })
 }
 
 fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
