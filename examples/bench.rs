@@ -69,13 +69,19 @@ fn main() {
 /// Exactly what `src/main.rs` does, so a child run here is the shipped binary's code path.
 fn as_claimgate(args: &[String]) -> i32 {
     use clap::Parser;
-    let cli = claimgate::cli::Cli::parse_from(std::iter::once("claimgate".to_owned()).chain(args.iter().cloned()));
+    let cli = claimgate::cli::Cli::parse_from(
+        std::iter::once("claimgate".to_owned()).chain(args.iter().cloned()),
+    );
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     match claimgate::cli::dispatch(cli) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("claimgate: {e}");
-            if matches!(e, claimgate::Error::Config(_)) { 2 } else { 1 }
+            if matches!(e, claimgate::Error::Config(_)) {
+                2
+            } else {
+                1
+            }
         }
     }
 }
@@ -96,16 +102,30 @@ fn parse_opts(args: &[String]) -> Opts {
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| usage(&format!("{flag} needs a value"))).clone();
+        let mut value = || {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+                .clone()
+        };
         match flag.as_str() {
             "--n" => o.n = number(&value()),
             "--per-message-n" => o.per_message_n = number(&value()),
-            "--dup" => o.dup = value().parse().unwrap_or_else(|_| usage("--dup takes a fraction")),
+            "--dup" => {
+                o.dup = value()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--dup takes a fraction"))
+            }
             "--rounds" => o.rounds = number(&value()).max(1),
             "--latency-samples" => o.latency_samples = number(&value()),
             "--backlog" => o.backlog = number(&value()),
             "--prefill" => o.prefill = number(&value()),
-            "--filter-dup" => o.filter_dup = Some(value().parse().unwrap_or_else(|_| usage("--filter-dup takes a fraction"))),
+            "--filter-dup" => {
+                o.filter_dup = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--filter-dup takes a fraction")),
+                )
+            }
             "--dir" => o.dir = PathBuf::from(value()),
             "--template" => o.template = Some(PathBuf::from(value())),
             "--run-flag" => o.extra.push(value()),
@@ -117,7 +137,9 @@ fn parse_opts(args: &[String]) -> Opts {
 }
 
 fn number(s: &str) -> usize {
-    s.replace('_', "").parse().unwrap_or_else(|_| usage(&format!("{s} is not a count")))
+    s.replace('_', "")
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("{s} is not a count")))
 }
 
 fn usage(problem: &str) -> ! {
@@ -136,10 +158,28 @@ type Res<T> = Result<T, String>;
 
 fn bench(o: &Opts) -> Res<()> {
     let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
-    let work = tempfile::Builder::new().prefix("claimgate-bench-").tempdir_in(&o.dir).map_err(|e| e.to_string())?;
-    let env = Env { redis_url: redis.url(), dir: work.path().to_owned(), extra: o.extra.clone() };
-    println!("claimgate bench: {} cores, redis {}, ledgers in {}", cores(), redis.url(), work.path().display());
-    println!("load: {} entries ({:.0}% duplicates); per-message mode on {} entries; {} rounds", o.n, o.dup * 100.0, o.per_message_n, o.rounds);
+    let work = tempfile::Builder::new()
+        .prefix("claimgate-bench-")
+        .tempdir_in(&o.dir)
+        .map_err(|e| e.to_string())?;
+    let env = Env {
+        redis_url: redis.url(),
+        dir: work.path().to_owned(),
+        extra: o.extra.clone(),
+    };
+    println!(
+        "claimgate bench: {} cores, redis {}, ledgers in {}",
+        cores(),
+        redis.url(),
+        work.path().display()
+    );
+    println!(
+        "load: {} entries ({:.0}% duplicates); per-message mode on {} entries; {} rounds",
+        o.n,
+        o.dup * 100.0,
+        o.per_message_n,
+        o.rounds
+    );
 
     let main_load = env.load("bench:main", o.n, o.dup, 1)?;
     let pm_load = env.load("bench:pm", o.per_message_n, o.dup, 2)?;
@@ -154,7 +194,11 @@ fn bench(o: &Opts) -> Res<()> {
             ms(a[round - 1].commit_p50_us), ms(a[round - 1].commit_p99_us), a[round - 1].rss_mib, a[round - 1].cpu_us_per_entry
         );
     }
-    let (ma, mb, mc) = (median(&a, |r| r.rate), median(&b, |r| r.rate), median(&c, |r| r.rate));
+    let (ma, mb, mc) = (
+        median(&a, |r| r.rate),
+        median(&b, |r| r.rate),
+        median(&c, |r| r.rate),
+    );
     println!("\nmedians over {} rounds", o.rounds);
     println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
         ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib), median(&a, |r| r.cpu_us_per_entry));
@@ -185,7 +229,9 @@ fn bench(o: &Opts) -> Res<()> {
 }
 
 fn cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 fn ms(us: u64) -> String {
@@ -271,28 +317,52 @@ impl Env {
         for chunk in order.chunks(LOAD_PIPELINE_MAX) {
             let mut pipe = redis::pipe();
             for &i in chunk {
-                pipe.cmd("XADD").arg(stream).arg("*").arg("payload").arg(payload(i as usize)).ignore();
+                pipe.cmd("XADD")
+                    .arg(stream)
+                    .arg("*")
+                    .arg("payload")
+                    .arg(payload(i as usize))
+                    .ignore();
             }
             pipe.query::<()>(&mut conn).map_err(|e| e.to_string())?;
         }
         let cents_total = (0..unique).map(amount).sum();
-        println!("loaded {n} entries ({unique} distinct) on {stream} in {:.1}s", started.elapsed().as_secs_f64());
-        Ok(Load { stream: stream.to_owned(), n, unique, cents_total })
+        println!(
+            "loaded {n} entries ({unique} distinct) on {stream} in {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(Load {
+            stream: stream.to_owned(),
+            n,
+            unique,
+            cents_total,
+        })
     }
 
     fn drop_stream(&self, stream: &str) -> Res<()> {
-        redis::cmd("DEL").arg(stream).query::<()>(&mut self.conn()?).map_err(|e| e.to_string())
+        redis::cmd("DEL")
+            .arg(stream)
+            .query::<()>(&mut self.conn()?)
+            .map_err(|e| e.to_string())
     }
 
     /// Runs `claimgate run --exit-when-idle` as a child on a fresh group and a fresh ledger
     /// (or a copy of `template`), then verifies the ledger.
-    fn child_run(&self, load: &Load, label: &str, flags: &[&str], template: Option<&Path>) -> Res<RunResult> {
+    fn child_run(
+        &self,
+        load: &Load,
+        label: &str,
+        flags: &[&str],
+        template: Option<&Path>,
+    ) -> Res<RunResult> {
         let db = self.dir.join(format!("{label}.db"));
         if let Some(t) = template {
             std::fs::copy(t, &db).map_err(|e| format!("copying {}: {e}", t.display()))?;
             // Flush the copy now, or the worker's first checkpoint fsync would pay for writing
             // back the whole file and the run would measure the copy, not the worker.
-            std::fs::File::open(&db).and_then(|f| f.sync_all()).map_err(|e| e.to_string())?;
+            std::fs::File::open(&db)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| e.to_string())?;
         }
         let log = self.dir.join(format!("{label}.log"));
         let group = format!("bench-{label}");
@@ -307,12 +377,19 @@ impl Env {
         let (status, rss_kib, cpu_s) = wait4(child.id())?;
         let secs = started.elapsed().as_secs_f64();
         if status != 0 {
-            return Err(format!("worker {label} exited with status {status}; see {}", log.display()));
+            return Err(format!(
+                "worker {label} exited with status {status}; see {}",
+                log.display()
+            ));
         }
         self.verify(load, &group, &db, template.is_some())?;
         let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
         let field = |name: &str| -> u64 {
-            text.rsplit(&format!("{name}=")).next().and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next()).and_then(|s| s.parse().ok()).unwrap_or(0)
+            text.rsplit(&format!("{name}="))
+                .next()
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
         };
         let result = RunResult {
             rate: load.n as f64 / secs,
@@ -337,7 +414,10 @@ impl Env {
         let log_file = std::fs::File::create(log).expect("log file");
         cmd.arg(AS_CLAIMGATE)
             .env_remove("CLAIMGATE_FAILPOINT")
-            .env("RUST_LOG", std::env::var("BENCH_CHILD_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_CHILD_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env("REDIS_URL", &self.redis_url)
             .env("CLAIMGATE_DB", db)
             .env("CLAIMGATE_STREAM", stream)
@@ -350,26 +430,69 @@ impl Env {
 
     /// Count, sum, no duplicates, nothing pending, everything read.
     fn verify(&self, load: &Load, group: &str, db: &Path, prefilled: bool) -> Res<()> {
-        let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| e.to_string())?;
-        let q = |sql: &str| -> Res<i64> { conn.query_row(sql, [], |r| r.get(0)).map_err(|e| format!("{sql}: {e}")) };
-        let base = if prefilled { q("SELECT COUNT(*) FROM disbursements WHERE recorded_at < '2000'")? } else { 0 };
-        let base_cents = if prefilled { q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements WHERE recorded_at < '2000'")? } else { 0 };
+        let conn =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .map_err(|e| e.to_string())?;
+        let q = |sql: &str| -> Res<i64> {
+            conn.query_row(sql, [], |r| r.get(0))
+                .map_err(|e| format!("{sql}: {e}"))
+        };
+        let base = if prefilled {
+            q("SELECT COUNT(*) FROM disbursements WHERE recorded_at < '2000'")?
+        } else {
+            0
+        };
+        let base_cents = if prefilled {
+            q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements WHERE recorded_at < '2000'")?
+        } else {
+            0
+        };
         let checks = [
-            ("disbursements", q("SELECT COUNT(*) FROM disbursements")?, load.unique as i64 + base),
-            ("distinct disbursed keys", q("SELECT COUNT(DISTINCT idempotency_key) FROM disbursements")?, load.unique as i64 + base),
-            ("claims", q("SELECT COUNT(*) FROM processed_messages")?, load.unique as i64 + base),
-            ("cents disbursed", q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements")?, load.cents_total + base_cents),
-            ("outbox rows", q("SELECT COUNT(*) FROM outbox")?, load.unique as i64 + base),
-            ("duplicate audit records", q("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?, (load.n - load.unique) as i64),
+            (
+                "disbursements",
+                q("SELECT COUNT(*) FROM disbursements")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "distinct disbursed keys",
+                q("SELECT COUNT(DISTINCT idempotency_key) FROM disbursements")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "claims",
+                q("SELECT COUNT(*) FROM processed_messages")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "cents disbursed",
+                q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements")?,
+                load.cents_total + base_cents,
+            ),
+            (
+                "outbox rows",
+                q("SELECT COUNT(*) FROM outbox")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "duplicate audit records",
+                q("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?,
+                (load.n - load.unique) as i64,
+            ),
         ];
         for (what, got, want) in checks {
             if got != want {
-                return Err(format!("ledger {} is wrong: {what} = {got}, expected {want}", db.display()));
+                return Err(format!(
+                    "ledger {} is wrong: {what} = {got}, expected {want}",
+                    db.display()
+                ));
             }
         }
         let (read, pending) = group_progress(&mut self.conn()?, &load.stream, group)?;
         if read != load.n as u64 || pending != 0 {
-            return Err(format!("group {group}: {read} entries read (expected {}), {pending} pending", load.n));
+            return Err(format!(
+                "group {group}: {read} entries read (expected {}), {pending} pending",
+                load.n
+            ));
         }
         Ok(())
     }
@@ -387,14 +510,24 @@ impl Env {
         wcfg.exit_when_idle = true;
         let metrics = Metrics::default();
         let started = Instant::now();
-        claimgate::worker::run(&cfg, &wcfg, &NullLedger, &AtomicBool::new(false), &metrics).map_err(|e| e.to_string())?;
+        claimgate::worker::run(&cfg, &wcfg, &NullLedger, &AtomicBool::new(false), &metrics)
+            .map_err(|e| e.to_string())?;
         let secs = started.elapsed().as_secs_f64();
         let acked = Metrics::get(&metrics.acked);
         let (read, pending) = group_progress(&mut self.conn()?, &load.stream, &group)?;
         if acked != load.n as u64 || read != load.n as u64 || pending != 0 {
-            return Err(format!("null sink: acked {acked}, read {read}, pending {pending}; expected {} acked", load.n));
+            return Err(format!(
+                "null sink: acked {acked}, read {read}, pending {pending}; expected {} acked",
+                load.n
+            ));
         }
-        Ok(RunResult { rate: load.n as f64 / secs, commit_p50_us: 0, commit_p99_us: 0, rss_mib: 0.0, cpu_us_per_entry: 0.0 })
+        Ok(RunResult {
+            rate: load.n as f64 / secs,
+            commit_p50_us: 0,
+            commit_p99_us: 0,
+            rss_mib: 0.0,
+            cpu_us_per_entry: 0.0,
+        })
     }
 
     /// One submission at a time on a quiet stream: XADD, then poll until the group has read it
@@ -404,8 +537,20 @@ impl Env {
         let db = self.dir.join("quiet.db");
         let log = self.dir.join("quiet.log");
         let mut conn = self.conn()?;
-        redis::cmd("XGROUP").arg("CREATE").arg(stream).arg(group).arg("0").arg("MKSTREAM").query::<()>(&mut conn).map_err(|e| e.to_string())?;
-        let mut child = self.claimgate(stream, group, &db, &log).args(["run", "--consumer", "quiet"]).args(&self.extra).spawn().map_err(|e| e.to_string())?;
+        redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(stream)
+            .arg(group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query::<()>(&mut conn)
+            .map_err(|e| e.to_string())?;
+        let mut child = self
+            .claimgate(stream, group, &db, &log)
+            .args(["run", "--consumer", "quiet"])
+            .args(&self.extra)
+            .spawn()
+            .map_err(|e| e.to_string())?;
         // The worker is ready once its consumer exists (it registers on its first read).
         let ready = Instant::now();
         while consumers(&mut conn, stream, group)? == 0 {
@@ -419,7 +564,13 @@ impl Env {
         for i in 0..samples {
             std::thread::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30));
             let t0 = Instant::now();
-            redis::cmd("XADD").arg(stream).arg("*").arg("payload").arg(payload(10_000_000 + i)).query::<String>(&mut conn).map_err(|e| e.to_string())?;
+            redis::cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("payload")
+                .arg(payload(10_000_000 + i))
+                .query::<String>(&mut conn)
+                .map_err(|e| e.to_string())?;
             loop {
                 let (read, pending) = group_progress(&mut conn, stream, group)?;
                 if read > i as u64 && pending == 0 {
@@ -436,12 +587,22 @@ impl Env {
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait().map_err(|e| e.to_string())?;
-        let stored = rusqlite::Connection::open(&db).and_then(|c| c.query_row("SELECT COUNT(*) FROM disbursements", [], |r| r.get::<_, i64>(0))).map_err(|e| e.to_string())?;
+        let stored = rusqlite::Connection::open(&db)
+            .and_then(|c| {
+                c.query_row("SELECT COUNT(*) FROM disbursements", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .map_err(|e| e.to_string())?;
         if !status.success() || stored != samples as i64 {
-            return Err(format!("quiet run: worker {status}, {stored} disbursements for {samples} submissions"));
+            return Err(format!(
+                "quiet run: worker {status}, {stored} disbursements for {samples} submissions"
+            ));
         }
         took_us.sort_unstable();
-        let at = |q: f64| ms(took_us[((took_us.len() as f64 * q).ceil() as usize).clamp(1, took_us.len()) - 1]);
+        let at = |q: f64| {
+            ms(took_us[((took_us.len() as f64 * q).ceil() as usize).clamp(1, took_us.len()) - 1])
+        };
         let within = took_us.iter().filter(|&&us| us <= 10_000).count();
         println!(
             "\nsingle submission on a quiet stream, XADD to committed+acked ({samples} samples): p50 {} p90 {} p99 {} max {}; {within}/{samples} within 10 ms",
@@ -453,11 +614,18 @@ impl Env {
 
     /// Throughput on a ledger already holding `o.prefill` disbursements against an empty one.
     fn prefilled(&self, o: &Opts, load: &Load) -> Res<()> {
-        let template = o.template.clone().unwrap_or_else(|| self.dir.join("prefilled-template.db"));
+        let template = o
+            .template
+            .clone()
+            .unwrap_or_else(|| self.dir.join("prefilled-template.db"));
         if o.template.is_none() || !template.exists() {
             let started = Instant::now();
             prefill(&template, o.prefill)?;
-            println!("\nprefilled a ledger with {} disbursements in {:.1}s", o.prefill, started.elapsed().as_secs_f64());
+            println!(
+                "\nprefilled a ledger with {} disbursements in {:.1}s",
+                o.prefill,
+                started.elapsed().as_secs_f64()
+            );
         }
         let (mut empty, mut full) = (Vec::new(), Vec::new());
         for round in 1..=o.rounds {
@@ -471,8 +639,13 @@ impl Env {
             );
         }
         let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
-        println!("  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%); commit p99 {} vs {}",
-            o.prefill, (mf / me - 1.0) * 100.0, ms(median(&empty, |r| r.commit_p99_us as f64) as u64), ms(median(&full, |r| r.commit_p99_us as f64) as u64));
+        println!(
+            "  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%); commit p99 {} vs {}",
+            o.prefill,
+            (mf / me - 1.0) * 100.0,
+            ms(median(&empty, |r| r.commit_p99_us as f64) as u64),
+            ms(median(&full, |r| r.commit_p99_us as f64) as u64)
+        );
         if o.template.is_none() {
             remove_ledger(&template);
         }
@@ -514,26 +687,50 @@ fn wait4(pid: u32) -> Res<(i32, i64, f64)> {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let got = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
     if got != pid as i32 {
-        return Err(format!("wait4({pid}) failed: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "wait4({pid}) failed: {}",
+            std::io::Error::last_os_error()
+        ));
     }
-    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok((code, usage.ru_maxrss, secs(usage.ru_utime) + secs(usage.ru_stime)))
+    Ok((
+        code,
+        usage.ru_maxrss,
+        secs(usage.ru_utime) + secs(usage.ru_stime),
+    ))
 }
 
 /// `(entries-read, pending)` of a group, from XINFO GROUPS.
 fn group_progress(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<(u64, u64)> {
     let info = group_info(conn, stream, group)?;
-    let get = |k: &str| info.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0);
+    let get = |k: &str| {
+        info.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
+    };
     Ok((get("entries-read"), get("pending")))
 }
 
 fn consumers(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<u64> {
-    Ok(group_info(conn, stream, group)?.iter().find(|(n, _)| n == "consumers").map(|(_, v)| *v).unwrap_or(0))
+    Ok(group_info(conn, stream, group)?
+        .iter()
+        .find(|(n, _)| n == "consumers")
+        .map(|(_, v)| *v)
+        .unwrap_or(0))
 }
 
 fn group_info(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<Vec<(String, u64)>> {
-    let groups: Vec<redis::Value> = redis::cmd("XINFO").arg("GROUPS").arg(stream).query(conn).map_err(|e| e.to_string())?;
+    let groups: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query(conn)
+        .map_err(|e| e.to_string())?;
     for g in groups {
         let flat = claimgate::stream::array(g).map_err(|e| e.to_string())?;
         let (mut name, mut pairs) = (String::new(), Vec::new());
@@ -542,7 +739,10 @@ fn group_info(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<Ve
             let k = claimgate::stream::string(k).map_err(|e| e.to_string())?;
             if k == "name" {
                 name = claimgate::stream::string(v).map_err(|e| e.to_string())?;
-            } else if !matches!(v, redis::Value::BulkString(_) | redis::Value::SimpleString(_)) {
+            } else if !matches!(
+                v,
+                redis::Value::BulkString(_) | redis::Value::SimpleString(_)
+            ) {
                 pairs.push((k, claimgate::stream::int(v).unwrap_or(0).max(0) as u64));
             }
         }
@@ -557,12 +757,19 @@ fn group_info(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<Ve
 struct NullLedger;
 
 impl Ledger for NullLedger {
-    fn record(&self, items: &[Item<'_>], _consumer: &str, _stream: &str) -> claimgate::Result<Vec<Outcome>> {
+    fn record(
+        &self,
+        items: &[Item<'_>],
+        _consumer: &str,
+        _stream: &str,
+    ) -> claimgate::Result<Vec<Outcome>> {
         Ok(items
             .iter()
             .map(|item| match item {
                 Item::Submission { .. } => Outcome::Processed,
-                Item::KnownDuplicate { committed_by, .. } => Outcome::Duplicate { first_claimed_at: committed_by.to_string() },
+                Item::KnownDuplicate { committed_by, .. } => Outcome::Duplicate {
+                    first_claimed_at: committed_by.to_string(),
+                },
                 Item::DeadLetter { .. } => Outcome::DeadLettered,
             })
             .collect())
@@ -581,7 +788,8 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
     remove_ledger(path);
     drop(claimgate::ledger::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);
     let mut conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
-    conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;").map_err(|e| e.to_string())?;
+    conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
+        .map_err(|e| e.to_string())?;
     let tx = conn.transaction().map_err(|e| e.to_string())?;
     let mut rng = fastrand::Rng::with_seed(99);
     let at = "1999-01-01T00:00:00.000000Z";
@@ -599,10 +807,23 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
             let cents = 1_000 + i % 50_000;
             let entry = format!("{i}-0");
             let sql = |e: rusqlite::Error| e.to_string();
-            claim.execute(rusqlite::params![i, &key[..], award, "1999-01-01T00:00:00Z", cents, at, entry]).map_err(sql)?;
-            disb.execute(rusqlite::params![i, &key[..], award, cents, at]).map_err(sql)?;
+            claim
+                .execute(rusqlite::params![
+                    i,
+                    &key[..],
+                    award,
+                    "1999-01-01T00:00:00Z",
+                    cents,
+                    at,
+                    entry
+                ])
+                .map_err(sql)?;
+            disb.execute(rusqlite::params![i, &key[..], award, cents, at])
+                .map_err(sql)?;
             let event = serde_json::json!({"award_id": award, "amount_cents": cents, "idempotency_key": hex});
-            outbox.execute(rusqlite::params![i, event.to_string(), at]).map_err(sql)?;
+            outbox
+                .execute(rusqlite::params![i, event.to_string(), at])
+                .map_err(sql)?;
             let mut r = Record {
                 seq: i,
                 kind: Kind::Processed,
@@ -618,11 +839,27 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
                 hash: String::new(),
             };
             r.seal(&prev);
-            audit.execute(rusqlite::params![r.seq, r.kind.as_str(), r.idempotency_key, r.award_id, r.amount_cents, r.stream_entry_id, r.consumer, r.delivery_count, r.detail, r.recorded_at, r.prev_hash, r.hash]).map_err(sql)?;
+            audit
+                .execute(rusqlite::params![
+                    r.seq,
+                    r.kind.as_str(),
+                    r.idempotency_key,
+                    r.award_id,
+                    r.amount_cents,
+                    r.stream_entry_id,
+                    r.consumer,
+                    r.delivery_count,
+                    r.detail,
+                    r.recorded_at,
+                    r.prev_hash,
+                    r.hash
+                ])
+                .map_err(sql)?;
             prev = r.hash;
         }
     }
     tx.commit().map_err(|e| e.to_string())?;
-    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);").map_err(|e| e.to_string())?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .map_err(|e| e.to_string())?;
     Ok(())
 }

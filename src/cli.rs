@@ -173,18 +173,9 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
         lcfg.synchronous = Synchronous::Normal;
     }
     // Checkpoints run on their own thread so the writer's commits only append to the WAL.
-    let background_checkpoints = std::env::var_os("CLAIMGATE_EXP_FG_CKPT").is_none();
-    if background_checkpoints {
-        lcfg.wal_autocheckpoint_pages = 0;
-    }
-    if let Some(kib) = std::env::var("CLAIMGATE_EXP_CACHE_KIB").ok().and_then(|v| v.parse().ok()) {
-        lcfg.cache_kib = kib;
-    }
-    if let Some(p) = std::env::var("CLAIMGATE_EXP_AUTOCKPT").ok().and_then(|v| v.parse().ok()) {
-        lcfg.wal_autocheckpoint_pages = p;
-    }
+    lcfg.wal_autocheckpoint_pages = 0;
     let ledger = SqliteLedger::open(&lcfg)?;
-    let _checkpointer = if background_checkpoints { Some(crate::ledger::Checkpointer::start(&lcfg)?) } else { None };
+    let _checkpointer = crate::ledger::Checkpointer::start(&lcfg)?;
     stream::client(&cfg.redis_url)?;
     let mut wcfg = WorkerConfig::new(args.consumer.unwrap_or_else(default_consumer));
     wcfg.threads = args.threads.into();

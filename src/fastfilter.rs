@@ -36,7 +36,10 @@ pub struct FastFilter {
 impl FastFilter {
     /// A filter for one stream and consumer group.
     pub fn new(stream: &str, group: &str, ttl_s: u64) -> FastFilter {
-        FastFilter { prefix: format!("claimgate:committed:{stream}:{group}:"), ttl_s: ttl_s.max(1) }
+        FastFilter {
+            prefix: format!("claimgate:committed:{stream}:{group}:"),
+            ttl_s: ttl_s.max(1),
+        }
     }
 
     /// The marker's Redis key for `key`.
@@ -57,7 +60,11 @@ impl FastFilter {
         match conn.query::<Vec<Option<String>>>(&cmd) {
             Ok(found) if found.len() == keys.len() => found,
             Ok(found) => {
-                warn!("fast filter: MGET returned {} values for {} keys; asking the ledger", found.len(), keys.len());
+                warn!(
+                    "fast filter: MGET returned {} values for {} keys; asking the ledger",
+                    found.len(),
+                    keys.len()
+                );
                 vec![None; keys.len()]
             }
             Err(e) => {
@@ -76,9 +83,16 @@ impl FastFilter {
         }
         let mut pipe = redis::pipe();
         for k in keys {
-            pipe.cmd("SET").arg(self.marker(k)).arg(committed_at).arg("EX").arg(self.ttl_s).ignore();
+            pipe.cmd("SET")
+                .arg(self.marker(k))
+                .arg(committed_at)
+                .arg("EX")
+                .arg(self.ttl_s)
+                .ignore();
         }
-        let result = conn.get().and_then(|c| pipe.query::<()>(c).map_err(Into::into));
+        let result = conn
+            .get()
+            .and_then(|c| pipe.query::<()>(c).map_err(Into::into));
         if let Err(e) = result {
             conn.reset();
             warn!("fast filter: marking {} committed keys failed ({e}); they will be checked in the ledger", keys.len());
@@ -94,6 +108,12 @@ mod tests {
     fn markers_are_scoped_to_stream_and_group_and_show_the_key_in_hex() {
         let key = IdempotencyKey::from_slice(&[0xab; 32]).unwrap();
         let f = FastFilter::new("grants:submissions", "grant-workers", 60);
-        assert_eq!(f.marker(&key), format!("claimgate:committed:grants:submissions:grant-workers:{}", "ab".repeat(32)));
+        assert_eq!(
+            f.marker(&key),
+            format!(
+                "claimgate:committed:grants:submissions:grant-workers:{}",
+                "ab".repeat(32)
+            )
+        );
     }
 }

@@ -23,7 +23,9 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect() }
+        Histogram {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 }
 
@@ -92,13 +94,34 @@ mod tests {
 
     #[test]
     fn every_duration_lands_in_a_bucket_whose_bound_covers_it_within_a_sixteenth() {
-        for us in [0, 1, 15, 16, 17, 31, 32, 100, 999, 1_000, 4_321, 65_536, 1_000_000, 123_456_789] {
+        for us in [
+            0,
+            1,
+            15,
+            16,
+            17,
+            31,
+            32,
+            100,
+            999,
+            1_000,
+            4_321,
+            65_536,
+            1_000_000,
+            123_456_789,
+        ] {
             let b = bucket_of(us);
             let upper = upper_us_of(b);
             assert!(upper >= us, "{us} µs in bucket {b} with upper {upper}");
-            assert!(upper as f64 <= us as f64 * (1.0 + 1.0 / 16.0) + 1.0, "{us} µs: upper {upper} too coarse");
+            assert!(
+                upper as f64 <= us as f64 * (1.0 + 1.0 / 16.0) + 1.0,
+                "{us} µs: upper {upper} too coarse"
+            );
             if b > 0 {
-                assert!(upper_us_of(b - 1) < us, "{us} µs should not fit the bucket below");
+                assert!(
+                    upper_us_of(b - 1) < us,
+                    "{us} µs should not fit the bucket below"
+                );
             }
         }
     }

@@ -46,7 +46,10 @@ impl Checkpointer {
             .name("checkpointer".into())
             .spawn(move || run(&conn, &flag))
             .map_err(|e| Error::io("starting the checkpoint thread", e))?;
-        Ok(Checkpointer { stop, thread: Some(thread) })
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -86,7 +89,11 @@ fn run(conn: &Connection, stop: &AtomicBool) {
 fn checkpoint(conn: &Connection, mode: &str) -> i64 {
     let started = Instant::now();
     let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
-        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
     });
     match result {
         Ok((busy, log_frames, copied_frames)) => {

@@ -37,9 +37,6 @@ impl SqliteLedger {
         let first = Connection::open(&cfg.path)
             .map_err(|e| Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display())))?;
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        if let Some(size) = std::env::var("CLAIMGATE_EXP_PAGE_SIZE").ok().and_then(|v| v.parse::<u32>().ok()) {
-            first.execute_batch(&format!("PRAGMA page_size = {size};"))?;
-        }
         // WAL is a property of the file: set it once, before any pooled connection exists.
         let mode: String = first.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {

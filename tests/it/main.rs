@@ -3,4 +3,5 @@
 
 mod support;
 
+mod batching;
 mod worker;
