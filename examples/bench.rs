@@ -652,13 +652,20 @@ impl Env {
         Ok(())
     }
 
-    /// `--fast-filter` off and on, interleaved, on a duplicate-heavy load.
+    /// `--fast-filter` off and on, interleaved, on a duplicate-heavy load; on copies of the
+    /// pre-filled ledger when `--template` names one, where claim probes miss the page cache.
     fn fast_filter(&self, o: &Opts, dup: f64) -> Res<()> {
         let load = self.load("bench:filter", o.n, dup, 4)?;
+        let template = o.template.as_deref().filter(|t| t.exists());
+        if let Some(t) = template {
+            println!("fast filter runs on copies of {}", t.display());
+        }
         let (mut off, mut on) = (Vec::new(), Vec::new());
         for round in 1..=o.rounds {
-            off.push(self.child_run(&load, &format!("f0-{round}"), &[], None)?);
-            on.push(self.child_run(&load, &format!("f1-{round}"), &["--fast-filter"], None)?);
+            off.push(self.child_run(&load, &format!("f0-{round}"), &[], template)?);
+            remove_ledger(&self.dir.join(format!("f0-{round}.db")));
+            on.push(self.child_run(&load, &format!("f1-{round}"), &["--fast-filter"], template)?);
+            remove_ledger(&self.dir.join(format!("f1-{round}.db")));
             println!(
                 "round {round}: filter off {:.0}/s ({:.1} us cpu/entry)  on {:.0}/s ({:.1} us cpu/entry)",
                 off[round - 1].rate, off[round - 1].cpu_us_per_entry, on[round - 1].rate, on[round - 1].cpu_us_per_entry

@@ -47,7 +47,7 @@ pub const COMMIT_ENTRIES_MAX: usize = 4096;
 pub const WAL_AUTOCHECKPOINT_PAGES_DEFAULT: u32 = 1_000;
 /// Page cache per ledger connection. Sized so the worker's peak RSS stays under 64 MiB while
 /// draining a million entries (measured; see BENCHMARKS.md).
-pub const CACHE_KIB_DEFAULT: u32 = 16 * 1024;
+pub const CACHE_KIB_DEFAULT: u32 = 24 * 1024;
 /// Default number of parse threads.
 pub const THREADS_DEFAULT: usize = 2;
 
