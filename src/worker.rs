@@ -128,7 +128,7 @@ pub fn run(
         let writer_client = client.clone();
         let shared_ref = &shared;
         // Audit log lines, counters and freeing the batch happen on a thread of their own, so
-        // the single writer spends its time on commits (worth ~10% of its time, measured).
+        // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).
         let (report_tx, report_rx) = bounded::<Committed>(CHANNEL_BATCHES_MAX);
         s.spawn(move || report_loop(report_rx, shared_ref));
         let writer = s.spawn(move || writer_loop(parsed_rx, ledger, Conn::new(writer_client), shared_ref, report_tx));
