@@ -27,13 +27,19 @@ impl World {
 
     /// A world whose Redis persists with AOF (`appendfsync always`), for restart tests.
     pub fn persistent() -> World {
-        Self::with(Options { appendonly: true, ..Options::default() })
+        Self::with(Options {
+            appendonly: true,
+            ..Options::default()
+        })
     }
 
     /// A world with the given server options.
     pub fn with(options: Options) -> World {
         let redis = LocalRedis::start(options).unwrap_or_else(|e| {
-            panic!("the test suite needs a real redis-server: {e}\n(install: {})", claimgate::localredis::INSTALL_HINT)
+            panic!(
+                "the test suite needs a real redis-server: {e}\n(install: {})",
+                claimgate::localredis::INSTALL_HINT
+            )
         });
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("ledger.db");
@@ -47,7 +53,10 @@ impl World {
             .env("REDIS_URL", self.redis.url())
             .env("CLAIMGATE_DB", &self.db)
             .env_remove("CLAIMGATE_FAILPOINT")
-            .env("RUST_LOG", std::env::var("CLAIMGATE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("CLAIMGATE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null());
         cmd
     }
@@ -60,13 +69,22 @@ impl World {
     /// Runs `claimgate ARGS` and insists on exit 0.
     pub fn run_ok(&self, args: &[&str]) -> Output {
         let out = self.run(args);
-        assert!(out.status.success(), "claimgate {args:?} failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "claimgate {args:?} failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         out
     }
 
     /// Starts `claimgate ARGS` in the background.
     pub fn spawn(&self, args: &[&str]) -> Child {
-        self.cmd(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn claimgate")
+        self.cmd(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn claimgate")
     }
 
     /// Drains the stream with one worker that exits when idle.
@@ -79,8 +97,11 @@ impl World {
     /// A Redis connection.
     pub fn conn(&self) -> redis::Connection {
         let client = redis::Client::open(self.redis.url()).unwrap();
-        let conn = client.get_connection_with_timeout(Duration::from_secs(2)).unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         conn
     }
 
@@ -89,7 +110,15 @@ impl World {
         let mut conn = self.conn();
         payloads
             .iter()
-            .map(|p| redis::cmd("XADD").arg("grants:submissions").arg("*").arg("payload").arg(p.as_bytes()).query(&mut conn).unwrap())
+            .map(|p| {
+                redis::cmd("XADD")
+                    .arg("grants:submissions")
+                    .arg("*")
+                    .arg("payload")
+                    .arg(p.as_bytes())
+                    .query(&mut conn)
+                    .unwrap()
+            })
             .collect()
     }
 
@@ -105,8 +134,16 @@ impl World {
 
     /// An integer from SQL on the ledger (opened read-only, separately from any worker).
     pub fn sql_i64(&self, sql: &str) -> i64 {
-        let conn = rusqlite::Connection::open_with_flags(&self.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0)).optional().unwrap().flatten().unwrap_or(0)
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
+            .optional()
+            .unwrap()
+            .flatten()
+            .unwrap_or(0)
     }
 
     /// Rows in a ledger table.
@@ -116,7 +153,11 @@ impl World {
 
     /// Entries pending in the group, over all consumers.
     pub fn pending(&self) -> u64 {
-        let reply: redis::Value = redis::cmd("XPENDING").arg("grants:submissions").arg("grant-workers").query(&mut self.conn()).unwrap();
+        let reply: redis::Value = redis::cmd("XPENDING")
+            .arg("grants:submissions")
+            .arg("grant-workers")
+            .query(&mut self.conn())
+            .unwrap();
         match reply {
             redis::Value::Array(v) => match v.first() {
                 Some(redis::Value::Int(n)) => *n as u64,
@@ -128,20 +169,33 @@ impl World {
 
     /// Length of a stream.
     pub fn xlen(&self, stream: &str) -> u64 {
-        redis::cmd("XLEN").arg(stream).query(&mut self.conn()).unwrap()
+        redis::cmd("XLEN")
+            .arg(stream)
+            .query(&mut self.conn())
+            .unwrap()
     }
 
     /// The dead-letter stream's entries as field maps.
     pub fn dead_letters(&self) -> Vec<std::collections::HashMap<String, Vec<u8>>> {
-        let reply: Vec<(String, Vec<(String, Vec<u8>)>)> =
-            redis::cmd("XRANGE").arg("grants:submissions:dead").arg("-").arg("+").query(&mut self.conn()).unwrap();
-        reply.into_iter().map(|(_, f)| f.into_iter().collect()).collect()
+        let reply: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+            .arg("grants:submissions:dead")
+            .arg("-")
+            .arg("+")
+            .query(&mut self.conn())
+            .unwrap();
+        reply
+            .into_iter()
+            .map(|(_, f)| f.into_iter().collect())
+            .collect()
     }
 }
 
 /// A valid submission payload for award `A-{i}`, amount `100 + i` cents.
 pub fn submission(i: usize) -> String {
-    format!(r#"{{"award_id":"A-{i:06}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{},"program":"rural-broadband"}}"#, 100 + i)
+    format!(
+        r#"{{"award_id":"A-{i:06}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{},"program":"rural-broadband"}}"#,
+        100 + i
+    )
 }
 
 /// The sum of amounts of submissions `0..n`.
