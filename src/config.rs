@@ -43,6 +43,11 @@ pub const BACKOFF_MS_MAX: u64 = 5_000;
 pub const CHANNEL_BATCHES_MAX: usize = 4;
 /// Most entries written in one group-commit transaction.
 pub const COMMIT_ENTRIES_MAX: usize = 4096;
+/// SQLite's own default checkpoint threshold, kept for every process but the worker.
+pub const WAL_AUTOCHECKPOINT_PAGES_DEFAULT: u32 = 1_000;
+/// Page cache per ledger connection. Sized so the worker's peak RSS stays under 64 MiB while
+/// draining a million entries (measured; see BENCHMARKS.md).
+pub const CACHE_KIB_DEFAULT: u32 = 24 * 1024;
 /// Default number of parse threads.
 pub const THREADS_DEFAULT: usize = 2;
 
@@ -99,6 +104,8 @@ pub struct WorkerConfig {
     pub per_message: bool,
     /// Policy for conflicting resubmissions.
     pub on_conflict: OnConflict,
+    /// `--fast-filter`: marker lifetime in seconds, or `None` when the filter is off.
+    pub fast_filter_ttl_s: Option<u64>,
 }
 
 impl WorkerConfig {
@@ -115,6 +122,7 @@ impl WorkerConfig {
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
             per_message: false,
             on_conflict: OnConflict::Record,
+            fast_filter_ttl_s: None,
         }
     }
 }
@@ -134,6 +142,11 @@ pub struct LedgerConfig {
     /// Past it a commit fails as "database or disk is full", which the worker waits out like a
     /// full disk. `None` leaves SQLite's own limit.
     pub pages_max: Option<u64>,
+    /// `PRAGMA wal_autocheckpoint` for pooled connections: SQLite's 1,000 pages, or 0 when a
+    /// background checkpointer (`ledger::Checkpointer`) keeps checkpoints off the commit path.
+    pub wal_autocheckpoint_pages: u32,
+    /// Page cache per connection, in KiB (`PRAGMA cache_size = -N`).
+    pub cache_kib: u32,
 }
 
 impl LedgerConfig {
@@ -145,6 +158,8 @@ impl LedgerConfig {
             busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
             pool_size_max: 4,
             pages_max: None,
+            wal_autocheckpoint_pages: WAL_AUTOCHECKPOINT_PAGES_DEFAULT,
+            cache_kib: CACHE_KIB_DEFAULT,
         }
     }
 }

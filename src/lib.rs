@@ -22,7 +22,9 @@
 //! - [`verify`]: the ledger checked against itself and its audit chain.
 //! - [`retention`]: purging records past the retention window, and legal holds.
 //! - [`metrics`]: counters the worker keeps.
+//! - [`latency`]: a fixed-size histogram for commit-latency percentiles.
 //! - [`failpoint`]: named crash points for tests.
+//! - [`fastfilter`]: `--fast-filter`, Redis markers written only after commit.
 //! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
 //! - [`status`]: ledger and stream state for `claimgate status` and the metrics gauges.
 //! - [`exposition`]: the Prometheus text `/metrics` serves.
@@ -43,7 +45,9 @@ pub mod dlq;
 pub mod error;
 pub mod exposition;
 pub mod failpoint;
+pub mod fastfilter;
 pub mod key;
+pub mod latency;
 pub mod ledger;
 pub mod localredis;
 pub mod logging;

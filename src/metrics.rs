@@ -28,6 +28,8 @@ pub struct Metrics {
     pub commit_us_sum: AtomicU64,
     /// When the worker loop last went round, in milliseconds since the Unix epoch (`/healthz`).
     pub heartbeat_unix_ms: AtomicU64,
+    /// Commit latencies at a resolution fine enough to quote p50/p99 from.
+    pub commit_latency: crate::latency::Histogram,
 }
 
 impl Metrics {
@@ -42,6 +44,7 @@ impl Metrics {
         self.commit_us_sum
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.commit_latency.record(took);
     }
 
     /// Notes that the worker loop is alive and going round.

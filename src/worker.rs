@@ -18,6 +18,7 @@ use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::failpoint;
+use crate::fastfilter::FastFilter;
 use crate::key::IdempotencyKey;
 use crate::ledger::{Item, Ledger, Outcome};
 use crate::metrics::Metrics;
@@ -48,6 +49,8 @@ struct Shared<'a> {
     /// read. XAUTOCLAIM may hand our own slow entries back to us; these are skipped so an entry
     /// is never in the pipeline twice.
     in_flight: Mutex<HashMap<String, Instant>>,
+    /// `--fast-filter`: markers for keys already committed, or `None`.
+    filter: Option<FastFilter>,
 }
 
 impl Shared<'_> {
@@ -82,6 +85,8 @@ struct Parsed {
     delivery_count: u64,
     /// Valid, or why not.
     verdict: Verdict,
+    /// Set by the fast filter: when this valid submission's key was seen committed.
+    committed_by: Option<String>,
 }
 
 enum Verdict {
@@ -113,12 +118,16 @@ pub fn run(
     metrics: &Metrics,
 ) -> Result<()> {
     let client = stream::client(&cfg.redis_url)?;
+    let filter = wcfg
+        .fast_filter_ttl_s
+        .map(|ttl_s| FastFilter::new(&cfg.stream, &cfg.group, ttl_s));
     let shared = Shared {
         cfg,
         wcfg,
         shutdown,
         metrics,
         in_flight: Mutex::new(HashMap::new()),
+        filter,
     };
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
@@ -138,15 +147,32 @@ pub fn run(
     std::thread::scope(|s| {
         for _ in 0..wcfg.threads.max(1) {
             let (rx, tx, shared) = (raw_rx.clone(), parsed_tx.clone(), &shared);
-            s.spawn(move || parse_loop(rx, tx, shared.wcfg));
+            let filter = shared
+                .filter
+                .as_ref()
+                .map(|f| (f, Conn::new(client.clone())));
+            s.spawn(move || parse_loop(rx, tx, shared.wcfg, filter));
         }
         drop(parsed_tx);
         drop(raw_rx);
         let writer_client = client.clone();
         let shared_ref = &shared;
+        // Audit log lines, counters and freeing the batch happen on a thread of their own, so
+        // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).
+        let (report_tx, report_rx) = bounded::<Committed>(CHANNEL_BATCHES_MAX);
+        s.spawn(move || {
+            block_termination_signals();
+            report_loop(report_rx, shared_ref)
+        });
         let writer = s.spawn(move || {
             block_termination_signals();
-            writer_loop(parsed_rx, ledger, Conn::new(writer_client), shared_ref)
+            writer_loop(
+                parsed_rx,
+                ledger,
+                Conn::new(writer_client),
+                shared_ref,
+                report_tx,
+            )
         });
         let reader = s.spawn(|| {
             block_termination_signals();
@@ -403,12 +429,37 @@ fn is_idle(conn: &mut Conn, shared: &Shared<'_>) -> Result<bool> {
 // ---------------------------------------------------------------------------------------------
 // Parse pool
 
-fn parse_loop(rx: Receiver<Vec<Entry>>, tx: Sender<Vec<Parsed>>, wcfg: &WorkerConfig) {
+fn parse_loop(
+    rx: Receiver<Vec<Entry>>,
+    tx: Sender<Vec<Parsed>>,
+    wcfg: &WorkerConfig,
+    mut filter: Option<(&FastFilter, Conn)>,
+) {
     for batch in rx {
-        let parsed = batch.into_iter().map(|e| parse_one(e, wcfg)).collect();
+        let mut parsed: Vec<Parsed> = batch.into_iter().map(|e| parse_one(e, wcfg)).collect();
+        if let Some((filter, conn)) = filter.as_mut() {
+            look_up_committed(filter, conn, &mut parsed);
+        }
         if tx.send(parsed).is_err() {
             return;
         }
+    }
+}
+
+/// Asks the fast filter which valid submissions are already committed; here, on a parse
+/// thread, so the writer never waits on the lookup.
+fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]) {
+    let keys: Vec<IdempotencyKey> = parsed.iter().filter_map(valid_key).collect();
+    let mut found = filter.lookup(conn, &keys).into_iter();
+    for p in parsed.iter_mut().filter(|p| valid_key(p).is_some()) {
+        p.committed_by = found.next().flatten();
+    }
+}
+
+fn valid_key(p: &Parsed) -> Option<IdempotencyKey> {
+    match &p.verdict {
+        Verdict::Valid(s) => Some(s.key),
+        Verdict::Dead(_) => None,
     }
 }
 
@@ -449,17 +500,37 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
         id,
         delivery_count,
         verdict,
+        committed_by: None,
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+/// A batch that has been committed and acknowledged, on its way to the reporter.
+struct Committed {
+    /// The entries, in stream order.
+    batch: Vec<Parsed>,
+    /// Each entry's outcome; `None` where the ledger refused it (left pending).
+    outcomes: Vec<Option<Outcome>>,
+}
+
+fn report_loop(rx: Receiver<Committed>, shared: &Shared<'_>) {
+    for c in rx {
+        for (p, outcome) in c.batch.iter().zip(&c.outcomes) {
+            if let Some(outcome) = outcome {
+                report(p, outcome, shared);
+            }
+        }
+    }
+}
+
 fn writer_loop(
     rx: Receiver<Vec<Parsed>>,
     ledger: &dyn Ledger,
     mut conn: Conn,
     shared: &Shared<'_>,
+    reports: Sender<Committed>,
 ) -> Result<()> {
     while let Ok(mut batch) = rx.recv() {
         // Group commit: take whatever else is already waiting, up to the cap, so a backlog
@@ -472,10 +543,10 @@ fn writer_loop(
         }
         if shared.wcfg.per_message {
             for one in batch {
-                commit_and_ack(vec![one], ledger, &mut conn, shared)?;
+                commit_and_ack(vec![one], ledger, &mut conn, shared, &reports)?;
             }
         } else {
-            commit_and_ack(batch, ledger, &mut conn, shared)?;
+            commit_and_ack(batch, ledger, &mut conn, shared, &reports)?;
         }
     }
     Ok(())
@@ -487,10 +558,11 @@ fn commit_and_ack(
     ledger: &dyn Ledger,
     conn: &mut Conn,
     shared: &Shared<'_>,
+    reports: &Sender<Committed>,
 ) -> Result<()> {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let all_ids: Vec<String> = batch.iter().map(|p| p.id.clone()).collect();
-    let result = (|| -> Result<()> {
+    let result = (|| -> Result<Vec<Option<Outcome>>> {
         let dead_stream = cfg.dead_stream();
         for p in &batch {
             if let Verdict::Dead(d) = &p.verdict {
@@ -510,6 +582,7 @@ fn commit_and_ack(
         let items: Vec<Item<'_>> = batch.iter().map(|p| item_of(p)).collect();
         let started = Instant::now();
         let (outcomes, committed) = record(ledger, &items, shared)?;
+        drop(items);
         shared.metrics.observe_commit(started.elapsed());
         failpoint::hit("after_commit");
         copy_held(&batch, &outcomes, conn, shared)?;
@@ -526,21 +599,26 @@ fn commit_and_ack(
             .metrics
             .acked
             .fetch_add(ack_ids.len() as u64, Ordering::Relaxed);
-        for ((p, outcome), _) in batch
-            .iter()
-            .zip(&outcomes)
-            .zip(&committed)
-            .filter(|(_, ok)| **ok)
-        {
-            if let Some(outcome) = outcome {
-                report(p, outcome, shared);
-            }
+        if let Some(filter) = &shared.filter {
+            mark_committed(filter, conn, &batch, &outcomes);
         }
-        Ok(())
+        Ok(outcomes)
     })();
     shared.release(all_ids);
     match result {
-        Ok(()) => Ok(()),
+        Ok(outcomes) => {
+            // The reporter outlives the writer, so this fails only if it panicked; then the
+            // lines are written here rather than lost.
+            if let Err(unsent) = reports.send(Committed { batch, outcomes }) {
+                let c = unsent.into_inner();
+                for (p, outcome) in c.batch.iter().zip(&c.outcomes) {
+                    if let Some(outcome) = outcome {
+                        report(p, outcome, shared);
+                    }
+                }
+            }
+            Ok(())
+        }
         // Giving up during shutdown leaves the entries pending; they are redelivered later.
         Err(e) if e.is_transient() => {
             warn!("left {} entries pending for redelivery: {e}", batch.len());
@@ -587,12 +665,39 @@ fn copy_held(
     Ok(())
 }
 
+/// After the commit: marks every key the ledger now holds that no marker vouched for yet.
+fn mark_committed(
+    filter: &FastFilter,
+    conn: &mut Conn,
+    batch: &[Parsed],
+    outcomes: &[Option<Outcome>],
+) {
+    let keys: Vec<IdempotencyKey> = batch
+        .iter()
+        .zip(outcomes)
+        .filter(|(p, o)| {
+            p.committed_by.is_none()
+                && matches!(o, Some(Outcome::Processed | Outcome::Duplicate { .. }))
+        })
+        .filter_map(|(p, _)| valid_key(p))
+        .collect();
+    filter.mark(conn, &keys, &crate::ledger::now_rfc3339());
+}
+
 fn item_of(p: &Parsed) -> Item<'_> {
     match &p.verdict {
-        Verdict::Valid(s) => Item::Submission {
-            submission: s,
-            entry_id: &p.id,
-            delivery_count: p.delivery_count,
+        Verdict::Valid(s) => match &p.committed_by {
+            Some(at) => Item::KnownDuplicate {
+                submission: s,
+                entry_id: &p.id,
+                delivery_count: p.delivery_count,
+                committed_by: at,
+            },
+            None => Item::Submission {
+                submission: s,
+                entry_id: &p.id,
+                delivery_count: p.delivery_count,
+            },
         },
         Verdict::Dead(d) => Item::DeadLetter {
             entry_id: &p.id,
@@ -649,7 +754,9 @@ fn record(
 
 fn entry_id_of<'a>(item: &Item<'a>) -> &'a str {
     match item {
-        Item::Submission { entry_id, .. } | Item::DeadLetter { entry_id, .. } => entry_id,
+        Item::Submission { entry_id, .. }
+        | Item::KnownDuplicate { entry_id, .. }
+        | Item::DeadLetter { entry_id, .. } => entry_id,
     }
 }
 

@@ -6,11 +6,13 @@
 //! or none of them.
 
 pub mod audit_store;
+mod checkpoint;
 mod conflict;
 pub mod outbox;
 pub mod retention;
 mod sqlite;
 
+pub use checkpoint::Checkpointer;
 pub use sqlite::{age_seconds, now_rfc3339, SqliteLedger, EVENT_DISBURSEMENT_RECORDED, SCHEMA};
 
 use crate::error::Result;
@@ -28,6 +30,18 @@ pub enum Item<'a> {
         entry_id: &'a str,
         /// How many times the entry has been delivered (1 on first delivery).
         delivery_count: u64,
+    },
+    /// A submission the fast filter (`--fast-filter`) saw committed earlier: leave its
+    /// `duplicate` audit record without probing the claim index.
+    KnownDuplicate {
+        /// The validated submission.
+        submission: &'a Submission,
+        /// The stream entry that carried it.
+        entry_id: &'a str,
+        /// How many times the entry has been delivered.
+        delivery_count: u64,
+        /// The time the filter's marker says the key was seen committed (at or after the claim).
+        committed_by: &'a str,
     },
     /// An entry that was copied to the dead-letter stream: leave its audit record.
     DeadLetter {

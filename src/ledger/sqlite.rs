@@ -50,12 +50,14 @@ impl SqliteLedger {
             .pages_max
             .map(|n| format!("PRAGMA max_page_count = {n};"))
             .unwrap_or_default();
+        let (autocheckpoint, cache_kib) = (cfg.wal_autocheckpoint_pages, cfg.cache_kib);
         let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
             c.busy_timeout(busy)?;
             c.execute_batch(&format!(
                 "PRAGMA synchronous = {synchronous};
                  PRAGMA foreign_keys = ON;
-                 PRAGMA cache_size = -16384;
+                 PRAGMA cache_size = -{cache_kib};
+                 PRAGMA wal_autocheckpoint = {autocheckpoint};
                  PRAGMA temp_store = MEMORY;
                  {pages_max}"
             ))
@@ -240,6 +242,19 @@ fn write_items(
                 };
                 record_submission(tx, &mut tail, &claim, ctx, &now)?
             }
+            Item::KnownDuplicate {
+                submission,
+                entry_id,
+                delivery_count,
+                committed_by,
+            } => {
+                let claim = Claim {
+                    submission,
+                    entry_id,
+                    delivery_count: *delivery_count,
+                };
+                record_known_duplicate(tx, &mut tail, &claim, committed_by, consumer, &now)?
+            }
             Item::DeadLetter {
                 entry_id,
                 reason_code,
@@ -387,6 +402,30 @@ fn record_submission(
             })
         }
     }
+}
+
+/// A duplicate the fast filter vouched for: its audit record only, no probe of the claim index.
+fn record_known_duplicate(
+    tx: &Transaction<'_>,
+    tail: &mut ChainTail,
+    claim: &Claim<'_>,
+    committed_by: &str,
+    consumer: &str,
+    now: &str,
+) -> Result<Outcome> {
+    let s = claim.submission;
+    let mut r = blank_record(Kind::Duplicate, consumer, now);
+    r.idempotency_key = Some(s.key.to_hex());
+    r.award_id = Some(s.award_id.clone());
+    r.stream_entry_id = Some(claim.entry_id.to_owned());
+    r.delivery_count = Some(claim.delivery_count as i64);
+    r.detail = Some(format!(
+        "already claimed; seen committed by {committed_by} (fast filter)"
+    ));
+    tail.append(tx, r)?;
+    Ok(Outcome::Duplicate {
+        first_claimed_at: committed_by.to_owned(),
+    })
 }
 
 pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {

@@ -4,6 +4,7 @@
 mod support;
 
 mod audit;
+mod batching;
 mod fuzz;
 mod ops;
 mod relay;

@@ -1,0 +1,872 @@
+//! `cargo run --release --example bench -- [--n N] [--dup F] [--rounds R] [...]`
+//!
+//! Measures claimgate end to end against its own private redis-server:
+//! (a) the worker as shipped, (b) the same code in per-message mode (one transaction and one
+//! XACK per entry: the reference design's shape), (c) a null sink (read, parse, key, ack; no
+//! database). (a) and (b) run as child processes executing exactly the shipped command line
+//! (this executable re-runs itself as `claimgate`, through `claimgate::cli`), so their peak
+//! RSS is the worker's own, read from wait4(2). Every run is verified against the ledger
+//! afterwards; a fast wrong answer aborts the benchmark.
+//!
+//! Optional modes: `--backlog N` drains N entries once and reports peak RSS; `--prefill N`
+//! compares throughput on a ledger that already holds N disbursements; `--filter-dup F`
+//! compares `--fast-filter` on and off on a load with F duplicates. `--help` lists all flags.
+//! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
+//! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
+
+use claimgate::config::{Config, WorkerConfig};
+use claimgate::ledger::{Item, Ledger, Outcome, Stats};
+use claimgate::localredis::{LocalRedis, Options};
+use claimgate::metrics::Metrics;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+/// The argument that makes this executable behave as the `claimgate` binary.
+const AS_CLAIMGATE: &str = "__claimgate";
+/// XADDs per pipelined round trip while loading.
+const LOAD_PIPELINE_MAX: usize = 2_000;
+
+/// What to run.
+struct Opts {
+    /// Entries per round for (a) and (c).
+    n: usize,
+    /// Entries per round for (b), which is slow by design.
+    per_message_n: usize,
+    /// Fraction of entries that are byte-identical copies of another.
+    dup: f64,
+    /// Rounds; medians are reported.
+    rounds: usize,
+    /// Single-submission latency samples on a quiet stream.
+    latency_samples: usize,
+    /// Drain this many entries once and report peak RSS (0: skip).
+    backlog: usize,
+    /// Compare against a ledger pre-filled with this many disbursements (0: skip).
+    prefill: usize,
+    /// Compare --fast-filter on and off at this duplicate fraction (skip when absent).
+    filter_dup: Option<f64>,
+    /// Where ledgers go.
+    dir: PathBuf,
+    /// Extra flags passed to every `claimgate run`.
+    extra: Vec<String>,
+    /// Keep (and reuse) the pre-filled ledger here instead of building a fresh one.
+    template: Option<PathBuf>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(AS_CLAIMGATE) {
+        std::process::exit(as_claimgate(&args[2..]));
+    }
+    let opts = parse_opts(&args[1..]);
+    if let Err(e) = bench(&opts) {
+        eprintln!("bench failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Exactly what `src/main.rs` does, so a child run here is the shipped binary's code path.
+fn as_claimgate(args: &[String]) -> i32 {
+    use clap::Parser;
+    let cli = claimgate::cli::Cli::parse_from(
+        std::iter::once("claimgate".to_owned()).chain(args.iter().cloned()),
+    );
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    match claimgate::cli::dispatch(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("claimgate: {e}");
+            if matches!(e, claimgate::Error::Config(_)) {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
+
+fn parse_opts(args: &[String]) -> Opts {
+    let mut o = Opts {
+        n: 200_000,
+        per_message_n: 20_000,
+        dup: 0.2,
+        rounds: 3,
+        latency_samples: 200,
+        backlog: 0,
+        prefill: 0,
+        filter_dup: None,
+        dir: std::env::temp_dir(),
+        extra: Vec::new(),
+        template: None,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+                .clone()
+        };
+        match flag.as_str() {
+            "--n" => o.n = number(&value()),
+            "--per-message-n" => o.per_message_n = number(&value()),
+            "--dup" => {
+                o.dup = value()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--dup takes a fraction"))
+            }
+            "--rounds" => o.rounds = number(&value()).max(1),
+            "--latency-samples" => o.latency_samples = number(&value()),
+            "--backlog" => o.backlog = number(&value()),
+            "--prefill" => o.prefill = number(&value()),
+            "--filter-dup" => {
+                o.filter_dup = Some(
+                    value()
+                        .parse()
+                        .unwrap_or_else(|_| usage("--filter-dup takes a fraction")),
+                )
+            }
+            "--dir" => o.dir = PathBuf::from(value()),
+            "--template" => o.template = Some(PathBuf::from(value())),
+            "--run-flag" => o.extra.push(value()),
+            "--help" | "-h" => usage(""),
+            other => usage(&format!("unknown flag {other}")),
+        }
+    }
+    o
+}
+
+fn number(s: &str) -> usize {
+    s.replace('_', "")
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("{s} is not a count")))
+}
+
+fn usage(problem: &str) -> ! {
+    if !problem.is_empty() {
+        eprintln!("bench: {problem}");
+    }
+    eprintln!(
+        "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
+         \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
+         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]..."
+    );
+    std::process::exit(if problem.is_empty() { 0 } else { 2 })
+}
+
+type Res<T> = Result<T, String>;
+
+fn bench(o: &Opts) -> Res<()> {
+    let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
+    let work = tempfile::Builder::new()
+        .prefix("claimgate-bench-")
+        .tempdir_in(&o.dir)
+        .map_err(|e| e.to_string())?;
+    let env = Env {
+        redis_url: redis.url(),
+        dir: work.path().to_owned(),
+        extra: o.extra.clone(),
+    };
+    println!(
+        "claimgate bench: {} cores, redis {}, ledgers in {}",
+        cores(),
+        redis.url(),
+        work.path().display()
+    );
+    println!(
+        "load: {} entries ({:.0}% duplicates); per-message mode on {} entries; {} rounds",
+        o.n,
+        o.dup * 100.0,
+        o.per_message_n,
+        o.rounds
+    );
+
+    let main_load = env.load("bench:main", o.n, o.dup, 1)?;
+    let pm_load = env.load("bench:pm", o.per_message_n, o.dup, 2)?;
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=o.rounds {
+        a.push(env.child_run(&main_load, &format!("a{round}"), &[], None)?);
+        b.push(env.child_run(&pm_load, &format!("b{round}"), &["--per-message"], None)?);
+        c.push(env.null_run(&main_load, &format!("c{round}"))?);
+        println!(
+            "round {round}: (a) {:>8.0}/s  (b) {:>7.0}/s  (c) {:>8.0}/s  commit p50 {} p99 {}  rss {:.1} MiB  cpu {:.1} us/entry",
+            a[round - 1].rate, b[round - 1].rate, c[round - 1].rate,
+            ms(a[round - 1].commit_p50_us), ms(a[round - 1].commit_p99_us), a[round - 1].rss_mib, a[round - 1].cpu_us_per_entry
+        );
+    }
+    let (ma, mb, mc) = (
+        median(&a, |r| r.rate),
+        median(&b, |r| r.rate),
+        median(&c, |r| r.rate),
+    );
+    println!("\nmedians over {} rounds", o.rounds);
+    println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
+        ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib), median(&a, |r| r.cpu_us_per_entry));
+    println!("  (b) per-message             {mb:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
+        ms(median(&b, |r| r.commit_p50_us as f64) as u64), ms(median(&b, |r| r.commit_p99_us as f64) as u64), median(&b, |r| r.rss_mib), median(&b, |r| r.cpu_us_per_entry));
+    println!("  (c) null sink (no database) {mc:>9.0} entries/s");
+    println!("  a/b = {:.1}x   a/c = {:.2}", ma / mb, ma / mc);
+
+    if o.latency_samples > 0 {
+        env.quiet_latency(o.latency_samples)?;
+    }
+    if o.backlog > 0 {
+        let load = env.load("bench:backlog", o.backlog, o.dup, 3)?;
+        let r = env.child_run(&load, "backlog", &[], None)?;
+        println!("\nbacklog of {}: drained at {:.0} entries/s, peak RSS {:.1} MiB (wait4 ru_maxrss), cpu {:.1} us/entry", o.backlog, r.rate, r.rss_mib, r.cpu_us_per_entry);
+        env.drop_stream("bench:backlog")?;
+    }
+    if o.prefill > 0 {
+        env.prefilled(o, &main_load)?;
+    }
+    if let Some(dup) = o.filter_dup {
+        env.fast_filter(o, dup)?;
+    }
+    if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
+        println!("kept {}", work.keep().display());
+    }
+    Ok(())
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2} ms", us as f64 / 1000.0)
+}
+
+fn median<T>(runs: &[T], f: impl Fn(&T) -> f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(f).collect();
+    v.sort_by(|x, y| x.total_cmp(y));
+    v[v.len() / 2]
+}
+
+/// What was loaded on a stream, and what a correct ledger must hold after draining it.
+struct Load {
+    /// The stream key.
+    stream: String,
+    /// Entries on the stream.
+    n: usize,
+    /// Distinct submissions among them.
+    unique: usize,
+    /// Sum of the distinct submissions' amounts.
+    cents_total: i64,
+}
+
+/// One measured run.
+struct RunResult {
+    /// Entries per second, wall clock from start to exit.
+    rate: f64,
+    /// Median ledger commit latency, from the worker's own histogram.
+    commit_p50_us: u64,
+    /// 99th percentile ledger commit latency.
+    commit_p99_us: u64,
+    /// Peak resident set of the worker process (0 for in-process runs).
+    rss_mib: f64,
+    /// CPU time (user + system) of the worker process per entry, in microseconds: less
+    /// sensitive than wall-clock rates to other work on a shared machine.
+    cpu_us_per_entry: f64,
+}
+
+/// The benchmark's surroundings.
+struct Env {
+    /// The private redis-server.
+    redis_url: String,
+    /// Where this run's ledgers live.
+    dir: PathBuf,
+    /// Extra flags for every child `run`.
+    extra: Vec<String>,
+}
+
+/// A submission payload of realistic size; `i` makes it distinct.
+fn payload(i: usize) -> String {
+    format!(
+        r#"{{"award_id":"A-2026-{:07}","submission_timestamp":"2026-07-01T09:{:02}:{:02}.{:03}Z","amount_cents":{},"program":"rural-broadband","recipient":"Example County Broadband Cooperative","period":"2026-Q3"}}"#,
+        i,
+        (i / 60) % 60,
+        i % 60,
+        i % 1000,
+        amount(i)
+    )
+}
+
+fn amount(i: usize) -> i64 {
+    10_000 + (i as i64 * 7919) % 990_000
+}
+
+impl Env {
+    fn conn(&self) -> Res<redis::Connection> {
+        let client = redis::Client::open(self.redis_url.as_str()).map_err(|e| e.to_string())?;
+        let conn = client.get_connection().map_err(|e| e.to_string())?;
+        Ok(conn)
+    }
+
+    /// XADDs `n` entries, of which a `dup` fraction repeat an earlier submission byte for byte,
+    /// in a shuffled order (fixed by `seed`).
+    fn load(&self, stream: &str, n: usize, dup: f64, seed: u64) -> Res<Load> {
+        let unique = ((n as f64) * (1.0 - dup)).round().max(1.0) as usize;
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut order: Vec<u32> = (0..unique as u32).collect();
+        order.extend((unique..n).map(|_| rng.u32(0..unique as u32)));
+        rng.shuffle(&mut order);
+        let mut conn = self.conn()?;
+        let started = Instant::now();
+        for chunk in order.chunks(LOAD_PIPELINE_MAX) {
+            let mut pipe = redis::pipe();
+            for &i in chunk {
+                pipe.cmd("XADD")
+                    .arg(stream)
+                    .arg("*")
+                    .arg("payload")
+                    .arg(payload(i as usize))
+                    .ignore();
+            }
+            pipe.query::<()>(&mut conn).map_err(|e| e.to_string())?;
+        }
+        let cents_total = (0..unique).map(amount).sum();
+        println!(
+            "loaded {n} entries ({unique} distinct) on {stream} in {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(Load {
+            stream: stream.to_owned(),
+            n,
+            unique,
+            cents_total,
+        })
+    }
+
+    fn drop_stream(&self, stream: &str) -> Res<()> {
+        redis::cmd("DEL")
+            .arg(stream)
+            .query::<()>(&mut self.conn()?)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Runs `claimgate run --exit-when-idle` as a child on a fresh group and a fresh ledger
+    /// (or a copy of `template`), then verifies the ledger.
+    fn child_run(
+        &self,
+        load: &Load,
+        label: &str,
+        flags: &[&str],
+        template: Option<&Path>,
+    ) -> Res<RunResult> {
+        let db = self.dir.join(format!("{label}.db"));
+        if let Some(t) = template {
+            std::fs::copy(t, &db).map_err(|e| format!("copying {}: {e}", t.display()))?;
+            // Flush the copy now, or the worker's first checkpoint fsync would pay for writing
+            // back the whole file and the run would measure the copy, not the worker.
+            std::fs::File::open(&db)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| e.to_string())?;
+        }
+        let log = self.dir.join(format!("{label}.log"));
+        let group = format!("bench-{label}");
+        let started = Instant::now();
+        let child = self
+            .claimgate(&load.stream, &group, &db, &log)
+            .args(["run", "--exit-when-idle", "--consumer", label])
+            .args(flags)
+            .args(&self.extra)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let (status, rss_kib, cpu_s) = wait4(child.id())?;
+        let secs = started.elapsed().as_secs_f64();
+        if status != 0 {
+            return Err(format!(
+                "worker {label} exited with status {status}; see {}",
+                log.display()
+            ));
+        }
+        self.verify(load, &group, &db, template.is_some())?;
+        let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
+        let field = |name: &str| -> u64 {
+            text.rsplit(&format!("{name}="))
+                .next()
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        };
+        let result = RunResult {
+            rate: load.n as f64 / secs,
+            commit_p50_us: field("commit_p50_us"),
+            commit_p99_us: field("commit_p99_us"),
+            rss_mib: rss_kib as f64 / 1024.0,
+            cpu_us_per_entry: cpu_s * 1e6 / load.n as f64,
+        };
+        if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+            std::fs::remove_file(&log).ok();
+        }
+        if template.is_none() {
+            remove_ledger(&db);
+        }
+        Ok(result)
+    }
+
+    /// The child command, with the worker's environment cleared of anything that could change it.
+    fn claimgate(&self, stream: &str, group: &str, db: &Path, log: &Path) -> Command {
+        let exe = std::env::current_exe().expect("own executable");
+        let mut cmd = Command::new(exe);
+        let log_file = std::fs::File::create(log).expect("log file");
+        cmd.arg(AS_CLAIMGATE)
+            .env_remove("CLAIMGATE_FAILPOINT")
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_CHILD_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("REDIS_URL", &self.redis_url)
+            .env("CLAIMGATE_DB", db)
+            .env("CLAIMGATE_STREAM", stream)
+            .env("CLAIMGATE_GROUP", group)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        cmd
+    }
+
+    /// Count, sum, no duplicates, nothing pending, everything read.
+    fn verify(&self, load: &Load, group: &str, db: &Path, prefilled: bool) -> Res<()> {
+        let conn =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .map_err(|e| e.to_string())?;
+        let q = |sql: &str| -> Res<i64> {
+            conn.query_row(sql, [], |r| r.get(0))
+                .map_err(|e| format!("{sql}: {e}"))
+        };
+        let base = if prefilled {
+            q("SELECT COUNT(*) FROM disbursements WHERE recorded_at < '2000'")?
+        } else {
+            0
+        };
+        let base_cents = if prefilled {
+            q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements WHERE recorded_at < '2000'")?
+        } else {
+            0
+        };
+        let checks = [
+            (
+                "disbursements",
+                q("SELECT COUNT(*) FROM disbursements")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "distinct disbursed keys",
+                q("SELECT COUNT(DISTINCT idempotency_key) FROM disbursements")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "claims",
+                q("SELECT COUNT(*) FROM processed_messages")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "cents disbursed",
+                q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements")?,
+                load.cents_total + base_cents,
+            ),
+            (
+                "outbox rows",
+                q("SELECT COUNT(*) FROM outbox")?,
+                load.unique as i64 + base,
+            ),
+            (
+                "duplicate audit records",
+                q("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?,
+                (load.n - load.unique) as i64,
+            ),
+        ];
+        for (what, got, want) in checks {
+            if got != want {
+                return Err(format!(
+                    "ledger {} is wrong: {what} = {got}, expected {want}",
+                    db.display()
+                ));
+            }
+        }
+        let (read, pending) = group_progress(&mut self.conn()?, &load.stream, group)?;
+        if read != load.n as u64 || pending != 0 {
+            return Err(format!(
+                "group {group}: {read} entries read (expected {}), {pending} pending",
+                load.n
+            ));
+        }
+        Ok(())
+    }
+
+    /// (c): the real worker loop with a ledger that records nothing.
+    fn null_run(&self, load: &Load, label: &str) -> Res<RunResult> {
+        let group = format!("bench-{label}");
+        let cfg = Config {
+            redis_url: self.redis_url.clone(),
+            db_path: self.dir.join("unused.db"),
+            stream: load.stream.clone(),
+            group: group.clone(),
+        };
+        let mut wcfg = WorkerConfig::new(label);
+        wcfg.exit_when_idle = true;
+        let metrics = Metrics::default();
+        let started = Instant::now();
+        claimgate::worker::run(&cfg, &wcfg, &NullLedger, &AtomicBool::new(false), &metrics)
+            .map_err(|e| e.to_string())?;
+        let secs = started.elapsed().as_secs_f64();
+        let acked = Metrics::get(&metrics.acked);
+        let (read, pending) = group_progress(&mut self.conn()?, &load.stream, &group)?;
+        if acked != load.n as u64 || read != load.n as u64 || pending != 0 {
+            return Err(format!(
+                "null sink: acked {acked}, read {read}, pending {pending}; expected {} acked",
+                load.n
+            ));
+        }
+        Ok(RunResult {
+            rate: load.n as f64 / secs,
+            commit_p50_us: 0,
+            commit_p99_us: 0,
+            rss_mib: 0.0,
+            cpu_us_per_entry: 0.0,
+        })
+    }
+
+    /// One submission at a time on a quiet stream: XADD, then poll until the group has read it
+    /// and nothing is pending (acknowledged, hence committed).
+    fn quiet_latency(&self, samples: usize) -> Res<()> {
+        let (stream, group) = ("bench:quiet", "bench-quiet");
+        let db = self.dir.join("quiet.db");
+        let log = self.dir.join("quiet.log");
+        let mut conn = self.conn()?;
+        redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(stream)
+            .arg(group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query::<()>(&mut conn)
+            .map_err(|e| e.to_string())?;
+        let mut child = self
+            .claimgate(stream, group, &db, &log)
+            .args(["run", "--consumer", "quiet"])
+            .args(&self.extra)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        // The worker is ready once its consumer exists (it registers on its first read).
+        let ready = Instant::now();
+        while consumers(&mut conn, stream, group)? == 0 {
+            if ready.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                return Err("worker never started reading".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut took_us = Vec::with_capacity(samples);
+        for i in 0..samples {
+            std::thread::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30));
+            let t0 = Instant::now();
+            redis::cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("payload")
+                .arg(payload(10_000_000 + i))
+                .query::<String>(&mut conn)
+                .map_err(|e| e.to_string())?;
+            loop {
+                let (read, pending) = group_progress(&mut conn, stream, group)?;
+                if read > i as u64 && pending == 0 {
+                    break;
+                }
+                if t0.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                    return Err(format!("sample {i} was not acknowledged within 10 s"));
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            took_us.push(t0.elapsed().as_micros() as u64);
+        }
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let stored = rusqlite::Connection::open(&db)
+            .and_then(|c| {
+                c.query_row("SELECT COUNT(*) FROM disbursements", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .map_err(|e| e.to_string())?;
+        if !status.success() || stored != samples as i64 {
+            return Err(format!(
+                "quiet run: worker {status}, {stored} disbursements for {samples} submissions"
+            ));
+        }
+        took_us.sort_unstable();
+        let at = |q: f64| {
+            ms(took_us[((took_us.len() as f64 * q).ceil() as usize).clamp(1, took_us.len()) - 1])
+        };
+        let within = took_us.iter().filter(|&&us| us <= 10_000).count();
+        println!(
+            "\nsingle submission on a quiet stream, XADD to committed+acked ({samples} samples): p50 {} p90 {} p99 {} max {}; {within}/{samples} within 10 ms",
+            at(0.5), at(0.9), at(0.99), at(1.0)
+        );
+        remove_ledger(&db);
+        Ok(())
+    }
+
+    /// Throughput on a ledger already holding `o.prefill` disbursements against an empty one.
+    fn prefilled(&self, o: &Opts, load: &Load) -> Res<()> {
+        let template = o
+            .template
+            .clone()
+            .unwrap_or_else(|| self.dir.join("prefilled-template.db"));
+        if o.template.is_none() || !template.exists() {
+            let started = Instant::now();
+            prefill(&template, o.prefill)?;
+            println!(
+                "\nprefilled a ledger with {} disbursements in {:.1}s",
+                o.prefill,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        let (mut empty, mut full) = (Vec::new(), Vec::new());
+        for round in 1..=o.rounds {
+            empty.push(self.child_run(load, &format!("e{round}"), &[], None)?);
+            let r = self.child_run(load, &format!("p{round}"), &[], Some(&template))?;
+            remove_ledger(&self.dir.join(format!("p{round}.db")));
+            full.push(r);
+            println!(
+                "round {round}: empty {:.0}/s ({:.1} us cpu/entry)  prefilled {:.0}/s ({:.1} us cpu/entry)",
+                empty[round - 1].rate, empty[round - 1].cpu_us_per_entry, full[round - 1].rate, full[round - 1].cpu_us_per_entry
+            );
+        }
+        let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
+        println!(
+            "  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%); commit p99 {} vs {}",
+            o.prefill,
+            (mf / me - 1.0) * 100.0,
+            ms(median(&empty, |r| r.commit_p99_us as f64) as u64),
+            ms(median(&full, |r| r.commit_p99_us as f64) as u64)
+        );
+        if o.template.is_none() {
+            remove_ledger(&template);
+        }
+        Ok(())
+    }
+
+    /// `--fast-filter` off and on, interleaved, on a duplicate-heavy load; on copies of the
+    /// pre-filled ledger when `--template` names one, where claim probes miss the page cache.
+    fn fast_filter(&self, o: &Opts, dup: f64) -> Res<()> {
+        let load = self.load("bench:filter", o.n, dup, 4)?;
+        let template = o.template.as_deref().filter(|t| t.exists());
+        if let Some(t) = template {
+            println!("fast filter runs on copies of {}", t.display());
+        }
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for round in 1..=o.rounds {
+            off.push(self.child_run(&load, &format!("f0-{round}"), &[], template)?);
+            remove_ledger(&self.dir.join(format!("f0-{round}.db")));
+            on.push(self.child_run(&load, &format!("f1-{round}"), &["--fast-filter"], template)?);
+            remove_ledger(&self.dir.join(format!("f1-{round}.db")));
+            println!(
+                "round {round}: filter off {:.0}/s ({:.1} us cpu/entry)  on {:.0}/s ({:.1} us cpu/entry)",
+                off[round - 1].rate, off[round - 1].cpu_us_per_entry, on[round - 1].rate, on[round - 1].cpu_us_per_entry
+            );
+        }
+        let (m0, m1) = (median(&off, |r| r.rate), median(&on, |r| r.rate));
+        println!("  {:.0}% duplicates, medians: --fast-filter off {m0:.0}/s, on {m1:.0}/s ({:+.1}%); commit p50 {} vs {}",
+            dup * 100.0, (m1 / m0 - 1.0) * 100.0, ms(median(&off, |r| r.commit_p50_us as f64) as u64), ms(median(&on, |r| r.commit_p50_us as f64) as u64));
+        self.drop_stream("bench:filter")
+    }
+}
+
+fn remove_ledger(db: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        std::fs::remove_file(PathBuf::from(p)).ok();
+    }
+}
+
+/// Waits for a child and returns its exit status, peak RSS in KiB (ru_maxrss) and CPU seconds
+/// (user + system).
+fn wait4(pid: u32) -> Res<(i32, i64, f64)> {
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter; pid is our own unreaped child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let got = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
+    if got != pid as i32 {
+        return Err(format!(
+            "wait4({pid}) failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok((
+        code,
+        usage.ru_maxrss,
+        secs(usage.ru_utime) + secs(usage.ru_stime),
+    ))
+}
+
+/// `(entries-read, pending)` of a group, from XINFO GROUPS.
+fn group_progress(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<(u64, u64)> {
+    let info = group_info(conn, stream, group)?;
+    let get = |k: &str| {
+        info.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
+    };
+    Ok((get("entries-read"), get("pending")))
+}
+
+fn consumers(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<u64> {
+    Ok(group_info(conn, stream, group)?
+        .iter()
+        .find(|(n, _)| n == "consumers")
+        .map(|(_, v)| *v)
+        .unwrap_or(0))
+}
+
+fn group_info(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<Vec<(String, u64)>> {
+    let groups: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query(conn)
+        .map_err(|e| e.to_string())?;
+    for g in groups {
+        let flat = claimgate::stream::array(g).map_err(|e| e.to_string())?;
+        let (mut name, mut pairs) = (String::new(), Vec::new());
+        let mut it = flat.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            let k = claimgate::stream::string(k).map_err(|e| e.to_string())?;
+            if k == "name" {
+                name = claimgate::stream::string(v).map_err(|e| e.to_string())?;
+            } else if !matches!(
+                v,
+                redis::Value::BulkString(_) | redis::Value::SimpleString(_)
+            ) {
+                pairs.push((k, claimgate::stream::int(v).unwrap_or(0).max(0) as u64));
+            }
+        }
+        if name == group {
+            return Ok(pairs);
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// (c)'s ledger: accepts everything and writes nothing.
+struct NullLedger;
+
+impl Ledger for NullLedger {
+    fn record(
+        &self,
+        items: &[Item<'_>],
+        _consumer: &str,
+        _stream: &str,
+    ) -> claimgate::Result<Vec<Outcome>> {
+        Ok(items
+            .iter()
+            .map(|item| match item {
+                Item::Submission { .. } => Outcome::Processed,
+                Item::KnownDuplicate { committed_by, .. } => Outcome::Duplicate {
+                    first_claimed_at: committed_by.to_string(),
+                },
+                Item::DeadLetter { .. } => Outcome::DeadLettered,
+            })
+            .collect())
+    }
+
+    fn stats(&self) -> claimgate::Result<Stats> {
+        Ok(Stats::default())
+    }
+}
+
+/// Builds a ledger holding `n` earlier submissions by direct SQL: claims with random keys,
+/// their disbursements, published outbox rows and a correctly chained audit trail. Their
+/// `recorded_at` is in 1999 so verification can tell them from the run's own rows.
+fn prefill(path: &Path, n: usize) -> Res<()> {
+    use claimgate::audit::{Kind, Record, GENESIS_HASH};
+    remove_ledger(path);
+    drop(claimgate::ledger::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);
+    let mut conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
+    conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
+        .map_err(|e| e.to_string())?;
+    let tx = conn.transaction().map_err(|e| e.to_string())?;
+    let mut rng = fastrand::Rng::with_seed(99);
+    let at = "1999-01-01T00:00:00.000000Z";
+    let mut prev = GENESIS_HASH.to_owned();
+    {
+        let mut claim = tx.prepare("INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'prefill')").map_err(|e| e.to_string())?;
+        let mut disb = tx.prepare("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(|e| e.to_string())?;
+        let mut outbox = tx.prepare("INSERT INTO outbox (claim_id, event_type, payload, created_at, published_at) VALUES (?1, 'disbursement.recorded', ?2, ?3, ?3)").map_err(|e| e.to_string())?;
+        let mut audit = tx.prepare("INSERT INTO audit_log (seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)").map_err(|e| e.to_string())?;
+        for i in 1..=n as i64 {
+            let mut key = [0u8; 32];
+            rng.fill(&mut key);
+            let hex = claimgate::key::to_hex(&key);
+            let award = format!("P-{i:09}");
+            let cents = 1_000 + i % 50_000;
+            let entry = format!("{i}-0");
+            let sql = |e: rusqlite::Error| e.to_string();
+            claim
+                .execute(rusqlite::params![
+                    i,
+                    &key[..],
+                    award,
+                    "1999-01-01T00:00:00Z",
+                    cents,
+                    at,
+                    entry
+                ])
+                .map_err(sql)?;
+            disb.execute(rusqlite::params![i, &key[..], award, cents, at])
+                .map_err(sql)?;
+            let event = serde_json::json!({"award_id": award, "amount_cents": cents, "idempotency_key": hex});
+            outbox
+                .execute(rusqlite::params![i, event.to_string(), at])
+                .map_err(sql)?;
+            let mut r = Record {
+                seq: i,
+                kind: Kind::Processed,
+                idempotency_key: Some(hex),
+                award_id: Some(award),
+                amount_cents: Some(cents),
+                stream_entry_id: Some(entry),
+                consumer: Some("prefill".into()),
+                delivery_count: Some(1),
+                detail: None,
+                recorded_at: at.into(),
+                prev_hash: String::new(),
+                hash: String::new(),
+            };
+            r.seal(&prev);
+            audit
+                .execute(rusqlite::params![
+                    r.seq,
+                    r.kind.as_str(),
+                    r.idempotency_key,
+                    r.award_id,
+                    r.amount_cents,
+                    r.stream_entry_id,
+                    r.consumer,
+                    r.delivery_count,
+                    r.detail,
+                    r.recorded_at,
+                    r.prev_hash,
+                    r.hash
+                ])
+                .map_err(sql)?;
+            prev = r.hash;
+        }
+    }
+    tx.commit().map_err(|e| e.to_string())?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

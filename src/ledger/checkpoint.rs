@@ -1,0 +1,111 @@
+//! WAL checkpoints on a thread of their own, off the writer's commit path.
+//!
+//! By default SQLite checkpoints inside whichever commit pushes the WAL past 1,000 pages. With
+//! group commit nearly every commit does, so the writer spent about 30% of its time copying
+//! pages back into the database file and fsyncing it (measured; see notes/perf.md). Here the
+//! worker's connections run with `wal_autocheckpoint = 0` and this thread checkpoints instead:
+//! PASSIVE every [`CHECKPOINT_INTERVAL_MS`], which never blocks the writer, and, once the WAL
+//! is past [`WAL_FRAMES_SOFT_MAX`] (under a steady writer a passive checkpoint never finds
+//! the log fully copied, so the log would never start over), a RESTART right behind it. Durability is
+//! unchanged: commits still fsync the WAL (synchronous=FULL); a checkpoint only moves
+//! already-durable pages.
+//!
+//! Invariant: this module never writes a row; it only moves committed pages.
+
+use crate::config::LedgerConfig;
+use crate::error::{Error, Result};
+use log::{debug, warn};
+use rusqlite::Connection;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the background thread runs a passive checkpoint.
+pub const CHECKPOINT_INTERVAL_MS: u64 = 250;
+/// WAL length, in frames (pages), above which a passive checkpoint is followed by a RESTART:
+/// 16,384 frames is 64 MiB at the default 4 KiB page.
+pub const WAL_FRAMES_SOFT_MAX: i64 = 16_384;
+
+/// A running background checkpointer; stops (after one last checkpoint) when dropped.
+pub struct Checkpointer {
+    /// Asks the thread to finish.
+    stop: Arc<AtomicBool>,
+    /// The thread, joined on drop.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Opens a connection of its own to the ledger at `cfg.path` and starts checkpointing.
+    pub fn start(cfg: &LedgerConfig) -> Result<Checkpointer> {
+        let conn = Connection::open(&cfg.path)?;
+        conn.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("checkpointer".into())
+            .spawn(move || run(&conn, &flag))
+            .map_err(|e| Error::io("starting the checkpoint thread", e))?;
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(conn: &Connection, stop: &AtomicBool) {
+    let interval = Duration::from_millis(CHECKPOINT_INTERVAL_MS);
+    while !stop.load(Ordering::SeqCst) {
+        let next = Instant::now() + interval;
+        // A passive checkpoint never blocks the writer, but under a steady stream of commits
+        // it rarely finds the log fully copied, so the WAL would never start over. Once it is
+        // long, a RESTART right behind the passive pass copies only the last commit or two,
+        // briefly holding the writer back, and lets the next commit reuse the log from the top.
+        let wal_frames = checkpoint(conn, "PASSIVE");
+        if wal_frames > WAL_FRAMES_SOFT_MAX {
+            checkpoint(conn, "RESTART");
+        }
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::park_timeout(wait);
+        }
+    }
+    // Leave a short WAL behind for whoever opens the ledger next.
+    checkpoint(conn, "TRUNCATE");
+}
+
+/// One checkpoint; returns the WAL's length in frames (0 if unknown). Failures are logged,
+/// never fatal: the WAL keeps every commit durable, so a missed checkpoint only means a longer
+/// WAL until the next one.
+fn checkpoint(conn: &Connection, mode: &str) -> i64 {
+    let started = Instant::now();
+    let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    });
+    match result {
+        Ok((busy, log_frames, copied_frames)) => {
+            debug!(
+                "checkpoint {mode}: busy={busy} wal_frames={log_frames} copied={copied_frames} in {:?}",
+                started.elapsed()
+            );
+            log_frames
+        }
+        Err(e) => {
+            warn!("checkpoint {mode} failed (will retry): {e}");
+            0
+        }
+    }
+}

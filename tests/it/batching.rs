@@ -1,0 +1,166 @@
+//! Correctness under group commit: many entries per transaction and one XACK per batch must
+//! still pay each submission exactly once, whatever sits next to it in the batch and wherever
+//! the process dies. Speed is measured in `examples/bench.rs`, never asserted here.
+
+use crate::support::{amount_sum, submission, World};
+
+/// Ledger facts every scenario checks together.
+fn assert_ledger(w: &World, paid: usize, duplicates: i64) {
+    assert_eq!(w.count("disbursements"), paid as i64, "disbursements");
+    assert_eq!(w.count("processed_messages"), paid as i64, "claims");
+    assert_eq!(w.count("outbox"), paid as i64, "outbox rows");
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(paid),
+        "cents paid"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(DISTINCT claim_id) FROM disbursements"),
+        paid as i64,
+        "one per claim"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'"),
+        paid as i64,
+        "processed records"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        duplicates,
+        "duplicate records"
+    );
+    assert_eq!(w.pending(), 0, "nothing left pending");
+}
+
+#[test]
+fn duplicates_inside_one_batch_and_across_batches_are_each_paid_once() {
+    // 1. Each of 40 submissions twice, side by side, all read in one batch.
+    // 2. The same 40 again plus 10 new ones, read 7 at a time: duplicates across batches.
+    let w = World::new();
+    let first: Vec<String> = (0..40)
+        .flat_map(|i| [submission(i), submission(i)])
+        .collect();
+    w.add(&first);
+    w.drain(&[]);
+    assert_ledger(&w, 40, 40);
+
+    let second: Vec<String> = (0..50).map(submission).collect();
+    w.add(&second);
+    w.drain(&["--batch-count-max", "7"]);
+    assert_ledger(&w, 50, 80);
+}
+
+#[test]
+fn a_crash_between_a_batchs_commit_and_its_xack_pays_nothing_twice() {
+    // 1. 30 submissions queued; the worker reads them in one batch, commits, and dies at the
+    //    failpoint before XACK: all 30 are in the ledger and all 30 still pending.
+    // 2. The same consumer restarts, re-reads its pending entries, finds every claim taken,
+    //    acknowledges them as duplicates.
+    let w = World::new();
+    w.add(&(0..30).map(submission).collect::<Vec<_>>());
+    let crashed = w
+        .cmd(&["run", "--exit-when-idle", "--consumer", "c1"])
+        .env("CLAIMGATE_FAILPOINT", "after_commit")
+        .output()
+        .expect("spawn claimgate");
+    assert!(
+        !crashed.status.success(),
+        "the failpoint should have aborted the worker"
+    );
+    assert_eq!(
+        w.count("disbursements"),
+        30,
+        "the batch committed before the crash"
+    );
+    assert_eq!(w.pending(), 30, "and none of it was acknowledged");
+
+    w.drain(&["--consumer", "c1"]);
+    assert_ledger(&w, 30, 30);
+}
+
+#[test]
+fn a_malformed_entry_in_the_middle_of_a_batch_is_dead_lettered_and_the_rest_commits() {
+    // 1. Five good submissions, one that is not JSON, five more good ones: one batch.
+    // 2. Ten are paid, the bad one is on the dead-letter stream with its reason and leaves
+    //    one dead-letter audit record; nothing stays pending.
+    let w = World::new();
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    let bad_id = w.add_fields(&[("payload", b"{not json")]);
+    w.add(&(5..10).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+
+    assert_ledger(&w, 10, 0);
+    let dead = w.dead_letters();
+    assert_eq!(dead.len(), 1, "one dead letter");
+    assert_eq!(
+        dead[0].get("original_id").map(|v| v.as_slice()),
+        Some(bad_id.as_bytes())
+    );
+    assert_eq!(
+        dead[0].get("reason_code").map(|v| v.as_slice()),
+        Some(&b"not_json"[..])
+    );
+    assert_eq!(w.count("dead_letters"), 1);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'dead_letter'"),
+        1
+    );
+}
+
+#[test]
+fn the_fast_filter_skips_the_claim_lookup_only_for_keys_committed_earlier() {
+    // 1. 20 submissions drained with --fast-filter: markers are written after the commit.
+    // 2. The same 20 plus 5 new ones: the 20 are recognised from their markers and still
+    //    leave duplicate audit records; the 5 new ones miss and are paid.
+    let w = World::new();
+    w.add(&(0..20).map(submission).collect::<Vec<_>>());
+    w.drain(&["--fast-filter"]);
+    assert_ledger(&w, 20, 0);
+
+    w.add(&(0..25).map(submission).collect::<Vec<_>>());
+    w.drain(&["--fast-filter"]);
+    assert_ledger(&w, 25, 20);
+    let vouched =
+        "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate' AND detail LIKE '%(fast filter)'";
+    assert_eq!(
+        w.sql_i64(vouched),
+        20,
+        "every repeat was answered by its marker"
+    );
+}
+
+#[test]
+fn the_fast_filter_marks_nothing_before_the_commit_so_a_crash_loses_nothing() {
+    // 1. 15 submissions; the worker dies just before its commit (the unsafe "SET NX first"
+    //    design would already have marked them, and the restart would skip them all).
+    // 2. The restart with the filter on finds no markers, asks the ledger, pays all 15.
+    let w = World::new();
+    w.add(&(0..15).map(submission).collect::<Vec<_>>());
+    let crashed = w
+        .cmd(&[
+            "run",
+            "--exit-when-idle",
+            "--consumer",
+            "c1",
+            "--fast-filter",
+        ])
+        .env("CLAIMGATE_FAILPOINT", "before_commit")
+        .output()
+        .expect("spawn claimgate");
+    assert!(
+        !crashed.status.success(),
+        "the failpoint should have aborted the worker"
+    );
+    assert_eq!(w.count("disbursements"), 0, "nothing committed");
+    let markers: Vec<String> = redis::cmd("KEYS")
+        .arg("claimgate:committed:*")
+        .query(&mut w.conn())
+        .unwrap();
+    assert!(
+        markers.is_empty(),
+        "no marker may exist for an uncommitted key: {markers:?}"
+    );
+
+    w.drain(&["--consumer", "c1", "--fast-filter"]);
+    assert_ledger(&w, 15, 0);
+}
