@@ -470,6 +470,15 @@ fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
         .filter_map(|r| r.delivery_count)
         .max()
         .unwrap_or(0);
+    // Entries recorded on a delivery past the default cap: with the default --max-deliveries
+    // they would have been dead-lettered instead (reported, not a violation here).
+    let cap = claimgate::config::MAX_DELIVERIES_DEFAULT as i64;
+    let over_cap: HashSet<&String> = ledger
+        .audit
+        .iter()
+        .filter(|r| r.delivery_count.unwrap_or(0) > cap)
+        .filter_map(|r| r.stream_entry_id.as_ref())
+        .collect();
     vec![
         check(
             "the audit chain verifies over every row",
@@ -480,10 +489,12 @@ fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
             "audit counts per kind match the ledger and the load; every valid entry left a record",
             bad.is_empty(),
             format!(
-                "processed {}, duplicate {}, dead_letter {} (highest delivery count {max_deliveries}){}",
+                "processed {}, duplicate {}, dead_letter {}; highest delivery count {max_deliveries}, \
+                 {} entries recorded after more than {cap} deliveries{}",
                 count(Kind::Processed),
                 count(Kind::Duplicate),
                 count(Kind::DeadLetter),
+                over_cap.len(),
                 if bad.is_empty() { String::new() } else { format!("; {}", bad.join("; ")) }
             ),
         ),
@@ -507,21 +518,20 @@ fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
         && tally.not_fired.is_empty();
     let busy = Duration::from_millis(BUSY_TIMEOUT_MS);
     let holds = plan.count(|a| matches!(a, Action::HoldLedgerLock { .. }));
-    let held_ok = tally.lock_holds.len() == holds
-        && tally
-            .lock_holds
-            .iter()
-            .all(|(planned, held)| held >= planned);
-    let long = tally
-        .lock_holds
-        .iter()
-        .filter(|(_, held)| *held > busy)
-        .count();
+    let held_ok =
+        tally.lock_holds.len() == holds && tally.lock_holds.iter().all(|h| h.held >= h.planned);
+    let long = tally.lock_holds.iter().filter(|h| h.held > busy).count();
     let short = tally.lock_holds.len() - long;
     let held: Vec<String> = tally
         .lock_holds
         .iter()
-        .map(|(_, h)| format!("{:.1}s", h.as_secs_f64()))
+        .map(|h| {
+            format!(
+                "{:.1}s at {:.1}s",
+                h.held.as_secs_f64(),
+                h.taken_at.as_secs_f64()
+            )
+        })
         .collect();
     vec![
         check(

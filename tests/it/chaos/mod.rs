@@ -214,7 +214,7 @@ fn report(plan: &Plan, produced: &Produced, tally: &Tally, logs: &Path, checks: 
         tally.kills,
         fired.join(", "),
         tally.redis_restarts,
-        tally.lock_holds.iter().map(|(_, held)| format!("{:.1}s", held.as_secs_f64())).collect::<Vec<_>>(),
+        tally.lock_holds.iter().map(|h| format!("{:.1}s", h.held.as_secs_f64())).collect::<Vec<_>>(),
     );
     let (ledger_waits, redis_waits) = transient_episodes(logs);
     println!("chaos: transient-failure episodes in process logs: {ledger_waits} ledger, {redis_waits} redis");

@@ -34,7 +34,7 @@ pub struct Tally {
     /// redis-server restarts done.
     pub redis_restarts: usize,
     /// Lock holds done: (planned, actually held).
-    pub lock_holds: Vec<(Duration, Duration)>,
+    pub lock_holds: Vec<LockHold>,
     /// Processes that exited without being killed or armed to abort: each one is a failure.
     pub unexpected_exits: Vec<String>,
     /// Processes started, over the whole run.
@@ -74,7 +74,9 @@ pub struct Nemesis<'w> {
     /// One per planned process.
     slots: Vec<Slot>,
     /// Lock holders still running.
-    lockers: Vec<JoinHandle<(Duration, Duration)>>,
+    lockers: Vec<JoinHandle<LockHold>>,
+    /// When the chaos started (set by `run`).
+    start: Instant,
     /// Where process logs go.
     logs: PathBuf,
     /// Counts.
@@ -102,6 +104,7 @@ impl<'w> Nemesis<'w> {
             plan,
             slots,
             lockers: Vec::new(),
+            start: Instant::now(),
             logs,
             tally: Tally::default(),
         };
@@ -114,6 +117,7 @@ impl<'w> Nemesis<'w> {
     /// Runs the schedule against the clock started at `start`, until every event has happened,
     /// the producer is `done`, and every armed process has fired (or the grace time is over).
     pub fn run(&mut self, start: Instant, done: &AtomicBool) {
+        self.start = start;
         let chaos = Duration::from_millis(self.plan.size.chaos_ms);
         let deadline = chaos + Duration::from_millis(ARMED_GRACE_MS);
         let mut next = 0;
@@ -216,9 +220,9 @@ impl<'w> Nemesis<'w> {
                 self.tally.redis_restarts += 1;
             }
             Action::HoldLedgerLock { hold_ms } => {
-                let db = self.world.db.clone();
+                let (db, start) = (self.world.db.clone(), self.start);
                 self.lockers.push(std::thread::spawn(move || {
-                    hold_write_lock(&db, Duration::from_millis(hold_ms))
+                    hold_write_lock(&db, Duration::from_millis(hold_ms), start)
                 }));
             }
         }
@@ -381,9 +385,19 @@ impl Drop for Nemesis<'_> {
     }
 }
 
-/// Takes the ledger's write lock with `BEGIN IMMEDIATE` and holds it for `hold`; returns the
-/// planned and the actual hold.
-fn hold_write_lock(db: &Path, hold: Duration) -> (Duration, Duration) {
+/// One hold of the ledger's write lock.
+#[derive(Debug)]
+pub struct LockHold {
+    /// When the lock was taken, after the chaos started.
+    pub taken_at: Duration,
+    /// How long it was meant to be held.
+    pub planned: Duration,
+    /// How long it was held.
+    pub held: Duration,
+}
+
+/// Takes the ledger's write lock with `BEGIN IMMEDIATE` and holds it for `hold`.
+fn hold_write_lock(db: &Path, hold: Duration, start: Instant) -> LockHold {
     let conn = rusqlite::Connection::open(db).expect("open ledger");
     // Workers hold the lock only for a commit; waiting for a gap is fine.
     conn.busy_timeout(Duration::from_secs(60))
@@ -395,7 +409,11 @@ fn hold_write_lock(db: &Path, hold: Duration) -> (Duration, Duration) {
     let held = taken.elapsed();
     conn.execute_batch("ROLLBACK")
         .expect("release the write lock");
-    (hold, held)
+    LockHold {
+        taken_at: taken - start,
+        planned: hold,
+        held,
+    }
 }
 
 fn signal(child: &Child, sig: i32) {

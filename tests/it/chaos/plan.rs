@@ -18,6 +18,10 @@ pub const PAYLOAD_BYTES_MAX: usize = 2_048;
 /// on both sides of it.
 pub const BUSY_TIMEOUT_MS: u64 = claimgate::config::BUSY_TIMEOUT_MS_DEFAULT;
 
+/// How long after a lock hold is due a chunk of load arrives (the holder takes the lock at once
+/// unless a worker is mid-commit).
+const LOCK_LOAD_DELAY_MS: u64 = 200;
+
 /// How big a run is.
 #[derive(Debug, Clone)]
 pub struct Size {
@@ -228,12 +232,12 @@ impl Plan {
     pub fn new(seed: u64, size: Size) -> Plan {
         let mut rng = Rng::with_seed(seed);
         let entries = load::generate(&mut rng, &size);
-        let chunks = chunks(&mut rng, entries.len(), size.chaos_ms);
         let slots: Vec<&'static Role> = ROLES
             .iter()
             .flat_map(|role| std::iter::repeat_n(*role, (role.count)(&size)))
             .collect();
         let events = schedule(&mut rng, &size, &slots);
+        let chunks = chunks(&mut rng, entries.len(), size.chaos_ms, &events);
         Plan {
             seed,
             claim_idle_ms: rng.u64(300..=500),
@@ -293,8 +297,9 @@ impl Plan {
 }
 
 /// Splits the load into chunks: a tenth queued before the first fault as a backlog, the rest
-/// spread over the first 85% of the window, in chunks of random size.
-fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64) -> Vec<Chunk> {
+/// spread over the first 85% of the window, in chunks of random size, one of them just after
+/// each lock hold starts, so workers are committing while the lock is held.
+fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64, events: &[Event]) -> Vec<Chunk> {
     let backlog = entries / 10;
     let mut out = vec![Chunk {
         at_ms: 0,
@@ -308,7 +313,12 @@ fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64) -> Vec<Chunk> {
         end += n;
     }
     let span_ms = chaos_ms * 85 / 100;
-    let mut times: Vec<u64> = (0..sizes.len()).map(|_| rng.u64(0..=span_ms)).collect();
+    let lock_starts = events
+        .iter()
+        .filter(|e| matches!(e.action, Action::HoldLedgerLock { .. }))
+        .map(|e| e.at_ms + LOCK_LOAD_DELAY_MS);
+    let mut times: Vec<u64> = lock_starts.collect();
+    times.extend((times.len()..sizes.len()).map(|_| rng.u64(0..=span_ms)));
     times.sort_unstable();
     let mut end = backlog;
     for (n, at_ms) in sizes.into_iter().zip(times) {
@@ -319,8 +329,9 @@ fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64) -> Vec<Chunk> {
 }
 
 /// The nemesis's schedule. Kills and arms fall anywhere in 3%..80% of the window (arms end
-/// early enough that load is still flowing to trip them); Redis restarts and lock holds are
-/// each given their own stretch of the window so no two of a kind overlap.
+/// early enough that load is still flowing to trip them). Redis restarts and lock holds are
+/// outages: each gets its own stretch of 5%..85% of the window and ends inside it, so no two
+/// overlap and each one's effect is its own.
 fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role]) -> Vec<Event> {
     let window = |rng: &mut Rng, from_pct: u64, to_pct: u64| {
         rng.u64(size.chaos_ms * from_pct / 100..=size.chaos_ms * to_pct / 100)
@@ -360,62 +371,28 @@ fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role]) -> Vec<Event> {
             }
         }
     }
-    for (from, to, action) in spread(
-        size.redis_restarts,
-        10,
-        80,
-        |rng| Action::RestartRedis {
+    let mut outages: Vec<Action> = (0..size.redis_restarts)
+        .map(|_| Action::RestartRedis {
             down_ms: rng.u64(100..=1_500),
-        },
-        rng,
-    ) {
-        events.push(Event {
-            at_ms: window(rng, from, to),
-            action,
-        });
-    }
-    let mut holds: Vec<u64> = (0..size.lock_holds_each)
-        .flat_map(|_| {
-            [
-                rng.u64(1_500..=BUSY_TIMEOUT_MS - 1_500),
-                rng.u64(BUSY_TIMEOUT_MS + 1_500..=BUSY_TIMEOUT_MS + 4_000),
-            ]
         })
         .collect();
-    rng.shuffle(&mut holds);
-    let mut holds = holds.into_iter();
-    for (from, to, action) in spread(
-        size.lock_holds_each * 2,
-        8,
-        72,
-        |_| Action::HoldLedgerLock {
-            hold_ms: holds.next().expect("one per stretch"),
-        },
-        rng,
-    ) {
-        events.push(Event {
-            at_ms: window(rng, from, to),
-            action,
-        });
+    for _ in 0..size.lock_holds_each {
+        let short_ms = rng.u64(1_500..=BUSY_TIMEOUT_MS - 1_500);
+        let long_ms = rng.u64(BUSY_TIMEOUT_MS + 1_500..=BUSY_TIMEOUT_MS + 4_000);
+        outages.push(Action::HoldLedgerLock { hold_ms: short_ms });
+        outages.push(Action::HoldLedgerLock { hold_ms: long_ms });
+    }
+    rng.shuffle(&mut outages);
+    let (from_ms, to_ms) = (size.chaos_ms * 5 / 100, size.chaos_ms * 85 / 100);
+    let stretch_ms = (to_ms - from_ms) / outages.len().max(1) as u64;
+    assert!(
+        stretch_ms * 3 / 4 >= BUSY_TIMEOUT_MS + 4_000,
+        "window too short for the outages"
+    );
+    for (i, action) in outages.into_iter().enumerate() {
+        let at_ms = from_ms + i as u64 * stretch_ms + rng.u64(0..=stretch_ms / 4);
+        events.push(Event { at_ms, action });
     }
     events.sort_by_key(|e| e.at_ms);
     events
-}
-
-/// `n` actions, each in its own equal stretch of `from_pct..to_pct` of the window, with a gap
-/// between stretches so two of them never run at once.
-fn spread(
-    n: usize,
-    from_pct: u64,
-    to_pct: u64,
-    mut make: impl FnMut(&mut Rng) -> Action,
-    rng: &mut Rng,
-) -> Vec<(u64, u64, Action)> {
-    let width = (to_pct - from_pct) / n.max(1) as u64;
-    (0..n as u64)
-        .map(|i| {
-            let start = from_pct + i * width;
-            (start, start + width * 2 / 3, make(rng))
-        })
-        .collect()
 }
