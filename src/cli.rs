@@ -161,6 +161,9 @@ pub fn default_consumer() -> String {
 }
 
 fn run(cfg: &Config, args: RunArgs) -> Result<()> {
+    // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
+    // graceful stop too, not death by the default signal action.
+    let shutdown = shutdown_flag()?;
     let mut lcfg = LedgerConfig::new(&cfg.db_path);
     if args.synchronous == "normal" {
         lcfg.synchronous = Synchronous::Normal;
@@ -175,7 +178,6 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     wcfg.batch_count_max = args.batch_count_max as usize;
     wcfg.exit_when_idle = args.exit_when_idle;
     wcfg.per_message = args.per_message;
-    let shutdown = shutdown_flag()?;
     let metrics = Metrics::default();
     crate::worker::run(cfg, &wcfg, &ledger, &shutdown, &metrics)?;
     log::info!(

@@ -34,19 +34,7 @@ impl SqliteLedger {
     /// Opens (creating if needed, mode 0600) the ledger at `cfg.path` and applies the schema.
     pub fn open(cfg: &LedgerConfig) -> Result<Self> {
         create_private(&cfg.path)?;
-        let first = Connection::open(&cfg.path)
-            .map_err(|e| Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display())))?;
-        first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        // WAL is a property of the file: set it once, before any pooled connection exists.
-        let mode: String = first.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Config(format!(
-                "ledger {} refused WAL mode (got {mode}); is it on a network filesystem?",
-                cfg.path.display()
-            )));
-        }
-        first.execute_batch(SCHEMA)?;
-        drop(first);
+        init_file(cfg)?;
 
         let busy = Duration::from_millis(cfg.busy_timeout_ms);
         let synchronous = cfg.synchronous.as_sql();
@@ -80,6 +68,42 @@ impl SqliteLedger {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Attempts at setting up the file before giving up (a few seconds with backoff).
+const INIT_ATTEMPTS_MAX: u32 = 20;
+
+/// Sets WAL mode and applies the schema. Several workers started at once on a new file race
+/// here, and some of those lock conflicts (a stale snapshot upgrading to write, two connections
+/// changing the journal mode) return SQLITE_BUSY at once instead of waiting out the busy
+/// timeout; so the schema goes in under `BEGIN IMMEDIATE` and a busy start is retried.
+fn init_file(cfg: &LedgerConfig) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match init_once(cfg) {
+            Err(e) if e.is_transient() && attempt + 1 < INIT_ATTEMPTS_MAX => {
+                std::thread::sleep(crate::config::backoff(attempt));
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn init_once(cfg: &LedgerConfig) -> Result<()> {
+    let first = Connection::open(&cfg.path)
+        .map_err(|e| Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display())))?;
+    first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
+    // WAL is a property of the file: set it once, before any pooled connection exists.
+    let mode: String = first.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::Config(format!(
+            "ledger {} refused WAL mode (got {mode}); is it on a network filesystem?",
+            cfg.path.display()
+        )));
+    }
+    first.execute_batch(&format!("BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;"))?;
+    Ok(())
 }
 
 /// Creates the ledger file with mode 0600 if it does not exist, so it is never world-readable,

@@ -15,6 +15,7 @@ mod invariants;
 mod load;
 mod nemesis;
 mod plan;
+mod stall;
 
 use crate::support::{wait_exit, World};
 use invariants::Check;
