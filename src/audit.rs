@@ -45,9 +45,15 @@ impl Kind {
 
     /// Parses a `kind` column value.
     pub fn parse(s: &str) -> Option<Kind> {
-        [Kind::Processed, Kind::Duplicate, Kind::DeadLetter, Kind::Conflict, Kind::Checkpoint]
-            .into_iter()
-            .find(|k| k.as_str() == s)
+        [
+            Kind::Processed,
+            Kind::Duplicate,
+            Kind::DeadLetter,
+            Kind::Conflict,
+            Kind::Checkpoint,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
     }
 }
 
@@ -121,7 +127,10 @@ pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result
         };
         if let Some(p) = prev {
             if r.seq <= p.seq {
-                return Err(Break { seq: r.seq, reason: format!("out of order after seq {}", p.seq) });
+                return Err(Break {
+                    seq: r.seq,
+                    reason: format!("out of order after seq {}", p.seq),
+                });
             }
         }
         if r.prev_hash != expected_prev {
@@ -131,7 +140,10 @@ pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result
             });
         }
         if r.compute_hash() != r.hash {
-            return Err(Break { seq: r.seq, reason: "content does not match its hash (edited)".into() });
+            return Err(Break {
+                seq: r.seq,
+                reason: "content does not match its hash (edited)".into(),
+            });
         }
         prev = Some(r);
         count += 1;

@@ -197,7 +197,8 @@ fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
         None => Box::new(std::io::stdin().lock()),
         Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdin().lock()),
         Some(p) => Box::new(std::io::BufReader::new(
-            std::fs::File::open(p).map_err(|e| Error::Config(format!("cannot read {}: {e}", p.display())))?,
+            std::fs::File::open(p)
+                .map_err(|e| Error::Config(format!("cannot read {}: {e}", p.display())))?,
         )),
     };
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
@@ -211,7 +212,12 @@ fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        pipe.cmd("XADD").arg(&cfg.stream).arg("*").arg("payload").arg(line).ignore();
+        pipe.cmd("XADD")
+            .arg(&cfg.stream)
+            .arg("*")
+            .arg("payload")
+            .arg(line)
+            .ignore();
         pending += 1;
         if pending == PRODUCE_PIPELINE_MAX {
             pipe.query::<()>(conn.get()?)?;
@@ -231,11 +237,13 @@ fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
 fn key(args: KeyArgs) -> Result<()> {
     let payload = if args.payload_file.as_os_str() == "-" {
         let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|e| Error::io("reading stdin", e))?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| Error::io("reading stdin", e))?;
         buf
     } else {
-        std::fs::read(&args.payload_file)
-            .map_err(|e| Error::Config(format!("cannot read {}: {e}", args.payload_file.display())))?
+        std::fs::read(&args.payload_file).map_err(|e| {
+            Error::Config(format!("cannot read {}: {e}", args.payload_file.display()))
+        })?
     };
     let key = crate::key::derive_idempotency_key(&args.award_id, &args.timestamp, &payload)
         .map_err(|e| Error::Config(e.to_string()))?;
@@ -259,23 +267,41 @@ fn stream_status(cfg: &Config) -> Result<StreamStatus> {
     let length: u64 = conn.query(redis::cmd("XLEN").arg(&cfg.stream))?;
     let dead_letters: u64 = conn.query(redis::cmd("XLEN").arg(cfg.dead_stream()))?;
     let (mut pending, mut lag) = (0, None);
-    let groups: redis::Value = match conn.query(redis::cmd("XINFO").arg("GROUPS").arg(&cfg.stream)) {
+    let groups: redis::Value = match conn.query(redis::cmd("XINFO").arg("GROUPS").arg(&cfg.stream))
+    {
         Ok(v) => v,
         Err(Error::Redis(e)) if e.to_string().contains("no such key") => redis::Value::Nil,
         Err(e) => return Err(e),
     };
     for g in stream::array(groups)? {
         let info = group_fields(g);
-        let name = info.get("name").cloned().map(stream::string).transpose()?.unwrap_or_default();
+        let name = info
+            .get("name")
+            .cloned()
+            .map(stream::string)
+            .transpose()?
+            .unwrap_or_default();
         if name == cfg.group {
-            pending = info.get("pending").cloned().map(stream::int).transpose()?.unwrap_or(0) as u64;
+            pending = info
+                .get("pending")
+                .cloned()
+                .map(stream::int)
+                .transpose()?
+                .unwrap_or(0) as u64;
             lag = match info.get("lag") {
                 Some(redis::Value::Nil) | None => None,
                 Some(v) => Some(stream::int(v.clone())? as u64),
             };
         }
     }
-    Ok(StreamStatus { stream: cfg.stream.clone(), length, group: cfg.group.clone(), pending, lag, dead_letters })
+    Ok(StreamStatus {
+        stream: cfg.stream.clone(),
+        length,
+        group: cfg.group.clone(),
+        pending,
+        lag,
+        dead_letters,
+    })
 }
 
 fn group_fields(v: redis::Value) -> std::collections::HashMap<String, redis::Value> {
@@ -302,15 +328,27 @@ fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
         let doc = serde_json::json!({ "ledger": stats, "redis": redis_json });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc).expect("serializable")).ok();
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serializable")
+        )
+        .ok();
         return Ok(());
     }
-    let dollars = format!("{}.{:02}", stats.disbursed_cents_total / 100, stats.disbursed_cents_total % 100);
+    let dollars = format!(
+        "{}.{:02}",
+        stats.disbursed_cents_total / 100,
+        stats.disbursed_cents_total % 100
+    );
     let lines = [
         format!("ledger {}", cfg.db_path.display()),
         format!("  claims                 {}", stats.claims),
         format!("  disbursements          {}", stats.disbursements),
-        format!("  total disbursed        ${dollars} ({} cents)", stats.disbursed_cents_total),
+        format!(
+            "  total disbursed        ${dollars} ({} cents)",
+            stats.disbursed_cents_total
+        ),
         format!("  duplicates suppressed  {}", stats.duplicates_suppressed),
         format!("  dead letters recorded  {}", stats.dead_letters),
         format!("  outbox backlog         {}", stats.outbox_backlog),
@@ -323,12 +361,26 @@ fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
         Ok(s) => {
             writeln!(out, "redis {}", stream::redact(&cfg.redis_url)).ok();
             writeln!(out, "  stream {}  length {}", s.stream, s.length).ok();
-            let lag = s.lag.map(|l| l.to_string()).unwrap_or_else(|| "unknown".into());
+            let lag = s
+                .lag
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "unknown".into());
             writeln!(out, "  group {}  pending {}  lag {lag}", s.group, s.pending).ok();
-            writeln!(out, "  dead-letter stream {}  length {}", cfg.dead_stream(), s.dead_letters).ok();
+            writeln!(
+                out,
+                "  dead-letter stream {}  length {}",
+                cfg.dead_stream(),
+                s.dead_letters
+            )
+            .ok();
         }
         Err(e) => {
-            writeln!(out, "redis {}: unreachable ({e})", stream::redact(&cfg.redis_url)).ok();
+            writeln!(
+                out,
+                "redis {}: unreachable ({e})",
+                stream::redact(&cfg.redis_url)
+            )
+            .ok();
         }
     }
     Ok(())

@@ -165,6 +165,8 @@ impl Synchronous {
 
 /// Capped exponential backoff with full jitter: `attempt` 0 waits about BACKOFF_MS_MIN.
 pub fn backoff(attempt: u32) -> Duration {
-    let ceiling = BACKOFF_MS_MIN.saturating_mul(1u64 << attempt.min(16)).min(BACKOFF_MS_MAX);
+    let ceiling = BACKOFF_MS_MIN
+        .saturating_mul(1u64 << attempt.min(16))
+        .min(BACKOFF_MS_MAX);
     Duration::from_millis(ceiling / 2 + fastrand::u64(0..=ceiling / 2))
 }

@@ -47,7 +47,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// Wraps an I/O error with what we were doing.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// True when waiting and retrying can succeed: the entry must stay unacknowledged.
@@ -71,8 +74,7 @@ impl Error {
 /// Redis errors that go away by themselves: the connection, a restart, a failover.
 pub fn redis_is_transient(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
-    {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return true;
     }
     if e.code() == Some("NOGROUP") {

@@ -30,7 +30,11 @@ fn armed() -> Option<&'static Armed> {
                 Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
                 None => (spec, 1),
             };
-            Some(Armed { name, fire_on_hit: nth.max(1), hits: AtomicU64::new(0) })
+            Some(Armed {
+                name,
+                fire_on_hit: nth.max(1),
+                hits: AtomicU64::new(0),
+            })
         })
         .as_ref()
 }

@@ -130,15 +130,24 @@ mod tests {
 
     #[test]
     fn empty_identity_is_an_error_not_a_key() {
-        assert_eq!(derive_idempotency_key("", "t", b"p"), Err(KeyError::EmptyAwardId));
-        assert_eq!(derive_idempotency_key("a", "", b"p"), Err(KeyError::EmptyTimestamp));
+        assert_eq!(
+            derive_idempotency_key("", "t", b"p"),
+            Err(KeyError::EmptyAwardId)
+        );
+        assert_eq!(
+            derive_idempotency_key("a", "", b"p"),
+            Err(KeyError::EmptyTimestamp)
+        );
     }
 
     #[test]
     fn hex_round_trips() {
         let key = derive_idempotency_key("A", "T", b"P").unwrap();
         assert_eq!(IdempotencyKey::from_hex(&key.to_hex()), Some(key));
-        assert_eq!(IdempotencyKey::from_hex(&key.to_hex().to_uppercase()), Some(key));
+        assert_eq!(
+            IdempotencyKey::from_hex(&key.to_hex().to_uppercase()),
+            Some(key)
+        );
         assert_eq!(IdempotencyKey::from_slice(key.as_bytes()), Some(key));
         assert_eq!(IdempotencyKey::from_hex("zz"), None);
     }

@@ -54,7 +54,13 @@ impl LocalRedis {
     /// Starts a server whose data lives in `dir` (which must exist).
     pub fn start_in(dir: &Path, options: Options) -> Result<Self> {
         let port = free_port()?;
-        let mut server = LocalRedis { child: None, port, dir: dir.to_owned(), _tmp: None, options };
+        let mut server = LocalRedis {
+            child: None,
+            port,
+            dir: dir.to_owned(),
+            _tmp: None,
+            options,
+        };
         server.spawn()?;
         Ok(server)
     }
@@ -93,12 +99,18 @@ impl LocalRedis {
 
     fn spawn(&mut self) -> Result<()> {
         let mut cmd = Command::new("redis-server");
-        cmd.arg("--port").arg(self.port.to_string())
-            .arg("--bind").arg("127.0.0.1")
-            .arg("--dir").arg(&self.dir)
-            .arg("--save").arg("")
-            .arg("--daemonize").arg("no")
-            .arg("--logfile").arg(self.dir.join("redis.log"));
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--save")
+            .arg("")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"));
         if self.options.appendonly {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
@@ -140,7 +152,11 @@ impl LocalRedis {
                     )))
                 }
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 return Err(Error::Other(format!(
                     "redis-server exited at start ({status}); see {}",
                     self.dir.join("redis.log").display()
@@ -158,6 +174,10 @@ impl Drop for LocalRedis {
 
 /// A TCP port nobody was listening on a moment ago.
 pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("finding a free port", e))?;
-    Ok(listener.local_addr().map_err(|e| Error::io("finding a free port", e))?.port())
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("finding a free port", e))?;
+    Ok(listener
+        .local_addr()
+        .map_err(|e| Error::io("finding a free port", e))?
+        .port())
 }

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds, in seconds, of the commit-latency histogram's buckets.
-pub const COMMIT_SECONDS_BUCKETS: [f64; 12] =
-    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+pub const COMMIT_SECONDS_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
 
 /// What one worker process has done since it started.
 #[derive(Debug, Default)]
@@ -31,9 +32,13 @@ impl Metrics {
     /// Records one committed transaction's latency.
     pub fn observe_commit(&self, took: Duration) {
         let secs = took.as_secs_f64();
-        let bucket = COMMIT_SECONDS_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(COMMIT_SECONDS_BUCKETS.len());
+        let bucket = COMMIT_SECONDS_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(COMMIT_SECONDS_BUCKETS.len());
         self.commit_buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.commit_us_sum.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.commit_us_sum
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
     }
 

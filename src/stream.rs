@@ -54,7 +54,11 @@ pub fn redact(url: &str) -> String {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let userinfo = &url[scheme_end + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') { format!("{user}:***") } else { "***".into() };
+            let shown = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".into()
+            };
             format!("{}{}{}", &url[..scheme_end + 3], shown, &url[at..])
         }
         _ => url.to_owned(),
@@ -79,7 +83,11 @@ impl Conn {
 
     /// A connection whose replies may take up to `response_timeout` (for blocking reads).
     pub fn with_timeout(client: Client, response_timeout: Duration) -> Self {
-        Conn { client, conn: None, response_timeout }
+        Conn {
+            client,
+            conn: None,
+            response_timeout,
+        }
     }
 
     /// The connection, opened if needed.
@@ -112,7 +120,10 @@ impl Conn {
     }
 
     /// Runs a script, with the same reconnect rule as [`Conn::query`].
-    pub fn invoke<T: redis::FromRedisValue>(&mut self, script: &redis::ScriptInvocation<'_>) -> Result<T> {
+    pub fn invoke<T: redis::FromRedisValue>(
+        &mut self,
+        script: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
         let result = script.invoke(self.get()?);
         if let Err(e) = &result {
             if crate::error::redis_is_transient(e) {
@@ -127,7 +138,11 @@ impl Conn {
 /// entries queued before the first start are processed. Returns true if it was created.
 pub fn ensure_group(conn: &mut Conn, stream: &str, group: &str) -> Result<bool> {
     let mut cmd = redis::cmd("XGROUP");
-    cmd.arg("CREATE").arg(stream).arg(group).arg("0").arg("MKSTREAM");
+    cmd.arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM");
     match conn.query::<Value>(&cmd) {
         Ok(_) => Ok(true),
         Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(false),
@@ -147,7 +162,11 @@ pub fn read_group(
     block_ms: Option<u64>,
 ) -> Result<Read> {
     let mut cmd = redis::cmd("XREADGROUP");
-    cmd.arg("GROUP").arg(group).arg(consumer).arg("COUNT").arg(count);
+    cmd.arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count);
     if let Some(ms) = block_ms {
         cmd.arg("BLOCK").arg(ms);
     }
@@ -178,11 +197,20 @@ pub fn autoclaim(
     count: usize,
 ) -> Result<AutoClaimed> {
     let mut cmd = redis::cmd("XAUTOCLAIM");
-    cmd.arg(stream).arg(group).arg(consumer).arg(min_idle_ms).arg(cursor).arg("COUNT").arg(count);
+    cmd.arg(stream)
+        .arg(group)
+        .arg(consumer)
+        .arg(min_idle_ms)
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(count);
     let mut parts = array(conn.query::<Value>(&cmd)?)?.into_iter();
     let next_cursor = string(parts.next().unwrap_or(Value::Nil))?;
     let entries = parts.next().map(array).transpose()?.unwrap_or_default();
-    let mut out = AutoClaimed { next_cursor, ..AutoClaimed::default() };
+    let mut out = AutoClaimed {
+        next_cursor,
+        ..AutoClaimed::default()
+    };
     // Before Redis 7 there is no third element and deleted entries show up as nil bodies.
     split_entries(entries, &mut out.entries, &mut out.deleted)?;
     if let Some(deleted) = parts.next() {
@@ -207,7 +235,13 @@ pub fn fill_delivery_counts(
     }
     let mut pipe = redis::pipe();
     for e in entries.iter() {
-        pipe.cmd("XPENDING").arg(stream).arg(group).arg(&e.id).arg(&e.id).arg(1).arg(consumer);
+        pipe.cmd("XPENDING")
+            .arg(stream)
+            .arg(group)
+            .arg(&e.id)
+            .arg(&e.id)
+            .arg(1)
+            .arg(consumer);
     }
     let replies: Vec<Value> = {
         let result = pipe.query(conn.get()?);
@@ -230,12 +264,23 @@ pub fn fill_delivery_counts(
 /// Re-claims pending `ids` for `consumer` without counting a delivery (XCLAIM ... JUSTID), which
 /// resets their idle time: other consumers' XAUTOCLAIM then leaves alone entries this consumer
 /// is still working on. Ids no longer pending are ignored by Redis.
-pub fn touch(conn: &mut Conn, stream: &str, group: &str, consumer: &str, ids: &[String]) -> Result<()> {
+pub fn touch(
+    conn: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    ids: &[String],
+) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
     let mut cmd = redis::cmd("XCLAIM");
-    cmd.arg(stream).arg(group).arg(consumer).arg(0).arg(ids).arg("JUSTID");
+    cmd.arg(stream)
+        .arg(group)
+        .arg(consumer)
+        .arg(0)
+        .arg(ids)
+        .arg("JUSTID");
     conn.query::<Value>(&cmd).map(|_| ())
 }
 
@@ -289,7 +334,9 @@ pub fn dead_letter(
         )
     });
     let mut inv = script.prepare_invoke();
-    inv.key(dead_stream).key(dead_index_key(dead_stream)).arg(&entry.id);
+    inv.key(dead_stream)
+        .key(dead_index_key(dead_stream))
+        .arg(&entry.id);
     inv.arg("original_id").arg(&entry.id);
     for (name, value) in meta {
         inv.arg(*name).arg(value);
@@ -300,7 +347,8 @@ pub fn dead_letter(
         inv.arg(prefixed).arg(value.as_slice());
     }
     if entry.fields.len() > DEAD_LETTER_FIELDS_MAX {
-        inv.arg("original_fields_omitted").arg(entry.fields.len() - DEAD_LETTER_FIELDS_MAX);
+        inv.arg("original_fields_omitted")
+            .arg(entry.fields.len() - DEAD_LETTER_FIELDS_MAX);
     }
     conn.invoke(&inv)
 }
@@ -324,7 +372,11 @@ fn split_entries(
         last = Some(id.clone());
         match parts.next() {
             None | Some(Value::Nil) => vanished.push(id),
-            Some(body) => entries.push(Entry { id, fields: pairs(body)?, delivery_count: 1 }),
+            Some(body) => entries.push(Entry {
+                id,
+                fields: pairs(body)?,
+                delivery_count: 1,
+            }),
         }
     }
     Ok(last)
@@ -333,7 +385,10 @@ fn split_entries(
 /// Flattened field/value array (or a RESP3 map) into pairs.
 pub fn pairs(v: Value) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     if let Value::Map(map) = v {
-        return map.into_iter().map(|(k, v)| Ok((bytes(k)?, bytes(v)?))).collect();
+        return map
+            .into_iter()
+            .map(|(k, v)| Ok((bytes(k)?, bytes(v)?)))
+            .collect();
     }
     let flat = array(v)?;
     let mut out = Vec::with_capacity(flat.len() / 2);
@@ -365,7 +420,8 @@ pub fn bytes(v: Value) -> Result<Vec<u8>> {
 
 /// A string reply as UTF-8 text.
 pub fn string(v: Value) -> Result<String> {
-    String::from_utf8(bytes(v)?).map_err(|_| Error::Other("redis replied with non-UTF-8 text".into()))
+    String::from_utf8(bytes(v)?)
+        .map_err(|_| Error::Other("redis replied with non-UTF-8 text".into()))
 }
 
 /// An integer reply (or a string holding one).
@@ -375,7 +431,8 @@ pub fn int(v: Value) -> Result<i64> {
         Value::Nil => Ok(0),
         other => {
             let text = string(other)?;
-            text.parse().map_err(|_| Error::Other(format!("redis replied {text:?} where a number belongs")))
+            text.parse()
+                .map_err(|_| Error::Other(format!("redis replied {text:?} where a number belongs")))
         }
     }
 }
@@ -390,7 +447,10 @@ mod tests {
 
     #[test]
     fn passwords_never_survive_redaction() {
-        assert_eq!(redact("redis://user:s3cret@host:6379/0"), "redis://user:***@host:6379/0");
+        assert_eq!(
+            redact("redis://user:s3cret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
         assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }

@@ -121,7 +121,10 @@ pub fn parse_entry(
 /// Validates raw payload bytes into a submission.
 pub fn parse_payload(payload: &[u8], payload_bytes_max: usize) -> Result<Submission, Malformed> {
     if payload.len() > payload_bytes_max {
-        return Err(Malformed::PayloadTooLarge { size: payload.len(), max: payload_bytes_max });
+        return Err(Malformed::PayloadTooLarge {
+            size: payload.len(),
+            max: payload_bytes_max,
+        });
     }
     let value: Value =
         serde_json::from_slice(payload).map_err(|e| Malformed::NotJson(e.to_string()))?;
@@ -133,18 +136,19 @@ pub fn parse_payload(payload: &[u8], payload_bytes_max: usize) -> Result<Submiss
     }
     let submission_timestamp = required_str(object, "submission_timestamp")?;
     if OffsetDateTime::parse(submission_timestamp, &Rfc3339).is_err() {
-        return Err(Malformed::BadTimestamp { value: submission_timestamp.to_owned() });
+        return Err(Malformed::BadTimestamp {
+            value: submission_timestamp.to_owned(),
+        });
     }
     let amount_cents = amount(object)?;
 
-    let key = derive_idempotency_key(award_id, submission_timestamp, payload).map_err(|e| {
-        match e {
+    let key =
+        derive_idempotency_key(award_id, submission_timestamp, payload).map_err(|e| match e {
             KeyError::EmptyAwardId => Malformed::EmptyAwardId,
-            KeyError::EmptyTimestamp => {
-                Malformed::BadTimestamp { value: submission_timestamp.to_owned() }
-            }
-        }
-    })?;
+            KeyError::EmptyTimestamp => Malformed::BadTimestamp {
+                value: submission_timestamp.to_owned(),
+            },
+        })?;
     Ok(Submission {
         award_id: award_id.to_owned(),
         submission_timestamp: submission_timestamp.to_owned(),
@@ -171,7 +175,10 @@ fn required_str<'a>(
     match object.get(field) {
         None => Err(Malformed::MissingField(field)),
         Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(Malformed::WrongType { field, expected: "a string" }),
+        Some(_) => Err(Malformed::WrongType {
+            field,
+            expected: "a string",
+        }),
     }
 }
 
@@ -180,7 +187,12 @@ fn amount(object: &serde_json::Map<String, Value>) -> Result<i64, Malformed> {
     let number = match object.get(field) {
         None => return Err(Malformed::MissingField(field)),
         Some(Value::Number(n)) => n,
-        Some(_) => return Err(Malformed::WrongType { field, expected: "an integer" }),
+        Some(_) => {
+            return Err(Malformed::WrongType {
+                field,
+                expected: "an integer",
+            })
+        }
     };
     match number.as_i64() {
         Some(n) if n > 0 => Ok(n),
@@ -207,7 +219,10 @@ mod tests {
         assert_eq!(s.award_id, "A-1");
         assert_eq!(s.amount_cents, 1250);
         assert_eq!(s.payload, raw.as_bytes());
-        assert_eq!(s.key, derive_idempotency_key("A-1", "2026-07-01T09:00:00Z", raw.as_bytes()).unwrap());
+        assert_eq!(
+            s.key,
+            derive_idempotency_key("A-1", "2026-07-01T09:00:00Z", raw.as_bytes()).unwrap()
+        );
     }
 
     #[test]
@@ -219,15 +234,58 @@ mod tests {
             (entry("{not json"), "not_json"),
             (vec![(b"payload".to_vec(), vec![0xff, 0xfe])], "not_json"),
             (entry("[1,2]"), "not_an_object"),
-            (entry(&format!(r#"{{"submission_timestamp":"{ok_ts}","amount_cents":1}}"#)), "missing_field"),
-            (entry(&format!(r#"{{"award_id":7,"submission_timestamp":"{ok_ts}","amount_cents":1}}"#)), "wrong_type"),
-            (entry(&format!(r#"{{"award_id":"","submission_timestamp":"{ok_ts}","amount_cents":1}}"#)), "empty_award_id"),
-            (entry(r#"{"award_id":"A","submission_timestamp":"yesterday","amount_cents":1}"#), "bad_timestamp"),
-            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":0}}"#)), "amount_not_positive"),
-            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":-5}}"#)), "amount_not_positive"),
-            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":1.5}}"#)), "amount_not_integer"),
-            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":9223372036854775808}}"#)), "amount_out_of_range"),
-            (entry(&format!(r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":"12"}}"#)), "wrong_type"),
+            (
+                entry(&format!(
+                    r#"{{"submission_timestamp":"{ok_ts}","amount_cents":1}}"#
+                )),
+                "missing_field",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":7,"submission_timestamp":"{ok_ts}","amount_cents":1}}"#
+                )),
+                "wrong_type",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"","submission_timestamp":"{ok_ts}","amount_cents":1}}"#
+                )),
+                "empty_award_id",
+            ),
+            (
+                entry(r#"{"award_id":"A","submission_timestamp":"yesterday","amount_cents":1}"#),
+                "bad_timestamp",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":0}}"#
+                )),
+                "amount_not_positive",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":-5}}"#
+                )),
+                "amount_not_positive",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":1.5}}"#
+                )),
+                "amount_not_integer",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":9223372036854775808}}"#
+                )),
+                "amount_out_of_range",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":"12"}}"#
+                )),
+                "wrong_type",
+            ),
         ];
         for (fields, code) in cases {
             let err = parse_entry(&fields, MAX).unwrap_err();
@@ -243,7 +301,10 @@ mod tests {
 
     #[test]
     fn award_id_hint_names_the_award_of_a_bad_entry() {
-        assert_eq!(award_id_hint(br#"{"award_id":"A-9","amount_cents":0}"#, MAX).as_deref(), Some("A-9"));
+        assert_eq!(
+            award_id_hint(br#"{"award_id":"A-9","amount_cents":0}"#, MAX).as_deref(),
+            Some("A-9")
+        );
         assert_eq!(award_id_hint(b"nope", MAX), None);
     }
 }

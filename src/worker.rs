@@ -13,7 +13,9 @@
 //! pending; their redelivery finds the claims already taken and becomes a duplicate.
 
 use crate::audit;
-use crate::config::{backoff, Config, WorkerConfig, BLOCK_TIMEOUT_SLACK_MS, CHANNEL_BATCHES_MAX, COMMIT_ENTRIES_MAX};
+use crate::config::{
+    backoff, Config, WorkerConfig, BLOCK_TIMEOUT_SLACK_MS, CHANNEL_BATCHES_MAX, COMMIT_ENTRIES_MAX,
+};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::key::IdempotencyKey;
@@ -102,7 +104,13 @@ pub fn run(
     metrics: &Metrics,
 ) -> Result<()> {
     let client = stream::client(&cfg.redis_url)?;
-    let shared = Shared { cfg, wcfg, shutdown, metrics, in_flight: Mutex::new(HashSet::new()) };
+    let shared = Shared {
+        cfg,
+        wcfg,
+        shutdown,
+        metrics,
+        in_flight: Mutex::new(HashSet::new()),
+    };
     let pipeline_done = AtomicBool::new(false);
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
@@ -113,7 +121,11 @@ pub fn run(
         cfg.group,
         stream::redact(&cfg.redis_url),
         wcfg.threads,
-        if wcfg.per_message { ", per-message commits" } else { "" }
+        if wcfg.per_message {
+            ", per-message commits"
+        } else {
+            ""
+        }
     );
     std::thread::scope(|s| {
         for _ in 0..wcfg.threads.max(1) {
@@ -124,10 +136,13 @@ pub fn run(
         drop(raw_rx);
         let writer_client = client.clone();
         let shared_ref = &shared;
-        let writer = s.spawn(move || writer_loop(parsed_rx, ledger, Conn::new(writer_client), shared_ref));
+        let writer =
+            s.spawn(move || writer_loop(parsed_rx, ledger, Conn::new(writer_client), shared_ref));
         let heartbeat = s.spawn(|| heartbeat_loop(&client, &shared, &pipeline_done));
         let read_result = reader_loop(&client, raw_tx, &shared);
-        let write_result = writer.join().unwrap_or_else(|_| Err(Error::Other("writer thread panicked".into())));
+        let write_result = writer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("writer thread panicked".into())));
         pipeline_done.store(true, Ordering::SeqCst);
         let _ = heartbeat.join();
         read_result.and(write_result)
@@ -147,12 +162,21 @@ fn heartbeat_loop(client: &redis::Client, shared: &Shared<'_>, done: &AtomicBool
     let mut conn = Conn::new(client.clone());
     let mut due = Instant::now() + interval;
     while !done.load(Ordering::SeqCst) {
-        std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
+        std::thread::sleep(
+            due.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50)),
+        );
         if Instant::now() < due {
             continue;
         }
         due = Instant::now() + interval;
-        let ids: Vec<String> = shared.in_flight.lock().expect("in-flight set poisoned").iter().cloned().collect();
+        let ids: Vec<String> = shared
+            .in_flight
+            .lock()
+            .expect("in-flight set poisoned")
+            .iter()
+            .cloned()
+            .collect();
         for chunk in ids.chunks(HEARTBEAT_IDS_MAX) {
             // A failure here is Redis being away, which the reader and writer already report.
             if stream::touch(&mut conn, &cfg.stream, &cfg.group, &wcfg.consumer, chunk).is_err() {
@@ -192,7 +216,10 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
         } else {
             stream::ensure_group(&mut conn, &cfg.stream, &cfg.group).map(|created| {
                 if created {
-                    info!("created consumer group {} on {} at id 0", cfg.group, cfg.stream);
+                    info!(
+                        "created consumer group {} on {} at id 0",
+                        cfg.group, cfg.stream
+                    );
                 }
                 group_ready = true;
                 Some(Vec::new())
@@ -212,12 +239,18 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
             Ok(None) => {
                 episode.cleared("reading from redis");
                 if wcfg.exit_when_idle && is_idle(&mut conn, shared)? {
-                    info!("stream {} is drained and group {} has nothing pending; exiting", cfg.stream, cfg.group);
+                    info!(
+                        "stream {} is drained and group {} has nothing pending; exiting",
+                        cfg.stream, cfg.group
+                    );
                     break;
                 }
             }
             Err(e) if e.is_no_group() => {
-                warn!("consumer group {} is gone (Redis restarted without its data?); recreating it", cfg.group);
+                warn!(
+                    "consumer group {} is gone (Redis restarted without its data?); recreating it",
+                    cfg.group
+                );
                 group_ready = false;
                 state.own_cursor = Some("0-0".into());
                 state.claim_cursor = "0-0".into();
@@ -234,7 +267,11 @@ fn reader_loop(client: &redis::Client, tx: Sender<Vec<Entry>>, shared: &Shared<'
 
 /// One read: a due XAUTOCLAIM scan, else our own pending history, else new entries.
 /// `Ok(None)` means the stream had nothing new for us.
-fn read_step(conn: &mut Conn, state: &mut ReadState, shared: &Shared<'_>) -> Result<Option<Vec<Entry>>> {
+fn read_step(
+    conn: &mut Conn,
+    state: &mut ReadState,
+    shared: &Shared<'_>,
+) -> Result<Option<Vec<Entry>>> {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let consumer = wcfg.consumer.as_str();
     if Instant::now() >= state.claim_due {
@@ -247,7 +284,12 @@ fn read_step(conn: &mut Conn, state: &mut ReadState, shared: &Shared<'_>) -> Res
             &state.claim_cursor,
             wcfg.batch_count_max,
         )?;
-        forget_vanished(conn, shared, &got.deleted, "was deleted from the stream while pending")?;
+        forget_vanished(
+            conn,
+            shared,
+            &got.deleted,
+            "was deleted from the stream while pending",
+        )?;
         state.claim_cursor = got.next_cursor;
         if state.claim_cursor == "0-0" {
             state.claim_due = Instant::now() + claim_interval(wcfg.claim_idle_ms);
@@ -255,19 +297,44 @@ fn read_step(conn: &mut Conn, state: &mut ReadState, shared: &Shared<'_>) -> Res
         let mut entries = not_in_flight(shared, got.entries);
         if !entries.is_empty() {
             stream::fill_delivery_counts(conn, &cfg.stream, &cfg.group, consumer, &mut entries)?;
-            info!("took over {} entries idle for over {} ms", entries.len(), wcfg.claim_idle_ms);
+            info!(
+                "took over {} entries idle for over {} ms",
+                entries.len(),
+                wcfg.claim_idle_ms
+            );
             return Ok(Some(track(shared, entries)));
         }
     }
     if let Some(cursor) = state.own_cursor.clone() {
-        let read = stream::read_group(conn, &cfg.stream, &cfg.group, consumer, &cursor, wcfg.batch_count_max, None)?;
-        forget_vanished(conn, shared, &read.vanished, "is pending but no longer in the stream")?;
+        let read = stream::read_group(
+            conn,
+            &cfg.stream,
+            &cfg.group,
+            consumer,
+            &cursor,
+            wcfg.batch_count_max,
+            None,
+        )?;
+        forget_vanished(
+            conn,
+            shared,
+            &read.vanished,
+            "is pending but no longer in the stream",
+        )?;
         state.own_cursor = read.last_id;
         let mut entries = not_in_flight(shared, read.entries);
         stream::fill_delivery_counts(conn, &cfg.stream, &cfg.group, consumer, &mut entries)?;
         return Ok(Some(track(shared, entries)));
     }
-    let read = stream::read_group(conn, &cfg.stream, &cfg.group, consumer, ">", wcfg.batch_count_max, Some(wcfg.block_ms))?;
+    let read = stream::read_group(
+        conn,
+        &cfg.stream,
+        &cfg.group,
+        consumer,
+        ">",
+        wcfg.batch_count_max,
+        Some(wcfg.block_ms),
+    )?;
     if read.entries.is_empty() {
         return Ok(None);
     }
@@ -295,7 +362,10 @@ fn forget_vanished(conn: &mut Conn, shared: &Shared<'_>, ids: &[String], why: &s
 
 fn not_in_flight(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
     let set = shared.in_flight.lock().expect("in-flight set poisoned");
-    entries.into_iter().filter(|e| !set.contains(&e.id)).collect()
+    entries
+        .into_iter()
+        .filter(|e| !set.contains(&e.id))
+        .collect()
 }
 
 fn track(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
@@ -306,7 +376,12 @@ fn track(shared: &Shared<'_>, entries: Vec<Entry>) -> Vec<Entry> {
 
 /// True when nothing is in our pipeline and nothing is pending in the group.
 fn is_idle(conn: &mut Conn, shared: &Shared<'_>) -> Result<bool> {
-    if !shared.in_flight.lock().expect("in-flight set poisoned").is_empty() {
+    if !shared
+        .in_flight
+        .lock()
+        .expect("in-flight set poisoned")
+        .is_empty()
+    {
         return Ok(false);
     }
     Ok(stream::pending_count(conn, &shared.cfg.stream, &shared.cfg.group)? == 0)
@@ -335,9 +410,14 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
     let verdict = if delivery_count > wcfg.max_deliveries {
         Verdict::Dead(DeadLetter {
             code: "max_deliveries",
-            reason: format!("max deliveries exceeded ({delivery_count} > {})", wcfg.max_deliveries),
+            reason: format!(
+                "max deliveries exceeded ({delivery_count} > {})",
+                wcfg.max_deliveries
+            ),
             award_id: hint(&entry),
-            key: submission::parse_entry(&entry.fields, wcfg.payload_bytes_max).ok().map(|s| s.key),
+            key: submission::parse_entry(&entry.fields, wcfg.payload_bytes_max)
+                .ok()
+                .map(|s| s.key),
             entry,
         })
     } else {
@@ -352,13 +432,22 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
             }),
         }
     };
-    Parsed { id, delivery_count, verdict }
+    Parsed {
+        id,
+        delivery_count,
+        verdict,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Writer
 
-fn writer_loop(rx: Receiver<Vec<Parsed>>, ledger: &dyn Ledger, mut conn: Conn, shared: &Shared<'_>) -> Result<()> {
+fn writer_loop(
+    rx: Receiver<Vec<Parsed>>,
+    ledger: &dyn Ledger,
+    mut conn: Conn,
+    shared: &Shared<'_>,
+) -> Result<()> {
     while let Ok(mut batch) = rx.recv() {
         // Group commit: take whatever else is already waiting, up to the cap, so a backlog
         // drains in large transactions while a quiet stream still commits at once.
@@ -380,7 +469,12 @@ fn writer_loop(rx: Receiver<Vec<Parsed>>, ledger: &dyn Ledger, mut conn: Conn, s
 }
 
 /// Dead letters out, one transaction in, then XACK — in that order, never another.
-fn commit_and_ack(batch: Vec<Parsed>, ledger: &dyn Ledger, conn: &mut Conn, shared: &Shared<'_>) -> Result<()> {
+fn commit_and_ack(
+    batch: Vec<Parsed>,
+    ledger: &dyn Ledger,
+    conn: &mut Conn,
+    shared: &Shared<'_>,
+) -> Result<()> {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let all_ids: Vec<String> = batch.iter().map(|p| p.id.clone()).collect();
     let result = (|| -> Result<()> {
@@ -411,9 +505,19 @@ fn commit_and_ack(batch: Vec<Parsed>, ledger: &dyn Ledger, conn: &mut Conn, shar
             .filter(|(_, ok)| **ok)
             .map(|(p, _)| p.id.as_str())
             .collect();
-        retry("acknowledging entries", shared, || stream::ack(conn, &cfg.stream, &cfg.group, &ack_ids))?;
-        shared.metrics.acked.fetch_add(ack_ids.len() as u64, Ordering::Relaxed);
-        for ((p, outcome), _) in batch.iter().zip(&outcomes).zip(&committed).filter(|(_, ok)| **ok) {
+        retry("acknowledging entries", shared, || {
+            stream::ack(conn, &cfg.stream, &cfg.group, &ack_ids)
+        })?;
+        shared
+            .metrics
+            .acked
+            .fetch_add(ack_ids.len() as u64, Ordering::Relaxed);
+        for ((p, outcome), _) in batch
+            .iter()
+            .zip(&outcomes)
+            .zip(&committed)
+            .filter(|(_, ok)| **ok)
+        {
             if let Some(outcome) = outcome {
                 report(p, outcome, shared);
             }
@@ -434,7 +538,11 @@ fn commit_and_ack(batch: Vec<Parsed>, ledger: &dyn Ledger, conn: &mut Conn, shar
 
 fn item_of(p: &Parsed) -> Item<'_> {
     match &p.verdict {
-        Verdict::Valid(s) => Item::Submission { submission: s, entry_id: &p.id, delivery_count: p.delivery_count },
+        Verdict::Valid(s) => Item::Submission {
+            submission: s,
+            entry_id: &p.id,
+            delivery_count: p.delivery_count,
+        },
         Verdict::Dead(d) => Item::DeadLetter {
             entry_id: &p.id,
             reason_code: d.code,
@@ -450,17 +558,32 @@ fn item_of(p: &Parsed) -> Item<'_> {
 /// reason, each item is tried alone so one bad item cannot hold back the rest; an item the
 /// ledger refuses by itself is left pending (the delivery cap dead-letters it eventually).
 /// Returns each item's outcome and whether it committed.
-fn record(ledger: &dyn Ledger, items: &[Item<'_>], shared: &Shared<'_>) -> Result<(Vec<Option<Outcome>>, Vec<bool>)> {
+fn record(
+    ledger: &dyn Ledger,
+    items: &[Item<'_>],
+    shared: &Shared<'_>,
+) -> Result<(Vec<Option<Outcome>>, Vec<bool>)> {
     let (consumer, stream) = (shared.wcfg.consumer.as_str(), shared.cfg.stream.as_str());
-    match retry("committing to the ledger", shared, || ledger.record(items, consumer, stream)) {
-        Ok(outcomes) => Ok((outcomes.into_iter().map(Some).collect(), vec![true; items.len()])),
+    match retry("committing to the ledger", shared, || {
+        ledger.record(items, consumer, stream)
+    }) {
+        Ok(outcomes) => Ok((
+            outcomes.into_iter().map(Some).collect(),
+            vec![true; items.len()],
+        )),
         Err(e) if e.is_transient() => Err(e),
         Err(e) if items.len() == 1 => {
-            error!("ledger refused entry {}: {e}; leaving it pending", entry_id_of(&items[0]));
+            error!(
+                "ledger refused entry {}: {e}; leaving it pending",
+                entry_id_of(&items[0])
+            );
             Ok((vec![None], vec![false]))
         }
         Err(e) => {
-            warn!("ledger refused a batch of {} ({e}); retrying its entries one by one", items.len());
+            warn!(
+                "ledger refused a batch of {} ({e}); retrying its entries one by one",
+                items.len()
+            );
             let mut outcomes = Vec::with_capacity(items.len());
             let mut committed = Vec::with_capacity(items.len());
             for item in items {
@@ -524,7 +647,10 @@ impl Episode {
     fn cleared(&mut self, what: &str) {
         if self.attempts > 0 {
             let secs = self.since.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
-            info!("{what} recovered after {} failed attempts over {secs:.1}s", self.attempts);
+            info!(
+                "{what} recovered after {} failed attempts over {secs:.1}s",
+                self.attempts
+            );
             self.attempts = 0;
             self.since = None;
         }

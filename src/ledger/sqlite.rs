@@ -51,7 +51,10 @@ impl SqliteLedger {
             .max_size(cfg.pool_size_max)
             .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
             .build(manager)?;
-        Ok(SqliteLedger { pool, path: cfg.path.clone() })
+        Ok(SqliteLedger {
+            pool,
+            path: cfg.path.clone(),
+        })
     }
 
     /// Opens the ledger at `path` with default settings.
@@ -110,10 +113,18 @@ fn init_once(cfg: &LedgerConfig) -> Result<()> {
 /// and turns "no such directory" or "permission denied" into a configuration error.
 fn create_private(path: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(Error::Config(format!("cannot create ledger {}: {e}", path.display()))),
+        Err(e) => Err(Error::Config(format!(
+            "cannot create ledger {}: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -142,11 +153,21 @@ struct ChainTail {
 impl ChainTail {
     fn read(tx: &Transaction<'_>) -> Result<Self> {
         let tail = tx
-            .query_row("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1", [], |r| {
-                Ok(ChainTail { seq: r.get(0)?, hash: r.get(1)? })
-            })
+            .query_row(
+                "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok(ChainTail {
+                        seq: r.get(0)?,
+                        hash: r.get(1)?,
+                    })
+                },
+            )
             .optional()?;
-        Ok(tail.unwrap_or(ChainTail { seq: 0, hash: audit::GENESIS_HASH.to_owned() }))
+        Ok(tail.unwrap_or(ChainTail {
+            seq: 0,
+            hash: audit::GENESIS_HASH.to_owned(),
+        }))
     }
 
     /// Seals `record` after the current tail, inserts it, and makes it the new tail.
@@ -172,11 +193,26 @@ fn write_items(
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
         let outcome = match item {
-            Item::Submission { submission, entry_id, delivery_count } => {
-                let claim = Claim { submission, entry_id, delivery_count: *delivery_count };
+            Item::Submission {
+                submission,
+                entry_id,
+                delivery_count,
+            } => {
+                let claim = Claim {
+                    submission,
+                    entry_id,
+                    delivery_count: *delivery_count,
+                };
                 record_submission(tx, &mut tail, &claim, consumer, &now)?
             }
-            Item::DeadLetter { entry_id, reason_code, reason, award_id, key, delivery_count } => {
+            Item::DeadLetter {
+                entry_id,
+                reason_code,
+                reason,
+                award_id,
+                key,
+                delivery_count,
+            } => {
                 let inserted = tx
                     .prepare_cached(
                         "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code,
@@ -276,7 +312,12 @@ fn record_submission(
     tx.prepare_cached(
         "INSERT INTO outbox (claim_id, event_type, payload, created_at) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![claim_id, EVENT_DISBURSEMENT_RECORDED, event.to_string(), now])?;
+    .execute(params![
+        claim_id,
+        EVENT_DISBURSEMENT_RECORDED,
+        event.to_string(),
+        now
+    ])?;
     r.amount_cents = Some(s.amount_cents);
     tail.append(tx, r)?;
     Ok(Outcome::Processed)
@@ -323,7 +364,8 @@ fn insert_audit(tx: &Transaction<'_>, r: &Record) -> Result<()> {
 }
 
 fn stats(conn: &Connection) -> Result<Stats> {
-    let count = |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
+    let count =
+        |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let oldest: Option<String> = conn.query_row(
         "SELECT MIN(created_at) FROM outbox WHERE published_at IS NULL",
         [],
@@ -351,11 +393,18 @@ pub fn now_rfc3339() -> String {
     let format = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
     );
-    time::OffsetDateTime::now_utc().format(&format).expect("UTC time always formats")
+    time::OffsetDateTime::now_utc()
+        .format(&format)
+        .expect("UTC time always formats")
 }
 
 /// Seconds between an RFC 3339 timestamp and now.
 pub fn age_seconds(rfc3339: &str) -> Option<f64> {
-    let then = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339).ok()?;
-    Some((time::OffsetDateTime::now_utc() - then).as_seconds_f64().max(0.0))
+    let then = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .ok()?;
+    Some(
+        (time::OffsetDateTime::now_utc() - then)
+            .as_seconds_f64()
+            .max(0.0),
+    )
 }
