@@ -262,6 +262,9 @@ pub fn default_consumer() -> String {
 }
 
 fn run(cfg: &Config, args: RunArgs) -> Result<()> {
+    // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
+    // graceful stop too, not death by the default signal action.
+    let shutdown = shutdown_flag()?;
     let mut lcfg = LedgerConfig::new(&cfg.db_path);
     if args.synchronous == "normal" {
         lcfg.synchronous = Synchronous::Normal;
@@ -287,7 +290,6 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     wcfg.per_message = args.per_message;
     wcfg.on_conflict = on_conflict;
     wcfg.fast_filter_ttl_s = args.fast_filter.then_some(args.fast_filter_ttl_s);
-    let shutdown = shutdown_flag()?;
     let metrics = Metrics::default();
     let relay = args.relay.then(|| args.relay_opts.config(cfg));
     let work = || {

@@ -261,6 +261,29 @@ pub fn fill_delivery_counts(
     Ok(())
 }
 
+/// Re-claims pending `ids` for `consumer` without counting a delivery (XCLAIM ... JUSTID), which
+/// resets their idle time: other consumers' XAUTOCLAIM then leaves alone entries this consumer
+/// is still working on. Ids no longer pending are ignored by Redis.
+pub fn touch(
+    conn: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    ids: &[String],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = redis::cmd("XCLAIM");
+    cmd.arg(stream)
+        .arg(group)
+        .arg(consumer)
+        .arg(0)
+        .arg(ids)
+        .arg("JUSTID");
+    conn.query::<Value>(&cmd).map(|_| ())
+}
+
 /// XACK a set of ids. Returns how many were pending.
 pub fn ack(conn: &mut Conn, stream: &str, group: &str, ids: &[&str]) -> Result<u64> {
     if ids.is_empty() {

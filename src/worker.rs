@@ -35,6 +35,9 @@ use std::time::{Duration, Instant};
 /// entries are left pending (safe: they are redelivered) so the process can stop.
 const SHUTDOWN_RETRIES_MAX: u32 = 3;
 
+/// Most ids re-claimed by one heartbeat XCLAIM.
+const HEARTBEAT_IDS_MAX: usize = 1_000;
+
 /// What the stages share.
 struct Shared<'a> {
     /// Where to read and what to call ourselves.
@@ -129,6 +132,7 @@ pub fn run(
         in_flight: Mutex::new(HashMap::new()),
         filter,
     };
+    let pipeline_done = AtomicBool::new(false);
     let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
     info!(
@@ -174,6 +178,10 @@ pub fn run(
                 report_tx,
             )
         });
+        let heartbeat = s.spawn(|| {
+            block_termination_signals();
+            heartbeat_loop(&client, &shared, &pipeline_done)
+        });
         let reader = s.spawn(|| {
             block_termination_signals();
             reader_loop(&client, raw_tx, &shared)
@@ -184,6 +192,8 @@ pub fn run(
         let write_result = writer
             .join()
             .unwrap_or_else(|_| Err(Error::Other("writer thread panicked".into())));
+        pipeline_done.store(true, Ordering::SeqCst);
+        let _ = heartbeat.join();
         read_result.and(write_result)
     })
 }
@@ -201,6 +211,43 @@ fn block_termination_signals() {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Keeps this consumer's in-flight entries from looking abandoned while it is still working on
+/// them: every third of `claim_idle_ms` it re-claims them for itself with XCLAIM JUSTID, which
+/// resets their idle time without counting a delivery. Without it, a stall longer than
+/// `claim_idle_ms` (a commit waiting out a locked ledger or a full disk) lets other consumers
+/// XAUTOCLAIM the entries back and forth, every claim counts as a delivery, and valid entries
+/// cross `--max-deliveries` and are dead-lettered although nothing failed. When the process
+/// dies the heartbeat stops with it and its entries are taken over after `claim_idle_ms`.
+fn heartbeat_loop(client: &redis::Client, shared: &Shared<'_>, done: &AtomicBool) {
+    let (cfg, wcfg) = (shared.cfg, shared.wcfg);
+    let interval = Duration::from_millis((wcfg.claim_idle_ms / 3).clamp(10, 10_000));
+    let mut conn = Conn::new(client.clone());
+    let mut due = Instant::now() + interval;
+    while !done.load(Ordering::SeqCst) {
+        std::thread::sleep(
+            due.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50)),
+        );
+        if Instant::now() < due {
+            continue;
+        }
+        due = Instant::now() + interval;
+        let ids: Vec<String> = shared
+            .in_flight
+            .lock()
+            .expect("in-flight set poisoned")
+            .keys()
+            .cloned()
+            .collect();
+        for chunk in ids.chunks(HEARTBEAT_IDS_MAX) {
+            // A failure here is Redis being away, which the reader and writer already report.
+            if stream::touch(&mut conn, &cfg.stream, &cfg.group, &wcfg.consumer, chunk).is_err() {
+                break;
+            }
+        }
     }
 }
 

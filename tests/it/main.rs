@@ -5,6 +5,7 @@ mod support;
 
 mod audit;
 mod batching;
+mod chaos;
 mod fuzz;
 mod ops;
 mod relay;

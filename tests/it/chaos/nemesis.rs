@@ -1,0 +1,433 @@
+//! The nemesis: keeps the planned processes running and breaks things on the plan's schedule.
+//!
+//! Every process is a real `claimgate` child with its log in a file. A kill is SIGKILL; an
+//! armed process must die by SIGABRT at its failpoint (anything else is recorded as a fault that
+//! did not happen as planned); Redis is SIGKILLed and restarted from its AOF on the same port;
+//! the ledger's write lock is taken from outside by a plain rusqlite connection.
+
+use super::plan::{Action, Event, Plan, Role};
+use crate::support::World;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long after the window the nemesis waits for armed processes to reach their failpoint.
+const ARMED_GRACE_MS: u64 = 60_000;
+
+/// How often the nemesis looks at its processes.
+const TICK_MS: u64 = 20;
+
+/// What the nemesis did, for the report and the "every planned fault fired" invariant.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Processes SIGKILLed (including plain processes replaced by armed ones).
+    pub kills: usize,
+    /// Processes that died by SIGABRT at their failpoint, per failpoint.
+    pub fired: BTreeMap<&'static str, usize>,
+    /// Armed processes that had not fired when the run ended.
+    pub not_fired: Vec<String>,
+    /// redis-server restarts done.
+    pub redis_restarts: usize,
+    /// Lock holds done: (planned, actually held).
+    pub lock_holds: Vec<LockHold>,
+    /// Processes that exited without being killed or armed to abort: each one is a failure.
+    pub unexpected_exits: Vec<String>,
+    /// Processes started, over the whole run.
+    pub spawns: usize,
+}
+
+/// A running child.
+struct Running {
+    /// The process.
+    child: Child,
+    /// Its consumer name.
+    consumer: String,
+    /// `(point, nth, respawn delay, reuse name)` when armed.
+    armed: Option<(&'static str, u32, u64, bool)>,
+    /// Its log file.
+    log: PathBuf,
+}
+
+/// One place in the plan where a process of one role runs.
+struct Slot {
+    /// What runs here.
+    role: &'static Role,
+    /// The current process, if any.
+    running: Option<Running>,
+    /// The last consumer name used here (a replacement may take it over).
+    consumer: String,
+    /// When to start a plain replacement, and whether it takes over `consumer`.
+    respawn: Option<(Instant, bool)>,
+}
+
+/// The processes and what has been done to them.
+pub struct Nemesis<'w> {
+    /// The world: its Redis is restarted from here.
+    world: &'w mut World,
+    /// The plan.
+    plan: &'w Plan,
+    /// One per planned process.
+    slots: Vec<Slot>,
+    /// Lock holders still running.
+    lockers: Vec<JoinHandle<LockHold>>,
+    /// When the chaos started (set by `run`).
+    start: Instant,
+    /// Where process logs go.
+    logs: PathBuf,
+    /// Counts.
+    pub tally: Tally,
+}
+
+impl<'w> Nemesis<'w> {
+    /// Starts one plain process per slot.
+    pub fn start(world: &'w mut World, plan: &'w Plan) -> Nemesis<'w> {
+        let logs = world.dir.path().join("logs");
+        std::fs::create_dir_all(&logs).expect("log dir");
+        let slots = plan
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, role)| Slot {
+                role,
+                running: None,
+                consumer: format!("{}-{i}-0", role.name),
+                respawn: None,
+            })
+            .collect();
+        let mut nemesis = Nemesis {
+            world,
+            plan,
+            slots,
+            lockers: Vec::new(),
+            start: Instant::now(),
+            logs,
+            tally: Tally::default(),
+        };
+        for slot in 0..nemesis.slots.len() {
+            nemesis.spawn(slot, None, true);
+        }
+        nemesis
+    }
+
+    /// Runs the schedule against the clock started at `start`, until every event has happened,
+    /// the producer is `done`, and every armed process has fired (or the grace time is over).
+    pub fn run(&mut self, start: Instant, done: &AtomicBool) {
+        self.start = start;
+        let chaos = Duration::from_millis(self.plan.size.chaos_ms);
+        let deadline = chaos + Duration::from_millis(ARMED_GRACE_MS);
+        let mut next = 0;
+        loop {
+            let now = start.elapsed();
+            while let Some(event) = self.plan.events.get(next) {
+                if Duration::from_millis(event.at_ms) > now || !self.apply(event) {
+                    break;
+                }
+                next += 1;
+            }
+            self.reap();
+            self.respawn_due();
+            let armed_left = self
+                .slots
+                .iter()
+                .any(|s| s.running.as_ref().is_some_and(|r| r.armed.is_some()));
+            if now >= chaos
+                && next == self.plan.events.len()
+                && done.load(Ordering::SeqCst)
+                && !armed_left
+            {
+                break;
+            }
+            if now >= deadline {
+                self.give_up(next);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(TICK_MS));
+        }
+        for locker in self.lockers.drain(..) {
+            self.tally
+                .lock_holds
+                .push(locker.join().expect("lock holder panicked"));
+        }
+    }
+
+    /// Stops every process with SIGTERM, as an operator would; each must exit 0. Returns the
+    /// ones that did not.
+    pub fn stop_all(&mut self) -> Vec<String> {
+        let mut failures = Vec::new();
+        for slot in &mut self.slots {
+            slot.respawn = None;
+            if let Some(mut r) = slot.running.take() {
+                signal(&r.child, libc::SIGTERM);
+                let status = wait(&mut r.child, Duration::from_secs(60));
+                if !status.success() {
+                    failures.push(format!(
+                        "{} after SIGTERM: {status}\n{}",
+                        r.consumer,
+                        tail(&r.log)
+                    ));
+                }
+            }
+        }
+        failures
+    }
+
+    /// Does one event; false when it has to wait (no process in a state it can act on yet).
+    fn apply(&mut self, event: &Event) -> bool {
+        match event.action {
+            Action::Kill {
+                slot,
+                respawn_delay_ms,
+                reuse_name,
+            } => {
+                let Some(slot) = self.plain_slot(slot) else {
+                    return false;
+                };
+                self.kill(slot);
+                self.slots[slot].respawn = Some((
+                    Instant::now() + Duration::from_millis(respawn_delay_ms),
+                    reuse_name,
+                ));
+            }
+            Action::Arm {
+                slot,
+                point,
+                nth,
+                respawn_delay_ms,
+                reuse_name,
+            } => {
+                let Some(slot) = self.plain_slot(slot) else {
+                    return false;
+                };
+                self.kill(slot);
+                self.spawn(
+                    slot,
+                    Some((point, nth, respawn_delay_ms, reuse_name)),
+                    false,
+                );
+            }
+            Action::RestartRedis { down_ms } => {
+                self.world.redis.kill();
+                std::thread::sleep(Duration::from_millis(down_ms));
+                self.world
+                    .redis
+                    .restart()
+                    .expect("redis-server restarts from its AOF");
+                self.tally.redis_restarts += 1;
+            }
+            Action::HoldLedgerLock { hold_ms } => {
+                let (db, start) = (self.world.db.clone(), self.start);
+                self.lockers.push(std::thread::spawn(move || {
+                    hold_write_lock(&db, Duration::from_millis(hold_ms), start)
+                }));
+            }
+        }
+        true
+    }
+
+    /// `wanted` if a plain process runs there, else the next slot of the same role that has one.
+    fn plain_slot(&self, wanted: usize) -> Option<usize> {
+        let n = self.slots.len();
+        (0..n).map(|i| (wanted + i) % n).find(|&i| {
+            let s = &self.slots[i];
+            std::ptr::eq(s.role, self.slots[wanted].role)
+                && s.running.as_ref().is_some_and(|r| r.armed.is_none())
+        })
+    }
+
+    fn kill(&mut self, slot: usize) {
+        let Some(mut r) = self.slots[slot].running.take() else {
+            return;
+        };
+        signal(&r.child, libc::SIGKILL);
+        let status = wait(&mut r.child, Duration::from_secs(30));
+        if status.signal() == Some(libc::SIGKILL) {
+            self.tally.kills += 1;
+        } else {
+            // It had already exited by itself before the signal landed.
+            self.unexpected(&r, status);
+        }
+    }
+
+    /// Collects processes that exited: armed ones that aborted are the faults planned; any
+    /// other exit is recorded as unexpected and the slot restarted.
+    fn reap(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(r) = self.slots[i].running.as_mut() else {
+                continue;
+            };
+            let Some(status) = r.child.try_wait().expect("try_wait") else {
+                continue;
+            };
+            let r = self.slots[i].running.take().expect("just seen");
+            match r.armed {
+                Some((point, _, delay_ms, reuse)) if status.signal() == Some(libc::SIGABRT) => {
+                    *self.tally.fired.entry(point).or_default() += 1;
+                    self.slots[i].respawn =
+                        Some((Instant::now() + Duration::from_millis(delay_ms), reuse));
+                }
+                _ => {
+                    self.unexpected(&r, status);
+                    self.slots[i].respawn = Some((Instant::now(), false));
+                }
+            }
+        }
+    }
+
+    fn respawn_due(&mut self) {
+        for i in 0..self.slots.len() {
+            if let Some((at, reuse)) = self.slots[i].respawn {
+                if Instant::now() >= at {
+                    self.slots[i].respawn = None;
+                    self.spawn(i, None, reuse);
+                }
+            }
+        }
+    }
+
+    /// Starts a process in `slot`, armed or plain, under the slot's last consumer name or a new one.
+    fn spawn(
+        &mut self,
+        slot: usize,
+        armed: Option<(&'static str, u32, u64, bool)>,
+        reuse_name: bool,
+    ) {
+        self.tally.spawns += 1;
+        let role = self.slots[slot].role;
+        if !reuse_name {
+            self.slots[slot].consumer = format!("{}-{slot}-{}", role.name, self.tally.spawns);
+        }
+        let consumer = self.slots[slot].consumer.clone();
+        let log = self
+            .logs
+            .join(format!("{:05}-{consumer}.log", self.tally.spawns));
+        let file = File::create(&log).expect("log file");
+        let mut cmd = self.world.cmd(
+            &(role.args)(self.plan, &consumer)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        cmd.current_dir(self.world.dir.path())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file);
+        if let Some((point, nth, _, _)) = armed {
+            cmd.env(claimgate::failpoint::ENV, format!("{point}:{nth}"));
+        }
+        // SAFETY: setrlimit is async-signal-safe; no core files from the aborts we cause.
+        unsafe {
+            cmd.pre_exec(|| {
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::setrlimit(libc::RLIMIT_CORE, &none);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn claimgate");
+        self.slots[slot].running = Some(Running {
+            child,
+            consumer,
+            armed,
+            log,
+        });
+    }
+
+    fn unexpected(&mut self, r: &Running, status: ExitStatus) {
+        self.tally.unexpected_exits.push(format!(
+            "{} ({:?}) exited by itself: {status}\n{}",
+            r.consumer,
+            r.armed,
+            tail(&r.log)
+        ));
+    }
+
+    /// Past the deadline: names what never happened and stops the armed processes still waiting.
+    fn give_up(&mut self, next: usize) {
+        for event in &self.plan.events[next..] {
+            self.tally
+                .not_fired
+                .push(format!("event never applied: {event:?}"));
+        }
+        for i in 0..self.slots.len() {
+            if self.slots[i]
+                .running
+                .as_ref()
+                .is_some_and(|r| r.armed.is_some())
+            {
+                let mut r = self.slots[i].running.take().expect("just seen");
+                signal(&r.child, libc::SIGKILL);
+                wait(&mut r.child, Duration::from_secs(30));
+                self.tally.not_fired.push(format!(
+                    "{} armed {:?} never reached its failpoint\n{}",
+                    r.consumer,
+                    r.armed,
+                    tail(&r.log)
+                ));
+            }
+        }
+    }
+}
+
+impl Drop for Nemesis<'_> {
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(mut r) = slot.running.take() {
+                let _ = r.child.kill();
+                let _ = r.child.wait();
+            }
+        }
+    }
+}
+
+/// One hold of the ledger's write lock.
+#[derive(Debug)]
+pub struct LockHold {
+    /// When the lock was taken, after the chaos started.
+    pub taken_at: Duration,
+    /// How long it was meant to be held.
+    pub planned: Duration,
+    /// How long it was held.
+    pub held: Duration,
+}
+
+/// Takes the ledger's write lock with `BEGIN IMMEDIATE` and holds it for `hold`.
+fn hold_write_lock(db: &Path, hold: Duration, start: Instant) -> LockHold {
+    let conn = rusqlite::Connection::open(db).expect("open ledger");
+    // Workers hold the lock only for a commit; waiting for a gap is fine.
+    conn.busy_timeout(Duration::from_secs(60))
+        .expect("busy timeout");
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+    let taken = Instant::now();
+    std::thread::sleep(hold);
+    let held = taken.elapsed();
+    conn.execute_batch("ROLLBACK")
+        .expect("release the write lock");
+    LockHold {
+        taken_at: taken - start,
+        planned: hold,
+        held,
+    }
+}
+
+fn signal(child: &Child, sig: i32) {
+    crate::support::signal(child, sig);
+}
+
+/// Waits for a child to exit; panics if it takes longer than `timeout`.
+fn wait(child: &mut Child, timeout: Duration) -> ExitStatus {
+    crate::support::wait_exit(child, timeout)
+}
+
+/// The last lines of a log, for failure messages.
+pub fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
