@@ -277,7 +277,10 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     lcfg.pages_max = args.ledger_pages_max;
     // Checkpoints run on their own thread so the writer's commits only append to the WAL.
     lcfg.wal_autocheckpoint_pages = 0;
-    let ledger = SqliteLedger::open(&lcfg)?.with_on_conflict(on_conflict);
+    let Some(ledger) = SqliteLedger::open_waiting(&lcfg, &shutdown)? else {
+        return Ok(());
+    };
+    let ledger = ledger.with_on_conflict(on_conflict);
     let _checkpointer = crate::ledger::Checkpointer::start(&lcfg)?;
     stream::client(&cfg.redis_url)?;
     let mut wcfg = WorkerConfig::new(args.consumer.unwrap_or_else(default_consumer));

@@ -143,10 +143,13 @@ fn open_existing(cfg: &Config) -> Result<SqliteLedger> {
 
 /// `claimgate relay`.
 pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
-    let ledger = SqliteLedger::open(&LedgerConfig::new(&cfg.db_path))?;
+    let shutdown = crate::cli::shutdown_flag()?;
     let rcfg = args.opts.config(cfg);
     crate::stream::client(&rcfg.redis_url)?;
-    let shutdown = crate::cli::shutdown_flag()?;
+    let Some(ledger) = SqliteLedger::open_waiting(&LedgerConfig::new(&cfg.db_path), &shutdown)?
+    else {
+        return Ok(());
+    };
     let totals = relay::run(
         &rcfg,
         &ledger,

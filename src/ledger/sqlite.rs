@@ -13,6 +13,7 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The schema, applied idempotently at every open.
@@ -77,6 +78,40 @@ impl SqliteLedger {
     pub fn with_on_conflict(mut self, on_conflict: OnConflict) -> Self {
         self.on_conflict = on_conflict;
         self
+    }
+
+    /// Opens the ledger like [`SqliteLedger::open`], but waits out transient failures (another
+    /// process holding the write lock past the busy timeout, a full disk) with backoff, as a
+    /// long-running process must: it never exits because the ledger is briefly unavailable.
+    /// Returns `None` if `stop` is set while waiting.
+    pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Self>> {
+        let mut attempt = 0u32;
+        loop {
+            match Self::open(cfg) {
+                Ok(ledger) => {
+                    if attempt > 0 {
+                        log::info!(
+                            "ledger {} opened after {attempt} retries",
+                            cfg.path.display()
+                        );
+                    }
+                    return Ok(Some(ledger));
+                }
+                Err(e) if e.is_transient() => {
+                    if attempt == 0 {
+                        log::warn!(
+                            "opening the ledger failed: {e}; retrying with backoff until it clears"
+                        );
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(crate::config::backoff(attempt));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Opens the ledger at `path` with default settings.
