@@ -146,12 +146,7 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
                     cfg.path.display()
                 )));
             }
-            // Under BEGIN IMMEDIATE so two first starts apply the schema one after the other.
-            let applied = conn.execute_batch(&format!("BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;"));
-            if applied.is_err() && !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            Ok(applied?)
+            Ok(conn.execute_batch(SCHEMA)?)
         })();
         match result {
             Err(Error::Sqlite(e))
