@@ -805,7 +805,6 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
         let mut claim = tx.prepare("INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'prefill')").map_err(|e| e.to_string())?;
         let mut disb = tx.prepare("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(|e| e.to_string())?;
         let mut outbox = tx.prepare("INSERT INTO outbox (claim_id, event_type, payload, created_at, published_at) VALUES (?1, 'disbursement.recorded', ?2, ?3, ?3)").map_err(|e| e.to_string())?;
-        let mut audit = tx.prepare("INSERT INTO audit_log (seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)").map_err(|e| e.to_string())?;
         for i in 1..=n as i64 {
             let mut key = [0u8; 32];
             rng.fill(&mut key);
@@ -846,22 +845,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
                 hash: String::new(),
             };
             r.seal(&prev);
-            audit
-                .execute(rusqlite::params![
-                    r.seq,
-                    r.kind.as_str(),
-                    r.idempotency_key,
-                    r.award_id,
-                    r.amount_cents,
-                    r.stream_entry_id,
-                    r.consumer,
-                    r.delivery_count,
-                    r.detail,
-                    r.recorded_at,
-                    r.prev_hash,
-                    r.hash
-                ])
-                .map_err(sql)?;
+            claimgate::ledger::audit_store::insert(&tx, &r).map_err(|e| e.to_string())?;
             prev = r.hash;
         }
     }

@@ -481,26 +481,7 @@ pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
 }
 
 fn insert_audit(tx: &Transaction<'_>, r: &Record) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO audit_log (seq, kind, idempotency_key, award_id, amount_cents,
-         stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-    )?
-    .execute(params![
-        r.seq,
-        r.kind.as_str(),
-        r.idempotency_key,
-        r.award_id,
-        r.amount_cents,
-        r.stream_entry_id,
-        r.consumer,
-        r.delivery_count,
-        r.detail,
-        r.recorded_at,
-        r.prev_hash,
-        r.hash
-    ])?;
-    Ok(())
+    super::audit_store::insert(tx, r)
 }
 
 fn stats(conn: &Connection) -> Result<Stats> {
