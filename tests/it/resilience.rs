@@ -64,6 +64,15 @@ impl Worker {
             .collect()
     }
 
+    /// Asserts that `what` failed and recovered exactly once each: one episode, logged when it
+    /// started and when it cleared, not once per retry.
+    fn assert_one_episode(&self, what: &str) {
+        for phase in ["failed", "recovered"] {
+            let lines = self.lines_with(&format!("{what} {phase}"));
+            assert_eq!(lines.len(), 1, "{what} {phase}:\n{}", self.log_text());
+        }
+    }
+
     /// Waits until a log line contains `needle`.
     fn wait_log(&self, needle: &str) {
         assert!(
@@ -374,20 +383,7 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     assert_eq!(w.count("dead_letters"), 0);
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
     worker.wait_log("committing to the ledger recovered");
-    assert_eq!(
-        worker.lines_with("committing to the ledger failed").len(),
-        1,
-        "{}",
-        worker.log_text()
-    );
-    assert_eq!(
-        worker
-            .lines_with("committing to the ledger recovered")
-            .len(),
-        1,
-        "{}",
-        worker.log_text()
-    );
+    worker.assert_one_episode("committing to the ledger");
     assert!(worker.stop().success());
 }
 
@@ -443,20 +439,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     assert_eq!(disbursed_cents(&w), amount_sum(40));
     worker.wait_log("committing to the ledger recovered");
     assert_eq!(w.count("dead_letters"), 0);
-    assert_eq!(
-        worker.lines_with("committing to the ledger failed").len(),
-        1,
-        "{}",
-        worker.log_text()
-    );
-    assert_eq!(
-        worker
-            .lines_with("committing to the ledger recovered")
-            .len(),
-        1,
-        "{}",
-        worker.log_text()
-    );
+    worker.assert_one_episode("committing to the ledger");
     assert!(worker.stop().success());
 }
 
