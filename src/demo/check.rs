@@ -2,7 +2,7 @@
 //! audit chain, plus the totals the feed promised. Read-only.
 
 use super::data::Expected;
-use crate::audit::{self, Kind, Record};
+use crate::audit::{self, Kind};
 use crate::error::Result;
 use rusqlite::Connection;
 
@@ -55,7 +55,7 @@ pub fn verify(conn: &Connection, expected: &Expected, received: u64) -> Result<V
          WHERE kind IN ('processed', 'duplicate', 'dead_letter')",
     )?;
     let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-    let records = audit_records(conn)?;
+    let records = crate::ledger::audit_store::all(conn)?;
     let processed_records = records.iter().filter(|r| r.kind == Kind::Processed).count() as i64;
     let chain = audit::verify_chain(&records);
     Ok(vec![
@@ -149,34 +149,6 @@ pub fn claimgate_verify(db: &std::path::Path) -> Check {
         ),
         Err(e) => check("claimgate verify", false, e.to_string()),
     }
-}
-
-/// Every audit record, in chain order.
-fn audit_records(conn: &Connection) -> Result<Vec<Record>> {
-    let mut stmt = conn.prepare(
-        "SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
-                delivery_count, detail, recorded_at, prev_hash, hash
-         FROM audit_log ORDER BY seq",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        let kind: String = r.get(1)?;
-        Ok(Record {
-            seq: r.get(0)?,
-            // An unknown kind cannot verify; Checkpoint is only a placeholder until then.
-            kind: Kind::parse(&kind).unwrap_or(Kind::Checkpoint),
-            idempotency_key: r.get(2)?,
-            award_id: r.get(3)?,
-            amount_cents: r.get(4)?,
-            stream_entry_id: r.get(5)?,
-            consumer: r.get(6)?,
-            delivery_count: r.get(7)?,
-            detail: r.get(8)?,
-            recorded_at: r.get(9)?,
-            prev_hash: r.get(10)?,
-            hash: r.get(11)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
 /// Dead letters by reason code: (code, count, one example reason), most frequent first.

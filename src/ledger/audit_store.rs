@@ -42,6 +42,17 @@ pub fn for_each(
     Ok(())
 }
 
+/// Every record, in chain order. For small ledgers (the demo, tests); large ones use
+/// [`for_each`], which holds one record at a time.
+pub fn all(conn: &Connection) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    for_each(conn, &Since::All, |r| {
+        out.push(r);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// Records with `seq` in `first..=last`, in order (bounded by the caller).
 pub fn range(conn: &Connection, first: i64, last: i64) -> Result<Vec<Record>> {
     let mut stmt = conn.prepare_cached(&format!(

@@ -2,7 +2,6 @@
 //! `verify`, conflicting resubmissions, retention and legal holds.
 
 use crate::support::{self, World};
-use claimgate::audit::{Kind, Record};
 use rusqlite::Connection;
 use std::process::Output;
 
@@ -263,28 +262,7 @@ fn backdate(w: &World, n: i64, old: &str) {
         rusqlite::params![old, n],
     )
     .unwrap();
-    let records: Vec<Record> = {
-        let mut stmt = db
-            .prepare(&format!("SELECT seq, {COLS} FROM audit_log ORDER BY seq"))
-            .unwrap();
-        let rows = stmt.query_map([], |r| {
-            Ok(Record {
-                seq: r.get(0)?,
-                kind: Kind::parse(&r.get::<_, String>(1)?).unwrap(),
-                idempotency_key: r.get(2)?,
-                award_id: r.get(3)?,
-                amount_cents: r.get(4)?,
-                stream_entry_id: r.get(5)?,
-                consumer: r.get(6)?,
-                delivery_count: r.get(7)?,
-                detail: r.get(8)?,
-                recorded_at: r.get(9)?,
-                prev_hash: r.get(10)?,
-                hash: r.get(11)?,
-            })
-        });
-        rows.unwrap().map(Result::unwrap).collect()
-    };
+    let records = claimgate::ledger::audit_store::all(&db).unwrap();
     let mut prev = claimgate::audit::GENESIS_HASH.to_owned();
     for mut r in records {
         r.seal(&prev);
