@@ -97,6 +97,9 @@ pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>>
     }
     let cutoff = ledger_time(cutoff_time);
     let mut conn = ledger.connection()?;
+    // Outside the read transaction below, which rolls back when it ends and would take the
+    // temporary table with it.
+    store::index_claim_keys(&conn, &cutoff)?;
     let (ends, first, last, export_path, digest) = {
         let tx = conn.transaction()?;
         let Some((first, last)) = store::prefix(&tx, &cutoff)? else {

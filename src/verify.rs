@@ -28,7 +28,15 @@ pub struct Summary {
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
 /// nothing. Ordered so the most basic faults are named first.
-const CHECKS: [(&str, &str); 8] = [
+const CHECKS: [(&str, &str); 9] = [
+    (
+        // The schema makes a claim unique on (time, award, key), which is uniqueness of the key
+        // because the key is derived from that time and award (`schema.sql`); checked here
+        // directly, on the key alone.
+        "key claimed twice",
+        "SELECT 'key ' || lower(hex(idempotency_key)) || ' has ' || COUNT(*) || ' claims'
+         FROM processed_messages GROUP BY idempotency_key HAVING COUNT(*) > 1 LIMIT 1",
+    ),
     (
         "disbursement without a claim",
         "SELECT 'disbursement ' || d.id || ' refers to claim ' || d.claim_id || ', which does not exist'

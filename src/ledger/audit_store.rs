@@ -15,10 +15,14 @@ pub enum Since {
     Time(String),
 }
 
-/// The columns, in `Record` order.
-const COLUMNS: &str =
-    "seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
-                       delivery_count, detail, recorded_at, prev_hash, hash";
+/// The columns, in `Record` order (a macro, so statements can be built with `concat!`).
+macro_rules! columns {
+    () => {
+        "seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer, \
+         delivery_count, detail, recorded_at, prev_hash, hash"
+    };
+}
+const COLUMNS: &str = columns!();
 
 /// Calls `f` with each selected record, lowest seq first. Call inside a read transaction for a
 /// consistent snapshot. A `kind` no record can have is reported as an invariant violation.
@@ -68,22 +72,50 @@ pub fn range(conn: &Connection, first: i64, last: i64) -> Result<Vec<Record>> {
 
 /// Inserts a record exactly as given (seq included).
 pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
-    conn.prepare_cached(&format!("INSERT INTO audit_log ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"))?
-        .execute(rusqlite::params![
-            r.seq,
-            r.kind.as_str(),
-            r.idempotency_key,
-            r.award_id,
-            r.amount_cents,
-            r.stream_entry_id,
-            r.consumer,
-            r.delivery_count,
-            r.detail,
-            r.recorded_at,
-            r.prev_hash,
-            r.hash
-        ])?;
+    conn.prepare_cached(concat!(
+        "INSERT INTO audit_log (",
+        columns!(),
+        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    ))?
+    .execute(rusqlite::params![
+        r.seq,
+        r.kind.as_str(),
+        r.idempotency_key,
+        r.award_id,
+        r.amount_cents,
+        r.stream_entry_id,
+        r.consumer,
+        r.delivery_count,
+        r.detail,
+        r.recorded_at,
+        r.prev_hash,
+        r.hash
+    ])?;
     Ok(())
+}
+
+/// Inserts records exactly as given, many per statement (a batch's records, in chain order).
+pub fn insert_many(conn: &Connection, records: &[Record]) -> Result<()> {
+    super::multirow::insert(
+        conn,
+        concat!("INSERT INTO audit_log (", columns!(), ")"),
+        12,
+        records,
+        |b, r| {
+            b.bind(r.seq)?;
+            b.bind(r.kind.as_str())?;
+            b.bind(&r.idempotency_key)?;
+            b.bind(&r.award_id)?;
+            b.bind(r.amount_cents)?;
+            b.bind(&r.stream_entry_id)?;
+            b.bind(&r.consumer)?;
+            b.bind(r.delivery_count)?;
+            b.bind(&r.detail)?;
+            b.bind(&r.recorded_at)?;
+            b.bind(&r.prev_hash)?;
+            b.bind(&r.hash)
+        },
+    )
 }
 
 fn record_of(row: &Row<'_>) -> Result<Record> {

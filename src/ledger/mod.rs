@@ -6,8 +6,10 @@
 //! or none of them.
 
 pub mod audit_store;
+mod batch;
 mod checkpoint;
 mod conflict;
+mod multirow;
 pub mod outbox;
 pub mod retention;
 mod sqlite;

@@ -118,10 +118,33 @@ pub fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
     Ok(n as u64)
 }
 
-/// Claims whose `processed` record lies in `?1..=?2`.
-const CLAIMS_IN: &str = "SELECT p.claim_id FROM audit_log a
-     JOIN processed_messages p ON p.idempotency_key = unhex(a.idempotency_key)
+/// Claims whose `processed` record lies in `?1..=?2` (through `temp.claim_keys`, see
+/// [`index_claim_keys`]).
+const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
+     JOIN temp.claim_keys k ON k.idempotency_key = unhex(a.idempotency_key)
      WHERE a.kind = 'processed' AND a.seq BETWEEN ?1 AND ?2";
+
+/// Builds `temp.claim_keys` on this connection: key → claim id for every claim made before
+/// `cutoff`, the only claims a purge before `cutoff` can reach. Audit records name a claim by
+/// its key alone, and the ledger has no index on the key alone: its one index on claims leads
+/// with the submission's time and award (`schema.sql`), which keeps the worker's inserts local.
+/// Built once per purge (one pass over the claims), this keeps each batch's lookups cheap; the
+/// map cannot go stale during the purge, because every claim it must find was made before
+/// `cutoff`, and a claim made later is never purged. Every later call on this connection
+/// (`unpublished_in`, `export_rows`, `purge_batch`) reads it.
+pub fn index_claim_keys(conn: &Connection, cutoff: &str) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS claim_keys (
+             idempotency_key BLOB PRIMARY KEY, claim_id INTEGER NOT NULL) WITHOUT ROWID;
+         DELETE FROM temp.claim_keys;",
+    )?;
+    conn.execute(
+        "INSERT OR IGNORE INTO temp.claim_keys (idempotency_key, claim_id)
+         SELECT idempotency_key, claim_id FROM processed_messages WHERE claimed_at < ?1",
+        [cutoff],
+    )?;
+    Ok(())
+}
 /// Dead-letter entries whose `dead_letter` record lies in `?1..=?2`.
 const DEAD_IN: &str = "SELECT stream_entry_id FROM audit_log
      WHERE kind = 'dead_letter' AND seq BETWEEN ?1 AND ?2";
@@ -253,6 +276,20 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64) -> Result<u64> {
         &format!("INSERT INTO temp.purge_claims {CLAIMS_IN}"),
         [first, last],
     )?;
+    // Each processed record must take its claim with it; a record whose claim cannot be found
+    // would leave the claim behind without its evidence, so the batch is refused instead.
+    let (records, found): (i64, i64) = tx.query_row(
+        "SELECT (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND seq BETWEEN ?1 AND ?2),
+                (SELECT COUNT(*) FROM temp.purge_claims)",
+        [first, last],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if found != records {
+        return Err(Error::Invariant(format!(
+            "{records} processed records in seq {first}..={last} but only {found} of their claims \
+             were found among the claims made before the cutoff; nothing was purged"
+        )));
+    }
     for table in ["outbox", "disbursements", "processed_messages"] {
         tx.execute(
             &format!(
@@ -261,6 +298,5 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64) -> Result<u64> {
             [],
         )?;
     }
-    let n: i64 = tx.query_row("SELECT COUNT(*) FROM temp.purge_claims", [], |r| r.get(0))?;
-    Ok(n as u64)
+    Ok(found as u64)
 }

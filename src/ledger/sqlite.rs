@@ -4,20 +4,23 @@
 //! gets the busy timeout and `synchronous` level. Writers open their transactions with
 //! `BEGIN IMMEDIATE`, so two processes never both read and then fail to upgrade to write.
 
-use super::{conflict, Item, Ledger, Outcome, Stats};
-use crate::audit::{self, Kind, Record};
+use super::batch::{Batch, Context};
+use super::{Item, Ledger, Outcome, Stats};
 use crate::config::{LedgerConfig, OnConflict};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{Connection, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The schema, applied idempotently at every open.
 pub const SCHEMA: &str = include_str!("../../schema.sql");
+
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE_MAX: usize = 64;
 
 /// The only event type the worker emits.
 pub const EVENT_DISBURSEMENT_RECORDED: &str = "disbursement.recorded";
@@ -54,6 +57,9 @@ impl SqliteLedger {
         let (autocheckpoint, cache_kib) = (cfg.wal_autocheckpoint_pages, cfg.cache_kib);
         let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
             c.busy_timeout(busy)?;
+            // A batch uses about twenty statements (four shapes per multi-row insert); the
+            // default cache of 16 would re-prepare some of them in every batch.
+            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
             c.execute_batch(&format!(
                 "PRAGMA synchronous = {synchronous};
                  PRAGMA foreign_keys = ON;
@@ -184,15 +190,17 @@ impl Ledger for SqliteLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
         let mut conn = self.pool.get()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = write_items(
-            &tx,
-            items,
-            &Context {
-                consumer,
-                stream,
-                on_conflict: self.on_conflict,
-            },
-        )?;
+        let ctx = Context {
+            consumer,
+            stream,
+            on_conflict: self.on_conflict,
+        };
+        let mut batch = Batch::start(&tx, &ctx, items.len())?;
+        let outcomes = items
+            .iter()
+            .map(|item| batch.item(item))
+            .collect::<Result<Vec<_>>>()?;
+        batch.finish()?;
         failpoint::hit("before_commit");
         tx.commit()?;
         Ok(outcomes)
@@ -202,286 +210,6 @@ impl Ledger for SqliteLedger {
         let conn = self.pool.get()?;
         stats(&conn)
     }
-}
-
-/// The tail of the audit chain, carried through one transaction.
-pub(super) struct ChainTail {
-    seq: i64,
-    hash: String,
-}
-
-impl ChainTail {
-    fn read(tx: &Transaction<'_>) -> Result<Self> {
-        let tail = tx
-            // A checkpoint is transparent: what follows it links to the hash it continues from.
-            .query_row(
-                "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
-                        FROM audit_log ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| {
-                    Ok(ChainTail {
-                        seq: r.get(0)?,
-                        hash: r.get(1)?,
-                    })
-                },
-            )
-            .optional()?;
-        Ok(tail.unwrap_or(ChainTail {
-            seq: 0,
-            hash: audit::GENESIS_HASH.to_owned(),
-        }))
-    }
-
-    /// Seals `record` after the current tail, inserts it, and makes it the new tail.
-    pub(super) fn append(&mut self, tx: &Transaction<'_>, mut record: Record) -> Result<()> {
-        record.seq = self.seq + 1;
-        record.seal(&self.hash);
-        insert_audit(tx, &record)?;
-        self.seq = record.seq;
-        self.hash = record.hash;
-        Ok(())
-    }
-}
-
-/// Who is recording, from where, under which conflict policy.
-pub(super) struct Context<'a> {
-    /// The consumer name.
-    pub(super) consumer: &'a str,
-    /// The submissions stream (dead letters are keyed by stream and entry id).
-    pub(super) stream: &'a str,
-    /// What to do with a conflicting resubmission.
-    pub(super) on_conflict: OnConflict,
-}
-
-/// Writes every item of a batch inside the caller's open transaction.
-fn write_items(
-    tx: &Transaction<'_>,
-    items: &[Item<'_>],
-    ctx: &Context<'_>,
-) -> Result<Vec<Outcome>> {
-    let (consumer, stream) = (ctx.consumer, ctx.stream);
-    let now = now_rfc3339();
-    let mut tail = ChainTail::read(tx)?;
-    let mut outcomes = Vec::with_capacity(items.len());
-    for item in items {
-        let outcome = match item {
-            Item::Submission {
-                submission,
-                entry_id,
-                delivery_count,
-            } => {
-                let claim = Claim {
-                    submission,
-                    entry_id,
-                    delivery_count: *delivery_count,
-                };
-                record_submission(tx, &mut tail, &claim, ctx, &now)?
-            }
-            Item::KnownDuplicate {
-                submission,
-                entry_id,
-                delivery_count,
-                committed_by,
-            } => {
-                let claim = Claim {
-                    submission,
-                    entry_id,
-                    delivery_count: *delivery_count,
-                };
-                record_known_duplicate(tx, &mut tail, &claim, committed_by, consumer, &now)?
-            }
-            Item::DeadLetter {
-                entry_id,
-                reason_code,
-                reason,
-                award_id,
-                key,
-                delivery_count,
-            } => {
-                let inserted = tx
-                    .prepare_cached(
-                        "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code,
-                         reason, award_id, delivery_count, recorded_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )?
-                    .execute(params![
-                        stream,
-                        entry_id,
-                        reason_code,
-                        reason,
-                        award_id,
-                        *delivery_count as i64,
-                        now
-                    ])?;
-                if inserted == 0 {
-                    Outcome::AlreadyDeadLettered
-                } else {
-                    let mut r = blank_record(Kind::DeadLetter, consumer, &now);
-                    r.idempotency_key = key.map(|k| k.to_hex());
-                    r.award_id = award_id.map(str::to_owned);
-                    r.stream_entry_id = Some((*entry_id).to_owned());
-                    r.delivery_count = Some(*delivery_count as i64);
-                    r.detail = Some(format!("{reason_code}: {reason}"));
-                    tail.append(tx, r)?;
-                    Outcome::DeadLettered
-                }
-            }
-        };
-        outcomes.push(outcome);
-    }
-    Ok(outcomes)
-}
-
-/// One submission with its delivery facts.
-pub(super) struct Claim<'a> {
-    /// The validated submission.
-    pub(super) submission: &'a crate::submission::Submission,
-    /// The stream entry that carried it.
-    pub(super) entry_id: &'a str,
-    /// Deliveries so far.
-    pub(super) delivery_count: u64,
-}
-
-/// INSERT OR IGNORE the claim; if it took, write the disbursement, outbox row and audit record.
-fn record_submission(
-    tx: &Transaction<'_>,
-    tail: &mut ChainTail,
-    claim: &Claim<'_>,
-    ctx: &Context<'_>,
-    now: &str,
-) -> Result<Outcome> {
-    let (s, consumer) = (claim.submission, ctx.consumer);
-    let key = s.key.as_bytes().as_slice();
-    // Under hold, a conflict must be known before claiming; under record (the default) it is
-    // looked up only for new claims, after the claim, so duplicates pay nothing for it.
-    let held_conflict = match ctx.on_conflict {
-        OnConflict::Hold => conflict::find(tx, s)?,
-        OnConflict::Record => None,
-    };
-    if let Some(other) = &held_conflict {
-        if !conflict::is_claimed(tx, key)? {
-            return conflict::hold(tx, tail, claim, other, ctx, now);
-        }
-    }
-    let claimed = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
-             submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
-            key,
-            s.award_id,
-            s.submission_timestamp,
-            s.amount_cents,
-            now,
-            claim.entry_id,
-            consumer
-        ])?;
-
-    let mut r = blank_record(Kind::Processed, consumer, now);
-    r.idempotency_key = Some(s.key.to_hex());
-    r.award_id = Some(s.award_id.clone());
-    r.stream_entry_id = Some(claim.entry_id.to_owned());
-    r.delivery_count = Some(claim.delivery_count as i64);
-
-    if claimed == 0 {
-        let first_claimed_at: String = tx
-            .prepare_cached("SELECT claimed_at FROM processed_messages WHERE idempotency_key = ?1")?
-            .query_row([key], |row| row.get(0))?;
-        r.kind = Kind::Duplicate;
-        r.detail = Some(format!("first claimed at {first_claimed_at}"));
-        tail.append(tx, r)?;
-        return Ok(Outcome::Duplicate { first_claimed_at });
-    }
-
-    let claim_id = tx.last_insert_rowid();
-    failpoint::hit("after_claim");
-    tx.prepare_cached(
-        "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![claim_id, key, s.award_id, s.amount_cents, now])?;
-    let event = serde_json::json!({
-        "award_id": s.award_id,
-        "amount_cents": s.amount_cents,
-        "idempotency_key": s.key.to_hex(),
-        "submission_timestamp": s.submission_timestamp,
-    });
-    tx.prepare_cached(
-        "INSERT INTO outbox (claim_id, event_type, payload, created_at) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![
-        claim_id,
-        EVENT_DISBURSEMENT_RECORDED,
-        event.to_string(),
-        now
-    ])?;
-    r.amount_cents = Some(s.amount_cents);
-    tail.append(tx, r)?;
-    let other = match ctx.on_conflict {
-        OnConflict::Hold => held_conflict,
-        OnConflict::Record => conflict::find(tx, s)?,
-    };
-    match other {
-        None => Ok(Outcome::Processed),
-        Some(other) => {
-            let mut c = conflict::record(claim, &other, consumer, now);
-            c.detail = Some(format!(
-                "{}; paid (--on-conflict record)",
-                c.detail.unwrap_or_default()
-            ));
-            tail.append(tx, c)?;
-            Ok(Outcome::ProcessedConflicting {
-                other_key: other.key_hex,
-            })
-        }
-    }
-}
-
-/// A duplicate the fast filter vouched for: its audit record only, no probe of the claim index.
-fn record_known_duplicate(
-    tx: &Transaction<'_>,
-    tail: &mut ChainTail,
-    claim: &Claim<'_>,
-    committed_by: &str,
-    consumer: &str,
-    now: &str,
-) -> Result<Outcome> {
-    let s = claim.submission;
-    let mut r = blank_record(Kind::Duplicate, consumer, now);
-    r.idempotency_key = Some(s.key.to_hex());
-    r.award_id = Some(s.award_id.clone());
-    r.stream_entry_id = Some(claim.entry_id.to_owned());
-    r.delivery_count = Some(claim.delivery_count as i64);
-    r.detail = Some(format!(
-        "already claimed; seen committed by {committed_by} (fast filter)"
-    ));
-    tail.append(tx, r)?;
-    Ok(Outcome::Duplicate {
-        first_claimed_at: committed_by.to_owned(),
-    })
-}
-
-pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
-    Record {
-        seq: 0,
-        kind,
-        idempotency_key: None,
-        award_id: None,
-        amount_cents: None,
-        stream_entry_id: None,
-        consumer: Some(consumer.to_owned()),
-        delivery_count: None,
-        detail: None,
-        recorded_at: now.to_owned(),
-        prev_hash: String::new(),
-        hash: String::new(),
-    }
-}
-
-fn insert_audit(tx: &Transaction<'_>, r: &Record) -> Result<()> {
-    super::audit_store::insert(tx, r)
 }
 
 fn stats(conn: &Connection) -> Result<Stats> {

@@ -372,3 +372,35 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
     w.run_ok(&["audit", "verify"]);
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn a_purge_that_cannot_find_a_records_claim_removes_nothing() {
+    // 1. 6 submissions, published; every audit record moved back to 2019 and the chain
+    //    re-sealed, but the claims keep their real claimed_at (as a hand-edited or clock-skewed
+    //    ledger might): the purge's claim lookup, built from claims made before the cutoff,
+    //    finds none of them.
+    // 2. The purge refuses and names the problem; every row is still there; verify passes.
+    let w = World::new();
+    w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    backdate(&w, 6, "2019-03-01T12:00:00.000000Z");
+    rw(&w)
+        .execute(
+            "UPDATE processed_messages SET claimed_at = '2026-07-01T00:00:00.000000Z'",
+            [],
+        )
+        .unwrap();
+    w.run_ok(&["verify"]);
+
+    let refused = fails(&w, &["retention", "purge", "--before", "2020-01-01"]);
+    assert!(refused.contains("nothing was purged"), "{refused}");
+    assert_eq!(w.count("processed_messages"), 6);
+    assert_eq!(w.count("disbursements"), 6);
+    assert_eq!(w.count("audit_log"), 6);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'"),
+        0
+    );
+    w.run_ok(&["verify"]);
+}

@@ -164,3 +164,50 @@ fn the_fast_filter_marks_nothing_before_the_commit_so_a_crash_loses_nothing() {
     w.drain(&["--consumer", "c1", "--fast-filter"]);
     assert_ledger(&w, 15, 0);
 }
+
+#[test]
+fn a_ledger_made_by_the_previous_schema_keeps_paying_each_submission_once() {
+    // 1. A ledger created by the previous release's schema (claims unique on the key alone,
+    //    plus the award/time index), holding 10 paid submissions' claims.
+    // 2. The new worker opens it, applies today's schema (which changes nothing there) and
+    //    drains the same 10 again plus 10 new ones, twice each: 20 paid, 30 duplicates.
+    let w = World::new();
+    w.add(&(0..10).map(submission).collect::<Vec<_>>());
+    {
+        let conn = rusqlite::Connection::open(&w.db).unwrap();
+        conn.execute_batch(include_str!("fixtures/schema-v1.sql"))
+            .unwrap();
+    }
+    w.drain(&[]);
+    assert_ledger(&w, 10, 0);
+    let indexes = w.sql_i64(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'processed_messages'",
+    );
+    assert_eq!(indexes, 2, "the old ledger keeps its own two indexes");
+
+    let again: Vec<String> = (0..20)
+        .flat_map(|i| [submission(i), submission(i)])
+        .collect();
+    w.add(&again);
+    w.drain(&["--batch-count-max", "9"]);
+    assert_ledger(&w, 20, 30);
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn the_database_itself_refuses_a_second_claim_of_one_key() {
+    // The claim is unique on (submission time, award, key); the key is derived from exactly
+    // that time and award, so this is uniqueness of the key. Proved on the real schema with
+    // raw SQL, outside any claimgate code path.
+    let w = World::new();
+    w.add(&[submission(1)]);
+    w.drain(&[]);
+    let conn = rusqlite::Connection::open(&w.db).unwrap();
+    let copy = "INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp,
+                amount_cents, claimed_at, stream_entry_id, consumer)
+                SELECT idempotency_key, award_id, submission_timestamp, amount_cents, 'now', 'x', 'y'
+                FROM processed_messages";
+    let refused = conn.execute(copy, []).unwrap_err().to_string();
+    assert!(refused.contains("UNIQUE constraint failed"), "{refused}");
+    assert_eq!(w.count("processed_messages"), 1, "still one claim");
+}

@@ -1,0 +1,397 @@
+//! One batch, one transaction: each item's claim, its effects and its audit records.
+//!
+//! Claims are taken one row at a time, in batch order, with `INSERT OR IGNORE`: the unique
+//! index on the claim decides, row by row, whether a submission is new, so a duplicate inside
+//! the same batch is a duplicate like any other. What follows from a new claim — its
+//! disbursement, its outbox row — and every audit record are collected as the items are
+//! decided and written at the end of the batch, many rows per statement (`multirow`), still
+//! inside the same transaction. Nothing here commits: the caller does, or drops the
+//! transaction and nothing of the batch exists.
+
+use super::sqlite::EVENT_DISBURSEMENT_RECORDED;
+use super::{conflict, multirow, Item, Outcome};
+use crate::audit::{self, Kind, Record};
+use crate::config::OnConflict;
+use crate::error::Result;
+use crate::failpoint;
+use crate::submission::Submission;
+use rusqlite::{params, OptionalExtension, Transaction};
+
+/// Who is recording, from where, under which conflict policy.
+pub(super) struct Context<'a> {
+    /// The consumer name.
+    pub(super) consumer: &'a str,
+    /// The submissions stream (dead letters are keyed by stream and entry id).
+    pub(super) stream: &'a str,
+    /// What to do with a conflicting resubmission.
+    pub(super) on_conflict: OnConflict,
+}
+
+/// One submission with its delivery facts.
+pub(super) struct Claim<'a> {
+    /// The validated submission.
+    pub(super) submission: &'a Submission,
+    /// The stream entry that carried it.
+    pub(super) entry_id: &'a str,
+    /// Deliveries so far.
+    pub(super) delivery_count: u64,
+}
+
+/// The tail of the audit chain, carried through one transaction.
+struct ChainTail {
+    /// The last record's seq (0 for an empty chain).
+    seq: i64,
+    /// The hash the next record links to.
+    hash: String,
+}
+
+impl ChainTail {
+    fn read(tx: &Transaction<'_>) -> Result<Self> {
+        let tail = tx
+            // A checkpoint is transparent: what follows it links to the hash it continues from.
+            .query_row(
+                "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
+                        FROM audit_log ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok(ChainTail {
+                        seq: r.get(0)?,
+                        hash: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?;
+        Ok(tail.unwrap_or(ChainTail {
+            seq: 0,
+            hash: audit::GENESIS_HASH.to_owned(),
+        }))
+    }
+}
+
+/// A disbursement waiting to be written with the rest of the batch.
+struct Disbursement<'a> {
+    /// The claim it pays.
+    claim_id: i64,
+    /// What it pays.
+    submission: &'a Submission,
+}
+
+/// A batch being recorded inside an open transaction.
+pub(super) struct Batch<'t, 'a> {
+    /// The batch's transaction.
+    pub(super) tx: &'t Transaction<'t>,
+    /// Consumer, stream and conflict policy.
+    pub(super) ctx: &'t Context<'t>,
+    /// The time every row of the batch is recorded at.
+    pub(super) now: String,
+    /// Where the next audit record links in.
+    tail: ChainTail,
+    /// New claims' disbursements, written by `finish`.
+    disbursements: Vec<Disbursement<'a>>,
+    /// New claims' outbox rows (claim id, event JSON), written by `finish`.
+    outbox: Vec<(i64, String)>,
+    /// Sealed audit records in chain order, written by `finish`.
+    audit: Vec<Record>,
+}
+
+impl<'t, 'a> Batch<'t, 'a> {
+    /// Starts recording a batch of `capacity` items after the chain's current tail.
+    pub(super) fn start(
+        tx: &'t Transaction<'t>,
+        ctx: &'t Context<'t>,
+        capacity: usize,
+    ) -> Result<Self> {
+        Ok(Batch {
+            tx,
+            ctx,
+            now: super::now_rfc3339(),
+            tail: ChainTail::read(tx)?,
+            disbursements: Vec::with_capacity(capacity),
+            outbox: Vec::with_capacity(capacity),
+            audit: Vec::with_capacity(capacity),
+        })
+    }
+
+    /// A record of `kind` by this batch's consumer at this batch's time, not yet sealed.
+    pub(super) fn record(&self, kind: Kind) -> Record {
+        blank_record(kind, self.ctx.consumer, &self.now)
+    }
+
+    /// Seals `record` after the current tail and queues it for `finish`.
+    pub(super) fn append(&mut self, mut record: Record) {
+        record.seq = self.tail.seq + 1;
+        record.seal(&self.tail.hash);
+        self.tail.seq = record.seq;
+        self.tail.hash.clone_from(&record.hash);
+        self.audit.push(record);
+    }
+
+    /// Records one item and says what it did.
+    pub(super) fn item(&mut self, item: &Item<'a>) -> Result<Outcome> {
+        match item {
+            Item::Submission {
+                submission,
+                entry_id,
+                delivery_count,
+            } => self.submission(&Claim {
+                submission,
+                entry_id,
+                delivery_count: *delivery_count,
+            }),
+            Item::KnownDuplicate {
+                submission,
+                entry_id,
+                delivery_count,
+                committed_by,
+            } => {
+                let claim = Claim {
+                    submission,
+                    entry_id,
+                    delivery_count: *delivery_count,
+                };
+                let mut r = self.claim_record(Kind::Duplicate, &claim);
+                r.detail = Some(format!(
+                    "already claimed; seen committed by {committed_by} (fast filter)"
+                ));
+                self.append(r);
+                Ok(Outcome::Duplicate {
+                    first_claimed_at: (*committed_by).to_owned(),
+                })
+            }
+            Item::DeadLetter {
+                entry_id,
+                reason_code,
+                reason,
+                award_id,
+                key,
+                delivery_count,
+            } => {
+                let inserted = self
+                    .tx
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code,
+                         reason, award_id, delivery_count, recorded_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        self.ctx.stream,
+                        entry_id,
+                        reason_code,
+                        reason,
+                        award_id,
+                        *delivery_count as i64,
+                        self.now
+                    ])?;
+                if inserted == 0 {
+                    return Ok(Outcome::AlreadyDeadLettered);
+                }
+                let mut r = self.record(Kind::DeadLetter);
+                r.idempotency_key = key.map(|k| k.to_hex());
+                r.award_id = award_id.map(str::to_owned);
+                r.stream_entry_id = Some((*entry_id).to_owned());
+                r.delivery_count = Some(*delivery_count as i64);
+                r.detail = Some(format!("{reason_code}: {reason}"));
+                self.append(r);
+                Ok(Outcome::DeadLettered)
+            }
+        }
+    }
+
+    /// A record of `kind` about `claim`, not yet sealed.
+    pub(super) fn claim_record(&self, kind: Kind, claim: &Claim<'_>) -> Record {
+        let s = claim.submission;
+        let mut r = self.record(kind);
+        r.idempotency_key = Some(s.key.to_hex());
+        r.award_id = Some(s.award_id.clone());
+        r.stream_entry_id = Some(claim.entry_id.to_owned());
+        r.delivery_count = Some(claim.delivery_count as i64);
+        r
+    }
+
+    /// INSERT OR IGNORE the claim; if it took, queue its disbursement, outbox row and audit
+    /// record; if not, look up when the key was first claimed.
+    fn submission(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
+        let s = claim.submission;
+        // Under hold, a conflict must be known before claiming; under record (the default) it
+        // is looked up only for new claims, after the claim, so duplicates pay nothing for it.
+        let held_conflict = match self.ctx.on_conflict {
+            OnConflict::Hold => conflict::find(self.tx, s)?,
+            OnConflict::Record => None,
+        };
+        if let Some(other) = &held_conflict {
+            if claimed_at(self.tx, s)?.is_none() {
+                return conflict::hold(self, claim, other);
+            }
+        }
+        let claimed = self
+            .tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
+                 submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                s.key.as_bytes().as_slice(),
+                s.award_id,
+                s.submission_timestamp,
+                s.amount_cents,
+                self.now,
+                claim.entry_id,
+                self.ctx.consumer
+            ])?;
+        if claimed == 0 {
+            // Only a claim of this very key can have refused ours, so it is there to be found.
+            let first_claimed_at = claimed_at(self.tx, s)?.ok_or_else(|| {
+                crate::Error::Invariant(format!(
+                    "claim of key {} was refused but no claim of it exists",
+                    s.key.to_hex()
+                ))
+            })?;
+            let mut r = self.claim_record(Kind::Duplicate, claim);
+            r.detail = Some(format!("first claimed at {first_claimed_at}"));
+            self.append(r);
+            return Ok(Outcome::Duplicate { first_claimed_at });
+        }
+
+        let claim_id = self.tx.last_insert_rowid();
+        failpoint::hit("after_claim");
+        let mut r = self.claim_record(Kind::Processed, claim);
+        let key_hex = r.idempotency_key.as_deref().unwrap_or_default();
+        self.disbursements.push(Disbursement {
+            claim_id,
+            submission: s,
+        });
+        self.outbox.push((claim_id, event_payload(s, key_hex)));
+        r.amount_cents = Some(s.amount_cents);
+        self.append(r);
+        let other = match self.ctx.on_conflict {
+            OnConflict::Hold => held_conflict,
+            OnConflict::Record => conflict::find(self.tx, s)?,
+        };
+        let Some(other) = other else {
+            return Ok(Outcome::Processed);
+        };
+        let mut c = conflict::record(self, claim, &other);
+        c.detail = Some(format!(
+            "{}; paid (--on-conflict record)",
+            c.detail.unwrap_or_default()
+        ));
+        self.append(c);
+        Ok(Outcome::ProcessedConflicting {
+            other_key: other.key_hex,
+        })
+    }
+
+    /// Writes the queued disbursements, outbox rows and audit records.
+    pub(super) fn finish(self) -> Result<()> {
+        let (tx, now) = (self.tx, self.now.as_str());
+        multirow::insert(
+            tx,
+            "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
+             recorded_at)",
+            5,
+            &self.disbursements,
+            |b, d| {
+                let s = d.submission;
+                b.bind(d.claim_id)?;
+                b.bind(s.key.as_bytes().as_slice())?;
+                b.bind(&s.award_id)?;
+                b.bind(s.amount_cents)?;
+                b.bind(now)
+            },
+        )?;
+        multirow::insert(
+            tx,
+            "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
+            4,
+            &self.outbox,
+            |b, (claim_id, payload)| {
+                b.bind(claim_id)?;
+                b.bind(EVENT_DISBURSEMENT_RECORDED)?;
+                b.bind(payload)?;
+                b.bind(now)
+            },
+        )?;
+        super::audit_store::insert_many(tx, &self.audit)
+    }
+}
+
+/// When the claim of this submission's key was taken, if it was. One probe of the claim's
+/// unique index, which leads with the submission's time and award (see `schema.sql`).
+fn claimed_at(tx: &Transaction<'_>, s: &Submission) -> Result<Option<String>> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT claimed_at FROM processed_messages
+             WHERE submission_timestamp = ?1 AND award_id = ?2 AND idempotency_key = ?3",
+        )?
+        .query_row(
+            params![
+                s.submission_timestamp,
+                s.award_id,
+                s.key.as_bytes().as_slice()
+            ],
+            |row| row.get(0),
+        )
+        .optional()?)
+}
+
+/// The `disbursement.recorded` event a new claim announces.
+fn event_payload(s: &Submission, key_hex: &str) -> String {
+    /// The event body. Fields in alphabetical order, as the events stream has always carried
+    /// them.
+    #[derive(serde::Serialize)]
+    struct Event<'e> {
+        amount_cents: i64,
+        award_id: &'e str,
+        idempotency_key: &'e str,
+        submission_timestamp: &'e str,
+    }
+    serde_json::to_string(&Event {
+        amount_cents: s.amount_cents,
+        award_id: &s.award_id,
+        idempotency_key: key_hex,
+        submission_timestamp: &s.submission_timestamp,
+    })
+    .expect("an event always serializes")
+}
+
+/// An unsealed record of `kind` by `consumer` at `now`, every other field empty.
+pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
+    Record {
+        seq: 0,
+        kind,
+        idempotency_key: None,
+        award_id: None,
+        amount_cents: None,
+        stream_entry_id: None,
+        consumer: Some(consumer.to_owned()),
+        delivery_count: None,
+        detail: None,
+        recorded_at: now.to_owned(),
+        prev_hash: String::new(),
+        hash: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_payload_keeps_its_published_shape() {
+        let s = crate::submission::parse_payload(
+            br#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":125}"#,
+            1 << 20,
+        )
+        .unwrap();
+        let hex = s.key.to_hex();
+        let expected = serde_json::json!({
+            "award_id": "A-1",
+            "amount_cents": 125,
+            "idempotency_key": hex,
+            "submission_timestamp": "2026-07-01T09:00:00Z",
+        })
+        .to_string();
+        assert_eq!(event_payload(&s, &hex), expected);
+    }
+}
