@@ -55,6 +55,7 @@ struct Opts {
 }
 
 fn main() {
+    claimgate::allocator::tune();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(AS_CLAIMGATE) {
         std::process::exit(as_claimgate(&args[2..]));
@@ -66,14 +67,19 @@ fn main() {
     }
 }
 
+/// The shipped binary's allocator, as in `src/main.rs`.
+#[global_allocator]
+static ALLOCATOR: claimgate::allocator::MiMalloc = claimgate::allocator::MiMalloc;
+
 /// Exactly what `src/main.rs` does, so a child run here is the shipped binary's code path.
 fn as_claimgate(args: &[String]) -> i32 {
     use clap::Parser;
     let cli = claimgate::cli::Cli::parse_from(
         std::iter::once("claimgate".to_owned()).chain(args.iter().cloned()),
     );
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    match claimgate::cli::dispatch(cli) {
+    match claimgate::logging::init(&cli.global.logging())
+        .and_then(|()| claimgate::cli::dispatch(cli))
+    {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("claimgate: {e}");
@@ -181,37 +187,50 @@ fn bench(o: &Opts) -> Res<()> {
         o.rounds
     );
 
-    let main_load = env.load("bench:main", o.n, o.dup, 1)?;
-    let pm_load = env.load("bench:pm", o.per_message_n, o.dup, 2)?;
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let main_load = env.load("bench:main", o.n, o.dup, 1, Shape::Arrival)?;
+    let shuffled_load = env.load("bench:shuffled", o.n, o.dup, 1, Shape::Shuffled)?;
+    let pm_load = env.load("bench:pm", o.per_message_n, o.dup, 2, Shape::Arrival)?;
+    let (mut a, mut s, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         a.push(env.child_run(&main_load, &format!("a{round}"), &[], None)?);
+        s.push(env.child_run(&shuffled_load, &format!("s{round}"), &[], None)?);
         b.push(env.child_run(&pm_load, &format!("b{round}"), &["--per-message"], None)?);
         c.push(env.null_run(&main_load, &format!("c{round}"))?);
+        let (ra, rs) = (&a[round - 1], &s[round - 1]);
         println!(
-            "round {round}: (a) {:>8.0}/s  (b) {:>7.0}/s  (c) {:>8.0}/s  commit p50 {} p99 {}  rss {:.1} MiB  cpu {:.1} us/entry",
-            a[round - 1].rate, b[round - 1].rate, c[round - 1].rate,
-            ms(a[round - 1].commit_p50_us), ms(a[round - 1].commit_p99_us), a[round - 1].rss_mib, a[round - 1].cpu_us_per_entry
+            "round {round}: (a) {:>8.0}/s  (a') {:>8.0}/s  (b) {:>7.0}/s  (c) {:>8.0}/s  (a) commit p50 {} p99 {}  rss {:.1} MiB  cpu {:.1} us/entry",
+            ra.rate, rs.rate, b[round - 1].rate, c[round - 1].rate,
+            ms(ra.commit_p50_us), ms(ra.commit_p99_us), ra.rss_mib, ra.cpu_us_per_entry
         );
     }
-    let (ma, mb, mc) = (
+    let (ma, ms_, mb, mc) = (
         median(&a, |r| r.rate),
+        median(&s, |r| r.rate),
         median(&b, |r| r.rate),
         median(&c, |r| r.rate),
     );
     println!("\nmedians over {} rounds", o.rounds);
     println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
         ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib), median(&a, |r| r.cpu_us_per_entry));
+    println!("  (a') shipped, shuffled load {ms_:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
+        ms(median(&s, |r| r.commit_p50_us as f64) as u64), ms(median(&s, |r| r.commit_p99_us as f64) as u64), median(&s, |r| r.rss_mib), median(&s, |r| r.cpu_us_per_entry));
     println!("  (b) per-message             {mb:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
         ms(median(&b, |r| r.commit_p50_us as f64) as u64), ms(median(&b, |r| r.commit_p99_us as f64) as u64), median(&b, |r| r.rss_mib), median(&b, |r| r.cpu_us_per_entry));
     println!("  (c) null sink (no database) {mc:>9.0} entries/s");
-    println!("  a/b = {:.1}x   a/c = {:.2}", ma / mb, ma / mc);
+    println!(
+        "  a/b = {:.1}x   a/c = {:.2}   a'/b = {:.1}x   a'/a = {:.2}",
+        ma / mb,
+        ma / mc,
+        ms_ / mb,
+        ms_ / ma
+    );
+    env.drop_stream("bench:shuffled")?;
 
     if o.latency_samples > 0 {
         env.quiet_latency(o.latency_samples)?;
     }
     if o.backlog > 0 {
-        let load = env.load("bench:backlog", o.backlog, o.dup, 3)?;
+        let load = env.load("bench:backlog", o.backlog, o.dup, 3, Shape::Arrival)?;
         let r = env.child_run(&load, "backlog", &[], None)?;
         println!("\nbacklog of {}: drained at {:.0} entries/s, peak RSS {:.1} MiB (wait4 ru_maxrss), cpu {:.1} us/entry", o.backlog, r.rate, r.rss_mib, r.cpu_us_per_entry);
         env.drop_stream("bench:backlog")?;
@@ -281,20 +300,89 @@ struct Env {
     extra: Vec<String>,
 }
 
-/// A submission payload of realistic size; `i` makes it distinct.
-fn payload(i: usize) -> String {
+/// When the submissions of a load were made, and in what order they reach the stream.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// As submissions arrive in production: each stamped when it was made, so the stream is in
+    /// timestamp order up to a little jitter (shuffled within runs of [`ARRIVAL_JITTER`]), and
+    /// each duplicate (a resend, a redelivery) after its original. Timestamps start at
+    /// [`LOAD_EPOCH_S`], [`LOAD_STEP_MS`] apart.
+    Arrival,
+    /// The worst case for the claim index: timestamps as above, entries in random order.
+    Shuffled,
+    /// Back-dated submissions (a backfill): random order, timestamps spread over the span of
+    /// a pre-filled history of this many submissions, so every claim lands among old ones.
+    Backdated(usize),
+}
+
+/// Entries shuffled among each other in an arrival-ordered load.
+const ARRIVAL_JITTER: usize = 64;
+/// The first submission's time in a load: 2026-07-01T09:00:00Z.
+const LOAD_EPOCH_S: i64 = 1_782_896_400;
+/// Time between consecutive submissions in a load.
+const LOAD_STEP_MS: i64 = 10;
+/// The pre-filled history: 1,000,000 submissions from 2023-01-01T00:00:00Z on, evenly spread
+/// until just before the loads start.
+const HISTORY_EPOCH_S: i64 = 1_672_531_200;
+
+/// An RFC 3339 timestamp `ms` milliseconds after the Unix epoch, as producers write them.
+fn timestamp(ms: i64) -> String {
+    let t =
+        time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).expect("in range");
+    t.format(time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    ))
+    .expect("formats")
+}
+
+/// Milliseconds between consecutive submissions of a history of `n` before the loads.
+fn history_step_ms(n: usize) -> i64 {
+    ((LOAD_EPOCH_S - HISTORY_EPOCH_S) * 1000 / n.max(1) as i64).max(1)
+}
+
+/// A submission payload of realistic size; `i` makes it distinct, `ms` is when it was made.
+fn payload(i: usize, ms: i64) -> String {
     format!(
-        r#"{{"award_id":"A-2026-{:07}","submission_timestamp":"2026-07-01T09:{:02}:{:02}.{:03}Z","amount_cents":{},"program":"rural-broadband","recipient":"Example County Broadband Cooperative","period":"2026-Q3"}}"#,
+        r#"{{"award_id":"A-2026-{:07}","submission_timestamp":"{}","amount_cents":{},"program":"rural-broadband","recipient":"Example County Broadband Cooperative","period":"2026-Q3"}}"#,
         i,
-        (i / 60) % 60,
-        i % 60,
-        i % 1000,
+        timestamp(ms),
         amount(i)
     )
 }
 
 fn amount(i: usize) -> i64 {
     10_000 + (i as i64 * 7919) % 990_000
+}
+
+/// The order of a load of `n` entries with `unique` distinct submissions (indices into them).
+fn order(shape: Shape, n: usize, unique: usize, rng: &mut fastrand::Rng) -> Vec<u32> {
+    let mut originals: Vec<u32> = (0..unique as u32).collect();
+    if !matches!(shape, Shape::Arrival) {
+        let mut all = originals;
+        all.extend((unique..n).map(|_| rng.u32(0..unique as u32)));
+        rng.shuffle(&mut all);
+        return all;
+    }
+    for run in originals.chunks_mut(ARRIVAL_JITTER) {
+        rng.shuffle(run);
+    }
+    // Each original at its place in the stream; each duplicate somewhere after its original.
+    let mut placed: Vec<(f64, u32)> = originals
+        .iter()
+        .enumerate()
+        .map(|(at, &i)| (at as f64, i))
+        .collect();
+    let mut position = vec![0usize; unique];
+    for (at, &i) in originals.iter().enumerate() {
+        position[i as usize] = at;
+    }
+    for _ in unique..n {
+        let i = rng.u32(0..unique as u32);
+        let after = position[i as usize] as f64 + 0.5;
+        placed.push((after + rng.f64() * (unique as f64 - after), i));
+    }
+    placed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    placed.into_iter().map(|(_, i)| i).collect()
 }
 
 impl Env {
@@ -305,13 +393,20 @@ impl Env {
     }
 
     /// XADDs `n` entries, of which a `dup` fraction repeat an earlier submission byte for byte,
-    /// in a shuffled order (fixed by `seed`).
-    fn load(&self, stream: &str, n: usize, dup: f64, seed: u64) -> Res<Load> {
+    /// in the order `shape` gives (fixed by `seed`).
+    fn load(&self, stream: &str, n: usize, dup: f64, seed: u64, shape: Shape) -> Res<Load> {
         let unique = ((n as f64) * (1.0 - dup)).round().max(1.0) as usize;
         let mut rng = fastrand::Rng::with_seed(seed);
-        let mut order: Vec<u32> = (0..unique as u32).collect();
-        order.extend((unique..n).map(|_| rng.u32(0..unique as u32)));
-        rng.shuffle(&mut order);
+        let order = order(shape, n, unique, &mut rng);
+        let made_at = |i: usize| match shape {
+            Shape::Arrival | Shape::Shuffled => LOAD_EPOCH_S * 1000 + i as i64 * LOAD_STEP_MS,
+            // Between two pre-filled submissions' times, so it never equals one.
+            Shape::Backdated(history) => {
+                let step = history_step_ms(history);
+                let slot = (i as i64 * 7_919) % history.max(1) as i64;
+                HISTORY_EPOCH_S * 1000 + slot * step + step / 2
+            }
+        };
         let mut conn = self.conn()?;
         let started = Instant::now();
         for chunk in order.chunks(LOAD_PIPELINE_MAX) {
@@ -321,14 +416,19 @@ impl Env {
                     .arg(stream)
                     .arg("*")
                     .arg("payload")
-                    .arg(payload(i as usize))
+                    .arg(payload(i as usize, made_at(i as usize)))
                     .ignore();
             }
             pipe.query::<()>(&mut conn).map_err(|e| e.to_string())?;
         }
         let cents_total = (0..unique).map(amount).sum();
         println!(
-            "loaded {n} entries ({unique} distinct) on {stream} in {:.1}s",
+            "loaded {n} entries ({unique} distinct, {}) on {stream} in {:.1}s",
+            match shape {
+                Shape::Arrival => "in arrival order",
+                Shape::Shuffled => "shuffled",
+                Shape::Backdated(_) => "back-dated, shuffled",
+            },
             started.elapsed().as_secs_f64()
         );
         Ok(Load {
@@ -568,7 +668,7 @@ impl Env {
                 .arg(stream)
                 .arg("*")
                 .arg("payload")
-                .arg(payload(10_000_000 + i))
+                .arg(payload(10_000_000 + i, LOAD_EPOCH_S * 1000 + i as i64))
                 .query::<String>(&mut conn)
                 .map_err(|e| e.to_string())?;
             loop {
@@ -627,35 +727,63 @@ impl Env {
                 started.elapsed().as_secs_f64()
             );
         }
-        let (mut empty, mut full) = (Vec::new(), Vec::new());
-        for round in 1..=o.rounds {
-            empty.push(self.child_run(load, &format!("e{round}"), &[], None)?);
-            let r = self.child_run(load, &format!("p{round}"), &[], Some(&template))?;
-            remove_ledger(&self.dir.join(format!("p{round}.db")));
-            full.push(r);
-            println!(
-                "round {round}: empty {:.0}/s ({:.1} us cpu/entry)  prefilled {:.0}/s ({:.1} us cpu/entry)",
-                empty[round - 1].rate, empty[round - 1].cpu_us_per_entry, full[round - 1].rate, full[round - 1].cpu_us_per_entry
-            );
-        }
-        let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
-        println!(
-            "  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%); commit p99 {} vs {}",
-            o.prefill,
-            (mf / me - 1.0) * 100.0,
-            ms(median(&empty, |r| r.commit_p99_us as f64) as u64),
-            ms(median(&full, |r| r.commit_p99_us as f64) as u64)
-        );
+        println!("on a load in arrival order (the submissions made after the history):");
+        self.against_template(o, load, &template, "e", "p")?;
+        let backdated = self.load(
+            "bench:backdated",
+            o.n,
+            o.dup,
+            5,
+            Shape::Backdated(o.prefill),
+        )?;
+        println!("on a back-dated load (every claim lands among the history's):");
+        self.against_template(o, &backdated, &template, "be", "bp")?;
+        self.drop_stream("bench:backdated")?;
         if o.template.is_none() {
             remove_ledger(&template);
         }
         Ok(())
     }
 
+    /// Rounds of `load` on an empty ledger and on a copy of `template`, interleaved.
+    fn against_template(
+        &self,
+        o: &Opts,
+        load: &Load,
+        template: &Path,
+        empty_label: &str,
+        full_label: &str,
+    ) -> Res<()> {
+        let (mut empty, mut full) = (Vec::new(), Vec::new());
+        for round in 1..=o.rounds {
+            empty.push(self.child_run(load, &format!("{empty_label}{round}"), &[], None)?);
+            let label = format!("{full_label}{round}");
+            let r = self.child_run(load, &label, &[], Some(template))?;
+            remove_ledger(&self.dir.join(format!("{label}.db")));
+            full.push(r);
+            println!(
+                "  round {round}: empty {:.0}/s ({:.1} us cpu/entry)  prefilled {:.0}/s ({:.1} us cpu/entry)",
+                empty[round - 1].rate, empty[round - 1].cpu_us_per_entry, full[round - 1].rate, full[round - 1].cpu_us_per_entry
+            );
+        }
+        let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
+        println!(
+            "  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%, ratio {:.2}); cpu {:.1} vs {:.1} us/entry; commit p99 {} vs {}",
+            o.prefill,
+            (mf / me - 1.0) * 100.0,
+            mf / me,
+            median(&empty, |r| r.cpu_us_per_entry),
+            median(&full, |r| r.cpu_us_per_entry),
+            ms(median(&empty, |r| r.commit_p99_us as f64) as u64),
+            ms(median(&full, |r| r.commit_p99_us as f64) as u64)
+        );
+        Ok(())
+    }
+
     /// `--fast-filter` off and on, interleaved, on a duplicate-heavy load; on copies of the
     /// pre-filled ledger when `--template` names one, where claim probes miss the page cache.
     fn fast_filter(&self, o: &Opts, dup: f64) -> Res<()> {
-        let load = self.load("bench:filter", o.n, dup, 4)?;
+        let load = self.load("bench:filter", o.n, dup, 4, Shape::Arrival)?;
         let template = o.template.as_deref().filter(|t| t.exists());
         if let Some(t) = template {
             println!("fast filter runs on copies of {}", t.display());
@@ -788,8 +916,10 @@ impl Ledger for NullLedger {
 }
 
 /// Builds a ledger holding `n` earlier submissions by direct SQL: claims with random keys,
-/// their disbursements, published outbox rows and a correctly chained audit trail. Their
-/// `recorded_at` is in 1999 so verification can tell them from the run's own rows.
+/// their disbursements, published outbox rows and a correctly chained audit trail. The
+/// submissions were made evenly over the 3.5 years before the loads' (from 2023-01-01), as a
+/// ledger that has been in service that long holds them. Their `recorded_at` is in 1999 so
+/// verification can tell them from the run's own rows.
 fn prefill(path: &Path, n: usize) -> Res<()> {
     use claimgate::audit::{Kind, Record, GENESIS_HASH};
     remove_ledger(path);
@@ -800,6 +930,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
     let tx = conn.transaction().map_err(|e| e.to_string())?;
     let mut rng = fastrand::Rng::with_seed(99);
     let at = "1999-01-01T00:00:00.000000Z";
+    let step_ms = history_step_ms(n);
     let mut prev = GENESIS_HASH.to_owned();
     {
         let mut claim = tx.prepare("INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'prefill')").map_err(|e| e.to_string())?;
@@ -818,7 +949,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
                     i,
                     &key[..],
                     award,
-                    "1999-01-01T00:00:00Z",
+                    timestamp(HISTORY_EPOCH_S * 1000 + (i - 1) * step_ms),
                     cents,
                     at,
                     entry

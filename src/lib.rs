@@ -9,6 +9,7 @@
 //! nothing paid twice.
 //!
 //! # Layout
+//! - [`allocator`]: the process allocator and its settings.
 //! - [`key`]: the idempotency key (pure).
 //! - [`submission`]: parse and validate a stream entry (pure).
 //! - [`audit`]: the hash-chained audit record and its verification (pure).
@@ -35,6 +36,7 @@
 //! - [`cli`]: the command line; [`cli_trail`] holds the relay, audit, verify, retention and
 //!   hold command bodies.
 
+pub mod allocator;
 pub mod audit;
 pub mod backup;
 pub mod cli;

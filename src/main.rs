@@ -4,7 +4,12 @@
 
 use std::process::ExitCode;
 
+/// mimalloc, not the system allocator: see `claimgate::allocator`.
+#[global_allocator]
+static ALLOCATOR: claimgate::allocator::MiMalloc = claimgate::allocator::MiMalloc;
+
 fn main() -> ExitCode {
+    claimgate::allocator::tune();
     let cli = claimgate::cli::parse();
     let result = claimgate::logging::init(&cli.global.logging())
         .and_then(|()| claimgate::cli::dispatch(cli));
