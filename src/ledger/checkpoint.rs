@@ -2,7 +2,7 @@
 //!
 //! By default SQLite checkpoints inside whichever commit pushes the WAL past 1,000 pages. With
 //! group commit nearly every commit does, so the writer spent about 30% of its time copying
-//! pages back into the database file and fsyncing it (measured; see notes/perf.md). Here the
+//! pages back into the database file and fsyncing it (measured; see BENCHMARKS.md). Here the
 //! worker's connections run with `wal_autocheckpoint = 0` and this thread checkpoints instead:
 //! PASSIVE every [`CHECKPOINT_INTERVAL_MS`], which never blocks the writer, and, once the WAL
 //! is past [`WAL_FRAMES_SOFT_MAX`] (under a steady writer a passive checkpoint never finds
