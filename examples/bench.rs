@@ -1,16 +1,19 @@
 //! `cargo run --release --example bench -- [--n N] [--dup F] [--rounds R] [...]`
 //!
 //! Measures claimgate end to end against its own private redis-server:
-//! (a) the worker as shipped, (b) the same code in per-message mode (one transaction and one
-//! XACK per entry: the reference design's shape), (c) a null sink (read, parse, key, ack; no
-//! database). (a) and (b) run as child processes executing exactly the shipped command line
-//! (this executable re-runs itself as `claimgate`, through `claimgate::cli`), so their peak
-//! RSS is the worker's own, read from wait4(2). Every run is verified against the ledger
-//! afterwards; a fast wrong answer aborts the benchmark.
+//! (a) the worker as shipped, on submissions that arrive in about the order they were made,
+//! (a') the same on a shuffled load (the claim index's worst case), (b) the same code in
+//! per-message mode (one transaction and one XACK per entry: the reference design's shape),
+//! (c) a null sink (read, parse, key, ack; no database). (a), (a') and (b) run as child
+//! processes executing exactly the shipped command line (this executable re-runs itself as
+//! `claimgate`, starting as `src/main.rs` does), so their peak RSS is the worker's own, read
+//! from wait4(2). Every run is verified against the ledger afterwards; a fast wrong answer
+//! aborts the benchmark.
 //!
 //! Optional modes: `--backlog N` drains N entries once and reports peak RSS; `--prefill N`
-//! compares throughput on a ledger that already holds N disbursements; `--filter-dup F`
-//! compares `--fast-filter` on and off on a load with F duplicates. `--help` lists all flags.
+//! compares throughput on a ledger that already holds N disbursements, for new submissions and
+//! for back-dated ones that land among the history's; `--filter-dup F` compares
+//! `--fast-filter` on and off on a load with F duplicates. `--help` lists all flags.
 //! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
 //! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
 
