@@ -114,7 +114,20 @@ impl<'t, 'a> Batch<'t, 'a> {
 
     /// A record of `kind` by this batch's consumer at this batch's time, not yet sealed.
     pub(super) fn record(&self, kind: Kind) -> Record {
-        blank_record(kind, self.ctx.consumer, &self.now)
+        Record {
+            seq: 0,
+            kind,
+            idempotency_key: None,
+            award_id: None,
+            amount_cents: None,
+            stream_entry_id: None,
+            consumer: Some(self.ctx.consumer.to_owned()),
+            delivery_count: None,
+            detail: None,
+            recorded_at: self.now.clone(),
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
     }
 
     /// Seals `record` after the current tail and queues it for `finish`.
@@ -353,24 +366,6 @@ fn event_payload(s: &Submission, key_hex: &str) -> String {
         submission_timestamp: &s.submission_timestamp,
     })
     .expect("an event always serializes")
-}
-
-/// An unsealed record of `kind` by `consumer` at `now`, every other field empty.
-pub(super) fn blank_record(kind: Kind, consumer: &str, now: &str) -> Record {
-    Record {
-        seq: 0,
-        kind,
-        idempotency_key: None,
-        award_id: None,
-        amount_cents: None,
-        stream_entry_id: None,
-        consumer: Some(consumer.to_owned()),
-        delivery_count: None,
-        detail: None,
-        recorded_at: now.to_owned(),
-        prev_hash: String::new(),
-        hash: String::new(),
-    }
 }
 
 #[cfg(test)]

@@ -40,9 +40,14 @@ pub(super) fn insert<R>(
 ) -> Result<()> {
     let mut rest = rows;
     for size in CHUNK_ROWS {
+        if rest.len() < size {
+            continue;
+        }
+        // Built once per shape, not per chunk: a batch runs up to ~64 chunks of the same shape.
+        let sql = statement(head, columns, size);
         while rest.len() >= size {
             let (chunk, tail) = rest.split_at(size);
-            let mut stmt = conn.prepare_cached(&statement(head, columns, size))?;
+            let mut stmt = conn.prepare_cached(&sql)?;
             let mut binder = Binder {
                 stmt: &mut stmt,
                 next: 1,
