@@ -19,8 +19,8 @@
 
 use claimgate::config::{Config, WorkerConfig};
 use claimgate::ledger::{Item, Ledger, Outcome, Stats};
-use claimgate::localredis::{LocalRedis, Options};
-use claimgate::metrics::Metrics;
+use claimgate::observe::metrics::Metrics;
+use claimgate::support::localredis::{LocalRedis, Options};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -58,7 +58,7 @@ struct Opts {
 }
 
 fn main() {
-    claimgate::allocator::tune();
+    claimgate::support::allocator::tune();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(AS_CLAIMGATE) {
         std::process::exit(as_claimgate(&args[2..]));
@@ -72,7 +72,7 @@ fn main() {
 
 /// The shipped binary's allocator, as in `src/main.rs`.
 #[global_allocator]
-static ALLOCATOR: claimgate::allocator::MiMalloc = claimgate::allocator::MiMalloc;
+static ALLOCATOR: claimgate::support::allocator::MiMalloc = claimgate::support::allocator::MiMalloc;
 
 /// Exactly what `src/main.rs` does, so a child run here is the shipped binary's code path.
 fn as_claimgate(args: &[String]) -> i32 {
@@ -80,7 +80,7 @@ fn as_claimgate(args: &[String]) -> i32 {
     let cli = claimgate::cli::Cli::parse_from(
         std::iter::once("claimgate".to_owned()).chain(args.iter().cloned()),
     );
-    match claimgate::logging::init(&cli.global.logging())
+    match claimgate::observe::logging::init(&cli.global.logging())
         .and_then(|()| claimgate::cli::dispatch(cli))
     {
         Ok(()) => 0,
@@ -870,18 +870,21 @@ fn group_info(conn: &mut redis::Connection, stream: &str, group: &str) -> Res<Ve
         .query(conn)
         .map_err(|e| e.to_string())?;
     for g in groups {
-        let flat = claimgate::stream::array(g).map_err(|e| e.to_string())?;
+        let flat = claimgate::broker::stream::array(g).map_err(|e| e.to_string())?;
         let (mut name, mut pairs) = (String::new(), Vec::new());
         let mut it = flat.into_iter();
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            let k = claimgate::stream::string(k).map_err(|e| e.to_string())?;
+            let k = claimgate::broker::stream::string(k).map_err(|e| e.to_string())?;
             if k == "name" {
-                name = claimgate::stream::string(v).map_err(|e| e.to_string())?;
+                name = claimgate::broker::stream::string(v).map_err(|e| e.to_string())?;
             } else if !matches!(
                 v,
                 redis::Value::BulkString(_) | redis::Value::SimpleString(_)
             ) {
-                pairs.push((k, claimgate::stream::int(v).unwrap_or(0).max(0) as u64));
+                pairs.push((
+                    k,
+                    claimgate::broker::stream::int(v).unwrap_or(0).max(0) as u64,
+                ));
             }
         }
         if name == group {
@@ -924,7 +927,7 @@ impl Ledger for NullLedger {
 /// ledger that has been in service that long holds them. Their `recorded_at` is in 1999 so
 /// verification can tell them from the run's own rows.
 fn prefill(path: &Path, n: usize) -> Res<()> {
-    use claimgate::audit::{Kind, Record, GENESIS_HASH};
+    use claimgate::domain::audit::{Kind, Record, GENESIS_HASH};
     remove_ledger(path);
     drop(claimgate::ledger::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);
     let mut conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
@@ -942,7 +945,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
         for i in 1..=n as i64 {
             let mut key = [0u8; 32];
             rng.fill(&mut key);
-            let hex = claimgate::key::to_hex(&key);
+            let hex = claimgate::domain::key::to_hex(&key);
             let award = format!("P-{i:09}");
             let cents = 1_000 + i % 50_000;
             let entry = format!("{i}-0");
@@ -979,7 +982,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
                 hash: String::new(),
             };
             r.seal(&prev);
-            claimgate::ledger::audit_store::insert(&tx, &r).map_err(|e| e.to_string())?;
+            claimgate::ledger::sqlite::audit_store::insert(&tx, &r).map_err(|e| e.to_string())?;
             prev = r.hash;
         }
     }

@@ -5,7 +5,7 @@
 //! is permanent: either the entry itself is bad (it is dead-lettered) or the configuration is
 //! (the command exits with status 2).
 
-use crate::submission::Malformed;
+use crate::domain::submission::Malformed;
 
 /// Every way a claimgate operation can fail.
 #[derive(Debug, thiserror::Error)]

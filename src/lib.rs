@@ -36,31 +36,17 @@
 //! - [`cli`]: the command line; [`cli_trail`] holds the relay, audit, verify, retention and
 //!   hold command bodies.
 
-pub mod allocator;
-pub mod audit;
-pub mod backup;
+pub mod broker;
 pub mod cli;
-pub mod cli_trail;
 pub mod config;
 pub mod demo;
-pub mod dlq;
+pub mod domain;
 pub mod error;
-pub mod exposition;
-pub mod failpoint;
-pub mod fastfilter;
-pub mod key;
-pub mod latency;
 pub mod ledger;
-pub mod localredis;
-pub mod logging;
-pub mod metrics;
+pub mod observe;
+pub mod ops;
 pub mod relay;
-pub mod retention;
-pub mod serve;
-pub mod status;
-pub mod stream;
-pub mod submission;
-pub mod verify;
+pub mod support;
 pub mod worker;
 
 pub use error::{Error, Result};

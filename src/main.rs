@@ -4,14 +4,14 @@
 
 use std::process::ExitCode;
 
-/// mimalloc, not the system allocator: see `claimgate::allocator`.
+/// mimalloc, not the system allocator: see `claimgate::support::allocator`.
 #[global_allocator]
-static ALLOCATOR: claimgate::allocator::MiMalloc = claimgate::allocator::MiMalloc;
+static ALLOCATOR: claimgate::support::allocator::MiMalloc = claimgate::support::allocator::MiMalloc;
 
 fn main() -> ExitCode {
-    claimgate::allocator::tune();
+    claimgate::support::allocator::tune();
     let cli = claimgate::cli::parse();
-    let result = claimgate::logging::init(&cli.global.logging())
+    let result = claimgate::observe::logging::init(&cli.global.logging())
         .and_then(|()| claimgate::cli::dispatch(cli));
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,12 +18,13 @@
 //! Invariant: this module never writes to the ledger except `outbox.published_at`, and sets it
 //! only for ids the Redis mark already covers.
 
+use crate::broker::stream::{self, Conn};
 use crate::config::backoff;
+use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
-use crate::failpoint;
-use crate::ledger::outbox::{self, OutboxRow};
-use crate::ledger::{now_rfc3339, SqliteLedger};
-use crate::stream::{self, Conn};
+use crate::ledger::sqlite::outbox::{self, OutboxRow};
+use crate::ledger::SqliteLedger;
+use crate::support::failpoint;
 use log::{info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

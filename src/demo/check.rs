@@ -2,7 +2,7 @@
 //! audit chain, plus the totals the feed promised. Read-only.
 
 use super::data::Expected;
-use crate::audit::{self, Kind};
+use crate::domain::audit::{self, Kind};
 use crate::error::Result;
 use rusqlite::Connection;
 
@@ -55,7 +55,7 @@ pub fn verify(conn: &Connection, expected: &Expected, received: u64) -> Result<V
          WHERE kind IN ('processed', 'duplicate', 'dead_letter')",
     )?;
     let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-    let records = crate::ledger::audit_store::all(conn)?;
+    let records = crate::ledger::sqlite::audit_store::all(conn)?;
     let processed_records = records.iter().filter(|r| r.kind == Kind::Processed).count() as i64;
     let chain = audit::verify_chain(&records);
     Ok(vec![
@@ -135,7 +135,7 @@ pub fn claimgate_verify(db: &std::path::Path) -> Check {
     let verdict =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(crate::Error::from)
-            .and_then(|mut conn| crate::verify::ledger(&mut conn));
+            .and_then(|mut conn| crate::ops::verify::ledger(&mut conn));
     match verdict {
         Ok(s) => check(
             "claimgate verify",

@@ -215,7 +215,7 @@ fn corrected(original: &str) -> (String, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::submission::parse_entry;
+    use crate::domain::submission::parse_entry;
     use std::collections::HashSet;
 
     fn as_pairs(f: &Fields) -> Vec<(Vec<u8>, Vec<u8>)> {

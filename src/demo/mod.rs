@@ -16,12 +16,12 @@
 mod check;
 mod data;
 
+use crate::broker::stream::{self, Conn};
 use crate::config::Config;
+use crate::domain::money::{dollars, thousands as group};
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, SqliteLedger};
-use crate::localredis::{LocalRedis, Options};
-use crate::status::{dollars, thousands as group};
-use crate::stream::{self, Conn};
+use crate::support::localredis::{LocalRedis, Options};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -5,21 +5,13 @@
 //! implementation keeps: [`Ledger::record`] writes all of a batch's effects in one transaction,
 //! or none of them.
 
-pub mod audit_store;
-mod batch;
-mod checkpoint;
-mod conflict;
-mod multirow;
-pub mod outbox;
-pub mod retention;
-mod sqlite;
+pub mod sqlite;
 
-pub use checkpoint::Checkpointer;
-pub use sqlite::{age_seconds, now_rfc3339, SqliteLedger, EVENT_DISBURSEMENT_RECORDED, SCHEMA};
+pub use sqlite::{Checkpointer, SqliteLedger, SCHEMA};
 
+use crate::domain::key::IdempotencyKey;
+use crate::domain::submission::Submission;
 use crate::error::Result;
-use crate::key::IdempotencyKey;
-use crate::submission::Submission;
 
 /// One thing the worker asks the ledger to record, with where it came from.
 #[derive(Debug, Clone)]

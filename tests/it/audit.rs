@@ -205,13 +205,13 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
     w.add(&[same(200)]);
     w.drain(&[]);
     assert_eq!(w.count("disbursements"), 2);
-    let first_key = claimgate::key::derive_idempotency_key(
+    let first_key = claimgate::domain::key::derive_idempotency_key(
         "A-77",
         "2026-07-01T09:00:00Z",
         same(100).as_bytes(),
     )
     .unwrap();
-    let second_key = claimgate::key::derive_idempotency_key(
+    let second_key = claimgate::domain::key::derive_idempotency_key(
         "A-77",
         "2026-07-01T09:00:00Z",
         same(200).as_bytes(),
@@ -262,8 +262,8 @@ fn backdate(w: &World, n: i64, old: &str) {
         rusqlite::params![old, n],
     )
     .unwrap();
-    let records = claimgate::ledger::audit_store::all(&db).unwrap();
-    let mut prev = claimgate::audit::GENESIS_HASH.to_owned();
+    let records = claimgate::ledger::sqlite::audit_store::all(&db).unwrap();
+    let mut prev = claimgate::domain::audit::GENESIS_HASH.to_owned();
     for mut r in records {
         r.seal(&prev);
         db.execute(

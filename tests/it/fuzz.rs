@@ -5,8 +5,10 @@
 //! Generated inputs come in three shapes so the cases reach past the first check: raw bytes,
 //! arbitrary field maps, and JSON objects whose required fields hold arbitrary JSON values.
 
-use claimgate::key::{derive_idempotency_key, IdempotencyKey};
-use claimgate::submission::{award_id_hint, parse_entry, parse_payload, Malformed, Submission};
+use claimgate::domain::key::{derive_idempotency_key, IdempotencyKey};
+use claimgate::domain::submission::{
+    award_id_hint, parse_entry, parse_payload, Malformed, Submission,
+};
 use proptest::prelude::*;
 use serde_json::Value;
 

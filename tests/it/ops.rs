@@ -2,7 +2,7 @@
 //! credentials in Redis URLs, the ledger's file mode. Real redis-servers, real processes.
 
 use crate::support::{signal, submission, wait_exit, wait_for, World};
-use claimgate::localredis::{free_port, Options};
+use claimgate::support::localredis::{free_port, Options};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -394,7 +394,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert_ne!(
-            v["target"], "claimgate::audit",
+            v["target"], "claimgate::domain::audit",
             "audit line on stderr: {line}"
         );
     }
@@ -406,7 +406,8 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     );
     assert_eq!(world.count("dead_letters"), 1);
     assert!(audit.lines().all(
-        |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["target"] == "claimgate::audit"
+        |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["target"]
+            == "claimgate::domain::audit"
     ));
 
     let table = world

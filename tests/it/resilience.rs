@@ -566,9 +566,11 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
         .arg(&ids[4])
         .query(&mut w.conn())
         .unwrap();
-    let mut conn = claimgate::stream::Conn::new(redis::Client::open(w.redis.url()).unwrap());
+    let mut conn =
+        claimgate::broker::stream::Conn::new(redis::Client::open(w.redis.url()).unwrap());
     let history =
-        claimgate::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None).unwrap();
+        claimgate::broker::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None)
+            .unwrap();
     assert_eq!(history.vanished, vec![ids[0].clone(), ids[4].clone()]);
     assert_eq!(history.entries.len(), 3);
     let out = w.run_ok(&[

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use claimgate::localredis::{LocalRedis, Options};
+use claimgate::support::localredis::{LocalRedis, Options};
 use rusqlite::OptionalExtension;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -38,7 +38,7 @@ impl World {
         let redis = LocalRedis::start(options).unwrap_or_else(|e| {
             panic!(
                 "the test suite needs a real redis-server: {e}\n(install: {})",
-                claimgate::localredis::INSTALL_HINT
+                claimgate::support::localredis::INSTALL_HINT
             )
         });
         let dir = tempfile::tempdir().expect("temp dir");

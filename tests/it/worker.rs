@@ -2,9 +2,9 @@
 
 use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, World};
 use claimgate::config::LedgerConfig;
-use claimgate::key::derive_idempotency_key;
+use claimgate::domain::key::derive_idempotency_key;
+use claimgate::domain::submission::parse_payload;
 use claimgate::ledger::{Item, Ledger, Outcome, SqliteLedger};
-use claimgate::submission::parse_payload;
 use std::time::Duration;
 
 const MAX: usize = 1 << 20;
@@ -13,7 +13,7 @@ fn ledger(world: &World) -> SqliteLedger {
     SqliteLedger::open(&LedgerConfig::new(&world.db)).unwrap()
 }
 
-fn item<'a>(s: &'a claimgate::submission::Submission, entry_id: &'a str) -> Item<'a> {
+fn item<'a>(s: &'a claimgate::domain::submission::Submission, entry_id: &'a str) -> Item<'a> {
     Item::Submission {
         submission: s,
         entry_id,
@@ -447,7 +447,7 @@ fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
 #[test]
 fn unreachable_redis_is_a_clear_failure_for_one_shot_commands() {
     let world = World::new();
-    let port = claimgate::localredis::free_port().unwrap();
+    let port = claimgate::support::localredis::free_port().unwrap();
     let url = format!("redis://127.0.0.1:{port}");
     let input = world.dir.path().join("in.jsonl");
     std::fs::write(&input, submission(1)).unwrap();

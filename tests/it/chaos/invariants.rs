@@ -6,7 +6,7 @@ use super::load::{entry_id, Expect, STREAM};
 use super::nemesis::Tally;
 use super::plan::{Action, Plan, BUSY_TIMEOUT_MS};
 use crate::support::World;
-use claimgate::audit::{self, Kind, Record};
+use claimgate::domain::audit::{self, Kind, Record};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -614,7 +614,7 @@ fn events_once(world: &World, ledger: &Ledger) -> Check {
 }
 
 fn hex(key: &[u8]) -> String {
-    claimgate::key::to_hex(key)
+    claimgate::domain::key::to_hex(key)
 }
 
 fn first(v: &[String]) -> &str {

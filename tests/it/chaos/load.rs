@@ -7,7 +7,7 @@
 //! every planned entry is on the stream exactly once.
 
 use super::plan::{Plan, Size, PAYLOAD_BYTES_MAX};
-use claimgate::key::{derive_idempotency_key, IdempotencyKey};
+use claimgate::domain::key::{derive_idempotency_key, IdempotencyKey};
 use fastrand::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

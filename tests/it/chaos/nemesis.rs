@@ -316,7 +316,7 @@ impl<'w> Nemesis<'w> {
             .stdout(file.try_clone().expect("log file"))
             .stderr(file);
         if let Some((point, nth, _, _)) = armed {
-            cmd.env(claimgate::failpoint::ENV, format!("{point}:{nth}"));
+            cmd.env(claimgate::support::failpoint::ENV, format!("{point}:{nth}"));
         }
         // SAFETY: setrlimit is async-signal-safe; no core files from the aborts we cause.
         unsafe {

@@ -1,6 +1,6 @@
 //! Reading the audit log back out of SQLite, in chain order, one record at a time.
 
-use crate::audit::{Kind, Record};
+use crate::domain::audit::{Kind, Record};
 use crate::error::{Error, Result};
 use rusqlite::{Connection, Row};
 

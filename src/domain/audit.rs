@@ -5,7 +5,7 @@
 //! link from the next one. The ledger writes records in the same transaction as the effect they
 //! describe; this module is pure and never touches SQLite or Redis.
 
-use crate::key::to_hex;
+use crate::domain::key::to_hex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

@@ -4,11 +4,22 @@
 //! gets the busy timeout and `synchronous` level. Writers open their transactions with
 //! `BEGIN IMMEDIATE`, so two processes never both read and then fail to upgrade to write.
 
-use super::batch::{Batch, Context};
-use super::{Item, Ledger, Outcome, Stats};
+pub mod audit_store;
+mod batch;
+mod checkpoint;
+mod conflict;
+mod multirow;
+pub mod outbox;
+pub mod purge;
+
+pub use checkpoint::Checkpointer;
+
 use crate::config::{LedgerConfig, OnConflict};
+use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
-use crate::failpoint;
+use crate::ledger::{Item, Ledger, Outcome, Stats};
+use crate::support::failpoint;
+use batch::{Batch, Context};
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, TransactionBehavior};
@@ -17,13 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The schema, applied idempotently at every open.
-pub const SCHEMA: &str = include_str!("../../schema.sql");
+pub const SCHEMA: &str = include_str!("../../../schema.sql");
 
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE_MAX: usize = 64;
-
-/// The only event type the worker emits.
-pub const EVENT_DISBURSEMENT_RECORDED: &str = "disbursement.recorded";
 
 /// A pool of connections to one ledger file.
 #[derive(Clone)]
@@ -235,25 +243,4 @@ fn stats(conn: &Connection) -> Result<Stats> {
         conflicts: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'")?,
         audit_records: count("SELECT COUNT(*) FROM audit_log")?,
     })
-}
-
-/// The current time as the ledger stores it: RFC 3339, UTC, microseconds.
-pub fn now_rfc3339() -> String {
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
-    );
-    time::OffsetDateTime::now_utc()
-        .format(&format)
-        .expect("UTC time always formats")
-}
-
-/// Seconds between an RFC 3339 timestamp and now.
-pub fn age_seconds(rfc3339: &str) -> Option<f64> {
-    let then = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
-        .ok()?;
-    Some(
-        (time::OffsetDateTime::now_utc() - then)
-            .as_seconds_f64()
-            .max(0.0),
-    )
 }

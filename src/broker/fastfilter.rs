@@ -17,8 +17,8 @@
 //!
 //! Invariant: nothing here runs before a commit; a Redis failure here never fails a batch.
 
-use crate::key::IdempotencyKey;
-use crate::stream::Conn;
+use crate::broker::stream::Conn;
+use crate::domain::key::IdempotencyKey;
 use log::warn;
 
 /// Default lifetime of a marker: long enough to cover redeliveries and producer retries.

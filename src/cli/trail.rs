@@ -2,9 +2,11 @@
 //! `retention purge` and `hold add|remove|list`. `cli.rs` only names them and dispatches.
 
 use crate::config::{Config, LedgerConfig, EVENTS_STREAM_DEFAULT};
+use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
-use crate::ledger::audit_store::{self, Since};
-use crate::ledger::{now_rfc3339, retention as holds, SqliteLedger, Stats};
+use crate::ledger::sqlite::audit_store::{self, Since};
+use crate::ledger::sqlite::purge as holds;
+use crate::ledger::SqliteLedger;
 use crate::relay::{self, RelayConfig};
 use clap::{Args, Subcommand};
 use std::io::Write;
@@ -96,7 +98,7 @@ pub enum RetentionCommand {
         #[arg(long)]
         export: Option<PathBuf>,
         /// Audit records removed per transaction, with the ledger rows they describe.
-        #[arg(long, default_value_t = crate::retention::PURGE_BATCH_RECORDS_MAX as u32,
+        #[arg(long, default_value_t = crate::ops::retention::PURGE_BATCH_RECORDS_MAX as u32,
               value_parser = clap::value_parser!(u32).range(1..=100_000))]
         batch_records_max: u32,
     },
@@ -145,7 +147,7 @@ fn open_existing(cfg: &Config) -> Result<SqliteLedger> {
 pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
     let shutdown = crate::cli::shutdown_flag()?;
     let rcfg = args.opts.config(cfg);
-    crate::stream::client(&rcfg.redis_url)?;
+    crate::broker::stream::client(&rcfg.redis_url)?;
     let Some(ledger) = SqliteLedger::open_waiting(&LedgerConfig::new(&cfg.db_path), &shutdown)?
     else {
         return Ok(());
@@ -171,7 +173,7 @@ pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
             file: Some(path),
             continuing_from,
         } => {
-            let (n, head) = crate::verify::file(&path, continuing_from.as_deref())?;
+            let (n, head) = crate::ops::verify::file(&path, continuing_from.as_deref())?;
             println!(
                 "audit chain intact: {n} records in {}, head {head}",
                 path.display()
@@ -182,7 +184,7 @@ pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
             let ledger = open_existing(cfg)?;
             let mut conn = ledger.connection()?;
             let tx = conn.transaction()?;
-            let (n, head) = crate::verify::chain(&tx)?;
+            let (n, head) = crate::ops::verify::chain(&tx)?;
             println!("audit chain intact: {n} records, head {head}");
             Ok(())
         }
@@ -202,7 +204,7 @@ fn parse_since(since: Option<String>) -> Result<Since> {
                 "--since {s:?} is neither a seq number nor an RFC 3339 date-time"
             ))
         })?;
-    Ok(Since::Time(crate::retention::ledger_time(t)))
+    Ok(Since::Time(crate::domain::clock::ledger_time(t)))
 }
 
 fn export(cfg: &Config, out: Option<PathBuf>, since: Option<String>) -> Result<()> {
@@ -246,7 +248,7 @@ fn export(cfg: &Config, out: Option<PathBuf>, since: Option<String>) -> Result<(
 pub fn verify(cfg: &Config) -> Result<()> {
     let ledger = open_existing(cfg)?;
     let mut conn = ledger.connection()?;
-    let s = crate::verify::ledger(&mut conn)?;
+    let s = crate::ops::verify::ledger(&mut conn)?;
     println!(
         "ledger verified: {} claims, {} disbursements, {} outbox rows, one each; {} audit records, chain intact (head {}); integrity ok",
         s.claims, s.disbursements, s.outbox_rows, s.audit_records, s.head_hash
@@ -262,12 +264,12 @@ pub fn retention(cfg: &Config, args: RetentionArgs) -> Result<()> {
         batch_records_max,
     } = args.command;
     let ledger = open_existing(cfg)?;
-    let req = crate::retention::Request {
+    let req = crate::ops::retention::Request {
         before: &before,
         export: export.as_deref(),
         batch_records_max: batch_records_max as usize,
     };
-    match crate::retention::purge(&ledger, &req)? {
+    match crate::ops::retention::purge(&ledger, &req)? {
         None => println!("nothing recorded before {before}; nothing purged"),
         Some(p) => println!(
             "purged {} audit records (through seq {}), {} claims with their disbursements and outbox rows, {} dead letters; \
@@ -317,12 +319,4 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// `status`'s note on the outbox backlog: the age of its oldest row, if any.
-pub fn oldest(stats: &Stats) -> String {
-    stats
-        .outbox_oldest_age_s
-        .map(|s| format!(" (oldest {s:.1}s old)"))
-        .unwrap_or_default()
 }

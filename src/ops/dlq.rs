@@ -9,10 +9,10 @@
 //!
 //! This module talks to Redis only; it never opens the ledger.
 
+use crate::broker::stream::{self, dead_index_key, Conn, ORIGINAL_FIELD_PREFIX};
 use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
+use crate::domain::submission::{award_id_hint, PAYLOAD_FIELD};
 use crate::error::{Error, Result};
-use crate::stream::{self, dead_index_key, Conn, ORIGINAL_FIELD_PREFIX};
-use crate::submission::{award_id_hint, PAYLOAD_FIELD};
 use redis::Value;
 use serde::Serialize;
 use std::io::Write;

@@ -7,9 +7,9 @@
 
 use super::batch::{Batch, Claim};
 use super::Outcome;
-use crate::audit::{Kind, Record};
+use crate::domain::audit::{Kind, Record};
+use crate::domain::key::to_hex;
 use crate::error::Result;
-use crate::key::to_hex;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 /// The earlier claim a submission conflicts with.
@@ -26,7 +26,7 @@ pub(super) struct Other {
 /// read and nothing is sorted unless there is a conflict to describe.
 pub(super) fn find(
     tx: &Transaction<'_>,
-    s: &crate::submission::Submission,
+    s: &crate::domain::submission::Submission,
 ) -> Result<Option<Other>> {
     let earliest: Option<i64> = tx
         .prepare_cached(

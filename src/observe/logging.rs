@@ -1,14 +1,14 @@
 //! Log output: human-readable lines by default, one JSON object per line for shipping, and the
-//! audit lines (target [`crate::audit::LOG_TARGET`]) optionally routed to a file of their own.
+//! audit lines (target [`crate::domain::audit::LOG_TARGET`]) optionally routed to a file of their own.
 //!
 //! Levels and targets come from `RUST_LOG` as usual (default `info`), so
 //! `RUST_LOG=info,claimgate::audit=off` silences audit lines and `RUST_LOG=claimgate::audit=info`
 //! keeps only them. `--audit-log FILE` appends every audit line to `FILE` (mode 0600, created if
 //! needed) whatever `RUST_LOG` says, and takes them off stderr.
 //!
-//! Nothing here ever sees a Redis URL: callers log [`crate::stream::redact`]ed forms only.
+//! Nothing here ever sees a Redis URL: callers log [`crate::broker::stream::redact`]ed forms only.
 
-use crate::audit;
+use crate::domain::audit;
 use crate::error::{Error, Result};
 use log::{Log, Metadata, Record};
 use std::io::Write;
@@ -111,7 +111,7 @@ fn open_private_append(path: &std::path::Path) -> Result<std::fs::File> {
 
 /// One log line, newline included.
 pub fn format_line(format: Format, record: &Record<'_>) -> String {
-    let ts = crate::ledger::now_rfc3339();
+    let ts = crate::domain::clock::now_rfc3339();
     match format {
         Format::Human => format!(
             "{ts} {:<5} {}: {}\n",

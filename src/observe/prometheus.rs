@@ -12,8 +12,8 @@
 //!
 //! Pure: it turns a [`Status`] and [`Metrics`] into text; the caller does all I/O.
 
-use crate::metrics::{Metrics, COMMIT_SECONDS_BUCKETS};
-use crate::status::Status;
+use crate::observe::metrics::{Metrics, COMMIT_SECONDS_BUCKETS};
+use crate::ops::status::Status;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;

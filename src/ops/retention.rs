@@ -9,9 +9,10 @@
 //!
 //! Invariant: nothing is deleted that is not first in the fsynced export file.
 
+use crate::domain::clock::{ledger_time, now_rfc3339};
 use crate::error::{Error, Result};
-use crate::ledger::retention::{self as store, Removed};
-use crate::ledger::{now_rfc3339, SqliteLedger};
+use crate::ledger::sqlite::purge::{self as store, Removed};
+use crate::ledger::SqliteLedger;
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -59,16 +60,6 @@ pub fn window_start(now: OffsetDateTime) -> OffsetDateTime {
             .replace_year(year)
             .expect("28 Feb exists")
     })
-}
-
-/// The ledger's own timestamp format, so `recorded_at < cutoff` compares as text correctly.
-pub fn ledger_time(t: OffsetDateTime) -> String {
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
-    );
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&format)
-        .expect("UTC time always formats")
 }
 
 /// What the operator asked to purge.
@@ -211,5 +202,5 @@ fn export_prefix(
             d.sync_all().ok();
         }
     }
-    Ok((ends, crate::key::to_hex(&sha.finalize())))
+    Ok((ends, crate::domain::key::to_hex(&sha.finalize())))
 }

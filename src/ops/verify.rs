@@ -4,9 +4,9 @@
 //! Invariant: this module only reads. Every check runs inside one read transaction, so a worker
 //! committing meanwhile cannot make a consistent ledger look inconsistent.
 
-use crate::audit::{Record, Verifier};
+use crate::domain::audit::{Record, Verifier};
 use crate::error::{Error, Result};
-use crate::ledger::audit_store::{self, Since};
+use crate::ledger::sqlite::audit_store::{self, Since};
 use rusqlite::{Connection, OptionalExtension};
 use std::io::BufRead;
 use std::path::Path;

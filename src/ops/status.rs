@@ -5,10 +5,11 @@
 //! a state worth showing, not a failure, so the ledger half is still printed. The Redis URL is
 //! only ever shown redacted.
 
+use crate::broker::stream::{self, Conn};
 use crate::config::Config;
+use crate::domain::money::dollars;
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, SqliteLedger, Stats};
-use crate::stream::{self, Conn};
 use redis::Value;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -161,26 +162,6 @@ pub fn run(cfg: &Config, json: bool) -> Result<()> {
         .map_err(|e| Error::io("writing status", e))
 }
 
-/// Cents as dollars with thousands separators: `1234567` → `$12,345.67`.
-pub fn dollars(cents: i64) -> String {
-    let sign = if cents < 0 { "-" } else { "" };
-    let cents = cents.unsigned_abs();
-    format!("{sign}${}.{:02}", thousands(cents / 100), cents % 100)
-}
-
-/// A count with thousands separators: `1234567` → `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 /// Seconds as a short human duration.
 fn age(secs: Option<f64>) -> String {
     match secs {
@@ -314,17 +295,4 @@ fn number(m: &HashMap<String, Value>, key: &str) -> u64 {
         .and_then(|v| stream::int(v).ok())
         .unwrap_or(0)
         .max(0) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dollars;
-
-    #[test]
-    fn dollars_group_thousands() {
-        assert_eq!(dollars(0), "$0.00");
-        assert_eq!(dollars(5), "$0.05");
-        assert_eq!(dollars(123_456_789), "$1,234,567.89");
-        assert_eq!(dollars(100_000), "$1,000.00");
-    }
 }

@@ -3,7 +3,7 @@
 //! Everything here is pure: no Redis, no SQLite, no clock. The size limit is checked before the
 //! payload is handed to a JSON parser, so an oversize entry costs nothing but its length.
 
-use crate::key::{derive_idempotency_key, IdempotencyKey, KeyError};
+use crate::domain::key::{derive_idempotency_key, IdempotencyKey, KeyError};
 use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;

@@ -7,9 +7,9 @@
 //! passes `verify` and `audit verify` after every batch, even if the purge is killed mid-way.
 
 use super::audit_store;
-use crate::audit::{Kind, Record};
+use crate::domain::audit::{Kind, Record};
+use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
-use crate::key::to_hex;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 

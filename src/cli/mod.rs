@@ -3,11 +3,13 @@
 //! Every flag can also come from the environment variable named beside it. Subcommand bodies
 //! stay thin: they build configs, open what they need and call into the library.
 
+mod trail;
+
+use crate::broker::stream::{self, Conn};
 use crate::config::{self, Config, LedgerConfig, OnConflict, Synchronous, WorkerConfig};
 use crate::error::{Error, Result};
 use crate::ledger::SqliteLedger;
-use crate::metrics::Metrics;
-use crate::stream::{self, Conn};
+use crate::observe::metrics::Metrics;
 use clap::{Args, Parser, Subcommand};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -49,7 +51,7 @@ pub struct GlobalArgs {
         value_enum,
         default_value_t
     )]
-    pub log_format: crate::logging::Format,
+    pub log_format: crate::observe::logging::Format,
     /// Append audit lines (target claimgate::audit) to this file instead of stderr.
     #[arg(long, env = "CLAIMGATE_AUDIT_LOG", global = true)]
     pub audit_log: Option<PathBuf>,
@@ -70,17 +72,17 @@ pub enum Command {
     /// Print the idempotency key of a payload.
     Key(KeyArgs),
     /// Publish unpublished outbox rows to the events stream, each event exactly once.
-    Relay(crate::cli_trail::RelayArgs),
+    Relay(crate::cli::trail::RelayArgs),
     /// Export or verify the hash-chained audit trail.
-    Audit(crate::cli_trail::AuditArgs),
+    Audit(crate::cli::trail::AuditArgs),
     /// Check the ledger against itself and the audit chain; exit 1 naming the first violation.
     Verify,
     /// Purge records older than the retention window (exported first; never automatic).
-    Retention(crate::cli_trail::RetentionArgs),
+    Retention(crate::cli::trail::RetentionArgs),
     /// Place, lift or list legal holds on awards (held awards are never purged).
-    Hold(crate::cli_trail::HoldArgs),
+    Hold(crate::cli::trail::HoldArgs),
     /// Inspect dead letters and replay one onto the submissions stream.
-    Dlq(crate::dlq::DlqArgs),
+    Dlq(crate::ops::dlq::DlqArgs),
     /// The whole pipeline on a private redis-server and a temporary ledger, then a summary
     /// (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored).
     Demo(crate::demo::DemoArgs),
@@ -127,7 +129,7 @@ pub struct RunArgs {
     #[arg(long, env = "CLAIMGATE_FAST_FILTER")]
     pub fast_filter: bool,
     /// Lifetime of a --fast-filter marker, in seconds.
-    #[arg(long, env = "CLAIMGATE_FAST_FILTER_TTL_S", default_value_t = crate::fastfilter::FAST_FILTER_TTL_S_DEFAULT)]
+    #[arg(long, env = "CLAIMGATE_FAST_FILTER_TTL_S", default_value_t = crate::broker::fastfilter::FAST_FILTER_TTL_S_DEFAULT)]
     pub fast_filter_ttl_s: u64,
     /// SQLite synchronous level: full (default; survives power loss) or normal.
     #[arg(long, env = "CLAIMGATE_SYNCHRONOUS", default_value = "full", value_parser = ["full", "normal"])]
@@ -141,7 +143,7 @@ pub struct RunArgs {
     pub relay: bool,
     /// Relay settings, used with --relay.
     #[command(flatten)]
-    pub relay_opts: crate::cli_trail::RelayOpts,
+    pub relay_opts: crate::cli::trail::RelayOpts,
     /// Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker
     /// leaves entries pending and retries until room is made.
     #[arg(long, env = "CLAIMGATE_LEDGER_PAGES_MAX", value_parser = clap::value_parser!(u64).range(1..))]
@@ -198,21 +200,21 @@ pub fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => run(&cfg, args),
         Command::Produce(args) => produce(&cfg, args),
-        Command::Status(args) => crate::status::run(&cfg, args.json),
+        Command::Status(args) => crate::ops::status::run(&cfg, args.json),
         Command::Key(args) => key(args),
-        Command::Relay(args) => crate::cli_trail::relay(&cfg, args),
-        Command::Audit(args) => crate::cli_trail::audit(&cfg, args),
-        Command::Verify => crate::cli_trail::verify(&cfg),
-        Command::Retention(args) => crate::cli_trail::retention(&cfg, args),
-        Command::Hold(args) => crate::cli_trail::hold(&cfg, args),
-        Command::Dlq(args) => crate::dlq::run(&cfg, args),
+        Command::Relay(args) => crate::cli::trail::relay(&cfg, args),
+        Command::Audit(args) => crate::cli::trail::audit(&cfg, args),
+        Command::Verify => crate::cli::trail::verify(&cfg),
+        Command::Retention(args) => crate::cli::trail::retention(&cfg, args),
+        Command::Hold(args) => crate::cli::trail::hold(&cfg, args),
+        Command::Dlq(args) => crate::ops::dlq::run(&cfg, args),
         Command::Demo(args) => crate::demo::run(
             &cfg,
             args,
             cli.global.redis_url_explicit,
             &*shutdown_flag()?,
         ),
-        Command::Backup(args) => crate::backup::run(&cfg.db_path, &args.out),
+        Command::Backup(args) => crate::ops::backup::run(&cfg.db_path, &args.out),
     }
 }
 
@@ -233,8 +235,8 @@ pub fn parse() -> Cli {
 
 impl GlobalArgs {
     /// How logs are written.
-    pub fn logging(&self) -> crate::logging::Options {
-        crate::logging::Options {
+    pub fn logging(&self) -> crate::observe::logging::Options {
+        crate::observe::logging::Options {
             format: self.log_format,
             audit_log: self.audit_log.clone(),
         }
@@ -301,7 +303,7 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
         })
     };
     match &args.metrics_addr {
-        Some(addr) => crate::serve::serve_during(addr, cfg, &ledger, &metrics, work)?,
+        Some(addr) => crate::observe::http::serve_during(addr, cfg, &ledger, &metrics, work)?,
         None => work()?,
     }
     let quantile = |q| metrics.commit_latency.quantile_us(q).unwrap_or(0);
@@ -374,7 +376,7 @@ fn key(args: KeyArgs) -> Result<()> {
             Error::Config(format!("cannot read {}: {e}", args.payload_file.display()))
         })?
     };
-    let key = crate::key::derive_idempotency_key(&args.award_id, &args.timestamp, &payload)
+    let key = crate::domain::key::derive_idempotency_key(&args.award_id, &args.timestamp, &payload)
         .map_err(|e| Error::Config(e.to_string()))?;
     println!("{key}");
     Ok(())

@@ -8,13 +8,13 @@
 //! - Redis answers PING;
 //! - the ledger answers a query.
 
+use crate::broker::stream::{self, Conn};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::exposition;
 use crate::ledger::SqliteLedger;
-use crate::metrics::Metrics;
-use crate::status;
-use crate::stream::{self, Conn};
+use crate::observe::metrics::Metrics;
+use crate::observe::prometheus;
+use crate::ops::status;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -110,8 +110,8 @@ impl Endpoints<'_> {
         match status::gather(self.cfg, self.ledger, &mut self.conn) {
             Ok(s) => (
                 200,
-                exposition::CONTENT_TYPE,
-                exposition::render(&s, self.metrics),
+                prometheus::CONTENT_TYPE,
+                prometheus::render(&s, self.metrics),
             ),
             // Without the ledger the counters cannot be stated; a failed scrape (up == 0) says so.
             Err(e) => (503, "text/plain", format!("ledger unavailable: {e}\n")),

@@ -8,13 +8,13 @@
 //! inside the same transaction. Nothing here commits: the caller does, or drops the
 //! transaction and nothing of the batch exists.
 
-use super::sqlite::EVENT_DISBURSEMENT_RECORDED;
 use super::{conflict, multirow, Item, Outcome};
-use crate::audit::{self, Kind, Record};
 use crate::config::OnConflict;
+use crate::domain::audit::{self, Kind, Record};
+use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
+use crate::domain::submission::Submission;
 use crate::error::Result;
-use crate::failpoint;
-use crate::submission::Submission;
+use crate::support::failpoint;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 /// Who is recording, from where, under which conflict policy.
@@ -104,7 +104,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         Ok(Batch {
             tx,
             ctx,
-            now: super::now_rfc3339(),
+            now: crate::domain::clock::now_rfc3339(),
             tail: ChainTail::read(tx)?,
             disbursements: Vec::with_capacity(capacity),
             outbox: Vec::with_capacity(capacity),
@@ -274,7 +274,7 @@ impl<'t, 'a> Batch<'t, 'a> {
             claim_id,
             submission: s,
         });
-        self.outbox.push((claim_id, event_payload(s, key_hex)));
+        self.outbox.push((claim_id, event::payload(s, key_hex)));
         r.amount_cents = Some(s.amount_cents);
         self.append(r);
         let other = match self.ctx.on_conflict {
@@ -346,47 +346,4 @@ fn claimed_at(tx: &Transaction<'_>, s: &Submission) -> Result<Option<String>> {
             |row| row.get(0),
         )
         .optional()?)
-}
-
-/// The `disbursement.recorded` event a new claim announces.
-fn event_payload(s: &Submission, key_hex: &str) -> String {
-    /// The event body. Fields in alphabetical order, as the events stream has always carried
-    /// them.
-    #[derive(serde::Serialize)]
-    struct Event<'e> {
-        amount_cents: i64,
-        award_id: &'e str,
-        idempotency_key: &'e str,
-        submission_timestamp: &'e str,
-    }
-    serde_json::to_string(&Event {
-        amount_cents: s.amount_cents,
-        award_id: &s.award_id,
-        idempotency_key: key_hex,
-        submission_timestamp: &s.submission_timestamp,
-    })
-    .expect("an event always serializes")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_event_payload_keeps_its_published_shape() {
-        let s = crate::submission::parse_payload(
-            br#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":125}"#,
-            1 << 20,
-        )
-        .unwrap();
-        let hex = s.key.to_hex();
-        let expected = serde_json::json!({
-            "award_id": "A-1",
-            "amount_cents": 125,
-            "idempotency_key": hex,
-            "submission_timestamp": "2026-07-01T09:00:00Z",
-        })
-        .to_string();
-        assert_eq!(event_payload(&s, &hex), expected);
-    }
 }

@@ -12,18 +12,18 @@
 //! transaction covering them has committed. A crash anywhere before that leaves the entries
 //! pending; their redelivery finds the claims already taken and becomes a duplicate.
 
-use crate::audit;
+use crate::broker::fastfilter::FastFilter;
+use crate::broker::stream::{self, Conn, Entry};
 use crate::config::{
     backoff, Config, WorkerConfig, BLOCK_TIMEOUT_SLACK_MS, CHANNEL_BATCHES_MAX, COMMIT_ENTRIES_MAX,
 };
+use crate::domain::audit;
+use crate::domain::key::IdempotencyKey;
+use crate::domain::submission::{self, Submission};
 use crate::error::{Error, Result};
-use crate::failpoint;
-use crate::fastfilter::FastFilter;
-use crate::key::IdempotencyKey;
 use crate::ledger::{Item, Ledger, Outcome};
-use crate::metrics::Metrics;
-use crate::stream::{self, Conn, Entry};
-use crate::submission::{self, Submission};
+use crate::observe::metrics::Metrics;
+use crate::support::failpoint;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{error, info, warn};
 use std::collections::HashMap;
@@ -619,7 +619,7 @@ fn commit_and_ack(
                     ("deliveries", p.delivery_count.to_string()),
                     ("consumer", wcfg.consumer.clone()),
                     ("source_stream", cfg.stream.clone()),
-                    ("dead_lettered_at", crate::ledger::now_rfc3339()),
+                    ("dead_lettered_at", crate::domain::clock::now_rfc3339()),
                 ];
                 retry("copying an entry to the dead-letter stream", shared, || {
                     stream::dead_letter(conn, &dead_stream, &d.entry, &meta)
@@ -701,7 +701,7 @@ fn copy_held(
             ("deliveries", p.delivery_count.to_string()),
             ("consumer", wcfg.consumer.clone()),
             ("source_stream", cfg.stream.clone()),
-            ("dead_lettered_at", crate::ledger::now_rfc3339()),
+            ("dead_lettered_at", crate::domain::clock::now_rfc3339()),
         ];
         retry(
             "copying a held entry to the dead-letter stream",
@@ -728,7 +728,7 @@ fn mark_committed(
         })
         .filter_map(|(p, _)| valid_key(p))
         .collect();
-    filter.mark(conn, &keys, &crate::ledger::now_rfc3339());
+    filter.mark(conn, &keys, &crate::domain::clock::now_rfc3339());
 }
 
 fn item_of(p: &Parsed) -> Item<'_> {

@@ -29,7 +29,7 @@ pub struct Metrics {
     /// When the worker loop last went round, in milliseconds since the Unix epoch (`/healthz`).
     pub heartbeat_unix_ms: AtomicU64,
     /// Commit latencies at a resolution fine enough to quote p50/p99 from.
-    pub commit_latency: crate::latency::Histogram,
+    pub commit_latency: crate::observe::latency::Histogram,
 }
 
 impl Metrics {

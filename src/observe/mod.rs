@@ -1,0 +1,11 @@
+//! Watching a running claimgate: counters, the commit-latency histogram, Prometheus text, the
+//! `/metrics` and `/healthz` endpoints, and log lines.
+//!
+//! **Invariant:** nothing under `observe/` writes to Redis or the ledger; a scrape or a log line
+//! can never change what the worker does.
+
+pub mod http;
+pub mod latency;
+pub mod logging;
+pub mod metrics;
+pub mod prometheus;
