@@ -1,9 +1,40 @@
 //! The ledger: where claims, disbursements, outbox rows and audit records live.
 //!
-//! The worker sees only the [`Ledger`] trait, so a shared PostgreSQL ledger for multi-node
-//! deployments can slot in beside [`SqliteLedger`] without touching it. The one promise every
-//! implementation keeps: [`Ledger::record`] writes all of a batch's effects in one transaction,
-//! or none of them.
+//! Everything above this folder — the worker, the relay, the operator commands, the health
+//! check — sees a ledger only through the traits below, each written for the one caller that
+//! needs it: [`Ledger`] (the worker), [`Outbox`] (the relay), [`AuditLog`] (export and chain
+//! verification), [`Inspect`] (verify, status, `/healthz`), [`Retention`] (purge and legal
+//! holds) and [`Backup`]. [`Backend`] is all of them together: what the CLI's open step hands
+//! out. Implementations: [`SqliteLedger`] (the embedded default) and [`MemoryLedger`] (tests; it
+//! keeps the same contract, and the contract tests in `tests/it/contract.rs` run against both).
+//!
+//! # The contract every implementation keeps
+//!
+//! 1. **Atomic batches.** [`Ledger::record`] writes a whole batch — claims, disbursements,
+//!    outbox rows, dead-letter rows, audit records — in one transaction, or nothing of it. An
+//!    error means nothing of the batch is visible to any reader, now or after a crash.
+//! 2. **One outcome per item, in item order.** `record` returns exactly `items.len()` outcomes,
+//!    the `n`th describing `items[n]`.
+//! 3. **Duplicates decided in batch order.** Items are claimed one at a time in slice order, so
+//!    the second of two items with one key inside a batch is a [`Outcome::Duplicate`] of the
+//!    first, exactly as if it had come in a later batch. The claim is unique in the store itself
+//!    (a UNIQUE constraint), so no code path can claim a key twice or post a second disbursement
+//!    for one claim.
+//! 4. **A linear audit chain.** Every item leaves at most one audit record per effect, written
+//!    in the same transaction. Records get consecutive `seq` numbers in commit order across all
+//!    writers (two concurrent batches never interleave or share a `seq`), and each record's
+//!    `hash = sha256(prev_hash || canonical JSON)` as [`crate::domain::audit::Record::seal`]
+//!    computes it: the fields hashed are exactly the record's columns, byte for byte as stored.
+//! 5. **Outbox rows become visible in id order.** Once [`Outbox::unpublished`] has returned a
+//!    row with id `n`, no row with an id below `n` can ever become visible later, and ids are
+//!    never reused (not even after a purge). The relay's exactly-once argument rests on this:
+//!    it skips ids at or below a high-water mark, which is only safe if nothing can appear below
+//!    it. SQLite keeps it because it has one writer at a time and `outbox.id` is AUTOINCREMENT;
+//!    a backend with concurrent writers must serialize id assignment with commit order.
+//! 6. **Errors say whether to retry.** An error for which [`crate::Error::is_transient`] is
+//!    true (busy, locked, full, connection lost, serialization failure) changed nothing and may
+//!    succeed later; the worker backs off and retries the whole batch. Anything else is
+//!    permanent.
 
 pub mod sqlite;
 
@@ -108,12 +139,185 @@ pub struct Stats {
     pub audit_records: u64,
 }
 
-/// The narrow interface the worker needs from any ledger.
+/// The worker's side: record batches, read counts.
 pub trait Ledger: Send + Sync {
     /// Records a batch in one transaction (claims, effects, audit records) and returns one
-    /// outcome per item, in order. On error nothing of the batch is visible.
+    /// outcome per item, in item order (contract points 1–4). On error nothing of the batch is
+    /// visible. `consumer` and `stream` are written into the audit records.
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>>;
 
-    /// Counts and totals for `status` and metrics.
+    /// Counts and totals for `status` and the metrics gauges, read in one snapshot.
     fn stats(&self) -> Result<Stats>;
 }
+
+/// One outbox row on its way to the events stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The outbox id: the event's `event_id`, only ever growing.
+    pub id: i64,
+    /// What happened, such as `disbursement.recorded`.
+    pub event_type: String,
+    /// The event body (JSON text).
+    pub payload: String,
+}
+
+/// The relay's side: unpublished rows in id order, and marking them published.
+pub trait Outbox: Send + Sync {
+    /// The oldest `limit` unpublished rows, lowest id first (contract point 5: no row below the
+    /// highest id returned can become visible later).
+    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>>;
+
+    /// Marks every unpublished row with id `<= upto_id` as published at `now`, in one
+    /// transaction; returns how many rows changed. Rows already published are left alone.
+    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64>;
+
+    /// This ledger's random identity, created on first call and never changed after, so two
+    /// ledgers (or a ledger and its fresh replacement) are never mistaken for each other.
+    fn ledger_id(&self) -> Result<String>;
+}
+
+/// Which audit records to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Since {
+    /// The whole log.
+    All,
+    /// Records with `seq` at or above this.
+    Seq(i64),
+    /// Records written at or after this time (in the ledger's format, `domain::clock`).
+    Time(String),
+}
+
+/// Reading the audit chain back, for export and verification.
+pub trait AuditLog: Send + Sync {
+    /// Calls `f` with each selected record, lowest `seq` first, all from one consistent
+    /// snapshot; stops at the first error `f` returns and returns it. A stored record that
+    /// cannot be a record (an unknown kind) is [`crate::Error::Invariant`].
+    fn for_each_record(
+        &self,
+        since: &Since,
+        f: &mut dyn FnMut(crate::domain::audit::Record) -> Result<()>,
+    ) -> Result<()>;
+}
+
+/// What a clean ledger holds, as `verify` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Claims.
+    pub claims: u64,
+    /// Disbursements.
+    pub disbursements: u64,
+    /// Outbox rows.
+    pub outbox_rows: u64,
+    /// Audit records, all links and hashes checked.
+    pub audit_records: u64,
+    /// The chain's head: the hash the next record will link to.
+    pub head_hash: String,
+}
+
+/// Looking at a ledger without changing it: `verify`, `status`, `/healthz`.
+pub trait Inspect: Send + Sync {
+    /// Checks every invariant in one read snapshot (the store's own integrity, one claim and one
+    /// outbox row per disbursement and agreeing with it, every `processed` record matching its
+    /// disbursement, no key claimed or processed twice, the audit chain). Returns the summary,
+    /// or [`crate::Error::Invariant`] naming the first violation.
+    fn verify(&self) -> Result<Summary>;
+
+    /// Answers one trivial query: `Ok` means the ledger is reachable now.
+    fn ping(&self) -> Result<()>;
+
+    /// Where this ledger is, for messages: a file path, or a URL with its password removed.
+    fn describe(&self) -> String;
+}
+
+/// Backup, where the backend can make one itself.
+pub trait Backup: Send + Sync {
+    /// Writes a consistent copy (the ledger as of one commit) to `out`, a new 0600 file that
+    /// must not exist; a failed copy is removed. A backend whose backups are made by other
+    /// tools returns [`crate::Error::Config`] saying which.
+    fn backup(&self, out: &std::path::Path) -> Result<BackupCopied>;
+}
+
+/// What a backup copied, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupCopied {
+    /// Claims in the copy.
+    pub claims: u64,
+    /// Audit records in the copy.
+    pub audit_records: u64,
+    /// Size of the copy in bytes.
+    pub bytes: u64,
+}
+
+/// One legal hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hold {
+    /// The award nothing may be purged for.
+    pub award_id: String,
+    /// Why (case number, auditor's request).
+    pub reason: String,
+    /// When it was placed.
+    pub held_at: String,
+}
+
+/// The audit prefix a purge before a cutoff may remove, and what stands in its way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgePlan {
+    /// First `seq` of the prefix (a leading checkpoint, if the chain has one).
+    pub first: i64,
+    /// Last `seq` removed; the new checkpoint takes this number.
+    pub last: i64,
+    /// Awards under legal hold that records in the prefix name.
+    pub held: Vec<String>,
+    /// Outbox rows of claims in the prefix that are not yet published.
+    pub unpublished: u64,
+}
+
+/// What purge batches removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// Audit records (a previous checkpoint included).
+    pub records: u64,
+    /// Claims, each with its disbursement and outbox row.
+    pub claims: u64,
+    /// Dead-letter rows.
+    pub dead_letters: u64,
+}
+
+/// Retention: legal holds, and removing a prefix of the chain with exactly the rows it
+/// describes. Nothing here decides *whether* a purge is allowed (the retention window is
+/// `ops::retention`'s business); it only does what it is asked, atomically per batch.
+pub trait Retention: Send + Sync {
+    /// Places a hold at `now`; false if the award was already held.
+    fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool>;
+
+    /// Lifts a hold; false if there was none.
+    fn hold_remove(&self, award_id: &str) -> Result<bool>;
+
+    /// Every hold, by award.
+    fn holds(&self) -> Result<Vec<Hold>>;
+
+    /// In one read snapshot: finds the audit prefix recorded before `cutoff` (it ends before
+    /// the first non-checkpoint record at or after `cutoff`), hands the plan to `admit` — which
+    /// refuses by returning an error, and then nothing is exported — and then passes every row
+    /// a purge of that prefix removes to `row` as `{"table": .., "row": ..}`, audit records of
+    /// each batch first, in batches of at most `batch_records_max` records. Returns the plan and
+    /// each batch's last `seq`, or `None` when nothing is that old.
+    fn export_purge(
+        &self,
+        cutoff: &str,
+        batch_records_max: usize,
+        admit: &mut dyn FnMut(&PurgePlan) -> Result<()>,
+        row: &mut dyn FnMut(&serde_json::Value) -> Result<()>,
+    ) -> Result<Option<(PurgePlan, Vec<i64>)>>;
+
+    /// Removes records `first..=last` with the claims, disbursements, outbox rows and
+    /// dead-letter rows they describe, and leaves one checkpoint record at `last` carrying
+    /// `detail` and continuing from record `last`'s hash — in one transaction, so `verify`
+    /// passes after every batch. Refuses, removing nothing, if an award in the batch has come
+    /// under hold since the plan.
+    fn purge_batch(&self, first: i64, last: i64, detail: &str, now: &str) -> Result<Removed>;
+}
+
+/// Every side of a ledger at once: what the CLI's open step returns.
+pub trait Backend: Ledger + Outbox + AuditLog + Inspect + Retention + Backup {}
+impl<T: Ledger + Outbox + AuditLog + Inspect + Retention + Backup> Backend for T {}

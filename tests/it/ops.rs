@@ -394,7 +394,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert_ne!(
-            v["target"], "claimgate::domain::audit",
+            v["target"], "claimgate::audit",
             "audit line on stderr: {line}"
         );
     }
@@ -406,8 +406,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     );
     assert_eq!(world.count("dead_letters"), 1);
     assert!(audit.lines().all(
-        |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["target"]
-            == "claimgate::domain::audit"
+        |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["target"] == "claimgate::audit"
     ));
 
     let table = world

@@ -2,18 +2,8 @@
 
 use crate::domain::audit::{Kind, Record};
 use crate::error::{Error, Result};
+pub use crate::ledger::Since;
 use rusqlite::{Connection, Row};
-
-/// Which records to read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Since {
-    /// The whole log.
-    All,
-    /// Records with `seq` at or above this.
-    Seq(i64),
-    /// Records written at or after this time (RFC 3339, in the ledger's own format).
-    Time(String),
-}
 
 /// The columns, in `Record` order (a macro, so statements can be built with `concat!`).
 macro_rules! columns {

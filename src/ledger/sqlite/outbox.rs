@@ -5,18 +5,8 @@
 //! The relay's exactly-once argument (see `relay.rs`) rests on that.
 
 use crate::error::Result;
+pub use crate::ledger::OutboxRow;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-
-/// One outbox row on its way to the events stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxRow {
-    /// The outbox id: the event's `event_id`, only ever growing.
-    pub id: i64,
-    /// What happened, such as `disbursement.recorded`.
-    pub event_type: String,
-    /// The event body (JSON text).
-    pub payload: String,
-}
 
 /// The oldest `limit` unpublished rows, lowest id first.
 pub fn unpublished(conn: &Connection, limit: usize) -> Result<Vec<OutboxRow>> {

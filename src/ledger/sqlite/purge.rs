@@ -10,19 +10,9 @@ use super::audit_store;
 use crate::domain::audit::{Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
+pub use crate::ledger::{Hold, Removed};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
-
-/// One legal hold.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Hold {
-    /// The award nothing may be purged for.
-    pub award_id: String,
-    /// Why (case number, auditor's request).
-    pub reason: String,
-    /// When it was placed.
-    pub held_at: String,
-}
 
 /// Places a hold; returns false if the award was already held.
 pub fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> Result<bool> {
@@ -198,17 +188,6 @@ fn json_of(v: ValueRef<'_>) -> serde_json::Value {
         // Keys are 32 raw bytes; hex is how every other tool shows them.
         ValueRef::Blob(b) => to_hex(b).into(),
     }
-}
-
-/// What one purge batch removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Removed {
-    /// Audit records (a previous checkpoint included).
-    pub records: u64,
-    /// Claims, each with its disbursement and outbox row.
-    pub claims: u64,
-    /// Dead-letter rows.
-    pub dead_letters: u64,
 }
 
 /// Removes batch `first..=last` and leaves a checkpoint at `last` that continues from the hash
