@@ -3,8 +3,9 @@
 //! The worker allocates an entry on one thread and frees it on another (reader → parse pool →
 //! writer → reporter). glibc's malloc pays for that in arena locks and consolidation: about a
 //! fifth of the worker's CPU samples were in it. mimalloc frees across threads cheaply, but by
-//! default keeps freed pages for 10 ms and commits arena memory eagerly, which raised the
-//! worker's peak RSS from 52 MiB to 85–108 MiB on a 200,000-entry drain. With purging after
+//! default keeps freed pages for a while (its `purge_delay`, 1000 ms in the linked version; the
+//! test below checks that default) and commits arena memory eagerly, which raised the worker's
+//! peak RSS from 52 MiB to 85–108 MiB on a 200,000-entry drain. With purging after
 //! [`PURGE_DELAY_MS`] and arenas committed on demand it stays at glibc's 52 MiB.
 //! See BENCHMARKS.md for the measurements. Eager commit is switched off at build time
 //! (`.cargo/config.toml`), because the first arena exists before `main` runs.
