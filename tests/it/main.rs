@@ -7,6 +7,7 @@ mod audit;
 mod batching;
 mod chaos;
 mod fuzz;
+mod layers;
 mod ops;
 mod relay;
 mod resilience;
