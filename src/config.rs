@@ -85,7 +85,9 @@ pub enum OnConflict {
     Hold,
 }
 
-/// Everything `claimgate run` can be told.
+/// What the worker of `claimgate run` is told. The ledger's settings are in [`LedgerConfig`];
+/// `--on-conflict` is the ledger's business too (`SqliteLedger::with_on_conflict`), since it
+/// decides inside the transaction.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// This consumer's name in the group.

@@ -123,3 +123,68 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
         committed_by: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &[u8] =
+        br#"{"award_id":"A-7","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":125}"#;
+
+    fn entry(payload: &[u8], delivery_count: u64) -> Entry {
+        Entry {
+            id: "5-0".into(),
+            fields: vec![(submission::PAYLOAD_FIELD.to_vec(), payload.to_vec())],
+            delivery_count,
+        }
+    }
+
+    #[test]
+    fn a_valid_entry_under_the_cap_is_a_submission() {
+        let wcfg = WorkerConfig::new("c");
+        let p = parse_one(entry(VALID, wcfg.max_deliveries), &wcfg);
+        assert_eq!(
+            (p.id.as_str(), p.delivery_count),
+            ("5-0", wcfg.max_deliveries)
+        );
+        let Verdict::Valid(s) = &p.verdict else {
+            panic!("rejected a valid entry")
+        };
+        assert_eq!((s.award_id.as_str(), s.amount_cents), ("A-7", 125));
+        assert_eq!(p.valid_key(), Some(s.key));
+    }
+
+    #[test]
+    fn over_the_cap_even_a_valid_entry_is_rejected_keeping_its_award_and_key() {
+        let wcfg = WorkerConfig::new("c");
+        let over = wcfg.max_deliveries + 1;
+        let p = parse_one(entry(VALID, over), &wcfg);
+        let Verdict::Rejected(r) = &p.verdict else {
+            panic!("accepted an entry over the delivery cap")
+        };
+        assert_eq!(r.code, "max_deliveries");
+        assert_eq!(
+            r.reason,
+            format!("max deliveries exceeded ({over} > {})", wcfg.max_deliveries)
+        );
+        assert_eq!(r.award_id.as_deref(), Some("A-7"));
+        assert!(r.key.is_some());
+        assert_eq!(
+            r.entry,
+            entry(VALID, over),
+            "the whole original entry is kept"
+        );
+        assert_eq!(p.valid_key(), None);
+    }
+
+    #[test]
+    fn a_malformed_entry_is_rejected_with_its_code_and_no_key() {
+        let wcfg = WorkerConfig::new("c");
+        let p = parse_one(entry(b"{not json", 1), &wcfg);
+        let Verdict::Rejected(r) = &p.verdict else {
+            panic!("accepted a malformed entry")
+        };
+        assert_eq!(r.code, "not_json");
+        assert_eq!((r.award_id.as_deref(), r.key), (None, None));
+    }
+}

@@ -10,4 +10,5 @@ mod fuzz;
 mod ops;
 mod relay;
 mod resilience;
+mod retry;
 mod worker;
