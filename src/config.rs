@@ -3,7 +3,6 @@
 //! The command line (`cli`) fills these in; the library never reads flags or env vars itself.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Default Redis URL: the local server. `demo` never uses it unless told to.
 pub const REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
@@ -35,10 +34,15 @@ pub const REDIS_RESPONSE_TIMEOUT_MS: u64 = 5_000;
 pub const REDIS_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// How long SQLite waits on another writer's lock before reporting busy.
 pub const BUSY_TIMEOUT_MS_DEFAULT: u64 = 5_000;
-/// First wait after a transient failure.
+/// Ceiling of the first wait after a transient failure (`retry::backoff` draws 25–50 ms).
 pub const BACKOFF_MS_MIN: u64 = 50;
-/// Longest wait between retries after a transient failure.
+/// Ceiling of every wait once the backoff has doubled up to it (draws 2.5–5 s).
 pub const BACKOFF_MS_MAX: u64 = 5_000;
+/// Failures granted to a worker step's episode once shutdown is asked for; past them the
+/// entries are left pending (safe: they are redelivered) so the process can stop.
+pub const SHUTDOWN_FAILURES_MAX: u32 = 3;
+/// Most ids re-claimed by one heartbeat XCLAIM.
+pub const HEARTBEAT_IDS_MAX: usize = 1_000;
 /// Batches that may wait between pipeline stages; bounds memory whatever the backlog.
 pub const CHANNEL_BATCHES_MAX: usize = 4;
 /// Most entries written in one group-commit transaction.
@@ -81,7 +85,9 @@ pub enum OnConflict {
     Hold,
 }
 
-/// Everything `claimgate run` can be told.
+/// What the worker of `claimgate run` is told. The ledger's settings are in [`LedgerConfig`];
+/// `--on-conflict` is the ledger's business too (`SqliteLedger::with_on_conflict`), since it
+/// decides inside the transaction.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// This consumer's name in the group.
@@ -102,8 +108,6 @@ pub struct WorkerConfig {
     pub payload_bytes_max: usize,
     /// One transaction and one XACK per entry: the reference design's shape, for comparison.
     pub per_message: bool,
-    /// Policy for conflicting resubmissions.
-    pub on_conflict: OnConflict,
     /// `--fast-filter`: marker lifetime in seconds, or `None` when the filter is off.
     pub fast_filter_ttl_s: Option<u64>,
 }
@@ -121,7 +125,6 @@ impl WorkerConfig {
             block_ms: BLOCK_MS_DEFAULT,
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
             per_message: false,
-            on_conflict: OnConflict::Record,
             fast_filter_ttl_s: None,
         }
     }
@@ -181,12 +184,4 @@ impl Synchronous {
             Synchronous::Normal => "NORMAL",
         }
     }
-}
-
-/// Capped exponential backoff with full jitter: `attempt` 0 waits about BACKOFF_MS_MIN.
-pub fn backoff(attempt: u32) -> Duration {
-    let ceiling = BACKOFF_MS_MIN
-        .saturating_mul(1u64 << attempt.min(16))
-        .min(BACKOFF_MS_MAX);
-    Duration::from_millis(ceiling / 2 + fastrand::u64(0..=ceiling / 2))
 }

@@ -15,6 +15,7 @@
 //! - [`audit`]: the hash-chained audit record and its verification (pure).
 //! - [`config`]: every limit and default.
 //! - [`error`]: the one error type and its transient/permanent question.
+//! - [`retry`]: the one retry policy: backoff with jitter, episode logging, stopping.
 //! - [`stream`]: Redis only.
 //! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
 //! - [`dlq`]: list, show and replay dead letters (Redis only).
@@ -46,6 +47,7 @@ pub mod ledger;
 pub mod observe;
 pub mod ops;
 pub mod relay;
+pub mod retry;
 pub mod support;
 pub mod worker;
 

@@ -19,15 +19,15 @@
 //! only for ids the Redis mark already covers.
 
 use crate::broker::stream::{self, Conn};
-use crate::config::backoff;
 use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
 use crate::ledger::sqlite::outbox::{self, OutboxRow};
 use crate::ledger::SqliteLedger;
+use crate::retry;
 use crate::support::failpoint;
-use log::{info, warn};
+use log::info;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Default number of outbox rows published per script call (and per marking transaction).
 pub const BATCH_COUNT_MAX_DEFAULT: usize = 500;
@@ -101,35 +101,24 @@ pub fn run(
         rcfg.events_stream
     );
     let mut totals = Totals::default();
-    let (mut failures, mut failing_since) = (0u32, Instant::now());
+    // The highest id this relay has marked published; the Redis mark never goes below it.
+    let mut last_marked = 0i64;
     while !shutdown.load(Ordering::SeqCst) {
-        match step(rcfg, ledger, &mut conn, &script, &ledger_id) {
-            Ok(round) => {
-                if failures > 0 {
-                    info!(
-                        "relay recovered after {failures} failed attempts over {:.1}s",
-                        failing_since.elapsed().as_secs_f64()
-                    );
-                    failures = 0;
-                }
-                totals.published += round.published;
-                totals.marked += round.marked;
-                if round.read == 0 {
-                    if exit_when_idle.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(POLL_MS));
-                }
-            }
-            Err(e) if e.is_transient() => {
-                if failures == 0 {
-                    warn!("relay failed: {e}; retrying with backoff until it clears");
-                    failing_since = Instant::now();
-                }
-                failures += 1;
-                std::thread::sleep(backoff(failures - 1));
-            }
+        let attempt = || step(rcfg, ledger, &mut conn, &script, &ledger_id, last_marked);
+        let round = match retry::with_backoff("relay", shutdown, 0, attempt) {
+            Ok(round) => round,
+            // The retry gives up on a transient failure only once shutdown is asked for.
+            Err(e) if e.is_transient() => break,
             Err(e) => return Err(e),
+        };
+        last_marked = last_marked.max(round.marked_upto);
+        totals.published += round.published;
+        totals.marked += round.marked;
+        if round.read == 0 {
+            if exit_when_idle.load(Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
         }
     }
     info!(
@@ -147,15 +136,19 @@ struct Round {
     published: u64,
     /// Rows marked published in the ledger.
     marked: u64,
+    /// The id up to which this round marked rows published; 0 when it read none.
+    marked_upto: i64,
 }
 
 /// One round: read a batch, publish it atomically with the mark, then mark it in the ledger.
+/// `last_marked` is the highest id this relay has marked published so far.
 fn step(
     rcfg: &RelayConfig,
     ledger: &SqliteLedger,
     conn: &mut Conn,
     script: &redis::Script,
     ledger_id: &str,
+    last_marked: i64,
 ) -> Result<Round> {
     let mut db = ledger.connection()?;
     let rows = outbox::unpublished(&db, rcfg.batch_count_max)?;
@@ -164,17 +157,32 @@ fn step(
             read: 0,
             published: 0,
             marked: 0,
+            marked_upto: 0,
         });
     };
     let last_id = last.id;
     let (upto, published) = publish(conn, script, rcfg, ledger_id, &rows)?;
+    // Two checks on the mark, of two kinds. `publish` returns `Error::Invariant` when the mark
+    // is below this batch: the mark is Redis state that others can change (an operator's HSET
+    // or DEL, another tool), so that is an operating error, reported, and nothing is marked.
+    // Past that check the mark is at least `rows[0].id`, and `unpublished` never returns a row
+    // at or below one this relay has marked published (ledger contract, point 5). A mark below
+    // `last_marked` therefore means our own code broke that promise: a programmer error, which
+    // must stop the process before it marks anything on the strength of it.
+    assert!(
+        upto >= last_marked,
+        "{} reads {upto}, below {last_marked}, which this relay already marked published",
+        rcfg.mark_key()
+    );
     failpoint::hit("relay_after_publish");
     // Rows above our batch may be covered by another relay's mark; we mark only what we read.
-    let marked = outbox::mark_published(&mut db, upto.min(last_id), &now_rfc3339())?;
+    let marked_upto = upto.min(last_id);
+    let marked = outbox::mark_published(&mut db, marked_upto, &now_rfc3339())?;
     Ok(Round {
         read: rows.len(),
         published,
         marked: marked as u64,
+        marked_upto,
     })
 }
 

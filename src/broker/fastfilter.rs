@@ -15,7 +15,8 @@
 //! run without the filter until they expire: a marker outliving the commit it vouches for is
 //! the one way to make this filter lie.
 //!
-//! Invariant: nothing here runs before a commit; a Redis failure here never fails a batch.
+//! Invariant: no marker is written before the transaction covering its key has committed;
+//! a Redis failure here never fails a batch.
 
 use crate::broker::stream::Conn;
 use crate::domain::key::IdempotencyKey;

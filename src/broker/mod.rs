@@ -1,6 +1,10 @@
 //! The message broker side: Redis Streams only.
 //!
-//! **Invariant:** nothing under `broker/` touches the ledger. Every reply is parsed from raw
+//! - `stream`: the consumer-group commands (read, claim, acknowledge), the dead-letter copy
+//!   ([`stream::DeadLetterCopy`]), and the reply parsing `dlq` and the relay share.
+//! - `fastfilter`: `--fast-filter`'s markers for keys already committed.
+//!
+//! **Invariant:** nothing under `broker/` touches the ledger. Stream replies are parsed from raw
 //! values, so an entry whose body was trimmed surfaces as "vanished", never as a parse error.
 
 pub mod fastfilter;

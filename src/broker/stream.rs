@@ -302,24 +302,46 @@ pub fn pending_count(conn: &mut Conn, stream: &str, group: &str) -> Result<u64> 
     int(summary.into_iter().next().unwrap_or(Value::Nil)).map(|n| n.max(0) as u64)
 }
 
-/// Fields of a dead-letter entry that claimgate adds; the original fields follow, each name
-/// prefixed with [`ORIGINAL_FIELD_PREFIX`] so they can never collide with these.
+/// Prefix of every original field in a dead-letter entry, so the originals can never collide
+/// with the fields claimgate adds (see [`DeadLetterCopy`]).
 pub const ORIGINAL_FIELD_PREFIX: &str = "original.";
 
 /// Most original fields copied into a dead letter: Lua's `unpack` has a hard stack limit, and an
 /// entry with thousands of fields is itself the problem. The entry stays in the source stream.
 pub const DEAD_LETTER_FIELDS_MAX: usize = 1_000;
 
+/// An entry on its way to the dead-letter stream, with what claimgate says about it.
+///
+/// The dead-letter entry's fields are, in this order: `original_id` (the entry's id), `reason`,
+/// `reason_code`, `deliveries` (the entry's delivery count), `consumer`, `source_stream`,
+/// `dead_lettered_at`, then each original field with its name prefixed by
+/// [`ORIGINAL_FIELD_PREFIX`] (at most [`DEAD_LETTER_FIELDS_MAX`] of them, followed by
+/// `original_fields_omitted` with the count left out, if any). `claimgate dlq` reads them back.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadLetterCopy<'a> {
+    /// The entry as delivered: its id, fields and delivery count are copied.
+    pub original: &'a Entry,
+    /// Why, in words.
+    pub reason: &'a str,
+    /// A short machine-readable class, such as `not_json`.
+    pub reason_code: &'a str,
+    /// The consumer that dead-lettered it.
+    pub consumer: &'a str,
+    /// The stream it was read from.
+    pub source_stream: &'a str,
+    /// When it was dead-lettered (RFC 3339).
+    pub dead_lettered_at: &'a str,
+}
+
 /// Copies an entry to the dead-letter stream exactly once per original id.
 ///
 /// An index hash `<dead stream>:index` maps original id → dead-letter id, checked and written
 /// in the same Lua script as the XADD, so a redelivery after a crash finds the first copy
 /// instead of adding a second. Returns the dead-letter entry id.
-pub fn dead_letter(
+pub fn copy_to_dead_letters(
     conn: &mut Conn,
     dead_stream: &str,
-    entry: &Entry,
-    meta: &[(&str, String)],
+    copy: &DeadLetterCopy<'_>,
 ) -> Result<String> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
     let script = SCRIPT.get_or_init(|| {
@@ -333,14 +355,18 @@ pub fn dead_letter(
             ",
         )
     });
+    let entry = copy.original;
     let mut inv = script.prepare_invoke();
     inv.key(dead_stream)
         .key(dead_index_key(dead_stream))
         .arg(&entry.id);
     inv.arg("original_id").arg(&entry.id);
-    for (name, value) in meta {
-        inv.arg(*name).arg(value);
-    }
+    inv.arg("reason").arg(copy.reason);
+    inv.arg("reason_code").arg(copy.reason_code);
+    inv.arg("deliveries").arg(entry.delivery_count);
+    inv.arg("consumer").arg(copy.consumer);
+    inv.arg("source_stream").arg(copy.source_stream);
+    inv.arg("dead_lettered_at").arg(copy.dead_lettered_at);
     for (name, value) in entry.fields.iter().take(DEAD_LETTER_FIELDS_MAX) {
         let mut prefixed = ORIGINAL_FIELD_PREFIX.as_bytes().to_vec();
         prefixed.extend_from_slice(name);

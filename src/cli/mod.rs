@@ -293,7 +293,6 @@ fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     wcfg.batch_count_max = args.batch_count_max as usize;
     wcfg.exit_when_idle = args.exit_when_idle;
     wcfg.per_message = args.per_message;
-    wcfg.on_conflict = on_conflict;
     wcfg.fast_filter_ttl_s = args.fast_filter.then_some(args.fast_filter_ttl_s);
     let metrics = Metrics::default();
     let relay = args.relay.then(|| args.relay_opts.config(cfg));

@@ -54,9 +54,10 @@ pub enum DlqCommand {
     },
 }
 
-/// One dead letter as an operator sees it.
+/// One entry of the dead-letter stream as an operator sees it (the worker wrote it as a
+/// `broker::stream::DeadLetterCopy`).
 #[derive(Debug, Clone, Serialize)]
-pub struct DeadLetter {
+pub struct Letter {
     /// Its id in the dead-letter stream.
     pub id: String,
     /// The id the entry had on the submissions stream.
@@ -164,7 +165,7 @@ pub fn replayed_key(dead_stream: &str) -> String {
 }
 
 /// Calls `f` on every dead letter, oldest first, reading one page at a time.
-pub fn for_each(conn: &mut Conn, cfg: &Config, mut f: impl FnMut(&DeadLetter)) -> Result<()> {
+pub fn for_each(conn: &mut Conn, cfg: &Config, mut f: impl FnMut(&Letter)) -> Result<()> {
     let dead = cfg.dead_stream();
     let mut start = "-".to_owned();
     loop {
@@ -186,7 +187,7 @@ pub fn for_each(conn: &mut Conn, cfg: &Config, mut f: impl FnMut(&DeadLetter)) -
 
 /// The dead letter with dead-letter id `id`, or failing that the one made from original entry
 /// `id`; `None` if neither exists.
-pub fn find(conn: &mut Conn, cfg: &Config, id: &str) -> Result<Option<DeadLetter>> {
+pub fn find(conn: &mut Conn, cfg: &Config, id: &str) -> Result<Option<Letter>> {
     if !is_stream_id(id) {
         return Err(Error::Config(format!(
             "{id:?} is not a stream entry id (expected MS-SEQ, e.g. 1700000000000-0)"
@@ -201,7 +202,7 @@ pub fn find(conn: &mut Conn, cfg: &Config, id: &str) -> Result<Option<DeadLetter
             found = fetch(conn, &dead, &dead_id)?;
         }
     }
-    let mut found: Vec<DeadLetter> = found.into_iter().collect();
+    let mut found: Vec<Letter> = found.into_iter().collect();
     mark_replayed(conn, &dead, &mut found)?;
     Ok(found.pop())
 }
@@ -277,13 +278,13 @@ fn is_stream_id(id: &str) -> bool {
     parts.next().is_some_and(digits) && parts.next().is_none_or(digits)
 }
 
-fn fetch(conn: &mut Conn, dead: &str, id: &str) -> Result<Option<DeadLetter>> {
+fn fetch(conn: &mut Conn, dead: &str, id: &str) -> Result<Option<Letter>> {
     let reply = conn.query(redis::cmd("XRANGE").arg(dead).arg(id).arg(id))?;
     Ok(parse_entries(reply)?.into_iter().next())
 }
 
 /// Fills in `replayed_as` for each dead letter (at most a page) with one HMGET.
-fn mark_replayed(conn: &mut Conn, dead: &str, letters: &mut [DeadLetter]) -> Result<()> {
+fn mark_replayed(conn: &mut Conn, dead: &str, letters: &mut [Letter]) -> Result<()> {
     if letters.is_empty() {
         return Ok(());
     }
@@ -299,19 +300,19 @@ fn mark_replayed(conn: &mut Conn, dead: &str, letters: &mut [DeadLetter]) -> Res
     Ok(())
 }
 
-fn parse_entries(reply: Value) -> Result<Vec<DeadLetter>> {
+fn parse_entries(reply: Value) -> Result<Vec<Letter>> {
     let mut out = Vec::new();
     for item in stream::array(reply)? {
         let mut parts = stream::array(item)?.into_iter();
         let id = stream::string(parts.next().unwrap_or(Value::Nil))?;
         let raw = stream::pairs(parts.next().unwrap_or(Value::Nil))?;
-        out.push(dead_letter_of(id, &raw));
+        out.push(letter_of(id, &raw));
     }
     Ok(out)
 }
 
-/// Reads the worker's fields (see `stream::dead_letter`) out of one dead-letter entry.
-fn dead_letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> DeadLetter {
+/// Reads the worker's fields (see `stream::DeadLetterCopy`) out of one dead-letter entry.
+fn letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> Letter {
     let get = |name: &str| {
         raw.iter()
             .find(|(k, _)| k == name.as_bytes())
@@ -323,7 +324,7 @@ fn dead_letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> DeadLetter {
         .iter()
         .find(|(k, _)| *k == payload_field)
         .map(|(_, v)| v.as_slice());
-    DeadLetter {
+    Letter {
         original_id: text("original_id"),
         dead_lettered_at: text("dead_lettered_at"),
         reason_code: text("reason_code"),
@@ -345,7 +346,7 @@ fn dead_letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> DeadLetter {
 }
 
 /// One line of `dlq list`: id, time, award, reason, replay mark.
-fn summary_line(d: &DeadLetter) -> String {
+fn summary_line(d: &Letter) -> String {
     let dash = || "-".to_owned();
     let reason = match (&d.reason_code, &d.reason) {
         (Some(code), Some(reason)) => format!("{code}: {reason}"),
@@ -409,7 +410,7 @@ mod tests {
                 br#"{"award_id":"A-7","amount_cents":1}"#.to_vec(),
             ),
         ];
-        let d = dead_letter_of("9-0".into(), &raw);
+        let d = letter_of("9-0".into(), &raw);
         assert_eq!(d.award_id.as_deref(), Some("A-7"));
         assert_eq!(d.deliveries, Some(6));
         assert_eq!(

@@ -11,4 +11,5 @@ mod layers;
 mod ops;
 mod relay;
 mod resilience;
+mod retry;
 mod worker;

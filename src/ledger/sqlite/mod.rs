@@ -24,7 +24,7 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, TransactionBehavior};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// The schema, applied idempotently at every open.
@@ -95,36 +95,17 @@ impl SqliteLedger {
     }
 
     /// Opens the ledger like [`SqliteLedger::open`], but waits out transient failures (another
-    /// process holding the write lock past the busy timeout, a full disk) with backoff, as a
-    /// long-running process must: it never exits because the ledger is briefly unavailable.
-    /// Returns `None` if `stop` is set while waiting.
+    /// process holding the write lock past the busy timeout, a full disk) with the shared retry
+    /// policy (`crate::retry`: backoff, one WARN when the wait starts and one INFO when it
+    /// clears, both naming "opening the ledger"), as a long-running process must: it never
+    /// exits because the ledger is briefly unavailable. Returns `None` if `stop` is set while
+    /// waiting.
     pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Self>> {
-        let mut attempt = 0u32;
-        loop {
-            match Self::open(cfg) {
-                Ok(ledger) => {
-                    if attempt > 0 {
-                        log::info!(
-                            "ledger {} opened after {attempt} retries",
-                            cfg.path.display()
-                        );
-                    }
-                    return Ok(Some(ledger));
-                }
-                Err(e) if e.is_transient() => {
-                    if attempt == 0 {
-                        log::warn!(
-                            "opening the ledger failed: {e}; retrying with backoff until it clears"
-                        );
-                    }
-                    if stop.load(Ordering::SeqCst) {
-                        return Ok(None);
-                    }
-                    std::thread::sleep(crate::config::backoff(attempt));
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
+        match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
+            Ok(ledger) => Ok(Some(ledger)),
+            // The retry gives up on a transient failure only once `stop` is set.
+            Err(e) if e.is_transient() => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -167,7 +148,9 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
                 if crate::error::sqlite_is_transient(&e)
                     && std::time::Instant::now() < deadline =>
             {
-                std::thread::sleep(crate::config::backoff(attempt));
+                // The shared backoff, but no episode lines: losing this race is expected and
+                // short. Still losing at the deadline fails `open`, and `open_waiting` logs that.
+                std::thread::sleep(crate::retry::backoff(attempt));
                 attempt += 1;
             }
             other => return other,

@@ -1,0 +1,42 @@
+//! The heartbeat: keeps this consumer's in-flight entries from looking abandoned while it is
+//! still working on them.
+//!
+//! **Invariant:** the heartbeat never counts a delivery and never acknowledges anything; it only
+//! resets the idle time of entries this consumer already owns (XCLAIM ... JUSTID).
+
+use super::Shared;
+use crate::broker::stream::{self, Conn};
+use crate::config::HEARTBEAT_IDS_MAX;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Every third of `claim_idle_ms`, re-claims this consumer's in-flight entries for itself with
+/// XCLAIM JUSTID, which resets their idle time without counting a delivery. Without it, a stall
+/// longer than `claim_idle_ms` (a commit waiting out a locked ledger or a full disk) lets other
+/// consumers XAUTOCLAIM the entries back and forth, every claim counts as a delivery, and valid
+/// entries cross `--max-deliveries` and are dead-lettered although nothing failed. When the
+/// process dies the heartbeat stops with it and its entries are taken over after
+/// `claim_idle_ms`. Returns once the pipeline is done.
+pub(super) fn run(client: &redis::Client, shared: &Shared<'_>) {
+    let (cfg, wcfg) = (shared.cfg, shared.wcfg);
+    let interval = Duration::from_millis((wcfg.claim_idle_ms / 3).clamp(10, 10_000));
+    let mut conn = Conn::new(client.clone());
+    let mut due = Instant::now() + interval;
+    while !shared.pipeline_done.load(Ordering::SeqCst) {
+        // Short naps, so the end of the pipeline is noticed within 50 ms.
+        std::thread::sleep(
+            due.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50)),
+        );
+        if Instant::now() < due {
+            continue;
+        }
+        due = Instant::now() + interval;
+        for chunk in shared.in_flight.ids().chunks(HEARTBEAT_IDS_MAX) {
+            // A failure here is Redis being away, which the reader and writer already report.
+            if stream::touch(&mut conn, &cfg.stream, &cfg.group, &wcfg.consumer, chunk).is_err() {
+                break;
+            }
+        }
+    }
+}

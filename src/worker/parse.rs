@@ -1,0 +1,190 @@
+//! The parse pool: `--threads` threads that validate and hash entries, enforce the delivery
+//! cap, and (with `--fast-filter`) look up which keys are already committed.
+//!
+//! **Invariant:** nothing here writes to Redis or the ledger. Every entry that comes in goes out,
+//! in order, either valid or [`Rejected`] with a reason: none is dropped, none is processed.
+
+use crate::broker::fastfilter::FastFilter;
+use crate::broker::stream::{Conn, Entry};
+use crate::config::WorkerConfig;
+use crate::domain::key::IdempotencyKey;
+use crate::domain::submission::{self, Submission};
+use crossbeam_channel::{Receiver, Sender};
+
+/// An entry after the parse stage.
+pub(super) struct Parsed {
+    /// The stream entry id.
+    pub(super) id: String,
+    /// Deliveries so far.
+    pub(super) delivery_count: u64,
+    /// Valid, or why not.
+    pub(super) verdict: Verdict,
+    /// Set by the fast filter: when this valid submission's key was seen committed.
+    pub(super) committed_by: Option<String>,
+}
+
+/// What the parse stage decided about an entry.
+pub(super) enum Verdict {
+    /// A valid submission, to be claimed in the ledger.
+    Valid(Submission),
+    /// A permanently bad entry, to be dead-lettered.
+    Rejected(Rejected),
+}
+
+/// A permanently bad entry on its way to the dead-letter stream.
+pub(super) struct Rejected {
+    /// The whole original entry, copied into the dead letter.
+    pub(super) entry: Entry,
+    /// Short class, e.g. `not_json` or `max_deliveries`.
+    pub(super) code: &'static str,
+    /// The reason in words.
+    pub(super) reason: String,
+    /// The award, where readable.
+    pub(super) award_id: Option<String>,
+    /// The key, where derivable.
+    pub(super) key: Option<IdempotencyKey>,
+}
+
+impl Parsed {
+    /// The idempotency key of a valid submission; `None` for a rejected entry.
+    pub(super) fn valid_key(&self) -> Option<IdempotencyKey> {
+        match &self.verdict {
+            Verdict::Valid(s) => Some(s.key),
+            Verdict::Rejected(_) => None,
+        }
+    }
+}
+
+/// Parses batches from the reader until it hangs up or the writer is gone.
+pub(super) fn run(
+    rx: Receiver<Vec<Entry>>,
+    tx: Sender<Vec<Parsed>>,
+    wcfg: &WorkerConfig,
+    mut filter: Option<(&FastFilter, Conn)>,
+) {
+    for batch in rx {
+        let mut parsed: Vec<Parsed> = batch.into_iter().map(|e| parse_one(e, wcfg)).collect();
+        if let Some((filter, conn)) = filter.as_mut() {
+            look_up_committed(filter, conn, &mut parsed);
+        }
+        if tx.send(parsed).is_err() {
+            return;
+        }
+    }
+}
+
+/// Asks the fast filter which valid submissions are already committed; here, on a parse
+/// thread, so the writer never waits on the lookup.
+fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]) {
+    let keys: Vec<IdempotencyKey> = parsed.iter().filter_map(Parsed::valid_key).collect();
+    let mut found = filter.lookup(conn, &keys).into_iter();
+    for p in parsed.iter_mut().filter(|p| p.valid_key().is_some()) {
+        p.committed_by = found.next().flatten();
+    }
+}
+
+/// Validates one entry, or says why it must be dead-lettered. Pure apart from its inputs.
+fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
+    let (id, delivery_count) = (entry.id.clone(), entry.delivery_count);
+    let hint = |entry: &Entry| {
+        submission::payload_of(&entry.fields)
+            .ok()
+            .and_then(|p| submission::award_id_hint(p, wcfg.payload_bytes_max))
+    };
+    let verdict = if delivery_count > wcfg.max_deliveries {
+        Verdict::Rejected(Rejected {
+            code: "max_deliveries",
+            reason: format!(
+                "max deliveries exceeded ({delivery_count} > {})",
+                wcfg.max_deliveries
+            ),
+            award_id: hint(&entry),
+            key: submission::parse_entry(&entry.fields, wcfg.payload_bytes_max)
+                .ok()
+                .map(|s| s.key),
+            entry,
+        })
+    } else {
+        match submission::parse_entry(&entry.fields, wcfg.payload_bytes_max) {
+            Ok(s) => Verdict::Valid(s),
+            Err(m) => Verdict::Rejected(Rejected {
+                code: m.code(),
+                reason: m.to_string(),
+                award_id: hint(&entry),
+                key: None,
+                entry,
+            }),
+        }
+    };
+    Parsed {
+        id,
+        delivery_count,
+        verdict,
+        committed_by: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &[u8] =
+        br#"{"award_id":"A-7","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":125}"#;
+
+    fn entry(payload: &[u8], delivery_count: u64) -> Entry {
+        Entry {
+            id: "5-0".into(),
+            fields: vec![(submission::PAYLOAD_FIELD.to_vec(), payload.to_vec())],
+            delivery_count,
+        }
+    }
+
+    #[test]
+    fn a_valid_entry_under_the_cap_is_a_submission() {
+        let wcfg = WorkerConfig::new("c");
+        let p = parse_one(entry(VALID, wcfg.max_deliveries), &wcfg);
+        assert_eq!(
+            (p.id.as_str(), p.delivery_count),
+            ("5-0", wcfg.max_deliveries)
+        );
+        let Verdict::Valid(s) = &p.verdict else {
+            panic!("rejected a valid entry")
+        };
+        assert_eq!((s.award_id.as_str(), s.amount_cents), ("A-7", 125));
+        assert_eq!(p.valid_key(), Some(s.key));
+    }
+
+    #[test]
+    fn over_the_cap_even_a_valid_entry_is_rejected_keeping_its_award_and_key() {
+        let wcfg = WorkerConfig::new("c");
+        let over = wcfg.max_deliveries + 1;
+        let p = parse_one(entry(VALID, over), &wcfg);
+        let Verdict::Rejected(r) = &p.verdict else {
+            panic!("accepted an entry over the delivery cap")
+        };
+        assert_eq!(r.code, "max_deliveries");
+        assert_eq!(
+            r.reason,
+            format!("max deliveries exceeded ({over} > {})", wcfg.max_deliveries)
+        );
+        assert_eq!(r.award_id.as_deref(), Some("A-7"));
+        assert!(r.key.is_some());
+        assert_eq!(
+            r.entry,
+            entry(VALID, over),
+            "the whole original entry is kept"
+        );
+        assert_eq!(p.valid_key(), None);
+    }
+
+    #[test]
+    fn a_malformed_entry_is_rejected_with_its_code_and_no_key() {
+        let wcfg = WorkerConfig::new("c");
+        let p = parse_one(entry(b"{not json", 1), &wcfg);
+        let Verdict::Rejected(r) = &p.verdict else {
+            panic!("accepted a malformed entry")
+        };
+        assert_eq!(r.code, "not_json");
+        assert_eq!((r.award_id.as_deref(), r.key), (None, None));
+    }
+}

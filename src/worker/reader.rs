@@ -1,0 +1,277 @@
+//! The reader: one thread that reads entries from the consumer group and hands them to the
+//! parse pool, in three kinds of read — a due XAUTOCLAIM scan for entries other consumers
+//! abandoned, this consumer's own pending history, and new entries.
+//!
+//! **Invariants:** the reader never acknowledges an entry it hands on (only pending ids whose
+//! entries are gone from the stream, which nothing can process). It runs no XAUTOCLAIM scan
+//! while it holds an entry that the scan could re-claim. After any transient read error it
+//! re-reads its own pending list before new entries.
+
+use super::Shared;
+use crate::broker::stream::{self, Conn, Entry};
+use crate::config::BLOCK_TIMEOUT_SLACK_MS;
+use crate::error::{Error, Result};
+use crate::retry::Episode;
+use crate::support::failpoint;
+use crossbeam_channel::Sender;
+use log::{info, warn};
+use std::time::{Duration, Instant};
+
+/// The one name the reader's failures are logged under.
+const WHAT: &str = "reading from redis";
+
+/// Reads until shutdown, until the parse pool is gone, or (with `exit_when_idle`) until the
+/// stream is drained. Transient failures are waited out as one episode; a permanent one is
+/// returned.
+pub(super) fn run(
+    client: &redis::Client,
+    tx: Sender<Vec<Entry>>,
+    shared: &Shared<'_>,
+) -> Result<()> {
+    let mut reader = Reader::new(client, shared);
+    while !shared.stopping() {
+        shared.metrics.beat();
+        match reader.step() {
+            Ok(Some(entries)) => {
+                reader.episode.succeeded();
+                if entries.is_empty() {
+                    continue;
+                }
+                failpoint::hit("after_read");
+                if tx.send(entries).is_err() {
+                    break;
+                }
+            }
+            Ok(None) => {
+                reader.episode.succeeded();
+                if shared.wcfg.exit_when_idle && reader.drained()? {
+                    break;
+                }
+            }
+            Err(e) if e.is_no_group() => reader.recreate_group(),
+            // SIGINT/SIGTERM interrupt a blocking read (sockets with a receive timeout are
+            // not restarted after a signal): that is the stop we asked for, not an outage.
+            Err(_) if shared.stopping() => break,
+            Err(e) if e.is_transient() => reader.wait_out(&e),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Where the reader is in its cycle.
+struct Reader<'a> {
+    /// What the stages share.
+    shared: &'a Shared<'a>,
+    /// The blocking connection, its timeout past XREADGROUP's BLOCK.
+    conn: Conn,
+    /// False until the consumer group is known to exist (again).
+    group_ready: bool,
+    /// Re-reading this consumer's own pending entries from this id; `None` once done.
+    own_cursor: Option<String>,
+    /// XAUTOCLAIM's cursor, carried between calls.
+    claim_cursor: String,
+    /// When the next XAUTOCLAIM scan is due.
+    claim_due: Instant,
+    /// The current episode of read failures, if any.
+    episode: Episode<'static>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(client: &redis::Client, shared: &'a Shared<'a>) -> Self {
+        let timeout = Duration::from_millis(shared.wcfg.block_ms + BLOCK_TIMEOUT_SLACK_MS);
+        Reader {
+            shared,
+            conn: Conn::with_timeout(client.clone(), timeout),
+            group_ready: false,
+            own_cursor: Some("0-0".into()),
+            claim_cursor: "0-0".into(),
+            claim_due: Instant::now(),
+            episode: Episode::new(WHAT),
+        }
+    }
+
+    /// Makes sure the group exists, then reads once. `Ok(None)` means the stream had nothing
+    /// new for us; `Ok(Some(empty))` that there is more to do at once.
+    fn step(&mut self) -> Result<Option<Vec<Entry>>> {
+        if self.group_ready {
+            return self.read();
+        }
+        let cfg = self.shared.cfg;
+        if stream::ensure_group(&mut self.conn, &cfg.stream, &cfg.group)? {
+            info!(
+                "created consumer group {} on {} at id 0",
+                cfg.group, cfg.stream
+            );
+        }
+        self.group_ready = true;
+        Ok(Some(Vec::new()))
+    }
+
+    /// One read: a due XAUTOCLAIM scan, else our own pending history, else new entries.
+    fn read(&mut self) -> Result<Option<Vec<Entry>>> {
+        if Instant::now() >= self.claim_due && !self.holding_claimable() {
+            if let Some(entries) = self.take_over_stale()? {
+                return Ok(Some(entries));
+            }
+        }
+        if let Some(cursor) = self.own_cursor.clone() {
+            return self.reread_own(&cursor).map(Some);
+        }
+        self.read_new()
+    }
+
+    /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
+    /// take it back from us. Each such claim counts as a delivery, so while the writer waits
+    /// out a long outage, scanning would push healthy entries over the delivery cap (and a
+    /// restart would then dead-letter them). Half the idle time leaves a margin for the gap
+    /// between Redis's delivery time and ours.
+    fn holding_claimable(&self) -> bool {
+        let held_min = Duration::from_millis(self.shared.wcfg.claim_idle_ms / 2);
+        self.shared.in_flight.any_held(held_min)
+    }
+
+    /// One XAUTOCLAIM step over the group's pending list; `None` when it took nothing.
+    fn take_over_stale(&mut self) -> Result<Option<Vec<Entry>>> {
+        let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
+        let got = stream::autoclaim(
+            &mut self.conn,
+            &cfg.stream,
+            &cfg.group,
+            &wcfg.consumer,
+            wcfg.claim_idle_ms,
+            &self.claim_cursor,
+            wcfg.batch_count_max,
+        )?;
+        let why = "was deleted from the stream while pending";
+        forget_vanished(&mut self.conn, shared, &got.deleted, why)?;
+        self.claim_cursor = got.next_cursor;
+        if self.claim_cursor == "0-0" {
+            self.claim_due = Instant::now() + claim_interval(wcfg.claim_idle_ms);
+        }
+        let mut entries = shared.in_flight.not_in(got.entries);
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let (stream_key, group) = (&cfg.stream, &cfg.group);
+        stream::fill_delivery_counts(
+            &mut self.conn,
+            stream_key,
+            group,
+            &wcfg.consumer,
+            &mut entries,
+        )?;
+        info!(
+            "took over {} entries idle for over {} ms",
+            entries.len(),
+            wcfg.claim_idle_ms
+        );
+        Ok(Some(shared.in_flight.track(entries)))
+    }
+
+    /// One page of this consumer's own pending entries, from `cursor`.
+    fn reread_own(&mut self, cursor: &str) -> Result<Vec<Entry>> {
+        let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
+        let (stream_key, group, consumer) = (&cfg.stream, &cfg.group, &wcfg.consumer);
+        let page = wcfg.batch_count_max;
+        let read = stream::read_group(
+            &mut self.conn,
+            stream_key,
+            group,
+            consumer,
+            cursor,
+            page,
+            None,
+        )?;
+        let why = "is pending but no longer in the stream";
+        forget_vanished(&mut self.conn, shared, &read.vanished, why)?;
+        self.own_cursor = read.last_id;
+        let mut entries = shared.in_flight.not_in(read.entries);
+        stream::fill_delivery_counts(&mut self.conn, stream_key, group, consumer, &mut entries)?;
+        Ok(shared.in_flight.track(entries))
+    }
+
+    /// New entries, blocking up to `block_ms`; `None` when none came.
+    fn read_new(&mut self) -> Result<Option<Vec<Entry>>> {
+        let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
+        let read = stream::read_group(
+            &mut self.conn,
+            &cfg.stream,
+            &cfg.group,
+            &wcfg.consumer,
+            ">",
+            wcfg.batch_count_max,
+            Some(wcfg.block_ms),
+        )?;
+        if read.entries.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.shared.in_flight.track(read.entries)))
+    }
+
+    /// With `exit_when_idle`: true when nothing is in our pipeline and nothing is pending in
+    /// the group. The check talks to Redis too: losing it is a transient failure like any other
+    /// read, waited out here, never a reason to exit.
+    fn drained(&mut self) -> Result<bool> {
+        let cfg = self.shared.cfg;
+        let idle = if self.shared.in_flight.is_empty() {
+            stream::pending_count(&mut self.conn, &cfg.stream, &cfg.group).map(|n| n == 0)
+        } else {
+            Ok(false)
+        };
+        match idle {
+            Ok(true) => {
+                info!(
+                    "stream {} is drained and group {} has nothing pending; exiting",
+                    cfg.stream, cfg.group
+                );
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) if e.is_transient() => {
+                std::thread::sleep(self.episode.failed(&e));
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After NOGROUP: the group went with a Redis restart; recreate it and start over.
+    fn recreate_group(&mut self) {
+        warn!(
+            "consumer group {} is gone (Redis restarted without its data?); recreating it",
+            self.shared.cfg.group
+        );
+        self.group_ready = false;
+        self.own_cursor = Some("0-0".into());
+        self.claim_cursor = "0-0".into();
+    }
+
+    /// After a transient read error: note it, and wait before the next read.
+    fn wait_out(&mut self, e: &Error) {
+        // A reply lost with the connection may have moved entries into our pending list
+        // without handing them to us; re-read our own history once Redis is back rather than
+        // leave them until the XAUTOCLAIM scan takes them over.
+        self.own_cursor = Some("0-0".into());
+        std::thread::sleep(self.episode.failed(e));
+    }
+}
+
+/// How often to scan for stranded entries: often enough to take them over soon after they
+/// become eligible, rarely enough to cost nothing.
+fn claim_interval(claim_idle_ms: u64) -> Duration {
+    Duration::from_millis((claim_idle_ms / 2).clamp(100, 5_000))
+}
+
+/// Acknowledges pending ids whose entries are gone, so they stop occupying the PEL.
+fn forget_vanished(conn: &mut Conn, shared: &Shared<'_>, ids: &[String], why: &str) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for id in ids {
+        warn!("entry {id} {why}; acknowledging it out of the pending list (nothing to process)");
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    stream::ack(conn, &shared.cfg.stream, &shared.cfg.group, &refs)?;
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! The shared retry policy where the worker's tests do not reach it: the relay and the ledger's
+//! open step wait out a broken world, log it as one episode (one WARN when it starts, one INFO
+//! when it clears), and stop waiting when shutdown is asked for. Real redis-server, real SQLite
+//! files, the real binary.
+
+use crate::support::{submission, wait_for, World};
+use claimgate::config::LedgerConfig;
+use claimgate::ledger::SqliteLedger;
+use std::io::BufRead;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Generous bound for anything that should happen "soon" on a loaded 2-core box.
+const SOON: Duration = Duration::from_secs(60);
+
+/// A claimgate process whose stderr is collected line by line while it runs.
+struct Logged {
+    /// The process.
+    child: Child,
+    /// Every stderr line so far.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Logged {
+    /// Starts `claimgate ARGS` logging at INFO.
+    fn start(w: &World, args: &[&str]) -> Logged {
+        let mut child = w
+            .cmd(args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn claimgate");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (stderr, sink) = (child.stderr.take().expect("piped stderr"), Arc::clone(&log));
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Logged { child, log }
+    }
+
+    /// Lines of its log containing `needle`.
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
+    /// Waits until a log line contains `needle`.
+    fn wait_log(&self, needle: &str) {
+        assert!(
+            wait_for(SOON, || !self.lines_with(needle).is_empty()),
+            "no log line with {needle:?}:\n{}",
+            self.log_text()
+        );
+    }
+
+    fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Asserts one episode of `what`: exactly one WARN line when it started and one INFO line
+    /// when it cleared, whatever the retries in between; returns the failures it counted.
+    fn assert_one_episode(&self, what: &str) -> u32 {
+        let failed = self.lines_with(&format!("{what} failed: "));
+        assert_eq!(failed.len(), 1, "{what} failed:\n{}", self.log_text());
+        assert!(failed[0].contains("WARN"), "{}", failed[0]);
+        assert!(failed[0].ends_with("; retrying with backoff until it clears"));
+        let recovered = self.lines_with(&format!("{what} recovered after "));
+        assert_eq!(recovered.len(), 1, "{what} recovered:\n{}", self.log_text());
+        assert!(recovered[0].contains("INFO"), "{}", recovered[0]);
+        let tail = recovered[0].split(" recovered after ").nth(1).unwrap();
+        let words: Vec<&str> = tail.split_whitespace().collect();
+        assert_eq!(
+            words[1..4],
+            ["failed", "attempts", "over"],
+            "{}",
+            recovered[0]
+        );
+        assert!(words[4].ends_with('s'), "{}", recovered[0]);
+        words[0].parse().expect("a count of failed attempts")
+    }
+}
+
+/// Holds the exclusive lock of a ledger file still in rollback-journal mode, so a process that
+/// opens it cannot switch it to WAL (nor read it) until the lock is released.
+fn lock_before_first_open(db: &std::path::Path) -> rusqlite::Connection {
+    let locker = rusqlite::Connection::open(db).unwrap();
+    locker
+        .execute_batch("CREATE TABLE IF NOT EXISTS placeholder (x); BEGIN EXCLUSIVE;")
+        .unwrap();
+    locker
+}
+
+#[test]
+fn a_relay_waits_out_redis_down_and_publishes_every_row_once() {
+    // 1. A worker pays 20 submissions, leaving 20 unpublished outbox rows; Redis is killed.
+    // 2. The relay starts against the dead Redis: it must wait, not exit, and log one WARN.
+    // 3. Redis comes back with its data: every row is published once and marked, the recovery
+    //    is logged once after several retries, and SIGTERM stops the relay with exit 0.
+    let mut w = World::persistent();
+    let payloads: Vec<String> = (0..20).map(submission).collect();
+    w.add(&payloads);
+    w.drain(&[]);
+    assert_eq!(w.count("outbox"), 20);
+    w.redis.kill();
+
+    let mut relay = Logged::start(&w, &["relay"]);
+    relay.wait_log("relay failed: ");
+    // Keep Redis down for a while so the relay retries several times.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        relay.child.try_wait().unwrap().is_none(),
+        "{}",
+        relay.log_text()
+    );
+    w.redis.restart().unwrap();
+
+    let unpublished = "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL";
+    assert!(
+        wait_for(SOON, || w.sql_i64(unpublished) == 0),
+        "not published:\n{}",
+        relay.log_text()
+    );
+    assert_eq!(w.xlen("grants:events"), 20);
+    relay.wait_log("relay recovered after ");
+    assert!(
+        relay.assert_one_episode("relay") >= 2,
+        "{}",
+        relay.log_text()
+    );
+    crate::support::signal(&relay.child, libc::SIGTERM);
+    assert!(crate::support::wait_exit(&mut relay.child, SOON).success());
+}
+
+#[test]
+fn a_ledger_locked_while_opening_is_waited_out_as_one_episode() {
+    // 1. Another process holds the ledger's exclusive lock before its first open.
+    // 2. `claimgate relay --exit-when-idle` starts: opening fails past the busy timeout, and it
+    //    waits instead of exiting, with one WARN.
+    // 3. The lock is released: the relay opens the ledger, logs one INFO, and exits 0.
+    let w = World::new();
+    let locker = lock_before_first_open(&w.db);
+    let mut relay = Logged::start(&w, &["relay", "--exit-when-idle"]);
+    relay.wait_log("opening the ledger failed: ");
+    assert!(
+        relay.child.try_wait().unwrap().is_none(),
+        "{}",
+        relay.log_text()
+    );
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    assert!(crate::support::wait_exit(&mut relay.child, SOON).success());
+    assert!(relay.assert_one_episode("opening the ledger") >= 1);
+    assert_eq!(
+        w.count("outbox"),
+        0,
+        "the schema was applied once the lock was gone"
+    );
+}
+
+#[test]
+fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
+    // 1. The ledger is locked before its first open; `open_waiting` waits (busy timeout 100 ms).
+    // 2. Shutdown is asked for after 500 ms: it returns `None` soon after, without an error.
+    // 3. With the lock gone the same call opens the ledger.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LedgerConfig::new(dir.path().join("ledger.db"));
+    cfg.busy_timeout_ms = 100;
+    let locker = lock_before_first_open(&cfg.path);
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let opened = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            stop.store(true, Ordering::SeqCst);
+        });
+        SqliteLedger::open_waiting(&cfg, &stop)
+    });
+    assert!(opened.expect("a locked ledger is not an error").is_none());
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    locker.execute_batch("ROLLBACK").unwrap();
+    let stop = AtomicBool::new(false);
+    assert!(SqliteLedger::open_waiting(&cfg, &stop).unwrap().is_some());
+}
