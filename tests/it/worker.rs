@@ -4,7 +4,8 @@ use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, World}
 use claimgate::config::LedgerConfig;
 use claimgate::domain::key::derive_idempotency_key;
 use claimgate::domain::submission::parse_payload;
-use claimgate::ledger::{Item, Ledger, Outcome, SqliteLedger};
+use claimgate::ledger::sqlite::SqliteLedger;
+use claimgate::ledger::{Item, Ledger, Outcome};
 use std::time::Duration;
 
 const MAX: usize = 1 << 20;
