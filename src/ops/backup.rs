@@ -1,6 +1,7 @@
 //! `claimgate backup FILE`: a consistent copy of the ledger while workers keep writing, made by
-//! the backend itself ([`Backup`]; for SQLite, `VACUUM INTO`, see `ledger/sqlite/backup.rs`).
-//! The copy is a new 0600 file, never an overwritten one, and is checked before it is reported.
+//! the backend itself ([`Backup`](crate::ledger::Backup); for SQLite, `VACUUM INTO`, see
+//! `ledger/sqlite/backup.rs`). The copy is a new 0600 file, never an overwritten one, and is
+//! checked before it is reported.
 
 use crate::error::Result;
 use crate::ledger::Backend;

@@ -4,9 +4,10 @@
 //!
 //! Order of work: plan (the audit prefix to remove), refuse (window, holds, unpublished
 //! events), export everything the plan removes to a file and fsync it, then delete in bounded
-//! batches. The ledger does each step when asked ([`Retention`]); the policy — the window, the
-//! refusals, the export file — is this module's. A purge killed at any point leaves a ledger
-//! that passes `verify` and `audit verify`, and the export already on disk.
+//! batches. The ledger does each step when asked ([`Retention`](crate::ledger::Retention));
+//! the policy — the window, the refusals, the export file — is this module's. A purge killed
+//! at any point leaves a ledger that passes `verify` and `audit verify`, and the export already
+//! on disk.
 //!
 //! Invariant: nothing is deleted that is not first in the fsynced export file.
 
