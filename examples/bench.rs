@@ -929,7 +929,7 @@ impl Ledger for NullLedger {
 fn prefill(path: &Path, n: usize) -> Res<()> {
     use claimgate::domain::audit::{Kind, Record, GENESIS_HASH};
     remove_ledger(path);
-    drop(claimgate::ledger::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);
+    drop(claimgate::ledger::sqlite::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);
     let mut conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
     conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
         .map_err(|e| e.to_string())?;

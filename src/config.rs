@@ -75,8 +75,9 @@ impl Config {
     }
 }
 
-/// What to do with a resubmission that reuses an award's timestamp with a different payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What to do with a resubmission that reuses an award's timestamp with a different payload
+/// (`--on-conflict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum OnConflict {
     /// Pay it (it is a distinct submission by design) and leave a `conflict` audit record.
     #[default]
@@ -130,11 +131,24 @@ impl WorkerConfig {
     }
 }
 
-/// Ledger settings.
+/// Ledger settings: which ledger (`--db`), and how to open it. `ledger::open` reads them.
 #[derive(Debug, Clone)]
 pub struct LedgerConfig {
-    /// The SQLite file.
+    /// The `--db` value: a file path (the SQLite ledger); a `postgres://` or `postgresql://`
+    /// URL names a PostgreSQL ledger.
     pub path: PathBuf,
+    /// Whether to create the ledger when there is none yet. False for commands that only
+    /// look at or change an existing ledger (`verify`, `audit`, `retention`, `backup`): for
+    /// them a missing ledger is a configuration error naming it.
+    pub create: bool,
+    /// What `Ledger::record` does with a conflicting resubmission.
+    pub on_conflict: OnConflict,
+    /// For a long-running writer (`claimgate run`): keep the store's housekeeping off the commit
+    /// path, on a thread of the ledger's own for as long as it is open. For SQLite that is WAL
+    /// checkpoints: pooled connections run with `wal_autocheckpoint = 0` and a background
+    /// checkpointer (`ledger::sqlite::Checkpointer`) copies pages back instead. Otherwise every
+    /// connection keeps SQLite's own [`WAL_AUTOCHECKPOINT_PAGES_DEFAULT`].
+    pub background_checkpoints: bool,
     /// `PRAGMA synchronous`: FULL unless an operator explicitly trades durability away.
     pub synchronous: Synchronous,
     /// How long a writer waits for another's lock.
@@ -145,9 +159,6 @@ pub struct LedgerConfig {
     /// Past it a commit fails as "database or disk is full", which the worker waits out like a
     /// full disk. `None` leaves SQLite's own limit.
     pub pages_max: Option<u64>,
-    /// `PRAGMA wal_autocheckpoint` for pooled connections: SQLite's 1,000 pages, or 0 when a
-    /// background checkpointer (`ledger::Checkpointer`) keeps checkpoints off the commit path.
-    pub wal_autocheckpoint_pages: u32,
     /// Page cache per connection, in KiB (`PRAGMA cache_size = -N`).
     pub cache_kib: u32,
 }
@@ -157,20 +168,23 @@ impl LedgerConfig {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         LedgerConfig {
             path: path.into(),
+            create: true,
+            on_conflict: OnConflict::Record,
+            background_checkpoints: false,
             synchronous: Synchronous::Full,
             busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
             pool_size_max: 4,
             pages_max: None,
-            wal_autocheckpoint_pages: WAL_AUTOCHECKPOINT_PAGES_DEFAULT,
             cache_kib: CACHE_KIB_DEFAULT,
         }
     }
 }
 
-/// SQLite's `synchronous` levels that make sense for a ledger in WAL mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// SQLite's `synchronous` levels that make sense for a ledger in WAL mode (`--synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Synchronous {
     /// fsync the WAL at every commit: a committed claim survives power loss.
+    #[default]
     Full,
     /// fsync only at checkpoints: a power loss may roll back recent commits (never corrupts).
     Normal,

@@ -1,9 +1,13 @@
 //! The crate's one error type, and the one question the worker asks of it: is this transient?
 //!
-//! Transient errors are the world's fault (Redis unreachable or restarting, SQLite busy, locked
-//! or full, a pool timeout): the entry is left unacknowledged and retried later. Everything else
-//! is permanent: either the entry itself is bad (it is dead-lettered) or the configuration is
-//! (the command exits with status 2).
+//! Transient errors are the world's fault (Redis unreachable or restarting, the ledger busy,
+//! locked or full, a pool timeout): the entry is left unacknowledged and retried later.
+//! Everything else is permanent: either the entry itself is bad (it is dead-lettered) or the
+//! configuration is (the command exits with status 2).
+//!
+//! A ledger backend's own errors arrive as [`Error::Ledger`], carrying the backend's answer to
+//! the transient question; this file names no backend (SQLite's conversions live in
+//! `ledger/sqlite/error.rs`).
 
 use crate::domain::submission::Malformed;
 
@@ -16,12 +20,18 @@ pub enum Error {
     /// Talking to Redis failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// Talking to the SQLite ledger failed.
-    #[error("ledger: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// No ledger connection became free in time.
-    #[error("ledger connection pool: {0}")]
-    Pool(#[from] r2d2::Error),
+    /// Talking to the ledger's store failed. The backend that raised it decides `transient`.
+    #[error("{context}: {source}")]
+    Ledger {
+        /// What failed, for the operator: `ledger`, or `ledger connection pool` when no
+        /// connection became free in time.
+        context: &'static str,
+        /// The backend's own error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// True when the backend says a later attempt can succeed (busy, locked, full, the
+        /// connection lost, a serialization failure) and nothing was changed.
+        transient: bool,
+    },
     /// A file or process operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -53,12 +63,24 @@ impl Error {
         }
     }
 
+    /// A ledger backend's error, shown as `ledger: {source}`; `transient` is the backend's
+    /// answer to [`Error::is_transient`].
+    pub fn ledger(
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        transient: bool,
+    ) -> Self {
+        Error::Ledger {
+            context: "ledger",
+            source: source.into(),
+            transient,
+        }
+    }
+
     /// True when waiting and retrying can succeed: the entry must stay unacknowledged.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Redis(e) => redis_is_transient(e),
-            Error::Sqlite(e) => sqlite_is_transient(e),
-            Error::Pool(_) => true,
+            Error::Ledger { transient, .. } => *transient,
             Error::Io { .. } => true,
             Error::Malformed(_) | Error::Config(_) | Error::Invariant(_) | Error::Other(_) => false,
         }
@@ -91,22 +113,6 @@ pub fn redis_is_transient(e: &redis::RedisError) -> bool {
                 | ServerErrorKind::ClusterDown
                 | ServerErrorKind::MasterDown
                 | ServerErrorKind::ReadOnly
-        )
-    )
-}
-
-/// SQLite errors that a later attempt can get past: another writer, a full disk, an I/O hiccup.
-pub fn sqlite_is_transient(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode;
-    matches!(
-        e.sqlite_error_code(),
-        Some(
-            ErrorCode::DatabaseBusy
-                | ErrorCode::DatabaseLocked
-                | ErrorCode::DiskFull
-                | ErrorCode::SystemIoFailure
-                | ErrorCode::OutOfMemory
-                | ErrorCode::CannotOpen,
         )
     )
 }

@@ -17,7 +17,8 @@
 //! - [`error`]: the one error type and its transient/permanent question.
 //! - [`retry`]: the one retry policy: backoff with jitter, episode logging, stopping.
 //! - [`stream`]: Redis only.
-//! - [`ledger`]: SQLite only, behind the [`ledger::Ledger`] trait.
+//! - [`ledger`]: the traits every caller sees the ledger through, their written contract and
+//!   the one open step; SQLite behind them, in `ledger/sqlite/` only.
 //! - [`dlq`]: list, show and replay dead letters (Redis only).
 //! - [`worker`]: the only place that holds both Redis and the ledger.
 //! - [`relay`]: outbox rows to the events stream, each event exactly once.
@@ -34,8 +35,7 @@
 //! - [`logging`]: human or JSON log lines; audit lines routable on their own.
 //! - [`demo`]: `claimgate demo`, the whole pipeline with no set-up.
 //! - [`backup`]: a consistent copy of the ledger while workers run.
-//! - [`cli`]: the command line; [`cli_trail`] holds the relay, audit, verify, retention and
-//!   hold command bodies.
+//! - [`cli`]: the command line, one file per command group.
 
 pub mod broker;
 pub mod cli;

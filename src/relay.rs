@@ -8,21 +8,24 @@
 //! the script and the `UPDATE outbox SET published_at` that follows it (failpoint
 //! `relay_after_publish`), republishes nothing: the restarted relay reads the same rows as
 //! unpublished, the script skips them all, and the relay marks them. Skipping by id is safe
-//! because SQLite has one writer and `outbox.id` is AUTOINCREMENT: ids become visible in
-//! increasing order, so no row can appear later below a mark already set. For the same reason
-//! several relays may run at once; whichever publishes a row first raises the mark past it.
+//! because of the [`Outbox`] contract (point 5 in `ledger/mod.rs`): once a row with id `n` has
+//! been read as unpublished, no row with an id below `n` can become visible later, and ids are
+//! never reused, so no row can appear later below a mark already set. Every backend keeps that
+//! point (SQLite's reason is in `ledger/sqlite/outbox.rs`); the relay relies on nothing else
+//! about the ledger. For the same reason several relays may run at once; whichever publishes a
+//! row first raises the mark past it.
 //!
 //! The mark carries the ledger's random `ledger_id`: a relay pointed at a fresh ledger but an
 //! old events stream stops with an error instead of mistaking new rows for published ones.
 //!
-//! Invariant: this module never writes to the ledger except `outbox.published_at`, and sets it
-//! only for ids the Redis mark already covers.
+//! Invariant: this module reads and writes the ledger only through [`Outbox`] (plus
+//! `Inspect::describe` for its log line), and marks rows published only for ids the Redis mark
+//! already covers.
 
 use crate::broker::stream::{self, Conn};
 use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
-use crate::ledger::sqlite::outbox::{self, OutboxRow};
-use crate::ledger::SqliteLedger;
+use crate::ledger::{Backend, Outbox, OutboxRow};
 use crate::retry;
 use crate::support::failpoint;
 use log::info;
@@ -88,16 +91,16 @@ return {upto, published}
 /// only a permanent one (a wrong key type, a mark from another ledger) ends it with an error.
 pub fn run(
     rcfg: &RelayConfig,
-    ledger: &SqliteLedger,
+    ledger: &dyn Backend,
     shutdown: &AtomicBool,
     exit_when_idle: &AtomicBool,
 ) -> Result<Totals> {
     let mut conn = Conn::new(stream::client(&rcfg.redis_url)?);
-    let ledger_id = outbox::ledger_id(&*ledger.connection()?)?;
+    let ledger_id = ledger.ledger_id()?;
     let script = redis::Script::new(PUBLISH_LUA);
     info!(
         "relay publishing outbox of {} to {}",
-        ledger.path().display(),
+        ledger.describe(),
         rcfg.events_stream
     );
     let mut totals = Totals::default();
@@ -144,14 +147,13 @@ struct Round {
 /// `last_marked` is the highest id this relay has marked published so far.
 fn step(
     rcfg: &RelayConfig,
-    ledger: &SqliteLedger,
+    ledger: &dyn Outbox,
     conn: &mut Conn,
     script: &redis::Script,
     ledger_id: &str,
     last_marked: i64,
 ) -> Result<Round> {
-    let mut db = ledger.connection()?;
-    let rows = outbox::unpublished(&db, rcfg.batch_count_max)?;
+    let rows = ledger.unpublished(rcfg.batch_count_max)?;
     let Some(last) = rows.last() else {
         return Ok(Round {
             read: 0,
@@ -177,11 +179,11 @@ fn step(
     failpoint::hit("relay_after_publish");
     // Rows above our batch may be covered by another relay's mark; we mark only what we read.
     let marked_upto = upto.min(last_id);
-    let marked = outbox::mark_published(&mut db, marked_upto, &now_rfc3339())?;
+    let marked = ledger.mark_published(marked_upto, &now_rfc3339())?;
     Ok(Round {
         read: rows.len(),
         published,
-        marked: marked as u64,
+        marked,
         marked_upto,
     })
 }
@@ -220,7 +222,7 @@ fn publish(
 /// for). A relay that fails permanently asks the worker to shut down, and its error is returned.
 pub fn alongside<T>(
     rcfg: Option<&RelayConfig>,
-    ledger: &SqliteLedger,
+    ledger: &dyn Backend,
     shutdown: &AtomicBool,
     work: impl FnOnce() -> Result<T>,
 ) -> Result<T> {

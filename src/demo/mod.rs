@@ -5,7 +5,8 @@
 //! (with byte-identical resends, a conflicting resubmission and malformed entries of several
 //! kinds), runs the real worker binary as a child process that crashes on purpose between a
 //! commit and its XACK, restarts it as systemd would, relays the outbox to the events stream
-//! (`claimgate relay`), and checks the ledger (its own SQL checks plus `claimgate verify`'s).
+//! (`claimgate relay`), and checks the ledger (`claimgate verify`'s checks plus the totals the
+//! feed promised).
 //!
 //! # Invariant
 //! The demo never touches a Redis it did not start unless `--redis-url` is given on the command
@@ -17,10 +18,10 @@ mod check;
 mod data;
 
 use crate::broker::stream::{self, Conn};
-use crate::config::Config;
+use crate::config::{Config, LedgerConfig};
 use crate::domain::money::{dollars, thousands as group};
 use crate::error::{Error, Result};
-use crate::ledger::{Ledger, SqliteLedger};
+use crate::ledger::Backend;
 use crate::support::localredis::{LocalRedis, Options};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -74,7 +75,7 @@ struct Demo<'a> {
     /// Where the relay step publishes events (demo-prefixed on a Redis the demo did not start).
     events_stream: String,
     /// The demo's handle on the ledger, for progress and the summary (the workers write it).
-    ledger: SqliteLedger,
+    ledger: Box<dyn Backend>,
     /// A connection for feeding and progress.
     conn: Conn,
     /// Set by SIGINT/SIGTERM.
@@ -166,7 +167,7 @@ impl<'a> Demo<'a> {
                 crate::config::EVENTS_STREAM_DEFAULT.into(),
             )
         };
-        let ledger = SqliteLedger::open_path(&cfg.db_path)?;
+        let ledger = crate::ledger::open(&LedgerConfig::new(&cfg.db_path))?;
         let conn = Conn::new(stream::client(&redis_url)?);
         Ok(Demo {
             workers: Vec::new(),
@@ -472,20 +473,16 @@ impl<'a> Demo<'a> {
     }
 
     fn summary(&mut self, e: &data::Expected, started: Instant) -> Result<()> {
-        let stats = self.ledger.stats()?;
+        let evidence = check::Evidence::read(&*self.ledger)?;
+        let stats = &evidence.stats;
         let received: u64 = self.conn.query(redis::cmd("XLEN").arg(&self.cfg.stream))?;
         let events: u64 = self
             .conn
             .query(redis::cmd("XLEN").arg(&self.events_stream))?;
-        let conn = rusqlite::Connection::open_with_flags(
-            &self.cfg.db_path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )?;
-        let (resent, redelivered) = check::duplicate_sources(&conn)?;
-        let reasons = check::dead_letter_reasons(&conn)?;
-        let mut checks = check::verify(&conn, e, received)?;
-        checks.push(check::events(&conn, events)?);
-        checks.push(check::claimgate_verify(&self.cfg.db_path));
+        let resent = evidence.trail.duplicates_resent;
+        let redelivered = evidence.trail.duplicates - resent;
+        let reasons = evidence.trail.dead_letters_by_reason();
+        let checks = evidence.checks(e, received, events);
         let failed: Vec<&check::Check> = checks.iter().filter(|c| !c.ok).collect();
         let mut out = String::new();
         out += "\nclaimgate demo: summary\n";

@@ -4,9 +4,14 @@
 //! check — sees a ledger only through the traits below, each written for the one caller that
 //! needs it: [`Ledger`] (the worker), [`Outbox`] (the relay), [`AuditLog`] (export and chain
 //! verification), [`Inspect`] (verify, status, `/healthz`), [`Retention`] (purge and legal
-//! holds) and [`Backup`]. [`Backend`] is all of them together: what the CLI's open step hands
-//! out. Implementations: [`SqliteLedger`] (the embedded default) and [`MemoryLedger`] (tests; it
-//! keeps the same contract, and the contract tests in `tests/it/contract.rs` run against both).
+//! holds) and [`Backup`]. [`Backend`] is all of them together: what the one open step,
+//! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
+//! backend from the `--db` value. Implementations: [`sqlite`] (the embedded default) and
+//! `MemoryLedger` (tests; it keeps the same contract, and the contract tests in
+//! `tests/it/contract.rs` run against both). [`chain`] is the audit-chain walk they share.
+//!
+//! Invariant: nothing outside `ledger/sqlite/` names SQLite; everything else holds a
+//! `dyn Backend` (or the one trait it needs) from [`open`].
 //!
 //! # The contract every implementation keeps
 //!
@@ -36,9 +41,11 @@
 //!    succeed later; the worker backs off and retries the whole batch. Anything else is
 //!    permanent.
 
+pub mod chain;
+mod open;
 pub mod sqlite;
 
-pub use sqlite::{Checkpointer, SqliteLedger, SCHEMA};
+pub use open::{open, open_waiting};
 
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;
@@ -313,9 +320,19 @@ pub trait Retention: Send + Sync {
     /// Removes records `first..=last` with the claims, disbursements, outbox rows and
     /// dead-letter rows they describe, and leaves one checkpoint record at `last` carrying
     /// `detail` and continuing from record `last`'s hash — in one transaction, so `verify`
-    /// passes after every batch. Refuses, removing nothing, if an award in the batch has come
-    /// under hold since the plan.
-    fn purge_batch(&self, first: i64, last: i64, detail: &str, now: &str) -> Result<Removed>;
+    /// passes after every batch. `cutoff` is the one the plan was made for: only claims made
+    /// before it are removed. Refuses, removing nothing, if an award in the batch has come
+    /// under hold since the plan ([`crate::Error::Other`]), or if a `processed` record in the
+    /// batch has no claim made before `cutoff` to take with it, as in a hand-edited or
+    /// clock-skewed ledger ([`crate::Error::Invariant`]).
+    fn purge_batch(
+        &self,
+        first: i64,
+        last: i64,
+        cutoff: &str,
+        detail: &str,
+        now: &str,
+    ) -> Result<Removed>;
 }
 
 /// Every side of a ledger at once: what the CLI's open step returns.

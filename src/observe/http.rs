@@ -6,12 +6,12 @@
 //! `/healthz` is 200 `ok` while all three hold, else 503 naming each one that does not:
 //! - the worker loop is running and has gone round within [`HEARTBEAT_STALE_MS`];
 //! - Redis answers PING;
-//! - the ledger answers a query.
+//! - the ledger answers a query ([`crate::ledger::Inspect::ping`]).
 
 use crate::broker::stream::{self, Conn};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::ledger::SqliteLedger;
+use crate::ledger::Backend;
 use crate::observe::metrics::Metrics;
 use crate::observe::prometheus;
 use crate::ops::status;
@@ -31,7 +31,7 @@ struct Endpoints<'a> {
     /// Stream, group and Redis URL.
     cfg: &'a Config,
     /// The ledger the worker writes.
-    ledger: &'a SqliteLedger,
+    ledger: &'a dyn Backend,
     /// The worker's counters and heartbeat.
     metrics: &'a Metrics,
     /// False once the worker loop has returned.
@@ -46,7 +46,7 @@ struct Endpoints<'a> {
 pub fn serve_during<T>(
     addr: &str,
     cfg: &Config,
-    ledger: &SqliteLedger,
+    ledger: &dyn Backend,
     metrics: &Metrics,
     work: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
@@ -134,11 +134,7 @@ impl Endpoints<'_> {
         if let Err(e) = self.conn.query::<String>(&redis::cmd("PING")) {
             problems.push(format!("redis: {e}"));
         }
-        let ledger_ok = self
-            .ledger
-            .connection()
-            .and_then(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?));
-        if let Err(e) = ledger_ok {
+        if let Err(e) = self.ledger.ping() {
             problems.push(format!("ledger: {e}"));
         }
         if problems.is_empty() {

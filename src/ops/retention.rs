@@ -4,16 +4,18 @@
 //!
 //! Order of work: plan (the audit prefix to remove), refuse (window, holds, unpublished
 //! events), export everything the plan removes to a file and fsync it, then delete in bounded
-//! batches (see `ledger::retention`). A purge killed at any point leaves a ledger that passes
-//! `verify` and `audit verify`, and the export already on disk.
+//! batches. The ledger does each step when asked ([`Retention`](crate::ledger::Retention));
+//! the policy — the window, the refusals, the export file — is this module's. A purge killed
+//! at any point leaves a ledger that passes `verify` and `audit verify`, and the export already
+//! on disk.
 //!
 //! Invariant: nothing is deleted that is not first in the fsynced export file.
 
 use crate::domain::clock::{ledger_time, now_rfc3339};
 use crate::error::{Error, Result};
-use crate::ledger::sqlite::purge::{self as store, Removed};
-use crate::ledger::SqliteLedger;
+use crate::ledger::{Backend, PurgePlan, Removed};
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use time::format_description::well_known::Rfc3339;
@@ -75,8 +77,8 @@ pub struct Request<'a> {
 
 /// Purges everything recorded before `req.before`, exporting it first. `Ok(None)` when there
 /// is nothing that old.
-pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>> {
-    let (before, export) = (req.before, req.export);
+pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> {
+    let before = req.before;
     let cutoff_time = parse_cutoff(before)?;
     let latest = window_start(OffsetDateTime::now_utc());
     if cutoff_time > latest {
@@ -87,23 +89,34 @@ pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>>
         )));
     }
     let cutoff = ledger_time(cutoff_time);
-    let mut conn = ledger.connection()?;
-    // Outside the read transaction below, which rolls back when it ends and would take the
-    // temporary table with it.
-    store::index_claim_keys(&conn, &cutoff)?;
-    let (ends, first, last, export_path, digest) = {
-        let tx = conn.transaction()?;
-        let Some((first, last)) = store::prefix(&tx, &cutoff)? else {
-            return Ok(None);
-        };
-        refuse_if_held_or_unpublished(&tx, first, last, &cutoff)?;
-        let path = export
-            .map(Path::to_owned)
-            .unwrap_or_else(|| default_export_path(ledger.path()));
-        let (ends, digest) =
-            export_prefix(&tx, (first, last), req.batch_records_max.max(1), &path)?;
-        (ends, first, last, path, digest)
+    let export_path = req
+        .export
+        .map(Path::to_owned)
+        .unwrap_or_else(|| default_export_path(Path::new(&ledger.describe())));
+    // Created by `admit`, once the plan is allowed, and written by `row`.
+    let export = RefCell::new(None::<Export>);
+    let Some((plan, ends)) = ledger.export_purge(
+        &cutoff,
+        req.batch_records_max.max(1),
+        &mut |plan| {
+            refuse_if_held_or_unpublished(plan, &cutoff)?;
+            *export.borrow_mut() = Some(Export::create(&export_path)?);
+            Ok(())
+        },
+        &mut |row| {
+            export
+                .borrow_mut()
+                .as_mut()
+                .expect("rows come only after admit")
+                .write(row)
+        },
+    )?
+    else {
+        return Ok(None);
     };
+    let export = export.into_inner().expect("an admitted plan was exported");
+    let digest = export.finish()?;
+    let (first, last) = (plan.first, plan.last);
     let mut removed = Removed::default();
     let mut lo = first;
     for hi in ends {
@@ -112,7 +125,7 @@ pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>>
              all of it exported to {} (sha256 {digest})",
             export_path.display()
         );
-        let r = store::purge_batch(&mut conn, lo, hi, &detail, &now_rfc3339())?;
+        let r = ledger.purge_batch(lo, hi, &cutoff, &detail, &now_rfc3339())?;
         removed.records += r.records;
         removed.claims += r.claims;
         removed.dead_letters += r.dead_letters;
@@ -127,24 +140,18 @@ pub fn purge(ledger: &SqliteLedger, req: &Request<'_>) -> Result<Option<Purged>>
     }))
 }
 
-fn refuse_if_held_or_unpublished(
-    conn: &rusqlite::Connection,
-    first: i64,
-    last: i64,
-    cutoff: &str,
-) -> Result<()> {
-    let held = store::held_in(conn, first, last)?;
-    if !held.is_empty() {
+fn refuse_if_held_or_unpublished(plan: &PurgePlan, cutoff: &str) -> Result<()> {
+    if !plan.held.is_empty() {
         return Err(Error::Other(format!(
             "refusing to purge: records before {cutoff} name award(s) under legal hold: {}; \
              lift the hold (claimgate hold remove) or choose an earlier --before",
-            held.join(", ")
+            plan.held.join(", ")
         )));
     }
-    let unpublished = store::unpublished_in(conn, first, last)?;
-    if unpublished > 0 {
+    if plan.unpublished > 0 {
         return Err(Error::Other(format!(
-            "refusing to purge: {unpublished} outbox rows recorded before {cutoff} are not yet published; run claimgate relay first"
+            "refusing to purge: {} outbox rows recorded before {cutoff} are not yet published; run claimgate relay first",
+            plan.unpublished
         )));
     }
     Ok(())
@@ -158,49 +165,58 @@ fn default_export_path(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-/// Writes every row the purge will remove, batch by batch, and fsyncs the file. Returns each
-/// batch's last seq and the file's SHA-256. Refuses to overwrite an existing file.
-fn export_prefix(
-    conn: &rusqlite::Connection,
-    (first, last): (i64, i64),
-    batch_records_max: usize,
-    path: &Path,
-) -> Result<(Vec<i64>, String)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Error::Config(format!("cannot create export file {}: {e}", path.display())))?;
-    let mut out = std::io::BufWriter::new(file);
-    let mut sha = Sha256::new();
-    let mut ends = Vec::new();
-    let mut lo = first;
-    loop {
-        let hi = store::batch_end(conn, lo, last, batch_records_max)?;
-        for row in store::export_rows(conn, lo, hi)? {
-            let mut line = serde_json::to_vec(&row).expect("rows serialize");
-            line.push(b'\n');
-            sha.update(&line);
-            out.write_all(&line)
-                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-        }
-        ends.push(hi);
-        if hi >= last {
-            break;
-        }
-        lo = hi + 1;
+/// The export file being written: every row the purge will remove, one JSON line each.
+struct Export {
+    /// Where it is, for messages.
+    path: PathBuf,
+    /// The file, buffered.
+    out: std::io::BufWriter<std::fs::File>,
+    /// SHA-256 of every byte written so far.
+    sha: Sha256,
+}
+
+impl Export {
+    /// Creates the file, mode 0600. Refuses to overwrite an existing file.
+    fn create(path: &Path) -> Result<Export> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| {
+                Error::Config(format!("cannot create export file {}: {e}", path.display()))
+            })?;
+        Ok(Export {
+            path: path.to_owned(),
+            out: std::io::BufWriter::new(file),
+            sha: Sha256::new(),
+        })
     }
-    let file = out
-        .into_inner()
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e.into_error()))?;
-    file.sync_all()
-        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(d) = std::fs::File::open(dir) {
-            d.sync_all().ok();
-        }
+
+    fn write(&mut self, row: &serde_json::Value) -> Result<()> {
+        let mut line = serde_json::to_vec(row).expect("rows serialize");
+        line.push(b'\n');
+        self.sha.update(&line);
+        self.out
+            .write_all(&line)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
-    Ok((ends, crate::domain::key::to_hex(&sha.finalize())))
+
+    /// Flushes and fsyncs the file and its directory; returns the file's SHA-256.
+    fn finish(self) -> Result<String> {
+        let path = &self.path;
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = std::fs::File::open(dir) {
+                d.sync_all().ok();
+            }
+        }
+        Ok(crate::domain::key::to_hex(&self.sha.finalize()))
+    }
 }

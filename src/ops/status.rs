@@ -9,7 +9,7 @@ use crate::broker::stream::{self, Conn};
 use crate::config::Config;
 use crate::domain::money::dollars;
 use crate::error::{Error, Result};
-use crate::ledger::{Ledger, SqliteLedger, Stats};
+use crate::ledger::{Backend, Stats};
 use redis::Value;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -59,7 +59,7 @@ pub struct RedisStatus {
 /// unreachable Redis reads as `{"url", "error"}` rather than a Rust `Result`.
 #[derive(Debug, Clone)]
 pub struct Status {
-    /// The ledger file.
+    /// Where the ledger is (`Inspect::describe`: a file path, or a URL without its password).
     pub db: String,
     /// Ledger counts and totals.
     pub ledger: Stats,
@@ -130,19 +130,18 @@ pub fn redis_status(cfg: &Config, conn: &mut Conn) -> Result<RedisStatus> {
 }
 
 /// Gathers the ledger and stream sides. Only a ledger failure is an error.
-pub fn gather(cfg: &Config, ledger: &SqliteLedger, conn: &mut Conn) -> Result<Status> {
+pub fn gather(cfg: &Config, ledger: &dyn Backend, conn: &mut Conn) -> Result<Status> {
     Ok(Status {
-        db: ledger.path().display().to_string(),
+        db: ledger.describe(),
         ledger: ledger.stats()?,
         redis: redis_status(cfg, conn).map_err(|e| e.to_string()),
     })
 }
 
-/// The body of `claimgate status`.
-pub fn run(cfg: &Config, json: bool) -> Result<()> {
-    let ledger = SqliteLedger::open_path(&cfg.db_path)?;
+/// The body of `claimgate status`, on the ledger the command line opened.
+pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
-    let status = gather(cfg, &ledger, &mut conn)?;
+    let status = gather(cfg, ledger, &mut conn)?;
     let text = if json {
         let doc = serde_json::json!({
             "db": status.db,

@@ -404,3 +404,44 @@ fn a_purge_that_cannot_find_a_records_claim_removes_nothing() {
     );
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself() {
+    // 1. 6 submissions, published; the first 4 records (and their claims) moved back to 2019.
+    // 2. `Retention::purge_batch` on a fresh ledger handle, no `export_purge` before it:
+    //    records 1..=4 go with exactly their claims, a checkpoint takes seq 4, and both
+    //    verifies pass.
+    use claimgate::ledger::Removed;
+    let w = World::new();
+    w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    backdate(&w, 4, "2019-03-01T12:00:00.000000Z");
+    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let removed = ledger
+        .purge_batch(
+            1,
+            4,
+            "2020-01-01T00:00:00.000000Z",
+            "test purge",
+            "2026-01-01T00:00:00.000000Z",
+        )
+        .unwrap();
+    drop(ledger);
+    assert_eq!(
+        removed,
+        Removed {
+            records: 4,
+            claims: 4,
+            dead_letters: 0
+        }
+    );
+    assert_eq!(w.count("processed_messages"), 2);
+    assert_eq!(w.count("outbox"), 2);
+    assert_eq!(
+        w.sql_i64("SELECT seq FROM audit_log WHERE kind = 'checkpoint'"),
+        4
+    );
+    w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["verify"]);
+}

@@ -27,7 +27,7 @@ impl Worker {
     /// Starts `claimgate run ARGS` logging at INFO, with extra environment variables.
     /// The ledger is created first, so the test can query it from the start.
     fn start(w: &World, args: &[&str], envs: &[(&str, &str)]) -> Worker {
-        claimgate::ledger::SqliteLedger::open_path(&w.db).expect("create the ledger");
+        claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
         let mut all = vec!["run"];
         all.extend_from_slice(args);
         let mut cmd = w.cmd(&all);
@@ -395,7 +395,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     //    keeps running.
     // 3. The operator makes room (drops the filler): all 40 are paid without a restart.
     let w = World::new();
-    claimgate::ledger::SqliteLedger::open_path(&w.db).unwrap();
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
     let admin = rusqlite::Connection::open(&w.db).unwrap();
     admin.busy_timeout(Duration::from_secs(10)).unwrap();
     admin
@@ -833,7 +833,7 @@ fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
     //    (the stale-entry scan must not keep re-claiming entries the worker itself holds).
     let w = World::new();
     let locker = rusqlite::Connection::open({
-        claimgate::ledger::SqliteLedger::open_path(&w.db).unwrap();
+        claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
         &w.db
     })
     .unwrap();

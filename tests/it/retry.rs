@@ -5,7 +5,7 @@
 
 use crate::support::{submission, wait_for, World};
 use claimgate::config::LedgerConfig;
-use claimgate::ledger::SqliteLedger;
+
 use std::io::BufRead;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -181,7 +181,7 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
             std::thread::sleep(Duration::from_millis(500));
             stop.store(true, Ordering::SeqCst);
         });
-        SqliteLedger::open_waiting(&cfg, &stop)
+        claimgate::ledger::open_waiting(&cfg, &stop)
     });
     assert!(opened.expect("a locked ledger is not an error").is_none());
     assert!(started.elapsed() >= Duration::from_millis(500));
@@ -193,5 +193,7 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
 
     locker.execute_batch("ROLLBACK").unwrap();
     let stop = AtomicBool::new(false);
-    assert!(SqliteLedger::open_waiting(&cfg, &stop).unwrap().is_some());
+    assert!(claimgate::ledger::open_waiting(&cfg, &stop)
+        .unwrap()
+        .is_some());
 }

@@ -4,7 +4,8 @@ use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, World}
 use claimgate::config::LedgerConfig;
 use claimgate::domain::key::derive_idempotency_key;
 use claimgate::domain::submission::parse_payload;
-use claimgate::ledger::{Item, Ledger, Outcome, SqliteLedger};
+use claimgate::ledger::sqlite::SqliteLedger;
+use claimgate::ledger::{Item, Ledger, Outcome};
 use std::time::Duration;
 
 const MAX: usize = 1 << 20;
@@ -442,6 +443,52 @@ fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
         .contains("cannot create ledger /nonexistent-dir/ledger.db"));
     let out = world.run(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_postgres_ledger_url_exits_2_without_showing_its_password() {
+    // Every command that opens the ledger refuses a PostgreSQL URL the same way until that
+    // ledger exists: exit 2, one line saying so, the password never echoed.
+    let world = World::new();
+    for url in [
+        "postgres://claimgate:s3cret-pw@db.example/ledger",
+        "postgresql://claimgate:s3cret-pw@db.example/ledger",
+    ] {
+        let commands: [&[&str]; 5] = [
+            &["status"],
+            &["verify"],
+            &["hold", "list"],
+            &["run", "--exit-when-idle"],
+            &["relay", "--exit-when-idle"],
+        ];
+        for command in commands {
+            let mut args = command.to_vec();
+            args.extend(["--db", url]);
+            let out = world.run(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("the PostgreSQL ledger is not built yet")
+                    && !stderr.contains("s3cret-pw"),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn synchronous_and_on_conflict_accept_exactly_their_values() {
+    let world = World::new();
+    for (flag, bad) in [("--synchronous", "off"), ("--on-conflict", "drop")] {
+        let out = world.run(&["run", "--exit-when-idle", flag, bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {bad}: {stderr}");
+        assert!(stderr.contains("possible values"), "{stderr}");
+    }
+    world.add(&[submission(1)]);
+    world.drain(&["--synchronous", "normal", "--on-conflict", "hold"]);
+    world.drain(&["--synchronous", "full", "--on-conflict", "record"]);
+    assert_eq!(world.count("disbursements"), 1);
 }
 
 #[test]

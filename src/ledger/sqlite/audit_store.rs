@@ -1,9 +1,29 @@
-//! Reading the audit log back out of SQLite, in chain order, one record at a time.
+//! Reading the audit log back out of SQLite, in chain order, one record at a time
+//! ([`AuditLog`]), and writing records exactly as sealed.
+//!
+//! `all` and `insert` are public for tests and the benchmark, which build and inspect ledger
+//! files directly.
 
+use super::SqliteLedger;
 use crate::domain::audit::{Kind, Record};
 use crate::error::{Error, Result};
+use crate::ledger::AuditLog;
 pub use crate::ledger::Since;
 use rusqlite::{Connection, Row};
+
+impl AuditLog for SqliteLedger {
+    /// One read transaction around the whole walk: a worker committing meanwhile adds nothing
+    /// to what `f` sees.
+    fn for_each_record(
+        &self,
+        since: &Since,
+        f: &mut dyn FnMut(Record) -> Result<()>,
+    ) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        for_each(&tx, since, f)
+    }
+}
 
 /// The columns, in `Record` order (a macro, so statements can be built with `concat!`).
 macro_rules! columns {

@@ -84,6 +84,8 @@ pub(super) struct Batch<'t, 'a> {
     pub(super) ctx: &'t Context<'t>,
     /// The time every row of the batch is recorded at.
     pub(super) now: String,
+    /// The chain's last seq when the batch started: its first record must follow it.
+    start_seq: i64,
     /// Where the next audit record links in.
     tail: ChainTail,
     /// New claims' disbursements, written by `finish`.
@@ -101,11 +103,13 @@ impl<'t, 'a> Batch<'t, 'a> {
         ctx: &'t Context<'t>,
         capacity: usize,
     ) -> Result<Self> {
+        let tail = ChainTail::read(tx)?;
         Ok(Batch {
             tx,
             ctx,
             now: crate::domain::clock::now_rfc3339(),
-            tail: ChainTail::read(tx)?,
+            start_seq: tail.seq,
+            tail,
             disbursements: Vec::with_capacity(capacity),
             outbox: Vec::with_capacity(capacity),
             audit: Vec::with_capacity(capacity),
@@ -131,8 +135,18 @@ impl<'t, 'a> Batch<'t, 'a> {
     }
 
     /// Seals `record` after the current tail and queues it for `finish`.
+    ///
+    /// Panics if the new record's seq is not exactly one past the record sealed before it (or
+    /// past the chain's tail, for the batch's first): a chain written out of order must stop
+    /// the process here, before anything commits, not drift into the ledger.
     pub(super) fn append(&mut self, mut record: Record) {
+        let previous = self.audit.last().map_or(self.start_seq, |r| r.seq);
         record.seq = self.tail.seq + 1;
+        assert!(
+            record.seq == previous + 1,
+            "audit record sealed out of order: seq {} after seq {previous}",
+            record.seq
+        );
         record.seal(&self.tail.hash);
         self.tail.seq = record.seq;
         self.tail.hash.clone_from(&record.hash);

@@ -1,20 +1,27 @@
-//! The embedded SQLite ledger.
+//! The embedded SQLite ledger: [`SqliteLedger`] implements every trait in `ledger/mod.rs`, one
+//! file per side — `batch` (with `conflict` and `multirow`) for [`Ledger::record`], `outbox`,
+//! `audit_store` ([`crate::ledger::AuditLog`]), `verify` ([`crate::ledger::Inspect`]), `purge`
+//! ([`crate::ledger::Retention`]) and `backup` — and `error` turns SQLite's errors into
+//! [`Error::Ledger`].
 //!
 //! WAL is set once on a plain connection before the pool exists; every pooled connection then
 //! gets the busy timeout and `synchronous` level. Writers open their transactions with
 //! `BEGIN IMMEDIATE`, so two processes never both read and then fail to upgrade to write.
 
 pub mod audit_store;
+mod backup;
 mod batch;
 mod checkpoint;
 mod conflict;
+mod error;
 mod multirow;
-pub mod outbox;
-pub mod purge;
+mod outbox;
+mod purge;
+mod verify;
 
 pub use checkpoint::Checkpointer;
 
-use crate::config::{LedgerConfig, OnConflict};
+use crate::config::{LedgerConfig, OnConflict, WAL_AUTOCHECKPOINT_PAGES_DEFAULT};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
 use crate::ledger::{Item, Ledger, Outcome, Stats};
@@ -25,6 +32,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// The schema, applied idempotently at every open.
@@ -34,19 +42,31 @@ pub const SCHEMA: &str = include_str!("../../../schema.sql");
 const STATEMENT_CACHE_MAX: usize = 64;
 
 /// A pool of connections to one ledger file.
-#[derive(Clone)]
 pub struct SqliteLedger {
+    /// The background checkpointer, when the open asked for one (`background_checkpoints`).
+    /// Declared first so it stops, leaving a short WAL, before the pool's connections close.
+    _checkpointer: Option<Checkpointer>,
     /// Connections, each already configured (busy timeout, synchronous, cache).
     pool: Pool<SqliteConnectionManager>,
     /// The file, for messages.
     path: PathBuf,
     /// What `record` does with a conflicting resubmission.
     on_conflict: OnConflict,
+    /// The retention purge under way: the connection holding its claim-key map, kept from
+    /// `export_purge` to the `purge_batch` calls that follow it (see `purge.rs`).
+    purge: Mutex<Option<purge::Session>>,
 }
 
 impl SqliteLedger {
-    /// Opens (creating if needed, mode 0600) the ledger at `cfg.path` and applies the schema.
+    /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger at `cfg.path`,
+    /// applies the schema and, with `cfg.background_checkpoints`, starts the checkpointer.
     pub fn open(cfg: &LedgerConfig) -> Result<Self> {
+        if !cfg.create && !cfg.path.exists() {
+            return Err(Error::Config(format!(
+                "no ledger at {}",
+                cfg.path.display()
+            )));
+        }
         create_private(&cfg.path)?;
         let first = Connection::open(&cfg.path).map_err(|e| {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
@@ -54,44 +74,21 @@ impl SqliteLedger {
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         prepare_file(&first, cfg)?;
         drop(first);
-
-        let busy = Duration::from_millis(cfg.busy_timeout_ms);
-        let synchronous = cfg.synchronous.as_sql();
-        // max_page_count is per connection, not stored in the file, so every connection sets it.
-        let pages_max = cfg
-            .pages_max
-            .map(|n| format!("PRAGMA max_page_count = {n};"))
-            .unwrap_or_default();
-        let (autocheckpoint, cache_kib) = (cfg.wal_autocheckpoint_pages, cfg.cache_kib);
-        let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
-            c.busy_timeout(busy)?;
-            // A batch uses about twenty statements (four shapes per multi-row insert); the
-            // default cache of 16 would re-prepare some of them in every batch.
-            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
-            c.execute_batch(&format!(
-                "PRAGMA synchronous = {synchronous};
-                 PRAGMA foreign_keys = ON;
-                 PRAGMA cache_size = -{cache_kib};
-                 PRAGMA wal_autocheckpoint = {autocheckpoint};
-                 PRAGMA temp_store = MEMORY;
-                 {pages_max}"
-            ))
-        });
-        let pool = Pool::builder()
-            .max_size(cfg.pool_size_max)
-            .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
-            .build(manager)?;
+        let pool = pool(cfg)?;
+        // Checkpoints then run on their own thread, so the writer's commits only append to the
+        // WAL (see `checkpoint.rs`).
+        let checkpointer = if cfg.background_checkpoints {
+            Some(Checkpointer::start(cfg)?)
+        } else {
+            None
+        };
         Ok(SqliteLedger {
+            _checkpointer: checkpointer,
             pool,
             path: cfg.path.clone(),
-            on_conflict: OnConflict::Record,
+            on_conflict: cfg.on_conflict,
+            purge: Mutex::new(None),
         })
-    }
-
-    /// Sets what `record` does with a conflicting resubmission (default: record and pay).
-    pub fn with_on_conflict(mut self, on_conflict: OnConflict) -> Self {
-        self.on_conflict = on_conflict;
-        self
     }
 
     /// Opens the ledger like [`SqliteLedger::open`], but waits out transient failures (another
@@ -114,8 +111,8 @@ impl SqliteLedger {
         Self::open(&LedgerConfig::new(path.as_ref()))
     }
 
-    /// A pooled connection, for the ledger-side parts of relay, audit and verify.
-    pub fn connection(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
+    /// A pooled connection.
+    fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
         Ok(self.pool.get()?)
     }
 
@@ -123,6 +120,41 @@ impl SqliteLedger {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The pool: every connection configured alike as it is made.
+fn pool(cfg: &LedgerConfig) -> Result<Pool<SqliteConnectionManager>> {
+    let busy = Duration::from_millis(cfg.busy_timeout_ms);
+    let synchronous = cfg.synchronous.as_sql();
+    // max_page_count is per connection, not stored in the file, so every connection sets it.
+    let pages_max = cfg
+        .pages_max
+        .map(|n| format!("PRAGMA max_page_count = {n};"))
+        .unwrap_or_default();
+    let autocheckpoint = if cfg.background_checkpoints {
+        0
+    } else {
+        WAL_AUTOCHECKPOINT_PAGES_DEFAULT
+    };
+    let cache_kib = cfg.cache_kib;
+    let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
+        c.busy_timeout(busy)?;
+        // A batch uses about twenty statements (four shapes per multi-row insert); the
+        // default cache of 16 would re-prepare some of them in every batch.
+        c.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+        c.execute_batch(&format!(
+            "PRAGMA synchronous = {synchronous};
+             PRAGMA foreign_keys = ON;
+             PRAGMA cache_size = -{cache_kib};
+             PRAGMA wal_autocheckpoint = {autocheckpoint};
+             PRAGMA temp_store = MEMORY;
+             {pages_max}"
+        ))
+    });
+    Ok(Pool::builder()
+        .max_size(cfg.pool_size_max)
+        .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
+        .build(manager)?)
 }
 
 /// Sets WAL (a property of the file: once, before any pooled connection exists) and applies the
@@ -144,10 +176,9 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
             Ok(conn.execute_batch(SCHEMA)?)
         })();
         match result {
-            Err(Error::Sqlite(e))
-                if crate::error::sqlite_is_transient(&e)
-                    && std::time::Instant::now() < deadline =>
-            {
+            Err(Error::Ledger {
+                transient: true, ..
+            }) if std::time::Instant::now() < deadline => {
                 // The shared backoff, but no episode lines: losing this race is expected and
                 // short. Still losing at the deadline fails `open`, and `open_waiting` logs that.
                 std::thread::sleep(crate::retry::backoff(attempt));
@@ -179,7 +210,7 @@ fn create_private(path: &Path) -> Result<()> {
 
 impl Ledger for SqliteLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
-        let mut conn = self.pool.get()?;
+        let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let ctx = Context {
             consumer,
@@ -198,7 +229,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn stats(&self) -> Result<Stats> {
-        let conn = self.pool.get()?;
+        let conn = self.conn()?;
         stats(&conn)
     }
 }

@@ -1,21 +1,125 @@
-//! The SQL behind `claimgate retention purge` and `claimgate hold`.
+//! [`Retention`] for SQLite: the SQL behind `claimgate retention purge` and `claimgate hold`.
 //!
 //! A purge removes a prefix of the audit chain (records `seq <= last`) together with exactly
 //! the ledger rows those records describe: the claim, disbursement and outbox row of each
 //! `processed` record and the `dead_letters` row of each `dead_letter` record. Each bounded
 //! batch is one transaction that also moves the leading checkpoint forward, so the ledger
 //! passes `verify` and `audit verify` after every batch, even if the purge is killed mid-way.
+//!
+//! A purge finds each record's claim through a temporary key → claim map (see
+//! [`index_claim_keys`]), built once on one connection by `export_purge` and kept, with that
+//! connection, in a [`Session`] for the `purge_batch` calls that follow.
 
-use super::audit_store;
+use super::{audit_store, SqliteLedger};
 use crate::domain::audit::{Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
-pub use crate::ledger::{Hold, Removed};
+use crate::ledger::{Hold, PurgePlan, Removed, Retention};
+use r2d2::PooledConnection;
+use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
+/// The purge under way on this ledger handle.
+pub(super) struct Session {
+    /// The cutoff its claim-key map was built for.
+    cutoff: String,
+    /// The connection whose `temp.claim_keys` holds the map (temporary tables are per
+    /// connection, so every batch must run on this one).
+    conn: PooledConnection<SqliteConnectionManager>,
+}
+
+impl SqliteLedger {
+    /// A connection with a fresh claim-key map for `cutoff`, kept as the session.
+    fn start_session(&self, cutoff: &str) -> Result<Session> {
+        let conn = self.conn()?;
+        index_claim_keys(&conn, cutoff)?;
+        Ok(Session {
+            cutoff: cutoff.to_owned(),
+            conn,
+        })
+    }
+}
+
+impl Retention for SqliteLedger {
+    fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool> {
+        hold_add(&mut *self.conn()?, award_id, reason, now)
+    }
+
+    fn hold_remove(&self, award_id: &str) -> Result<bool> {
+        hold_remove(&mut *self.conn()?, award_id)
+    }
+
+    fn holds(&self) -> Result<Vec<Hold>> {
+        holds(&*self.conn()?)
+    }
+
+    fn export_purge(
+        &self,
+        cutoff: &str,
+        batch_records_max: usize,
+        admit: &mut dyn FnMut(&PurgePlan) -> Result<()>,
+        row: &mut dyn FnMut(&serde_json::Value) -> Result<()>,
+    ) -> Result<Option<(PurgePlan, Vec<i64>)>> {
+        let mut session = self.purge.lock().unwrap_or_else(|p| p.into_inner());
+        // The map is built outside the read transaction below, which rolls back when it ends
+        // and would take the temporary table with it.
+        let session = session.insert(self.start_session(cutoff)?);
+        let tx = session.conn.transaction()?;
+        let Some((first, last)) = prefix(&tx, cutoff)? else {
+            return Ok(None);
+        };
+        let plan = PurgePlan {
+            first,
+            last,
+            held: held_in(&tx, first, last)?,
+            unpublished: unpublished_in(&tx, first, last)?,
+        };
+        admit(&plan)?;
+        let mut ends = Vec::new();
+        let mut lo = first;
+        loop {
+            let hi = batch_end(&tx, lo, last, batch_records_max)?;
+            for value in export_rows(&tx, lo, hi)? {
+                row(&value)?;
+            }
+            ends.push(hi);
+            if hi >= last {
+                break;
+            }
+            lo = hi + 1;
+        }
+        Ok(Some((plan, ends)))
+    }
+
+    fn purge_batch(
+        &self,
+        first: i64,
+        last: i64,
+        cutoff: &str,
+        detail: &str,
+        now: &str,
+    ) -> Result<Removed> {
+        let mut session = self.purge.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = !matches!(&*session, Some(s) if s.cutoff == cutoff);
+        if fresh {
+            *session = Some(self.start_session(cutoff)?);
+        }
+        let session = session.as_mut().expect("set just above");
+        match purge_batch(&mut session.conn, first, last, detail, now) {
+            // The map was built at the last `export_purge`: a claim made since, before
+            // `cutoff` all the same, is not in it yet. The batch rolled back; look again.
+            Err(Error::Invariant(_)) if !fresh => {
+                index_claim_keys(&session.conn, cutoff)?;
+                purge_batch(&mut session.conn, first, last, detail, now)
+            }
+            done => done,
+        }
+    }
+}
+
 /// Places a hold; returns false if the award was already held.
-pub fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> Result<bool> {
+fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let n = tx.execute(
         "INSERT OR IGNORE INTO legal_holds (award_id, reason, held_at) VALUES (?1, ?2, ?3)",
@@ -26,7 +130,7 @@ pub fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) 
 }
 
 /// Lifts a hold; returns false if there was none.
-pub fn hold_remove(conn: &mut Connection, award_id: &str) -> Result<bool> {
+fn hold_remove(conn: &mut Connection, award_id: &str) -> Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let n = tx.execute("DELETE FROM legal_holds WHERE award_id = ?1", [award_id])?;
     tx.commit()?;
@@ -34,7 +138,7 @@ pub fn hold_remove(conn: &mut Connection, award_id: &str) -> Result<bool> {
 }
 
 /// Every hold, by award.
-pub fn holds(conn: &Connection) -> Result<Vec<Hold>> {
+fn holds(conn: &Connection) -> Result<Vec<Hold>> {
     let mut stmt =
         conn.prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?;
     let rows = stmt.query_map([], |r| {
@@ -49,7 +153,7 @@ pub fn holds(conn: &Connection) -> Result<Vec<Hold>> {
 
 /// The audit prefix a purge before `cutoff` may remove: `(first, last)` seqs, or `None`.
 /// It ends before the first non-checkpoint record written at or after `cutoff`.
-pub fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
+fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
     let (first, last): (Option<i64>, Option<i64>) = conn.query_row(
         "SELECT (SELECT MIN(seq) FROM audit_log),
                 (SELECT MAX(seq) FROM audit_log WHERE seq < COALESCE(
@@ -77,7 +181,7 @@ pub fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
 }
 
 /// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
-pub fn batch_end(conn: &Connection, first: i64, last: i64, count: usize) -> Result<i64> {
+fn batch_end(conn: &Connection, first: i64, last: i64, count: usize) -> Result<i64> {
     let end: Option<i64> = conn.query_row(
         "SELECT MAX(seq) FROM (SELECT seq FROM audit_log WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq LIMIT ?3)",
         params![first, last, count as i64],
@@ -87,7 +191,7 @@ pub fn batch_end(conn: &Connection, first: i64, last: i64, count: usize) -> Resu
 }
 
 /// Held awards named by any record in `first..=last`.
-pub fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> {
+fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT a.award_id FROM audit_log a JOIN legal_holds h ON h.award_id = a.award_id
          WHERE a.seq BETWEEN ?1 AND ?2 ORDER BY a.award_id",
@@ -97,7 +201,7 @@ pub fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> 
 }
 
 /// Outbox rows not yet published among the claims of `first..=last`.
-pub fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
+fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
     let n: i64 = conn.query_row(
         &format!(
             "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
@@ -122,7 +226,7 @@ const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
 /// map cannot go stale during the purge, because every claim it must find was made before
 /// `cutoff`, and a claim made later is never purged. Every later call on this connection
 /// (`unpublished_in`, `export_rows`, `purge_batch`) reads it.
-pub fn index_claim_keys(conn: &Connection, cutoff: &str) -> Result<()> {
+fn index_claim_keys(conn: &Connection, cutoff: &str) -> Result<()> {
     conn.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS claim_keys (
              idempotency_key BLOB PRIMARY KEY, claim_id INTEGER NOT NULL) WITHOUT ROWID;
@@ -141,7 +245,7 @@ const DEAD_IN: &str = "SELECT stream_entry_id FROM audit_log
 
 /// Every row a batch `first..=last` would remove, as `{"table": .., "row": ..}` JSON values,
 /// audit records first (so the export verifies with `audit verify --file`).
-pub fn export_rows(conn: &Connection, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
+fn export_rows(conn: &Connection, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
     let mut out: Vec<serde_json::Value> = audit_store::range(conn, first, last)?
         .into_iter()
         .map(|r| serde_json::json!({ "table": "audit_log", "row": r }))
@@ -193,7 +297,7 @@ fn json_of(v: ValueRef<'_>) -> serde_json::Value {
 /// Removes batch `first..=last` and leaves a checkpoint at `last` that continues from the hash
 /// of record `last`, in one transaction. Refuses (nothing removed) if an award in the batch has
 /// come under hold since the purge was planned.
-pub fn purge_batch(
+fn purge_batch(
     conn: &mut Connection,
     first: i64,
     last: i64,

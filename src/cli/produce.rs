@@ -1,0 +1,61 @@
+//! `claimgate produce`: JSON lines in, one submissions-stream entry each.
+
+use crate::broker::stream::{self, Conn};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use clap::Args;
+use std::io::BufRead;
+use std::path::PathBuf;
+
+/// Lines XADDed per pipelined round trip.
+const PRODUCE_PIPELINE_MAX: usize = 1_000;
+
+/// Flags of `claimgate produce`.
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    /// JSON-lines file; stdin when absent or `-`.
+    pub file: Option<PathBuf>,
+}
+
+/// `claimgate produce`.
+pub fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
+    let input: Box<dyn BufRead> = match args.file.as_deref() {
+        None => Box::new(std::io::stdin().lock()),
+        Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdin().lock()),
+        Some(p) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p)
+                .map_err(|e| Error::Config(format!("cannot read {}: {e}", p.display())))?,
+        )),
+    };
+    let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
+    let mut pipe = redis::pipe();
+    let (mut queued, mut pending) = (0u64, 0usize);
+    for line in input.split(b'\n') {
+        let mut line = line.map_err(|e| Error::io("reading submissions", e))?;
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        pipe.cmd("XADD")
+            .arg(&cfg.stream)
+            .arg("*")
+            .arg("payload")
+            .arg(line)
+            .ignore();
+        pending += 1;
+        if pending == PRODUCE_PIPELINE_MAX {
+            pipe.query::<()>(conn.get()?)?;
+            pipe.clear();
+            queued += pending as u64;
+            pending = 0;
+        }
+    }
+    if pending > 0 {
+        pipe.query::<()>(conn.get()?)?;
+        queued += pending as u64;
+    }
+    println!("queued {queued} submissions on {}", cfg.stream);
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! `claimgate relay`, and the relay settings `claimgate run --relay` shares.
+
+use super::common::shutdown_flag;
+use crate::config::{Config, LedgerConfig, EVENTS_STREAM_DEFAULT};
+use crate::error::Result;
+use crate::relay::{self, RelayConfig};
+use clap::Args;
+use std::sync::atomic::AtomicBool;
+
+/// Where and how the relay publishes (shared by `relay` and `run --relay`).
+#[derive(Debug, Args)]
+pub struct RelayOpts {
+    /// The events stream outbox rows are published to.
+    #[arg(long, env = "CLAIMGATE_EVENTS_STREAM", default_value = EVENTS_STREAM_DEFAULT)]
+    pub events_stream: String,
+    /// Outbox rows published per round (one Redis script call, one ledger transaction).
+    #[arg(long, env = "CLAIMGATE_RELAY_BATCH_COUNT_MAX", default_value_t = relay::BATCH_COUNT_MAX_DEFAULT as u32,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub relay_batch_count_max: u32,
+}
+
+impl RelayOpts {
+    /// The relay's configuration.
+    pub fn config(&self, cfg: &Config) -> RelayConfig {
+        RelayConfig {
+            redis_url: cfg.redis_url.clone(),
+            events_stream: self.events_stream.clone(),
+            batch_count_max: self.relay_batch_count_max as usize,
+        }
+    }
+}
+
+/// Flags of `claimgate relay`.
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// Where and how to publish.
+    #[command(flatten)]
+    pub opts: RelayOpts,
+    /// Exit 0 once no outbox row is left unpublished.
+    #[arg(long, env = "CLAIMGATE_EXIT_WHEN_IDLE")]
+    pub exit_when_idle: bool,
+}
+
+/// `claimgate relay`.
+pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
+    let shutdown = shutdown_flag()?;
+    let rcfg = args.opts.config(cfg);
+    crate::broker::stream::client(&rcfg.redis_url)?;
+    let Some(ledger) = crate::ledger::open_waiting(&LedgerConfig::new(&cfg.db_path), &shutdown)?
+    else {
+        return Ok(());
+    };
+    let totals = relay::run(
+        &rcfg,
+        &*ledger,
+        &shutdown,
+        &AtomicBool::new(args.exit_when_idle),
+    )?;
+    println!(
+        "published {} events to {} ({} outbox rows marked published)",
+        totals.published, rcfg.events_stream, totals.marked
+    );
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `claimgate retention purge` and `claimgate hold add|remove|list`: what may be removed, and
+//! what never may.
+
+use super::common::{open, open_existing};
+use crate::config::Config;
+use crate::domain::clock::now_rfc3339;
+use crate::error::{Error, Result};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+/// Flags of `claimgate retention`.
+#[derive(Debug, Args)]
+pub struct RetentionArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: RetentionCommand,
+}
+
+/// The `retention` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RetentionCommand {
+    /// Export, then delete, everything recorded before DATE (at least three years back).
+    Purge {
+        /// A date (YYYY-MM-DD, midnight UTC) or RFC 3339 date-time.
+        #[arg(long)]
+        before: String,
+        /// The export file [default: next to the ledger, `<db>.purge-<time>.jsonl`].
+        #[arg(long)]
+        export: Option<PathBuf>,
+        /// Audit records removed per transaction, with the ledger rows they describe.
+        #[arg(long, default_value_t = crate::ops::retention::PURGE_BATCH_RECORDS_MAX as u32,
+              value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch_records_max: u32,
+    },
+}
+
+/// Flags of `claimgate hold`.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: HoldCommand,
+}
+
+/// The `hold` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum HoldCommand {
+    /// Place an award under legal hold: nothing naming it will be purged.
+    Add {
+        /// The award id.
+        award_id: String,
+        /// Why (a case number, an auditor's request).
+        #[arg(long, default_value = "legal hold")]
+        reason: String,
+    },
+    /// Lift a legal hold.
+    Remove {
+        /// The award id.
+        award_id: String,
+    },
+    /// List awards under legal hold.
+    List,
+}
+
+/// `claimgate retention purge`.
+pub fn retention(cfg: &Config, args: RetentionArgs) -> Result<()> {
+    let RetentionCommand::Purge {
+        before,
+        export,
+        batch_records_max,
+    } = args.command;
+    let ledger = open_existing(cfg)?;
+    let req = crate::ops::retention::Request {
+        before: &before,
+        export: export.as_deref(),
+        batch_records_max: batch_records_max as usize,
+    };
+    match crate::ops::retention::purge(&*ledger, &req)? {
+        None => println!("nothing recorded before {before}; nothing purged"),
+        Some(p) => println!(
+            "purged {} audit records (through seq {}), {} claims with their disbursements and outbox rows, {} dead letters; \
+             exported first to {} (sha256 {})",
+            p.removed.records, p.through_seq, p.removed.claims, p.removed.dead_letters, p.export.display(), p.export_sha256
+        ),
+    }
+    Ok(())
+}
+
+/// `claimgate hold add|remove|list`.
+pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
+    if let HoldCommand::Add { award_id, .. } | HoldCommand::Remove { award_id } = &args.command {
+        if award_id.trim().is_empty() {
+            return Err(Error::Config("the award id must not be empty".into()));
+        }
+    }
+    let ledger = open(cfg)?;
+    match args.command {
+        HoldCommand::Add { award_id, reason } => {
+            let placed = ledger.hold_add(&award_id, &reason, &now_rfc3339())?;
+            println!(
+                "{award_id}: {}",
+                if placed {
+                    "now under legal hold"
+                } else {
+                    "already under legal hold"
+                }
+            );
+        }
+        HoldCommand::Remove { award_id } => {
+            let lifted = ledger.hold_remove(&award_id)?;
+            println!(
+                "{award_id}: {}",
+                if lifted {
+                    "hold lifted"
+                } else {
+                    "was not under hold"
+                }
+            );
+        }
+        HoldCommand::List => {
+            for h in ledger.holds()? {
+                println!("{}\t{}\t{}", h.award_id, h.held_at, h.reason);
+            }
+        }
+    }
+    Ok(())
+}

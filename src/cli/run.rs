@@ -1,0 +1,139 @@
+//! `claimgate run`: the worker, with `/metrics` and an in-process relay when asked.
+
+use super::common::shutdown_flag;
+use super::relay::RelayOpts;
+use crate::broker::stream;
+use crate::config::{self, Config, LedgerConfig, OnConflict, Synchronous, WorkerConfig};
+use crate::error::Result;
+use crate::observe::metrics::Metrics;
+use clap::Args;
+
+/// Flags of `claimgate run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This consumer's name in the group [default: host name and pid].
+    #[arg(long, env = "CLAIMGATE_CONSUMER")]
+    pub consumer: Option<String>,
+    /// Threads that parse, validate and hash entries.
+    #[arg(long, env = "CLAIMGATE_THREADS", default_value_t = config::THREADS_DEFAULT as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Take over entries other consumers have left idle this long.
+    #[arg(long, env = "CLAIMGATE_CLAIM_IDLE_MS", default_value_t = config::CLAIM_IDLE_MS_DEFAULT)]
+    pub claim_idle_ms: u64,
+    /// Dead-letter an entry delivered more than this many times.
+    #[arg(long, env = "CLAIMGATE_MAX_DELIVERIES", default_value_t = config::MAX_DELIVERIES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_deliveries: u64,
+    /// Refuse payloads larger than this many bytes (checked before parsing).
+    #[arg(long, env = "CLAIMGATE_PAYLOAD_BYTES_MAX", default_value_t = config::PAYLOAD_BYTES_MAX_DEFAULT)]
+    pub payload_bytes_max: usize,
+    /// Entries asked for per read.
+    #[arg(long, env = "CLAIMGATE_BATCH_COUNT_MAX", default_value_t = config::BATCH_COUNT_MAX_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_count_max: u32,
+    /// Exit 0 once the stream has no undelivered entries and the group none pending.
+    #[arg(long, env = "CLAIMGATE_EXIT_WHEN_IDLE")]
+    pub exit_when_idle: bool,
+    /// One transaction and one XACK per entry (the reference design's shape; slow, for comparison).
+    #[arg(long, env = "CLAIMGATE_PER_MESSAGE")]
+    pub per_message: bool,
+    /// Skip the claim lookup for entries Redis marks as already committed (markers are written
+    /// only after their commit; a miss asks the ledger).
+    #[arg(long, env = "CLAIMGATE_FAST_FILTER")]
+    pub fast_filter: bool,
+    /// Lifetime of a --fast-filter marker, in seconds.
+    #[arg(long, env = "CLAIMGATE_FAST_FILTER_TTL_S", default_value_t = crate::broker::fastfilter::FAST_FILTER_TTL_S_DEFAULT)]
+    pub fast_filter_ttl_s: u64,
+    /// SQLite synchronous level: full (default; survives power loss) or normal.
+    #[arg(long, env = "CLAIMGATE_SYNCHRONOUS", value_enum, default_value_t)]
+    pub synchronous: Synchronous,
+    /// What to do with a resubmission reusing an award's timestamp with a different payload:
+    /// record (pay it and leave a conflict record) or hold (dead-letter it for review).
+    #[arg(long, env = "CLAIMGATE_ON_CONFLICT", value_enum, default_value_t)]
+    pub on_conflict: OnConflict,
+    /// Also run the outbox relay in this process (single-box setups).
+    #[arg(long, env = "CLAIMGATE_RELAY")]
+    pub relay: bool,
+    /// Relay settings, used with --relay.
+    #[command(flatten)]
+    pub relay_opts: RelayOpts,
+    /// Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker
+    /// leaves entries pending and retries until room is made.
+    #[arg(long, env = "CLAIMGATE_LEDGER_PAGES_MAX", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ledger_pages_max: Option<u64>,
+    /// Serve Prometheus /metrics and /healthz on this HOST:PORT.
+    #[arg(long, env = "CLAIMGATE_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
+}
+
+impl RunArgs {
+    /// The ledger settings of a long-running writer.
+    fn ledger_config(&self, cfg: &Config) -> LedgerConfig {
+        let mut lcfg = LedgerConfig::new(&cfg.db_path);
+        lcfg.synchronous = self.synchronous;
+        lcfg.on_conflict = self.on_conflict;
+        lcfg.pages_max = self.ledger_pages_max;
+        // The worker's commits should only append to the log; the ledger does its
+        // housekeeping on a thread of its own for as long as it is open.
+        lcfg.background_checkpoints = true;
+        lcfg
+    }
+
+    /// The worker's settings.
+    fn worker_config(&self) -> WorkerConfig {
+        let consumer = self.consumer.clone().unwrap_or_else(default_consumer);
+        let mut wcfg = WorkerConfig::new(consumer);
+        wcfg.threads = self.threads.into();
+        wcfg.claim_idle_ms = self.claim_idle_ms;
+        wcfg.max_deliveries = self.max_deliveries;
+        wcfg.payload_bytes_max = self.payload_bytes_max;
+        wcfg.batch_count_max = self.batch_count_max as usize;
+        wcfg.exit_when_idle = self.exit_when_idle;
+        wcfg.per_message = self.per_message;
+        wcfg.fast_filter_ttl_s = self.fast_filter.then_some(self.fast_filter_ttl_s);
+        wcfg
+    }
+}
+
+/// The default consumer name: host name and pid, unique per process.
+pub fn default_consumer() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "claimgate".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// `claimgate run`.
+pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
+    // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
+    // graceful stop too, not death by the default signal action.
+    let shutdown = shutdown_flag()?;
+    let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
+        return Ok(());
+    };
+    stream::client(&cfg.redis_url)?;
+    let wcfg = args.worker_config();
+    let metrics = Metrics::default();
+    let relay = args.relay.then(|| args.relay_opts.config(cfg));
+    let work = || {
+        crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, || {
+            crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics)
+        })
+    };
+    match &args.metrics_addr {
+        Some(addr) => crate::observe::http::serve_during(addr, cfg, &*ledger, &metrics, work)?,
+        None => work()?,
+    }
+    let quantile = |q| metrics.commit_latency.quantile_us(q).unwrap_or(0);
+    log::info!(
+        "worker stopped: {} processed, {} duplicates suppressed, {} dead-lettered; \
+         commits={} commit_p50_us={} commit_p99_us={}",
+        Metrics::get(&metrics.processed),
+        Metrics::get(&metrics.duplicates),
+        Metrics::get(&metrics.dead_lettered),
+        Metrics::get(&metrics.commits),
+        quantile(0.5),
+        quantile(0.99)
+    );
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! The audit chain checked record by record: the one walk that every backend's
+//! [`Inspect::verify`](super::Inspect::verify), `claimgate audit verify` and the check of an
+//! exported file share, so they can never disagree on what a broken chain is.
+//!
+//! Invariant: this module only reads; the hashing rules themselves are
+//! [`crate::domain::audit::Verifier`]'s.
+
+use super::{AuditLog, Since};
+use crate::domain::audit::{Record, Verifier};
+use crate::error::{Error, Result};
+
+/// Checks `record` as the next link after those `v` has seen; a break is
+/// [`Error::Invariant`] naming the record's seq.
+pub fn check(v: &mut Verifier, record: &Record) -> Result<()> {
+    v.push(record)
+        .map_err(|b| Error::Invariant(format!("audit chain broken at seq {}: {}", b.seq, b.reason)))
+}
+
+/// Recomputes the whole chain of `log` from one snapshot; returns the record count and the
+/// head hash (the hash the next record will link to), or [`Error::Invariant`] naming the first
+/// broken record.
+pub fn verify(log: &(impl AuditLog + ?Sized)) -> Result<(u64, String)> {
+    let mut v = Verifier::default();
+    log.for_each_record(&Since::All, &mut |r| check(&mut v, &r))?;
+    Ok((v.count, v.head().to_owned()))
+}
