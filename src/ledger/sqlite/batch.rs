@@ -247,7 +247,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         };
         if let Some(other) = &held_conflict {
             if claimed_at(self.tx, s)?.is_none() {
-                return conflict::hold(self, claim, other);
+                return self.hold(claim, other);
             }
         }
         let claimed = self
@@ -298,14 +298,49 @@ impl<'t, 'a> Batch<'t, 'a> {
         let Some(other) = other else {
             return Ok(Outcome::Processed);
         };
-        let mut c = conflict::record(self, claim, &other);
+        let mut c = self.claim_record(Kind::Conflict, claim);
+        c.amount_cents = Some(s.amount_cents);
         c.detail = Some(format!(
             "{}; paid (--on-conflict record)",
-            c.detail.unwrap_or_default()
+            conflict::detail(&other)
         ));
         self.append(c);
         Ok(Outcome::ProcessedConflicting {
             other_key: other.key_hex,
+        })
+    }
+
+    /// Holds a conflicting submission for review: a `dead_letters` row plus `conflict` and
+    /// `dead_letter` records, once per stream entry. Nothing is claimed or paid.
+    fn hold(&mut self, claim: &Claim<'a>, other: &conflict::Other) -> Result<Outcome> {
+        let s = claim.submission;
+        let reason = conflict::hold_reason(other);
+        let first = conflict::insert_hold(
+            self.tx,
+            &conflict::Held {
+                stream: self.ctx.stream,
+                entry_id: claim.entry_id,
+                reason: &reason,
+                award_id: &s.award_id,
+                delivery_count: claim.delivery_count,
+                now: &self.now,
+            },
+        )?;
+        if first {
+            let mut c = self.claim_record(Kind::Conflict, claim);
+            c.amount_cents = Some(s.amount_cents);
+            c.detail = Some(format!(
+                "{}; held for review, not paid (--on-conflict hold)",
+                conflict::detail(other)
+            ));
+            self.append(c);
+            let mut d = self.claim_record(Kind::DeadLetter, claim);
+            d.detail = Some(format!("conflict_hold: {reason}"));
+            self.append(d);
+        }
+        Ok(Outcome::Held {
+            other_key: other.key_hex.clone(),
+            first,
         })
     }
 

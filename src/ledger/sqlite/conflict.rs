@@ -3,11 +3,9 @@
 //! By design such a resubmission has its own key and is not suppressed (the reference design:
 //! a genuine resubmission must not be lost). It is made visible instead: a `conflict` audit
 //! record links both keys, and under `--on-conflict hold` it is dead-lettered for review rather
-//! than paid. Everything here runs inside the batch's open transaction.
+//! than paid. Everything here runs inside the batch's open transaction; the batch (`batch.rs`)
+//! writes the audit records, so this file knows nothing of it.
 
-use super::batch::{Batch, Claim};
-use super::Outcome;
-use crate::domain::audit::{Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::Result;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -58,46 +56,53 @@ pub(super) fn find(
     Ok(other)
 }
 
-/// The `conflict` record linking `claim` to the earlier claim `other`.
-pub(super) fn record(batch: &Batch<'_, '_>, claim: &Claim<'_>, other: &Other) -> Record {
-    let s = claim.submission;
-    let mut r = batch.claim_record(Kind::Conflict, claim);
-    r.amount_cents = Some(s.amount_cents);
-    r.detail = Some(format!(
+/// The detail of the `conflict` record that links a new claim to the earlier claim `other`.
+pub(super) fn detail(other: &Other) -> String {
+    format!(
         "conflicts with key {} (claimed at {}): same award_id and submission_timestamp, different payload",
         other.key_hex, other.claimed_at
-    ));
-    r
+    )
 }
 
-/// Holds a conflicting submission for review: a `dead_letters` row plus `conflict` and
-/// `dead_letter` records, once per stream entry. Nothing is claimed or paid.
-pub(super) fn hold(batch: &mut Batch<'_, '_>, claim: &Claim<'_>, other: &Other) -> Result<Outcome> {
-    let s = claim.submission;
-    let reason = format!(
+/// Why a conflicting submission was held, as its `dead_letters` row and record say.
+pub(super) fn hold_reason(other: &Other) -> String {
+    format!(
         "conflicts with key {} for the same award and submission time; held for review",
         other.key_hex
-    );
-    let inserted = batch
-        .tx
+    )
+}
+
+/// The `dead_letters` row that holds a conflicting submission for review.
+pub(super) struct Held<'r> {
+    /// The stream it arrived on.
+    pub(super) stream: &'r str,
+    /// The entry that carried it.
+    pub(super) entry_id: &'r str,
+    /// [`hold_reason`].
+    pub(super) reason: &'r str,
+    /// Its award.
+    pub(super) award_id: &'r str,
+    /// Deliveries so far.
+    pub(super) delivery_count: u64,
+    /// The batch's time.
+    pub(super) now: &'r str,
+}
+
+/// Inserts the hold row, once per stream entry; true if this call inserted it (an earlier
+/// delivery may already have held the entry).
+pub(super) fn insert_hold(tx: &Transaction<'_>, held: &Held<'_>) -> Result<bool> {
+    let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code, reason,
              award_id, delivery_count, recorded_at) VALUES (?1, ?2, 'conflict_hold', ?3, ?4, ?5, ?6)",
         )?
-        .execute(params![batch.ctx.stream, claim.entry_id, reason, s.award_id, claim.delivery_count as i64, batch.now])?;
-    if inserted == 1 {
-        let mut c = record(batch, claim, other);
-        c.detail = Some(format!(
-            "{}; held for review, not paid (--on-conflict hold)",
-            c.detail.unwrap_or_default()
-        ));
-        batch.append(c);
-        let mut d = batch.claim_record(Kind::DeadLetter, claim);
-        d.detail = Some(format!("conflict_hold: {reason}"));
-        batch.append(d);
-    }
-    Ok(Outcome::Held {
-        other_key: other.key_hex.clone(),
-        first: inserted == 1,
-    })
+        .execute(params![
+            held.stream,
+            held.entry_id,
+            held.reason,
+            held.award_id,
+            held.delivery_count as i64,
+            held.now
+        ])?;
+    Ok(inserted == 1)
 }
