@@ -307,7 +307,7 @@ impl<'a> Demo<'a> {
     fn step(&mut self, label: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Ended> {
         let exe =
             std::env::current_exe().map_err(|e| Error::io("finding the claimgate binary", e))?;
-        let log = std::fs::File::create(self.log(label))
+        let log = crate::support::files::create_private(&self.log(label))
             .map_err(|e| Error::io("creating a worker log", e))?;
         let mut cmd = Command::new(exe);
         cmd.args(args)

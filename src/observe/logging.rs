@@ -100,12 +100,7 @@ pub fn init(options: &Options) -> Result<()> {
 }
 
 fn open_private_append(path: &std::path::Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+    crate::support::files::append_private(path)
         .map_err(|e| Error::Config(format!("cannot open audit log {}: {e}", path.display())))
 }
 

@@ -178,12 +178,7 @@ struct Export {
 impl Export {
     /// Creates the file, mode 0600. Refuses to overwrite an existing file.
     fn create(path: &Path) -> Result<Export> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
+        let file = crate::support::files::create_private(path)
             .map_err(|e| {
                 Error::Config(format!("cannot create export file {}: {e}", path.display()))
             })?;

@@ -1,9 +1,10 @@
 //! Process plumbing that is not claimgate's business logic: the allocator, crash points for
-//! tests, and a private `redis-server` for the demo, the benchmark and the tests.
+//! tests, owner-only files, and a private `redis-server` for the demo, the benchmark and the tests.
 //!
 //! **Invariant:** nothing under `support/` depends on any other claimgate module except
 //! `error`; everything above may use it.
 
 pub mod allocator;
 pub mod failpoint;
+pub mod files;
 pub mod localredis;

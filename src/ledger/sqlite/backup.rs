@@ -55,12 +55,7 @@ impl SqliteLedger {
 /// Creates `out` empty with mode 0600 (VACUUM INTO accepts an empty file), refusing to
 /// overwrite anything.
 fn create_empty_private(out: &Path) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(out)
+    crate::support::files::create_private(out)
         .map(drop)
         .map_err(|e| Error::Config(format!("cannot create backup {}: {e}", out.display())))
 }

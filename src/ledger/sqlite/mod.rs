@@ -192,13 +192,7 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
 /// Creates the ledger file with mode 0600 if it does not exist, so it is never world-readable,
 /// and turns "no such directory" or "permission denied" into a configuration error.
 fn create_private(path: &Path) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
+    match crate::support::files::create_private(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(Error::Config(format!(

@@ -1,0 +1,62 @@
+//! Files claimgate writes: owner-only (0600), and never an existing file silently overwritten.
+//!
+//! Ledger files, backups, purge exports, audit logs and worker logs can all hold award ids and
+//! amounts. Every one is created through this module so none is ever world-readable, whatever
+//! the umask, and none replaces a file an operator already has.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Owner read and write, nothing for group or others.
+pub const PRIVATE_MODE: u32 = 0o600;
+
+/// Creates `path` as a new, empty, 0600 file open for writing. An existing path is an error
+/// (`ErrorKind::AlreadyExists`), never truncated or reused.
+pub fn create_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(PRIVATE_MODE)
+        .open(path)
+}
+
+/// Opens `path` for appending, creating it 0600 if it does not exist: for a log that a restart
+/// continues rather than replaces.
+pub fn append_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(PRIVATE_MODE)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn new_files_are_owner_only_and_existing_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        create_private(&path).unwrap().write_all(b"kept").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, PRIVATE_MODE);
+        let again = create_private(&path).unwrap_err();
+        assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&path).unwrap(), b"kept");
+    }
+
+    #[test]
+    fn appending_keeps_what_was_there_and_creates_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        append_private(&path).unwrap().write_all(b"a\n").unwrap();
+        append_private(&path).unwrap().write_all(b"b\n").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"a\nb\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, PRIVATE_MODE);
+    }
+}
