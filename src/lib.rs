@@ -2,52 +2,44 @@
 //! disbursements.
 //!
 //! A worker reads submissions through a consumer group, derives an idempotency key from each
-//! submission's own content, and in one SQLite transaction claims the key, records the
-//! disbursement, writes an outbox row and an audit record. Only after that commit does it
-//! acknowledge the entry. A redelivery (after a crash between commit and XACK, or a producer
-//! that sent twice) finds the key already claimed and is acknowledged as a duplicate, with
-//! nothing paid twice.
+//! submission's own content, and in one ledger transaction (the embedded SQLite ledger by
+//! default) claims the key, records the disbursement, writes an outbox row and an audit record.
+//! Only after that commit does it acknowledge the entry. A redelivery (after a crash between
+//! commit and XACK, or a producer that sent twice) finds the key already claimed and is
+//! acknowledged as a duplicate, with nothing paid twice.
 //!
 //! # Layout
-//! - [`allocator`]: the process allocator and its settings.
-//! - [`key`]: the idempotency key (pure).
-//! - [`submission`]: parse and validate a stream entry (pure).
-//! - [`audit`]: the hash-chained audit record and its verification (pure).
-//! - [`config`]: every limit and default.
-//! - [`error`]: the one error type and its transient/permanent question.
-//! - [`retry`]: the one retry policy: backoff with jitter, episode logging, stopping.
-//! - [`stream`]: Redis only.
-//! - [`ledger`]: the traits every caller sees the ledger through, their written contract and
-//!   the one open step; SQLite behind them, in `ledger/sqlite/` only.
-//! - [`dlq`]: list, show and replay dead letters (Redis only).
-//! - [`worker`]: the only place that holds both Redis and the ledger.
-//! - [`relay`]: outbox rows to the events stream, each event exactly once.
-//! - [`verify`]: the ledger checked against itself and its audit chain.
-//! - [`retention`]: purging records past the retention window, and legal holds.
-//! - [`metrics`]: counters the worker keeps.
-//! - [`latency`]: a fixed-size histogram for commit-latency percentiles.
-//! - [`failpoint`]: named crash points for tests.
-//! - [`fastfilter`]: `--fast-filter`, Redis markers written only after commit.
-//! - [`localredis`]: a private `redis-server` for the demo, benchmark and tests.
-//! - [`status`]: ledger and stream state for `claimgate status` and the metrics gauges.
-//! - [`exposition`]: the Prometheus text `/metrics` serves.
-//! - [`serve`]: the `/metrics` and `/healthz` HTTP endpoints of `claimgate run`.
-//! - [`logging`]: human or JSON log lines; audit lines routable on their own.
-//! - [`demo`]: `claimgate demo`, the whole pipeline with no set-up.
-//! - [`backup`]: a consistent copy of the ledger while workers run.
+//! One folder per kind of thing; dependencies point down this list, never up (checked by
+//! `tests/it/layers.rs`; ARCHITECTURE.md has each module's invariant).
+//! - [`domain`]: the pure core — the idempotency key, submissions, audit records, events, the
+//!   ledger's clock. No I/O.
+//! - [`config`]: every limit and default. `error`: the one error type and its transient
+//!   question. `retry`: the one retry policy (backoff with jitter, episode logging, stopping).
+//! - [`support`]: the allocator, failpoints, owner-only files, a private `redis-server`.
+//! - [`broker`]: Redis only — streams, consumer groups, dead-letter copies, the fast filter.
+//! - [`ledger`]: the traits every caller sees a ledger through, their written contract and the
+//!   one open step; SQLite behind them in `ledger/sqlite/`, and an in-memory ledger for tests.
+//! - `ops`: status, dead letters, verification, retention and backup, for the operator commands.
+//! - `relay`: outbox rows to the events stream, each event exactly once.
+//! - [`observe`]: counters, the latency histogram, `/metrics` and `/healthz`, log lines.
+//! - [`worker`]: `claimgate run`, the only place that holds both Redis and the ledger.
+//! - `demo`: `claimgate demo`, the whole pipeline with no set-up.
 //! - [`cli`]: the command line, one file per command group.
+//!
+//! What is public is what the binary, the integration tests and the benchmark use; the rest of
+//! the crate is private to it.
 
 pub mod broker;
 pub mod cli;
 pub mod config;
-pub mod demo;
+mod demo;
 pub mod domain;
-pub mod error;
+mod error;
 pub mod ledger;
 pub mod observe;
-pub mod ops;
-pub mod relay;
-pub mod retry;
+mod ops;
+mod relay;
+mod retry;
 pub mod support;
 pub mod worker;
 

@@ -7,5 +7,5 @@
 //! **Invariant:** nothing under `broker/` touches the ledger. Stream replies are parsed from raw
 //! values, so an entry whose body was trimmed surfaces as "vanished", never as a parse error.
 
-pub mod fastfilter;
+pub(crate) mod fastfilter;
 pub mod stream;

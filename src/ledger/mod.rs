@@ -8,7 +8,7 @@
 //! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
 //! backend from the `--db` value. Implementations: [`sqlite`] (the embedded default) and
 //! `MemoryLedger` (tests; it keeps the same contract, and the contract tests in
-//! `tests/it/contract.rs` run against both). [`chain`] is the audit-chain walk they share.
+//! `tests/it/contract.rs` run against both). `chain` is the audit-chain walk they share.
 //!
 //! Invariant: nothing outside `ledger/sqlite/` names SQLite; everything else holds a
 //! `dyn Backend` (or the one trait it needs) from [`open`].
@@ -41,7 +41,7 @@
 //!    succeed later; the worker backs off and retries the whole batch. Anything else is
 //!    permanent.
 
-pub mod chain;
+pub(crate) mod chain;
 mod open;
 pub mod sqlite;
 

@@ -4,8 +4,8 @@
 //! **Invariant:** nothing under `observe/` writes to Redis or the ledger; a scrape or a log line
 //! can never change what the worker does.
 
-pub mod http;
-pub mod latency;
+pub(crate) mod http;
+pub(crate) mod latency;
 pub mod logging;
 pub mod metrics;
-pub mod prometheus;
+pub(crate) mod prometheus;

@@ -178,10 +178,9 @@ struct Export {
 impl Export {
     /// Creates the file, mode 0600. Refuses to overwrite an existing file.
     fn create(path: &Path) -> Result<Export> {
-        let file = crate::support::files::create_private(path)
-            .map_err(|e| {
-                Error::Config(format!("cannot create export file {}: {e}", path.display()))
-            })?;
+        let file = crate::support::files::create_private(path).map_err(|e| {
+            Error::Config(format!("cannot create export file {}: {e}", path.display()))
+        })?;
         Ok(Export {
             path: path.to_owned(),
             out: std::io::BufWriter::new(file),

@@ -6,5 +6,5 @@
 
 pub mod allocator;
 pub mod failpoint;
-pub mod files;
+pub(crate) mod files;
 pub mod localredis;
