@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 );
 
 -- The hash-chained audit trail, written in the same transaction as the effect it records.
--- hash = sha256(prev_hash || canonical JSON of the record); see src/audit.rs.
+-- hash = sha256(prev_hash || canonical JSON of the record); see src/domain/audit.rs.
 CREATE TABLE IF NOT EXISTS audit_log (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     kind            TEXT    NOT NULL,

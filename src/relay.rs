@@ -87,7 +87,7 @@ return {upto, published}
 ";
 
 /// Publishes until `shutdown` is set, or, once `exit_when_idle` is set, until a read finds no
-/// unpublished row. Transient failures (Redis down, SQLite busy) are waited out with backoff;
+/// unpublished row. Transient failures (Redis down, the ledger busy or unreachable) are waited out with backoff;
 /// only a permanent one (a wrong key type, a mark from another ledger) ends it with an error.
 pub fn run(
     rcfg: &RelayConfig,
