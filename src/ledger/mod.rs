@@ -36,8 +36,10 @@
 //!    succeed later; the worker backs off and retries the whole batch. Anything else is
 //!    permanent.
 
+mod memory;
 pub mod sqlite;
 
+pub use memory::MemoryLedger;
 pub use sqlite::{Checkpointer, SqliteLedger, SCHEMA};
 
 use crate::domain::key::IdempotencyKey;
