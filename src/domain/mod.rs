@@ -4,8 +4,8 @@
 //! threads. Time is read only by `clock::now_rfc3339`, which every other layer uses.
 
 pub mod audit;
-pub(crate) mod clock;
-pub(crate) mod event;
+pub mod clock;
+pub mod event;
 pub mod key;
 pub(crate) mod money;
 pub mod submission;

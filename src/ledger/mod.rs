@@ -42,9 +42,11 @@
 //!    permanent.
 
 pub(crate) mod chain;
+mod memory;
 mod open;
 pub mod sqlite;
 
+pub use memory::MemoryLedger;
 pub use open::{open, open_waiting};
 
 use crate::domain::key::IdempotencyKey;

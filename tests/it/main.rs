@@ -6,6 +6,7 @@ mod support;
 mod audit;
 mod batching;
 mod chaos;
+mod contract;
 mod fuzz;
 mod layers;
 mod ops;

@@ -1,0 +1,884 @@
+//! The ledger contract (`src/ledger/mod.rs`), written once and run against every implementation.
+//!
+//! Each test is a generic function over [`Subject`]; `for_every_ledger!` instantiates it once
+//! per ledger, as `contract::memory::NAME` and `contract::sqlite::NAME`. A subject is a fresh,
+//! empty ledger plus one fault hook ("fail when paying award X"), so the all-or-nothing test is
+//! the same on both: `MemoryLedger::fail_on_award` on one, a real trigger on the other.
+//! One test compares the two ledgers directly: the same batches must give the same outcomes and
+//! the same audit records. Nothing here needs Redis.
+
+use crate::support::submission;
+use claimgate::config::LedgerConfig;
+use claimgate::config::OnConflict;
+use claimgate::domain::audit::{Kind, Record};
+use claimgate::domain::clock::now_rfc3339;
+use claimgate::domain::event::{self, DISBURSEMENT_RECORDED};
+use claimgate::domain::submission::{parse_payload, Submission};
+use claimgate::ledger::sqlite::SqliteLedger;
+use claimgate::ledger::{
+    AuditLog, Inspect, Item, Ledger, MemoryLedger, Outbox, OutboxRow, Outcome, Since, Stats,
+    Summary,
+};
+use claimgate::Result;
+use std::sync::Arc;
+
+const MAX: usize = 1 << 20;
+const STREAM: &str = "grants:submissions";
+
+/// A ledger under test: a fresh one per test, and the fault hook.
+trait Subject: Ledger + Outbox + AuditLog + Inspect + Clone + 'static {
+    /// An empty ledger with this conflict policy.
+    fn fresh(on_conflict: OnConflict) -> Self;
+    /// From now on, a batch that would pay a new claim of `award_id` fails, after the batch's
+    /// earlier items were written inside its transaction.
+    fn fail_on_award(&self, award_id: &str);
+    /// Undoes `fail_on_award`.
+    fn disarm(&self);
+}
+
+impl Subject for MemoryLedger {
+    fn fresh(on_conflict: OnConflict) -> Self {
+        MemoryLedger::new().with_on_conflict(on_conflict)
+    }
+    fn fail_on_award(&self, award_id: &str) {
+        MemoryLedger::fail_on_award(self, award_id).unwrap();
+    }
+    fn disarm(&self) {
+        self.clear_fault().unwrap();
+    }
+}
+
+/// The SQLite ledger in a temp dir, shared between clones (the concurrency test's writers).
+#[derive(Clone)]
+struct Sqlite {
+    /// The ledger under test.
+    ledger: Arc<SqliteLedger>,
+    /// Keeps the ledger file's directory alive as long as any clone.
+    dir: Arc<tempfile::TempDir>,
+}
+
+impl Sqlite {
+    /// A connection of its own to the ledger file, for planting triggers and faults.
+    fn raw(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.dir.path().join("ledger.db")).unwrap()
+    }
+}
+
+impl Subject for Sqlite {
+    fn fresh(on_conflict: OnConflict) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = LedgerConfig::new(dir.path().join("ledger.db"));
+        cfg.on_conflict = on_conflict;
+        Sqlite {
+            ledger: Arc::new(SqliteLedger::open(&cfg).unwrap()),
+            dir: Arc::new(dir),
+        }
+    }
+    fn fail_on_award(&self, award_id: &str) {
+        // Disbursements are written at the end of the batch (`sqlite/batch.rs`, `finish`),
+        // after every claim of the batch: the failure lands inside a transaction that has
+        // already written claims, dead letters and other disbursements.
+        assert!(!award_id.contains('\''));
+        self.raw()
+            .execute_batch(&format!(
+                "CREATE TRIGGER contract_fault BEFORE INSERT ON disbursements
+                 WHEN NEW.award_id = '{award_id}'
+                 BEGIN SELECT RAISE(ABORT, 'forced failure'); END;"
+            ))
+            .unwrap();
+    }
+    fn disarm(&self) {
+        self.raw()
+            .execute_batch("DROP TRIGGER contract_fault")
+            .unwrap();
+    }
+}
+
+impl Ledger for Sqlite {
+    fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
+        self.ledger.record(items, consumer, stream)
+    }
+    fn stats(&self) -> Result<Stats> {
+        self.ledger.stats()
+    }
+}
+
+impl Outbox for Sqlite {
+    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+        self.ledger.unpublished(limit)
+    }
+    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
+        self.ledger.mark_published(upto_id, now)
+    }
+    fn ledger_id(&self) -> Result<String> {
+        self.ledger.ledger_id()
+    }
+}
+
+impl AuditLog for Sqlite {
+    fn for_each_record(
+        &self,
+        since: &Since,
+        f: &mut dyn FnMut(Record) -> Result<()>,
+    ) -> Result<()> {
+        self.ledger.for_each_record(since, f)
+    }
+}
+
+impl Inspect for Sqlite {
+    fn verify(&self) -> Result<Summary> {
+        self.ledger.verify()
+    }
+    fn ping(&self) -> Result<()> {
+        self.ledger.ping()
+    }
+    fn describe(&self) -> String {
+        self.ledger.describe()
+    }
+}
+
+/// Instantiates each generic contract test once per ledger.
+macro_rules! for_every_ledger {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $test() {
+                super::$test::<claimgate::ledger::MemoryLedger>();
+            })*
+        }
+        mod sqlite {
+            $(#[test]
+            fn $test() {
+                super::$test::<super::Sqlite>();
+            })*
+        }
+    };
+}
+
+for_every_ledger!(
+    duplicates_inside_one_batch_are_decided_in_batch_order,
+    a_duplicate_in_a_later_batch_names_the_first_claim_and_pays_nothing,
+    a_mixed_batch_gets_one_outcome_per_item_in_item_order,
+    a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later,
+    concurrent_writers_leave_one_linear_chain_and_lose_nothing,
+    outbox_rows_appear_in_id_order_and_published_ones_never_return,
+    the_ledger_id_is_stable_and_differs_between_ledgers,
+    audit_records_read_back_in_seq_order_from_where_asked,
+    a_conflicting_resubmission_is_paid_and_linked_under_record,
+    a_conflicting_resubmission_is_held_once_per_entry_under_hold,
+    verify_summarises_a_clean_ledger,
+);
+
+// ----- Building items ---------------------------------------------------------------------------
+
+/// Submission `i` of the test fixtures: award `A-00000i`, amount `100 + i`.
+fn sub(i: usize) -> Submission {
+    parse_payload(submission(i).as_bytes(), MAX).unwrap()
+}
+
+/// Same award and submission time as `sub(i)`, another payload: a conflicting resubmission.
+fn conflicting(i: usize) -> Submission {
+    let payload = format!(
+        r#"{{"award_id":"A-{i:06}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{}}}"#,
+        900 + i
+    );
+    parse_payload(payload.as_bytes(), MAX).unwrap()
+}
+
+fn item<'a>(s: &'a Submission, entry_id: &'a str) -> Item<'a> {
+    Item::Submission {
+        submission: s,
+        entry_id,
+        delivery_count: 1,
+    }
+}
+
+fn known<'a>(s: &'a Submission, entry_id: &'a str, committed_by: &'a str) -> Item<'a> {
+    Item::KnownDuplicate {
+        submission: s,
+        entry_id,
+        delivery_count: 2,
+        committed_by,
+    }
+}
+
+fn dead(entry_id: &str) -> Item<'_> {
+    Item::DeadLetter {
+        entry_id,
+        reason_code: "not_json",
+        reason: "payload is not JSON",
+        award_id: Some("A-BAD"),
+        key: None,
+        delivery_count: 3,
+    }
+}
+
+// ----- Reading state back -----------------------------------------------------------------------
+
+fn records(l: &impl AuditLog, since: &Since) -> Vec<Record> {
+    let mut out = Vec::new();
+    l.for_each_record(since, &mut |r| {
+        out.push(r);
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+fn kinds(records: &[Record]) -> Vec<Kind> {
+    records.iter().map(|r| r.kind).collect()
+}
+
+fn seqs(records: &[Record]) -> Vec<i64> {
+    records.iter().map(|r| r.seq).collect()
+}
+
+/// Stats without the one field that moves with the clock.
+fn counts(l: &impl Ledger) -> Stats {
+    Stats {
+        outbox_oldest_age_s: None,
+        ..l.stats().unwrap()
+    }
+}
+
+/// Waits until the ledger clock has moved on, so the next batch's time differs from every
+/// earlier one (the clock has microseconds; a fast in-memory batch can take less).
+fn tick() {
+    let t = now_rfc3339();
+    while now_rfc3339() <= t {
+        std::hint::spin_loop();
+    }
+}
+
+// ----- The contract tests -----------------------------------------------------------------------
+
+fn duplicates_inside_one_batch_are_decided_in_batch_order<L: Subject>() {
+    // The second of two items with one key in one batch is a duplicate of the first; one payment.
+    let l = L::fresh(OnConflict::Record);
+    let s = sub(1);
+    let out = l
+        .record(&[item(&s, "1-0"), item(&s, "2-0")], "c", STREAM)
+        .unwrap();
+    let recs = records(&l, &Since::All);
+    let first_claimed_at = recs[0].recorded_at.clone();
+    assert_eq!(
+        out,
+        vec![
+            Outcome::Processed,
+            Outcome::Duplicate {
+                first_claimed_at: first_claimed_at.clone()
+            }
+        ]
+    );
+    assert_eq!(kinds(&recs), [Kind::Processed, Kind::Duplicate]);
+    assert_eq!(
+        recs[1].detail.as_deref(),
+        Some(format!("first claimed at {first_claimed_at}").as_str())
+    );
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.outbox_backlog), (1, 1, 1));
+    assert_eq!(st.disbursed_cents_total, 101);
+    assert_eq!((st.duplicates_suppressed, st.audit_records), (1, 2));
+}
+
+fn a_duplicate_in_a_later_batch_names_the_first_claim_and_pays_nothing<L: Subject>() {
+    // A later batch's duplicate carries the first claim's time; only the duplicate count grows.
+    let l = L::fresh(OnConflict::Record);
+    let s = sub(7);
+    assert_eq!(
+        l.record(&[item(&s, "5-0")], "worker-a", STREAM).unwrap(),
+        vec![Outcome::Processed]
+    );
+    let claimed_at = records(&l, &Since::All)[0].recorded_at.clone();
+    let before = counts(&l);
+    tick();
+    let out = l
+        .record(&[item(&s, "9-0"), item(&s, "5-0")], "worker-b", STREAM)
+        .unwrap();
+    let duplicate = Outcome::Duplicate {
+        first_claimed_at: claimed_at.clone(),
+    };
+    assert_eq!(out, vec![duplicate.clone(), duplicate]);
+    assert_eq!(
+        counts(&l),
+        Stats {
+            duplicates_suppressed: 2,
+            audit_records: 3,
+            ..before
+        }
+    );
+    let recs = records(&l, &Since::All);
+    assert_eq!(
+        kinds(&recs),
+        [Kind::Processed, Kind::Duplicate, Kind::Duplicate]
+    );
+    let later = &recs[1];
+    assert_eq!(later.consumer.as_deref(), Some("worker-b"));
+    assert_eq!(later.stream_entry_id.as_deref(), Some("9-0"));
+    assert_eq!(later.amount_cents, None, "a duplicate pays nothing");
+    assert_ne!(later.recorded_at, claimed_at);
+}
+
+fn a_mixed_batch_gets_one_outcome_per_item_in_item_order<L: Subject>() {
+    // Outcomes and audit records follow the items one for one, whatever each item is.
+    let l = L::fresh(OnConflict::Record);
+    let (s1, s2, s3) = (sub(1), sub(2), sub(3));
+    let by = "2026-07-01T10:00:00.000000Z";
+    let out = l
+        .record(
+            &[
+                item(&s1, "1-0"),
+                item(&s2, "2-0"),
+                item(&s1, "3-0"),
+                dead("4-0"),
+                dead("4-0"),
+                known(&s3, "5-0", by),
+                item(&s3, "6-0"),
+            ],
+            "c",
+            STREAM,
+        )
+        .unwrap();
+    let recs = records(&l, &Since::All);
+    let t = recs[0].recorded_at.clone();
+    assert_eq!(
+        out,
+        vec![
+            Outcome::Processed,
+            Outcome::Processed,
+            Outcome::Duplicate {
+                first_claimed_at: t.clone()
+            },
+            Outcome::DeadLettered,
+            Outcome::AlreadyDeadLettered,
+            Outcome::Duplicate {
+                first_claimed_at: by.into()
+            },
+            // A known duplicate claims nothing, so the key is still new here.
+            Outcome::Processed,
+        ]
+    );
+    assert_eq!(seqs(&recs), [1, 2, 3, 4, 5, 6]);
+    use Kind::*;
+    assert_eq!(
+        kinds(&recs),
+        [Processed, Processed, Duplicate, DeadLetter, Duplicate, Processed]
+    );
+    let entries: Vec<_> = recs.iter().map(|r| r.stream_entry_id.as_deref()).collect();
+    let expected = ["1-0", "2-0", "3-0", "4-0", "5-0", "6-0"];
+    assert_eq!(entries, expected.map(Some));
+    assert_eq!(
+        recs[3].detail.as_deref(),
+        Some("not_json: payload is not JSON")
+    );
+    assert_eq!(
+        (recs[3].award_id.as_deref(), recs[3].delivery_count),
+        (Some("A-BAD"), Some(3))
+    );
+    assert_eq!(
+        recs[4].detail.as_deref(),
+        Some(format!("already claimed; seen committed by {by} (fast filter)").as_str())
+    );
+    assert!(recs.iter().all(|r| r.recorded_at == t));
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.dead_letters), (3, 3, 1));
+    assert_eq!(st.disbursed_cents_total, 101 + 102 + 103);
+    assert_eq!(st.duplicates_suppressed, 2);
+    // A later delivery of the dead letter writes nothing more.
+    assert_eq!(
+        l.record(&[dead("4-0")], "c", STREAM).unwrap(),
+        vec![Outcome::AlreadyDeadLettered]
+    );
+    assert_eq!(counts(&l), st);
+    assert_eq!(l.record(&[], "c", STREAM).unwrap(), vec![]);
+}
+
+fn a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later<L: Subject>() {
+    // A batch that fails after some of its items were written leaves no trace; redone, it all lands.
+    // 1. Commit one submission.
+    // 2. Arm the fault on award A-000004, the fourth item of the next batch.
+    // 3. The batch (new, dead letter, duplicate, new A-000004, new) fails.
+    // 4. Stats, audit records, outbox and verify read exactly as after step 1.
+    // 5. Disarmed, the same batch succeeds in full: nothing of attempt 3 was left claimed.
+    let l = L::fresh(OnConflict::Record);
+    let (s1, s2, s4, s5) = (sub(1), sub(2), sub(4), sub(5));
+    l.record(&[item(&s1, "1-0")], "c", STREAM).unwrap();
+    let before = (
+        counts(&l),
+        records(&l, &Since::All),
+        l.unpublished(100).unwrap(),
+        l.verify().unwrap(),
+    );
+
+    l.fail_on_award("A-000004");
+    let batch = [
+        item(&s2, "2-0"),
+        dead("3-0"),
+        item(&s1, "4-0"),
+        item(&s4, "5-0"),
+        item(&s5, "6-0"),
+    ];
+    let err = l.record(&batch, "c", STREAM);
+    assert!(err.is_err(), "the armed fault must fail the batch: {err:?}");
+    let after = (
+        counts(&l),
+        records(&l, &Since::All),
+        l.unpublished(100).unwrap(),
+        l.verify().unwrap(),
+    );
+    assert_eq!(after, before);
+
+    l.disarm();
+    let claimed_at = before.1[0].recorded_at.clone();
+    assert_eq!(
+        l.record(&batch, "c", STREAM).unwrap(),
+        vec![
+            Outcome::Processed,
+            Outcome::DeadLettered,
+            Outcome::Duplicate {
+                first_claimed_at: claimed_at
+            },
+            Outcome::Processed,
+            Outcome::Processed,
+        ]
+    );
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.dead_letters), (4, 4, 1));
+    assert_eq!(st.disbursed_cents_total, 101 + 102 + 104 + 105);
+    assert_eq!(seqs(&records(&l, &Since::All)), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(l.unpublished(100).unwrap().len(), 4);
+    l.verify().unwrap();
+}
+
+fn concurrent_writers_leave_one_linear_chain_and_lose_nothing<L: Subject>() {
+    // Writers recording the same submissions at once: one chain 1..=N, each key paid once.
+    // Four writers in small batches, so batches really overlap: a lock dropped for a moment
+    // between staging and publishing was caught in 10 runs of 10 this way, and missed by two
+    // writers in batches of five.
+    const WRITERS: usize = 4;
+    const KEYS: usize = 200;
+    const BATCH: usize = 2;
+    let l = L::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = (0..KEYS).map(sub).collect();
+    let entries: Vec<String> = (0..KEYS).map(|i| format!("{i}-0")).collect();
+    std::thread::scope(|scope| {
+        for writer in 0..WRITERS {
+            let (l, subs, entries) = (l.clone(), &subs, &entries);
+            scope.spawn(move || {
+                let consumer = format!("writer-{writer}");
+                for first in (0..KEYS).step_by(BATCH) {
+                    let items: Vec<Item<'_>> = (first..KEYS.min(first + BATCH))
+                        .map(|i| item(&subs[i], &entries[i]))
+                        .collect();
+                    let out = l.record(&items, &consumer, STREAM).unwrap();
+                    assert_eq!(out.len(), items.len());
+                }
+            });
+        }
+    });
+    let n = (WRITERS * KEYS) as i64;
+    let recs = records(&l, &Since::All);
+    assert_eq!(seqs(&recs), (1..=n).collect::<Vec<_>>());
+    let processed = recs.iter().filter(|r| r.kind == Kind::Processed).count();
+    assert_eq!(processed, KEYS);
+    let summary = l.verify().unwrap();
+    assert_eq!(summary.audit_records, n as u64);
+    assert_eq!(summary.head_hash, recs.last().unwrap().hash);
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements), (KEYS as u64, KEYS as u64));
+    assert_eq!(st.duplicates_suppressed, ((WRITERS - 1) * KEYS) as u64);
+    let expected_cents: i64 = (0..KEYS as i64).map(|i| 100 + i).sum();
+    assert_eq!(st.disbursed_cents_total, expected_cents);
+}
+
+fn outbox_rows_appear_in_id_order_and_published_ones_never_return<L: Subject>() {
+    // Unpublished rows come lowest id first; once published they never return; ids only grow.
+    // 1. Three batches of two new claims: six rows, ids ascending, each the event of its claim.
+    // 2. Mark up to the third id: three rows change; marking again changes none.
+    // 3. Only the three higher rows are returned, `limit` respected.
+    // 4. Two more batches: every new id is above every earlier one, published rows stay gone.
+    let l = L::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = (1..=10).map(sub).collect();
+    let entries: Vec<String> = (1..=10).map(|i| format!("{i}-0")).collect();
+    let record_pair = |i: usize| {
+        let items = [
+            item(&subs[i], &entries[i]),
+            item(&subs[i + 1], &entries[i + 1]),
+        ];
+        l.record(&items, "c", STREAM).unwrap();
+    };
+    for i in [0, 2, 4] {
+        record_pair(i);
+    }
+    let rows = l.unpublished(100).unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 6);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    for (row, s) in rows.iter().zip(&subs) {
+        assert_eq!(row.event_type, DISBURSEMENT_RECORDED);
+        assert_eq!(row.payload, event::payload(s, &s.key.to_hex()));
+    }
+
+    assert_eq!(
+        l.mark_published(ids[2], "2026-07-01T10:00:00.000000Z")
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        l.mark_published(ids[2], "2026-07-01T10:00:01.000000Z")
+            .unwrap(),
+        0
+    );
+    let rest: Vec<i64> = l.unpublished(100).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(rest, ids[3..]);
+    let two: Vec<i64> = l.unpublished(2).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(two, ids[3..5]);
+    assert_eq!(counts(&l).outbox_backlog, 3);
+
+    for i in [6, 8] {
+        record_pair(i);
+    }
+    let now: Vec<i64> = l.unpublished(100).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(now.len(), 7);
+    assert_eq!(now[..3], ids[3..]);
+    assert!(
+        now[3..].iter().all(|id| id > &ids[5]),
+        "{now:?} reuses an id"
+    );
+    assert!(now.windows(2).all(|w| w[0] < w[1]), "{now:?}");
+    assert_eq!(
+        l.mark_published(i64::MAX, "2026-07-01T10:00:02.000000Z")
+            .unwrap(),
+        7
+    );
+    assert_eq!(l.unpublished(100).unwrap(), vec![]);
+    assert_eq!(counts(&l).outbox_backlog, 0);
+}
+
+fn the_ledger_id_is_stable_and_differs_between_ledgers<L: Subject>() {
+    // One ledger answers one random id on every call, through every handle; another ledger, another.
+    let l = L::fresh(OnConflict::Record);
+    let id = l.ledger_id().unwrap();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let s = sub(1);
+    l.record(&[item(&s, "1-0")], "c", STREAM).unwrap();
+    assert_eq!(l.ledger_id().unwrap(), id);
+    assert_eq!(l.clone().ledger_id().unwrap(), id);
+    assert_ne!(L::fresh(OnConflict::Record).ledger_id().unwrap(), id);
+}
+
+fn audit_records_read_back_in_seq_order_from_where_asked<L: Subject>() {
+    // All, from a seq, from a time: each the tail of one chain; an error from `f` stops the walk.
+    let l = L::fresh(OnConflict::Record);
+    let (s1, s2, s3, s4) = (sub(1), sub(2), sub(3), sub(4));
+    l.record(&[item(&s1, "1-0"), item(&s2, "2-0")], "c", STREAM)
+        .unwrap();
+    tick();
+    l.record(&[item(&s3, "3-0"), item(&s4, "4-0")], "c", STREAM)
+        .unwrap();
+    let all = records(&l, &Since::All);
+    assert_eq!(seqs(&all), [1, 2, 3, 4]);
+    assert_eq!(records(&l, &Since::Seq(2)), all[1..]);
+    assert_eq!(records(&l, &Since::Seq(5)), vec![]);
+    let second_batch = Since::Time(all[2].recorded_at.clone());
+    assert_eq!(records(&l, &second_batch), all[2..]);
+
+    let mut seen = 0;
+    let stopped = l.for_each_record(&Since::All, &mut |_| {
+        seen += 1;
+        if seen == 2 {
+            Err(claimgate::Error::Other("enough".into()))
+        } else {
+            Ok(())
+        }
+    });
+    assert!(matches!(stopped, Err(claimgate::Error::Other(m)) if m == "enough"));
+    assert_eq!(seen, 2);
+}
+
+fn a_conflicting_resubmission_is_paid_and_linked_under_record<L: Subject>() {
+    // Same award and time, other payload: paid, with a conflict record naming the earlier key.
+    let l = L::fresh(OnConflict::Record);
+    let (s1, c1, s2, c2) = (sub(1), conflicting(1), sub(2), conflicting(2));
+    l.record(&[item(&s1, "1-0")], "c", STREAM).unwrap();
+    let t1 = records(&l, &Since::All)[0].recorded_at.clone();
+    tick();
+    // The second pair conflicts inside one batch: the earlier item's claim is already seen.
+    let out = l
+        .record(
+            &[item(&c1, "2-0"), item(&s2, "3-0"), item(&c2, "4-0")],
+            "c",
+            STREAM,
+        )
+        .unwrap();
+    let other = |s: &Submission| Outcome::ProcessedConflicting {
+        other_key: s.key.to_hex(),
+    };
+    assert_eq!(out, vec![other(&s1), Outcome::Processed, other(&s2)]);
+    let recs = records(&l, &Since::All);
+    use Kind::*;
+    assert_eq!(
+        kinds(&recs),
+        [Processed, Processed, Conflict, Processed, Processed, Conflict]
+    );
+    assert_eq!(
+        recs[2].detail,
+        Some(format!(
+            "conflicts with key {} (claimed at {t1}): same award_id and submission_timestamp, \
+             different payload; paid (--on-conflict record)",
+            s1.key.to_hex()
+        ))
+    );
+    assert_eq!(recs[2].idempotency_key, Some(c1.key.to_hex()));
+    assert_eq!(recs[2].amount_cents, Some(901));
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.conflicts), (4, 4, 2));
+    assert_eq!(st.disbursed_cents_total, 101 + 901 + 102 + 902);
+    l.verify().unwrap();
+}
+
+fn a_conflicting_resubmission_is_held_once_per_entry_under_hold<L: Subject>() {
+    // Under hold a conflicting resubmission is neither claimed nor paid, and held once per entry.
+    let l = L::fresh(OnConflict::Hold);
+    let (s1, c1) = (sub(1), conflicting(1));
+    l.record(&[item(&s1, "1-0")], "c", STREAM).unwrap();
+    let before = counts(&l);
+    let out = l
+        .record(
+            &[
+                item(&c1, "2-0"),
+                item(&c1, "2-0"),
+                item(&c1, "3-0"),
+                item(&s1, "4-0"),
+            ],
+            "c",
+            STREAM,
+        )
+        .unwrap();
+    let held = |first| Outcome::Held {
+        other_key: s1.key.to_hex(),
+        first,
+    };
+    let t1 = records(&l, &Since::All)[0].recorded_at.clone();
+    assert_eq!(
+        out,
+        vec![
+            held(true),
+            held(false),
+            held(true),
+            Outcome::Duplicate {
+                first_claimed_at: t1.clone()
+            }
+        ]
+    );
+    let recs = records(&l, &Since::All);
+    use Kind::*;
+    assert_eq!(
+        kinds(&recs),
+        [Processed, Conflict, DeadLetter, Conflict, DeadLetter, Duplicate]
+    );
+    let reason = format!(
+        "conflicts with key {} for the same award and submission time; held for review",
+        s1.key.to_hex()
+    );
+    assert_eq!(recs[2].detail, Some(format!("conflict_hold: {reason}")));
+    assert!(recs[1]
+        .detail
+        .as_deref()
+        .unwrap()
+        .ends_with("; held for review, not paid (--on-conflict hold)"));
+    let st = counts(&l);
+    assert_eq!(
+        (st.claims, st.disbursements),
+        (before.claims, before.disbursements)
+    );
+    assert_eq!(st.disbursed_cents_total, before.disbursed_cents_total);
+    assert_eq!((st.dead_letters, st.conflicts), (2, 2));
+    l.verify().unwrap();
+}
+
+fn verify_summarises_a_clean_ledger<L: Subject>() {
+    // A clean ledger verifies, counting what was recorded, its head the last record's hash.
+    let l = L::fresh(OnConflict::Record);
+    l.ping().unwrap();
+    assert!(!l.describe().is_empty());
+    let empty = l.verify().unwrap();
+    assert_eq!((empty.claims, empty.audit_records), (0, 0));
+    assert_eq!(empty.head_hash, claimgate::domain::audit::GENESIS_HASH);
+    let (s1, s2) = (sub(1), sub(2));
+    l.record(
+        &[
+            item(&s1, "1-0"),
+            item(&s2, "2-0"),
+            item(&s1, "3-0"),
+            dead("4-0"),
+        ],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    let summary = l.verify().unwrap();
+    let recs = records(&l, &Since::All);
+    assert_eq!(
+        summary,
+        Summary {
+            claims: 2,
+            disbursements: 2,
+            outbox_rows: 2,
+            audit_records: 4,
+            head_hash: recs[3].hash.clone(),
+        }
+    );
+    assert_eq!(claimgate::domain::audit::verify_chain(&recs), Ok(4));
+}
+
+// ----- Memory and SQLite side by side -----------------------------------------------------------
+
+/// What one ledger made of a script of batches, with its own times replaced by the batch that
+/// wrote them and hashes blanked (they seal those times), so two ledgers can be compared.
+#[derive(Debug, PartialEq)]
+struct Transcript {
+    /// Each batch's outcomes.
+    outcomes: Vec<Vec<Outcome>>,
+    /// Every audit record.
+    records: Vec<Record>,
+    /// Every outbox row, all unpublished.
+    outbox: Vec<OutboxRow>,
+    /// The final counts.
+    stats: Stats,
+}
+
+fn transcript<L: Subject>(on_conflict: OnConflict, script: &[Vec<Item<'_>>]) -> Transcript {
+    let l = L::fresh(on_conflict);
+    let mut outcomes = Vec::new();
+    let mut times = Vec::new();
+    for batch in script {
+        let seen = records(&l, &Since::All).len();
+        outcomes.push(l.record(batch, "c", STREAM).unwrap());
+        let new = records(&l, &Since::All).split_off(seen);
+        let t = new[0].recorded_at.clone();
+        assert!(new.iter().all(|r| r.recorded_at == t), "one time per batch");
+        times.push(t);
+        tick();
+    }
+    let name = |s: &str| {
+        let mut s = s.to_owned();
+        for (k, t) in times.iter().enumerate() {
+            s = s.replace(t, &format!("<batch {k}>"));
+        }
+        s
+    };
+    for o in outcomes.iter_mut().flatten() {
+        if let Outcome::Duplicate { first_claimed_at } = o {
+            *first_claimed_at = name(first_claimed_at);
+        }
+    }
+    let records = records(&l, &Since::All)
+        .into_iter()
+        .map(|r| Record {
+            recorded_at: name(&r.recorded_at),
+            detail: r.detail.as_deref().map(name),
+            prev_hash: String::new(),
+            hash: String::new(),
+            ..r
+        })
+        .collect();
+    l.verify().unwrap();
+    Transcript {
+        outcomes,
+        records,
+        outbox: l.unpublished(1000).unwrap(),
+        stats: counts(&l),
+    }
+}
+
+#[test]
+fn memory_and_sqlite_give_the_same_outcomes_and_records_for_the_same_batches() {
+    // Every kind of item, under both conflict policies: the two ledgers agree field for field.
+    let s: Vec<Submission> = (0..4).map(sub).collect();
+    let c: Vec<Submission> = (0..4).map(conflicting).collect();
+    let by = "2026-07-01T10:00:00.000000Z";
+    let script = vec![
+        vec![
+            item(&s[1], "1-0"),
+            item(&s[2], "2-0"),
+            item(&s[1], "3-0"),
+            dead("4-0"),
+        ],
+        vec![
+            item(&s[1], "5-0"),
+            item(&c[1], "6-0"),
+            dead("4-0"),
+            known(&s[3], "7-0", by),
+        ],
+        vec![
+            item(&c[1], "6-0"),
+            item(&c[1], "8-0"),
+            item(&s[3], "9-0"),
+            item(&c[3], "10-0"),
+            item(&s[2], "2-0"),
+        ],
+        vec![
+            item(&c[2], "11-0"),
+            item(&s[0], "12-0"),
+            item(&c[0], "12-0"),
+        ],
+    ];
+    for policy in [OnConflict::Record, OnConflict::Hold] {
+        let memory = transcript::<MemoryLedger>(policy, &script);
+        let sqlite = transcript::<Sqlite>(policy, &script);
+        assert_eq!(memory, sqlite, "under {policy:?}");
+        // Not agreement on nothing: every outcome kind the script aims at occurred.
+        let all: Vec<&Outcome> = memory.outcomes.iter().flatten().collect();
+        let has = |f: fn(&Outcome) -> bool| all.iter().any(|o| f(o));
+        assert!(has(|o| matches!(o, Outcome::Duplicate { .. })));
+        assert!(has(|o| matches!(o, Outcome::AlreadyDeadLettered)));
+        match policy {
+            OnConflict::Record => {
+                assert!(has(|o| matches!(o, Outcome::ProcessedConflicting { .. })))
+            }
+            OnConflict::Hold => assert!(has(|o| matches!(o, Outcome::Held { first: false, .. }))),
+        }
+    }
+}
+
+// ----- SQLite only ------------------------------------------------------------------------------
+
+#[test]
+fn sqlite_verify_names_a_planted_inconsistency() {
+    // A deleted disbursement, then an edited audit record, each make verify fail naming it.
+    // (The in-memory ledger offers no raw access to plant one, so this test is SQLite's alone.)
+    let l = Sqlite::fresh(OnConflict::Record);
+    let (s1, s2, s3) = (sub(1), sub(2), sub(3));
+    l.record(
+        &[
+            item(&s1, "1-0"),
+            item(&s2, "2-0"),
+            item(&s3, "3-0"),
+            item(&s1, "4-0"),
+        ],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    l.verify().unwrap();
+
+    let raw = l.raw();
+    raw.execute_batch("DELETE FROM disbursements WHERE claim_id = 2")
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(
+        err.contains("claim without a disbursement: claim 2"),
+        "{err}"
+    );
+
+    let l = Sqlite::fresh(OnConflict::Record);
+    l.record(&[item(&s1, "1-0"), item(&s1, "2-0")], "c", STREAM)
+        .unwrap();
+    l.raw()
+        .execute_batch("UPDATE audit_log SET detail = 'first claimed never' WHERE seq = 2")
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(err.contains("audit chain broken at seq 2"), "{err}");
+}
