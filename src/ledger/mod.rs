@@ -22,11 +22,16 @@
 //!    the `n`th describing `items[n]`.
 //! 3. **Duplicates decided in batch order.** Items are claimed one at a time in slice order, so
 //!    the second of two items with one key inside a batch is a [`Outcome::Duplicate`] of the
-//!    first, exactly as if it had come in a later batch. The claim is unique in the store itself
-//!    (a UNIQUE constraint), so no code path can claim a key twice or post a second disbursement
-//!    for one claim.
-//! 4. **A linear audit chain.** Every item leaves at most one audit record per effect, written
-//!    in the same transaction. Records get consecutive `seq` numbers in commit order across all
+//!    first, exactly as if it had come in a later batch. Uniqueness is enforced by the store
+//!    itself, not only by the code path that claims (on SQLite a UNIQUE constraint), so no code
+//!    path can claim a key twice or post a second disbursement for one claim. A dead letter is
+//!    recorded once per stream entry id (a held conflict counts as one): a second delivery of
+//!    the same entry is [`Outcome::AlreadyDeadLettered`] and writes nothing. A conflict names
+//!    the earliest claim with the same award and submission time and another key, claims made
+//!    earlier in the same batch included.
+//! 4. **A linear audit chain.** Every effect leaves its audit records in the same transaction:
+//!    one `processed`, `duplicate` or `dead_letter` record per item, plus a `conflict` record
+//!    for a conflicting resubmission (and a `dead_letter` record when it is held). Records get consecutive `seq` numbers in commit order across all
 //!    writers (two concurrent batches never interleave or share a `seq`), and each record's
 //!    `hash = sha256(prev_hash || canonical JSON)` as [`crate::domain::audit::Record::seal`]
 //!    computes it: the fields hashed are exactly the record's columns, byte for byte as stored.
@@ -101,7 +106,9 @@ pub enum Outcome {
     Processed,
     /// The key was already claimed; nothing but a `duplicate` audit record was written.
     Duplicate {
-        /// When the key was first claimed: the evidence of why nothing was paid twice.
+        /// When the key was first claimed: the evidence of why nothing was paid twice. For an
+        /// [`Item::KnownDuplicate`] it is the fast filter's `committed_by`, a time at or after
+        /// the claim; such an item claims nothing, so it never makes a claim of its own.
         first_claimed_at: String,
     },
     /// The dead letter's audit record was written (first time this entry was dead-lettered).
@@ -192,7 +199,9 @@ pub enum Since {
     All,
     /// Records with `seq` at or above this.
     Seq(i64),
-    /// Records written at or after this time (in the ledger's format, `domain::clock`).
+    /// Records written at or after this time, in the ledger's format (`domain::clock`). Every
+    /// backend must compare exactly as that text compares: fixed width, UTC, so text order is
+    /// time order.
     Time(String),
 }
 
@@ -225,7 +234,9 @@ pub struct Summary {
 
 /// Looking at a ledger without changing it: `verify`, `status`, `/healthz`.
 pub trait Inspect: Send + Sync {
-    /// Checks every invariant in one read snapshot (the store's own integrity, one claim and one
+    /// Checks every invariant in one read snapshot (the store's own integrity, which is
+    /// backend-specific — `PRAGMA integrity_check` on SQLite, its indexes agreeing with its rows
+    /// in memory; one claim and one
     /// outbox row per disbursement and agreeing with it, every `processed` record matching its
     /// disbursement, no key claimed or processed twice, the audit chain). Returns the summary,
     /// or [`crate::Error::Invariant`] naming the first violation.
