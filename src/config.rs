@@ -87,7 +87,7 @@ pub enum OnConflict {
 }
 
 /// What the worker of `claimgate run` is told. The ledger's settings are in [`LedgerConfig`];
-/// `--on-conflict` is the ledger's business too (`SqliteLedger::with_on_conflict`), since it
+/// `--on-conflict` is the ledger's business too (`LedgerConfig::on_conflict`), since it
 /// decides inside the transaction.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {

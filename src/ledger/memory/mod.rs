@@ -138,8 +138,8 @@ impl MemoryLedger {
         Self::default()
     }
 
-    /// Sets what `record` does with a conflicting resubmission, as
-    /// [`crate::ledger::SqliteLedger::with_on_conflict`] does.
+    /// Sets what `record` does with a conflicting resubmission, as `LedgerConfig::on_conflict`
+    /// does for the ledgers the open step makes.
     pub fn with_on_conflict(mut self, on_conflict: OnConflict) -> Self {
         self.on_conflict = on_conflict;
         self
