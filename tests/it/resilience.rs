@@ -3,10 +3,7 @@
 //! cap), acknowledges out what vanished, and an operator can replay a dead letter without
 //! paying anything twice. Real redis-server, real SQLite files, the real binary.
 
-use crate::support::{amount_sum, submission, wait_for, World};
-use std::io::BufRead;
-use std::process::{Child, ExitStatus};
-use std::sync::{Arc, Mutex};
+use crate::support::{amount_sum, submission, wait_for, Logged, World};
 use std::time::Duration;
 
 /// Generous bound for anything the worker should do "soon": a debug build on a loaded 2-core box.
@@ -15,94 +12,17 @@ const SOON: Duration = Duration::from_secs(60);
 const STREAM: &str = "grants:submissions";
 const GROUP: &str = "grant-workers";
 
-/// A worker process whose stderr is collected line by line while it runs.
-struct Worker {
-    /// The process.
-    child: Child,
-    /// Every stderr line so far.
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Worker {
-    /// Starts `claimgate run ARGS` logging at INFO, with extra environment variables.
-    /// The ledger is created first, so the test can query it from the start.
-    fn start(w: &World, args: &[&str], envs: &[(&str, &str)]) -> Worker {
-        claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
-        let mut all = vec!["run"];
-        all.extend_from_slice(args);
-        let mut cmd = w.cmd(&all);
-        cmd.env("RUST_LOG", "info");
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn claimgate");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (stderr, sink) = (child.stderr.take().expect("piped stderr"), Arc::clone(&log));
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Worker { child, log }
+/// Starts `claimgate run ARGS` logging at INFO, with extra environment variables. The ledger is
+/// created first, so the test can query it from the start.
+fn start_worker(w: &World, args: &[&str], envs: &[(&str, &str)]) -> Logged {
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    let mut cmd = w.cmd(&all);
+    for (k, v) in envs {
+        cmd.env(k, v);
     }
-
-    /// Lines of its log containing `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .cloned()
-            .collect()
-    }
-
-    /// Asserts that `what` failed and recovered exactly once each: one episode, logged when it
-    /// started and when it cleared, not once per retry.
-    fn assert_one_episode(&self, what: &str) {
-        for phase in ["failed", "recovered"] {
-            let lines = self.lines_with(&format!("{what} {phase}"));
-            assert_eq!(lines.len(), 1, "{what} {phase}:\n{}", self.log_text());
-        }
-    }
-
-    /// Waits until a log line contains `needle`.
-    fn wait_log(&self, needle: &str) {
-        assert!(
-            wait_for(SOON, || !self.lines_with(needle).is_empty()),
-            "no log line with {needle:?}:\n{}",
-            self.log_text()
-        );
-    }
-
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    /// True while the process runs.
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, then its exit status.
-    fn stop(mut self) -> ExitStatus {
-        crate::support::signal(&self.child, libc::SIGTERM);
-        crate::support::wait_exit(&mut self.child, SOON)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Logged::spawn(cmd)
 }
 
 /// XADDs all payloads in one MULTI, so a reader sees them all at once or not at all.
@@ -191,7 +111,7 @@ fn redis_down_at_start_is_waited_out_then_everything_is_processed_once() {
     let mut w = World::persistent();
     w.add(&submissions(0..50));
     w.redis.kill();
-    let mut worker = Worker::start(&w, &[], &[]);
+    let mut worker = start_worker(&w, &[], &[]);
     worker.wait_log("reading from redis failed");
     // Keep Redis down for a while so the worker retries several times.
     std::thread::sleep(Duration::from_millis(1_500));
@@ -274,7 +194,7 @@ fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() 
     //    both keep retrying. Redis restarts with its data.
     // 3. All 400 are paid exactly once; nothing is left pending; the worker never exited.
     let mut w = World::persistent();
-    let mut worker = Worker::start(&w, &[], &[]);
+    let mut worker = start_worker(&w, &[], &[]);
     let producer = {
         let url = w.redis.url();
         std::thread::spawn(move || produce_through_outages(url, submissions(0..400)))
@@ -310,7 +230,7 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
     // 3. The producer, unable to know what was lost, re-sends all 100 plus 50 new ones.
     // 4. 150 disbursements exactly; each one paid before the kill comes back as a duplicate.
     let mut w = World::new();
-    let mut worker = Worker::start(&w, &[], &[]);
+    let mut worker = start_worker(&w, &[], &[]);
     let producer = {
         let url = w.redis.url();
         std::thread::spawn(move || produce_through_outages(url, submissions(0..100)))
@@ -360,7 +280,7 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     // 3. Meanwhile nothing is dead-lettered, acknowledged or paid; the worker stays up.
     // 4. After release all 20 are paid; the episode is logged once at start, once at clear.
     let w = World::new();
-    let mut worker = Worker::start(&w, &[], &[]);
+    let mut worker = start_worker(&w, &[], &[]);
     w.add(&submissions(0..10));
     assert!(wait_for(SOON, || w.count("disbursements") == 10 && w.pending() == 0));
 
@@ -417,7 +337,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
         "the ledger must have no free pages for this test to mean anything"
     );
 
-    let mut worker = Worker::start(&w, &["--ledger-pages-max", &pages.to_string()], &[]);
+    let mut worker = start_worker(&w, &["--ledger-pages-max", &pages.to_string()], &[]);
     add_atomically(&w, &submissions(0..40));
     worker.wait_log("committing to the ledger failed");
     assert!(
@@ -704,7 +624,7 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
             .unwrap()
     };
     set_maxmemory(1);
-    let mut worker = Worker::start(&w, &[], &[]);
+    let mut worker = start_worker(&w, &[], &[]);
     worker.wait_log("reading from redis failed");
     assert!(
         worker.lines_with("reading from redis failed")[0].contains("OOM"),
@@ -781,7 +701,7 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
     // 2. On reconnect the worker re-reads its own pending list and pays all three, long before
     //    the stale-entry scan (--claim-idle-ms 600000) would take them over.
     let w = World::new();
-    let worker = Worker::start(&w, &["--claim-idle-ms", "600000"], &[]);
+    let worker = start_worker(&w, &["--claim-idle-ms", "600000"], &[]);
     w.add(&submissions(0..1));
     assert!(wait_for(SOON, || w.count("disbursements") == 1 && w.pending() == 0));
     let mut conn = w.conn();
@@ -838,7 +758,7 @@ fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
     })
     .unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let mut worker = Worker::start(&w, &["--consumer", "held", "--claim-idle-ms", "300"], &[]);
+    let mut worker = start_worker(&w, &["--consumer", "held", "--claim-idle-ms", "300"], &[]);
     add_atomically(&w, &submissions(0..5));
     worker.wait_log("committing to the ledger failed");
     worker.child.kill().unwrap();
@@ -859,7 +779,7 @@ fn sigterm_during_an_outage_still_stops_the_worker_cleanly() {
     // 2. SIGTERM: the worker stops waiting and exits 0 (nothing was read, so nothing is lost).
     let mut w = World::new();
     w.redis.kill();
-    let worker = Worker::start(&w, &[], &[]);
+    let worker = start_worker(&w, &[], &[]);
     worker.wait_log("reading from redis failed");
     assert!(worker.stop().success());
 }

@@ -3,90 +3,14 @@
 //! when it clears), and stop waiting when shutdown is asked for. Real redis-server, real SQLite
 //! files, the real binary.
 
-use crate::support::{submission, wait_for, World};
+use crate::support::{submission, wait_for, Logged, World};
 use claimgate::config::LedgerConfig;
 
-use std::io::BufRead;
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Generous bound for anything that should happen "soon" on a loaded 2-core box.
 const SOON: Duration = Duration::from_secs(60);
-
-/// A claimgate process whose stderr is collected line by line while it runs.
-struct Logged {
-    /// The process.
-    child: Child,
-    /// Every stderr line so far.
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Logged {
-    /// Starts `claimgate ARGS` logging at INFO.
-    fn start(w: &World, args: &[&str]) -> Logged {
-        let mut child = w
-            .cmd(args)
-            .env("RUST_LOG", "info")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn claimgate");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (stderr, sink) = (child.stderr.take().expect("piped stderr"), Arc::clone(&log));
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Logged { child, log }
-    }
-
-    /// Lines of its log containing `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        let log = self.log.lock().unwrap();
-        log.iter().filter(|l| l.contains(needle)).cloned().collect()
-    }
-
-    /// Waits until a log line contains `needle`.
-    fn wait_log(&self, needle: &str) {
-        assert!(
-            wait_for(SOON, || !self.lines_with(needle).is_empty()),
-            "no log line with {needle:?}:\n{}",
-            self.log_text()
-        );
-    }
-
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    /// Asserts one episode of `what`: exactly one WARN line when it started and one INFO line
-    /// when it cleared, whatever the retries in between; returns the failures it counted.
-    fn assert_one_episode(&self, what: &str) -> u32 {
-        let failed = self.lines_with(&format!("{what} failed: "));
-        assert_eq!(failed.len(), 1, "{what} failed:\n{}", self.log_text());
-        assert!(failed[0].contains("WARN"), "{}", failed[0]);
-        assert!(failed[0].ends_with("; retrying with backoff until it clears"));
-        let recovered = self.lines_with(&format!("{what} recovered after "));
-        assert_eq!(recovered.len(), 1, "{what} recovered:\n{}", self.log_text());
-        assert!(recovered[0].contains("INFO"), "{}", recovered[0]);
-        let tail = recovered[0].split(" recovered after ").nth(1).unwrap();
-        let words: Vec<&str> = tail.split_whitespace().collect();
-        assert_eq!(
-            words[1..4],
-            ["failed", "attempts", "over"],
-            "{}",
-            recovered[0]
-        );
-        assert!(words[4].ends_with('s'), "{}", recovered[0]);
-        words[0].parse().expect("a count of failed attempts")
-    }
-}
 
 /// Holds the exclusive lock of a ledger file still in rollback-journal mode, so a process that
 /// opens it cannot switch it to WAL (nor read it) until the lock is released.
@@ -111,7 +35,7 @@ fn a_relay_waits_out_redis_down_and_publishes_every_row_once() {
     assert_eq!(w.count("outbox"), 20);
     w.redis.kill();
 
-    let mut relay = Logged::start(&w, &["relay"]);
+    let mut relay = Logged::spawn(w.cmd(&["relay"]));
     relay.wait_log("relay failed: ");
     // Keep Redis down for a while so the relay retries several times.
     std::thread::sleep(Duration::from_millis(1_500));
@@ -147,7 +71,7 @@ fn a_ledger_locked_while_opening_is_waited_out_as_one_episode() {
     // 3. The lock is released: the relay opens the ledger, logs one INFO, and exits 0.
     let w = World::new();
     let locker = lock_before_first_open(&w.db);
-    let mut relay = Logged::start(&w, &["relay", "--exit-when-idle"]);
+    let mut relay = Logged::spawn(w.cmd(&["relay", "--exit-when-idle"]));
     relay.wait_log("opening the ledger failed: ");
     assert!(
         relay.child.try_wait().unwrap().is_none(),

@@ -246,3 +246,101 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStat
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A claimgate process whose stderr (at INFO) is collected line by line while it runs; killed
+/// on drop if the test ends early.
+pub struct Logged {
+    /// The process.
+    pub child: Child,
+    /// Every stderr line so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Logged {
+    /// Spawns `cmd` (a [`World::cmd`]) logging at INFO, collecting its stderr.
+    pub fn spawn(mut cmd: Command) -> Logged {
+        use std::io::BufRead;
+        let mut child = cmd
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn claimgate");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stderr, sink) = (
+            child.stderr.take().expect("piped stderr"),
+            std::sync::Arc::clone(&log),
+        );
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Logged { child, log }
+    }
+
+    /// Lines of its log containing `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
+    /// Waits (up to a minute) until a log line contains `needle`.
+    pub fn wait_log(&self, needle: &str) {
+        assert!(
+            wait_for(Duration::from_secs(60), || !self
+                .lines_with(needle)
+                .is_empty()),
+            "no log line with {needle:?}:\n{}",
+            self.log_text()
+        );
+    }
+
+    /// The whole log so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// True while the process runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then its exit status (within a minute).
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        signal(&self.child, libc::SIGTERM);
+        wait_exit(&mut self.child, Duration::from_secs(60))
+    }
+
+    /// Asserts one episode of `what`: exactly one WARN line when it started and one INFO line
+    /// when it cleared, whatever the retries in between; returns the failures it counted.
+    pub fn assert_one_episode(&self, what: &str) -> u32 {
+        let failed = self.lines_with(&format!("{what} failed: "));
+        assert_eq!(failed.len(), 1, "{what} failed:\n{}", self.log_text());
+        assert!(failed[0].contains("WARN"), "{}", failed[0]);
+        assert!(failed[0].ends_with("; retrying with backoff until it clears"));
+        let recovered = self.lines_with(&format!("{what} recovered after "));
+        assert_eq!(recovered.len(), 1, "{what} recovered:\n{}", self.log_text());
+        assert!(recovered[0].contains("INFO"), "{}", recovered[0]);
+        let tail = recovered[0].split(" recovered after ").nth(1).unwrap();
+        let words: Vec<&str> = tail.split_whitespace().collect();
+        assert_eq!(
+            words[1..4],
+            ["failed", "attempts", "over"],
+            "{}",
+            recovered[0]
+        );
+        assert!(words[4].ends_with('s'), "{}", recovered[0]);
+        words[0].parse().expect("a count of failed attempts")
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
