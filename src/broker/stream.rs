@@ -48,21 +48,119 @@ pub fn client(url: &str) -> Result<Client> {
     Client::open(url).map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
 }
 
-/// A URL with any password replaced by `***`, safe to log.
+/// A Redis URL with every secret replaced by `***`, safe to log or print.
+///
+/// Covers every form redis-rs accepts (`redis`, `rediss`, `valkey`, `valkeys` with
+/// `user:password@` in the authority; `unix`, `redis+unix`, `valkey+unix` with `?user=…&pass=…`)
+/// and `redis+sentinel://[user:pass@]host:port[,host:port…]/MASTER`. A URL that redis-rs parses
+/// is rebuilt from the same parse redis-rs makes (so percent-encoding and `+` cannot hide a
+/// `pass` from us): the password becomes `***`, query values other than `db`, `protocol` and
+/// `user` are hidden, and so is a fragment other than `#insecure`. Anything else is cut by hand,
+/// and when the cut is ambiguous (an `@` that may sit inside a query or path, a password holding
+/// an unencoded `/`, `?` or `#`) everything after the scheme is hidden: an unreadable URL in a
+/// log is better than a readable password.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".into()
-            };
-            format!("{}{}{}", &url[..scheme_end + 3], shown, &url[at..])
-        }
-        _ => url.to_owned(),
+    redact_parsed(url).unwrap_or_else(|| redact_by_hand(url))
+}
+
+/// Query parameters shown with their values: none of them is a secret.
+const URL_QUERY_SHOWN: [&str; 3] = ["db", "protocol", "user"];
+
+/// Query parameters whose name is shown but whose value is not.
+const URL_QUERY_SECRET: [&str; 4] = ["pass", "password", "passwd", "pwd"];
+
+/// [`redact`] for a URL redis-rs itself parses; `None` for anything else (including a parse in
+/// which an `@` lands after the authority, where the password's own characters may have been
+/// read as a host, a port or a path).
+fn redact_parsed(url: &str) -> Option<String> {
+    let parsed = redis::parse_redis_url(url)?;
+    let unix = parsed.scheme().ends_with("unix");
+    let after_authority = [
+        parsed.path(),
+        parsed.query().unwrap_or(""),
+        parsed.fragment().unwrap_or(""),
+    ];
+    if !unix && after_authority.iter().any(|part| part.contains('@')) {
+        return None;
     }
+    let userinfo = match (parsed.username(), parsed.password()) {
+        ("", None) => String::new(),
+        (user, Some(_)) => format!("{user}:***@"),
+        // A lone userinfo is a user name to redis-rs, but people put passwords there too.
+        (_, None) => "***@".to_owned(),
+    };
+    let host = parsed.host_str().unwrap_or("");
+    let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let query = parsed
+        .query()
+        .map(|_| format!("?{}", redact_query(parsed.query_pairs())))
+        .unwrap_or_default();
+    let fragment = match parsed.fragment() {
+        None => "",
+        Some("insecure") => "#insecure",
+        Some(_) => "#***",
+    };
+    Some(format!(
+        "{}://{userinfo}{host}{port}{}{query}{fragment}",
+        parsed.scheme(),
+        parsed.path()
+    ))
+}
+
+/// Decoded query pairs, re-joined with every value that might be a secret hidden.
+fn redact_query<'a>(
+    pairs: impl Iterator<Item = (std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>)>,
+) -> String {
+    pairs
+        .map(|(name, value)| {
+            let lower = name.to_ascii_lowercase();
+            if URL_QUERY_SHOWN.contains(&lower.as_str()) {
+                format!("{name}={value}")
+            } else if URL_QUERY_SECRET.contains(&lower.as_str()) {
+                format!("{name}=***")
+            } else {
+                // An unknown name may itself be a piece of an unencoded password.
+                "***".to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// [`redact`] for what redis-rs does not parse: Sentinel URLs with several hosts, and
+/// malformed URLs quoted in error messages.
+fn redact_by_hand(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".to_owned();
+    };
+    let (userinfo, tail) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let userinfo = match userinfo {
+        None => String::new(),
+        // The `@` may belong to a path or a query, or the password holds a delimiter: the
+        // boundary between secret and address is unknown, so show neither.
+        Some(info) if info.contains(['/', '?', '#']) => return format!("{scheme}://***"),
+        Some(info) => match info.split_once(':') {
+            Some((user, _)) => format!("{user}:***@"),
+            None => "***@".to_owned(),
+        },
+    };
+    let (address, query) = match tail.split_once(['?', '#']) {
+        Some((address, after)) => {
+            let pairs = after.split(['&', '#']).filter(|p| !p.is_empty()).map(|p| {
+                let (name, value) = p.split_once('=').unwrap_or((p, ""));
+                (
+                    std::borrow::Cow::Borrowed(name),
+                    std::borrow::Cow::Borrowed(value),
+                )
+            });
+            (address, format!("?{}", redact_query(pairs)))
+        }
+        None => (tail, String::new()),
+    };
+    format!("{scheme}://{userinfo}{address}{query}")
 }
 
 /// A connection that reconnects lazily after a failure.
@@ -471,13 +569,170 @@ fn unexpected(what: &str, got: &Value) -> Error {
 mod tests {
     use super::redact;
 
+    /// Asserts `url` redacts to `shown`, and that `secret` appears nowhere in it.
+    fn check(url: &str, secret: &str, shown: &str) {
+        let got = redact(url);
+        assert!(!got.contains(secret), "{url} -> {got} shows {secret}");
+        assert_eq!(got, shown, "{url}");
+    }
+
     #[test]
-    fn passwords_never_survive_redaction() {
-        assert_eq!(
-            redact("redis://user:s3cret@host:6379/0"),
-            "redis://user:***@host:6379/0"
+    fn tcp_urls_keep_user_host_port_and_db_and_hide_the_password() {
+        check(
+            "redis://user:s3cret@host:6379/0",
+            "s3cret",
+            "redis://user:***@host:6379/0",
         );
-        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        check("redis://:s3cret@host", "s3cret", "redis://:***@host");
+        check(
+            "rediss://user:s3cret@host:6380",
+            "s3cret",
+            "rediss://user:***@host:6380",
+        );
+        check(
+            "rediss://:s3cret@host:6380/#insecure",
+            "s3cret",
+            "rediss://:***@host:6380/#insecure",
+        );
+        check("valkey://u:s3cret@host", "s3cret", "valkey://u:***@host");
+        check("valkeys://u:s3cret@host", "s3cret", "valkeys://u:***@host");
+        for plain in [
+            "redis://[::1]:6379/2?protocol=resp3",
+            "redis://127.0.0.1:6379",
+        ] {
+            assert_eq!(redact(plain), plain);
+        }
+        // A lone userinfo is a user name to redis-rs, but often a misplaced password.
+        check("redis://s3cret@host", "s3cret", "redis://***@host");
+    }
+
+    #[test]
+    fn percent_encoded_and_delimiter_laden_passwords_are_hidden_whole() {
+        check(
+            "redis://user:p%40ss%3Aw0rd@host",
+            "p%40ss",
+            "redis://user:***@host",
+        );
+        check(
+            "redis://user:p@ss@host:6379",
+            "ss",
+            "redis://user:***@host:6379",
+        );
+        check("redis://user:p:ss@host", "p:ss", "redis://user:***@host");
+        // Unencoded `/`, `?` or `#` in a password: redis-rs reads a host, port and path out of
+        // it, or fails; either way nothing of it may show.
+        for url in [
+            "redis://u:12/ss@host",
+            "redis://u:12?ss@host",
+            "redis://u:12#ss@host",
+            "redis://u:pa/ss@host",
+            "redis://u:p?a=b@host",
+        ] {
+            let got = redact(url);
+            assert_eq!(got, "redis://***", "{url}");
+        }
+    }
+
+    #[test]
+    fn unix_socket_urls_hide_pass_in_the_query() {
+        check(
+            "unix:///run/redis.sock?pass=s3cret",
+            "s3cret",
+            "unix:///run/redis.sock?pass=***",
+        );
+        check(
+            "unix:///run/redis.sock?user=u&pass=s3cret&db=2",
+            "s3cret",
+            "unix:///run/redis.sock?user=u&pass=***&db=2",
+        );
+        check(
+            "redis+unix:///run/redis.sock?pass=s3cret",
+            "s3cret",
+            "redis+unix:///run/redis.sock?pass=***",
+        );
+        check(
+            "valkey+unix:///run/v.sock?pass=s3cret",
+            "s3cret",
+            "valkey+unix:///run/v.sock?pass=***",
+        );
+        // Percent-encoded names and values are what redis-rs decodes, so they are caught too.
+        check(
+            "unix:///r.sock?pa%73s=s3cret",
+            "s3cret",
+            "unix:///r.sock?pass=***",
+        );
+        check(
+            "unix:///r.sock?pass=s3%40cr%26et",
+            "s3",
+            "unix:///r.sock?pass=***",
+        );
+        check(
+            "unix:///r.sock?pass=s3@cret",
+            "cret",
+            "unix:///r.sock?pass=***",
+        );
+        // An unencoded `&` splits a password into a second parameter: hidden, name and all.
+        check(
+            "unix:///r.sock?pass=s3&cret=x",
+            "cret",
+            "unix:///r.sock?pass=***&***",
+        );
+        check(
+            "unix:///r.sock?pass=a#s3cret",
+            "s3cret",
+            "unix:///r.sock?pass=***#***",
+        );
+    }
+
+    #[test]
+    fn password_query_parameters_are_hidden_in_every_form() {
+        // redis-rs ignores these on TCP URLs, but an operator may still write them.
+        check(
+            "redis://host:6379/0?password=s3cret",
+            "s3cret",
+            "redis://host:6379/0?password=***",
+        );
+        check(
+            "rediss://host?PASSWORD=s3cret&protocol=3",
+            "s3cret",
+            "rediss://host?PASSWORD=***&protocol=3",
+        );
+        check("redis://host?token=s3cret", "s3cret", "redis://host?***");
+    }
+
+    #[test]
+    fn sentinel_urls_keep_hosts_and_master_and_hide_the_password() {
+        check(
+            "redis+sentinel://user:s3cret@h1:26379,h2:26379/mymaster",
+            "s3cret",
+            "redis+sentinel://user:***@h1:26379,h2:26379/mymaster",
+        );
+        check(
+            "redis+sentinel://:s3cret@h1:26379/mymaster",
+            "s3cret",
+            "redis+sentinel://:***@h1:26379/mymaster",
+        );
+        check(
+            "redis+sentinel://h1:26379,h2:26379/mymaster?password=s3cret",
+            "s3cret",
+            "redis+sentinel://h1:26379,h2:26379/mymaster?password=***",
+        );
+        check(
+            "redis+sentinel://u:s3/cret@h1/m",
+            "cret",
+            "redis+sentinel://***",
+        );
+        check(
+            "redis+sentinel://h1/m?pass=s3@cret",
+            "cret",
+            "redis+sentinel://***",
+        );
+    }
+
+    #[test]
+    fn malformed_urls_quoted_in_errors_show_no_secret() {
+        check("user:s3cret@host:6379", "s3cret", "***");
+        check("redis://user:s3cret@", "s3cret", "redis://user:***@");
+        check("http://user:s3cret@host", "s3cret", "http://user:***@host");
     }
 }

@@ -6,6 +6,11 @@
 //! keeps only them. `--audit-log FILE` appends every audit line to `FILE` (mode 0600, created if
 //! needed) whatever `RUST_LOG` says, and takes them off stderr.
 //!
+//! A human line is one line whatever its message holds: control characters in the message (a
+//! newline in an `award_id`, a carriage return, an ESC that a terminal would obey) are escaped,
+//! so no submission can forge a log or audit line of its own. JSON lines need no such care:
+//! the JSON encoder already escapes them inside the `message` string.
+//!
 //! Nothing here ever sees a Redis URL: callers log [`crate::broker::stream::redact`]ed forms only.
 
 use crate::domain::audit;
@@ -112,7 +117,7 @@ pub fn format_line(format: Format, record: &Record<'_>) -> String {
             "{ts} {:<5} {}: {}\n",
             record.level(),
             record.target(),
-            record.args()
+            escape_controls(&record.args().to_string())
         ),
         Format::Json => {
             let line = serde_json::json!({
@@ -124,6 +129,29 @@ pub fn format_line(format: Format, record: &Record<'_>) -> String {
             format!("{line}\n")
         }
     }
+}
+
+/// `message` with every control character escaped: `\n`, `\r` and `\t` as those two
+/// characters, any other (C0, DEL, C1, and the Unicode line and paragraph separators that some
+/// viewers break lines at) as `\u{..}`. A backslash is left alone: a message with a literal
+/// `\n` in it still reads as one line, which is what matters, and doubling every backslash
+/// would garble the many messages that quote Debug-formatted text.
+fn escape_controls(message: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+    if !message.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let mut out = String::with_capacity(message.len() + 16);
+    for c in message.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if escaped(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -144,5 +172,30 @@ mod tests {
         assert_eq!(v["target"], "claimgate::audit");
         assert_eq!(v["level"], "INFO");
         assert_eq!(v["message"], "processed key=abc \"quoted\"\nsecond line");
+    }
+
+    #[test]
+    fn human_lines_stay_one_line_whatever_the_message_holds() {
+        let forged = "processed award=A-1\n2026-07-01T09:00:00.000000Z INFO  claimgate::audit: processed award=FAKE\r\u{1b}[2K\t\u{7f}\u{85}\u{2028}end";
+        let args = format_args!("{forged}");
+        let record = Record::builder()
+            .args(args)
+            .level(log::Level::Info)
+            .target(audit::LOG_TARGET)
+            .build();
+        let line = format_line(Format::Human, &record);
+        assert_eq!(line.matches('\n').count(), 1, "{line}");
+        assert!(line.ends_with('\n'));
+        assert!(
+            !line.trim_end_matches('\n').chars().any(|c| c.is_control()),
+            "{line:?}"
+        );
+        assert!(
+            line.ends_with(
+                "processed award=A-1\\n2026-07-01T09:00:00.000000Z INFO  claimgate::audit: processed award=FAKE\\r\\u{1b}[2K\\t\\u{7f}\\u{85}\\u{2028}end\n"
+            ),
+            "{line}"
+        );
+        assert_eq!(escape_controls("plain \\n text"), "plain \\n text");
     }
 }

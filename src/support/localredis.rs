@@ -22,6 +22,9 @@ pub struct Options {
     pub appendonly: bool,
     /// Require this password (`requirepass`).
     pub password: Option<String>,
+    /// Also listen on a unix socket, `redis.sock` in the server's directory (see
+    /// [`LocalRedis::socket_path`]).
+    pub unixsocket: bool,
 }
 
 /// A running private redis-server.
@@ -73,6 +76,11 @@ impl LocalRedis {
         }
     }
 
+    /// The unix socket it listens on, when started with [`Options::unixsocket`].
+    pub fn socket_path(&self) -> Option<PathBuf> {
+        self.options.unixsocket.then(|| self.dir.join("redis.sock"))
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -118,6 +126,11 @@ impl LocalRedis {
         }
         if let Some(p) = &self.options.password {
             cmd.arg("--requirepass").arg(p);
+        }
+        if let Some(socket) = self.socket_path() {
+            cmd.arg("--unixsocket")
+                .arg(socket)
+                .args(["--unixsocketperm", "700"]);
         }
         let child = cmd
             .stdin(Stdio::null())

@@ -13,4 +13,5 @@ mod ops;
 mod relay;
 mod resilience;
 mod retry;
+mod security;
 mod worker;

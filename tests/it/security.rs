@@ -1,0 +1,174 @@
+//! Operators and secrets: the documented least-privilege ACL, passwords in every URL form,
+//! log lines no submission can forge, and ledger files no one else can read.
+
+use crate::support::*;
+use claimgate::support::localredis::Options;
+use std::process::Output;
+
+/// Everything a process wrote, stdout then stderr, as text.
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_unix_socket_password_never_shows_in_the_start_line_or_status() {
+    // 1. A Redis with requirepass, listening on a unix socket.
+    // 2. Drain 5 submissions through `unix://…?pass=`, logging at INFO.
+    // 3. status and status --json through `unix://` and `redis+unix://…?user=default&pass=`.
+    // 4. Each did its work through the socket; the password shows nowhere, its redacted form does.
+    const PW: &str = "sock-pw-9e1f07";
+    let world = World::with(Options {
+        password: Some(PW.into()),
+        unixsocket: true,
+        ..Options::default()
+    });
+    let socket = world.redis.socket_path().expect("a unix socket");
+    let unix_url = format!("unix://{}?pass={PW}", socket.display());
+    let plus_url = format!("redis+unix://{}?user=default&pass={PW}", socket.display());
+    world.add(&(0..5).map(submission).collect::<Vec<_>>());
+
+    let drain = world
+        .cmd(&["run", "--exit-when-idle"])
+        .env("REDIS_URL", &unix_url)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(drain.status.success(), "{}", text(&drain));
+    assert_eq!(world.count("disbursements"), 5);
+    assert_eq!(world.pending(), 0);
+    let start_line = String::from_utf8_lossy(&drain.stderr)
+        .lines()
+        .find(|l| l.contains("worker ") && l.contains(" reading "))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no start line:\n{}", text(&drain)));
+    let shown = format!("unix://{}?pass=***", socket.display());
+    assert!(start_line.contains(&shown), "{start_line}");
+
+    let mut outputs = vec![drain];
+    for url in [&unix_url, &plus_url] {
+        let table = world
+            .cmd(&["status"])
+            .env("REDIS_URL", url)
+            .output()
+            .unwrap();
+        assert!(table.status.success(), "{}", text(&table));
+        let json = world
+            .cmd(&["status", "--json"])
+            .env("REDIS_URL", url)
+            .output()
+            .unwrap();
+        assert!(json.status.success(), "{}", text(&json));
+        let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(doc["redis"]["length"], 5, "{doc}");
+        let url_shown = doc["redis"]["url"].as_str().unwrap().to_owned();
+        assert!(url_shown.ends_with("pass=***"), "{url_shown}");
+        assert!(
+            String::from_utf8_lossy(&table.stdout).contains(&url_shown),
+            "{}",
+            text(&table)
+        );
+        outputs.extend([table, json]);
+    }
+    for out in &outputs {
+        assert!(!text(out).contains(PW), "password leaked:\n{}", text(out));
+    }
+}
+
+/// A submission whose `award_id` carries a newline, a carriage return and an ESC, followed by
+/// what would otherwise read as a complete audit line of its own.
+fn forging_submission(i: usize) -> String {
+    let award_id = format!(
+        "A-{i}\n2026-07-01T09:00:00.000000Z INFO  claimgate::audit: processed key=0123456789ab award=FORGED-{i} amount_cents=99999999 entry=1-0\r\u{1b}[1A"
+    );
+    serde_json::json!({
+        "award_id": award_id,
+        "submission_timestamp": "2026-07-01T09:00:00Z",
+        "amount_cents": 100,
+    })
+    .to_string()
+}
+
+/// Asserts `log` holds exactly `lines` audit lines, one of them the escaped forgery for `i`,
+/// and that no line starts with the forged timestamp or holds a control character.
+fn assert_one_audit_line_each(log: &str, i: usize, lines: usize) {
+    let audit: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("claimgate::audit"))
+        .collect();
+    assert_eq!(audit.len(), lines, "{log}");
+    let forged: Vec<&&str> = audit
+        .iter()
+        .filter(|l| l.contains(&format!("award=FORGED-{i}")))
+        .collect();
+    assert_eq!(forged.len(), 1, "{log}");
+    assert!(
+        forged[0].contains(&format!("award=A-{i}\\n2026-07-01T09:00:00.000000Z INFO")),
+        "{}",
+        forged[0]
+    );
+    assert!(
+        forged[0].contains("entry=1-0\\r\\u{1b}[1A"),
+        "{}",
+        forged[0]
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("2026-07-01T09:00:00.000000Z")),
+        "{log}"
+    );
+    assert!(!log.chars().any(|c| c.is_control() && c != '\n'), "{log:?}");
+}
+
+#[test]
+fn a_newline_in_an_award_id_cannot_forge_an_audit_line() {
+    // 1. A forging submission and an ordinary one, drained with human logs on stderr.
+    // 2. Two more, drained with audit lines routed to --audit-log (human format).
+    // 3. The first forging submission again, drained with JSON logs: a duplicate.
+    // 4. Each audit line is one line, the forged text stays inside it, escaped; the JSON line
+    //    carries the award id exactly.
+    let world = World::new();
+    world.add(&[forging_submission(1), submission(1)]);
+    let stderr_run = world
+        .cmd(&["run", "--exit-when-idle"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(stderr_run.status.success(), "{}", text(&stderr_run));
+    assert_one_audit_line_each(&String::from_utf8_lossy(&stderr_run.stderr), 1, 2);
+
+    world.add(&[forging_submission(2), submission(2)]);
+    let audit_file = world.dir.path().join("audit.log");
+    let file_run = world
+        .cmd(&["run", "--exit-when-idle", "--audit-log"])
+        .arg(&audit_file)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(file_run.status.success(), "{}", text(&file_run));
+    assert!(!String::from_utf8_lossy(&file_run.stderr).contains("claimgate::audit"));
+    assert_one_audit_line_each(&std::fs::read_to_string(&audit_file).unwrap(), 2, 2);
+    assert_eq!(world.count("disbursements"), 4);
+
+    world.add(&[forging_submission(1)]);
+    let json_run = world
+        .cmd(&["run", "--exit-when-idle", "--log-format", "json"])
+        .env("RUST_LOG", "claimgate::audit=info")
+        .output()
+        .unwrap();
+    assert!(json_run.status.success(), "{}", text(&json_run));
+    let json_log = String::from_utf8_lossy(&json_run.stderr).into_owned();
+    assert_eq!(json_log.lines().count(), 1, "{json_log}");
+    let line: serde_json::Value = serde_json::from_str(json_log.trim_end()).unwrap();
+    let award: serde_json::Value = serde_json::from_str(&forging_submission(1)).unwrap();
+    let message = line["message"].as_str().unwrap();
+    assert!(message.starts_with("duplicate "), "{message}");
+    assert!(
+        message.contains(&format!("award={} ", award["award_id"].as_str().unwrap())),
+        "{message:?}"
+    );
+    assert_eq!(world.count("disbursements"), 4);
+}
