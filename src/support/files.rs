@@ -31,6 +31,23 @@ pub fn append_private(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Makes an existing `path` owner-only (0600) if group or others have any access to it, and
+/// returns the mode it had; `Ok(None)` if it was already private or does not exist. For files
+/// that must be private but were not made here (an operator's copy, a restored backup).
+pub fn make_private(path: &Path) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode() & 0o7777,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_MODE))?;
+    Ok(Some(mode))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +75,26 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"a\nb\n");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, PRIVATE_MODE);
+    }
+
+    #[test]
+    fn loose_files_are_made_owner_only_and_private_ones_left_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        assert_eq!(make_private(&path).unwrap(), None, "no file, nothing to do");
+        std::fs::write(&path, b"kept").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(make_private(&path).unwrap(), Some(0o644));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, PRIVATE_MODE);
+        assert_eq!(make_private(&path).unwrap(), None, "already private");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert_eq!(
+            make_private(&path).unwrap(),
+            None,
+            "owner-only, even if not 0600"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"kept");
     }
 }

@@ -172,3 +172,120 @@ fn a_newline_in_an_award_id_cannot_forge_an_audit_line() {
     );
     assert_eq!(world.count("disbursements"), 4);
 }
+
+/// A file's permission bits.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// The ledger and the `-wal` and `-shm` files SQLite keeps beside it while it is open.
+fn ledger_files(world: &World) -> [std::path::PathBuf; 3] {
+    let with = |suffix: &str| {
+        let mut name = world.db.clone().into_os_string();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    [world.db.clone(), with("-wal"), with("-shm")]
+}
+
+/// A long-running worker started under umask 022, logging at INFO.
+fn worker_under_umask_022(world: &World) -> Logged {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = world.cmd(&["run", "--claim-idle-ms", "200"]);
+    // SAFETY: umask(2) is async-signal-safe and touches nothing but the child's own mask.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0o022);
+            Ok(())
+        });
+    }
+    Logged::spawn(cmd)
+}
+
+#[test]
+fn a_new_ledger_and_its_wal_files_are_owner_only_whatever_the_umask() {
+    // 1. A worker under umask 022 creates the ledger and pays 5 submissions.
+    // 2. While it runs, the ledger, its -wal and its -shm are all 0600, and nothing was warned.
+    let world = World::new();
+    world.add(&(0..5).map(submission).collect::<Vec<_>>());
+    let worker = worker_under_umask_022(&world);
+    assert!(wait_for(std::time::Duration::from_secs(30), || world
+        .count("disbursements")
+        == 5));
+    for file in ledger_files(&world) {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    assert!(
+        worker.lines_with("ledger file").is_empty(),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
+    // 1. A ledger made by a drain, then chmod 0644 (as a careless copy would leave it).
+    // 2. A worker under umask 022 opens it: one WARN naming the file and 0644; while it runs
+    //    the ledger, -wal and -shm are 0600. All three are chmod 0644, then the worker is killed
+    //    (a crash leaves -wal and -shm behind).
+    // 3. The next worker warns about each of the three, makes them 0600 and pays on.
+    use std::os::unix::fs::PermissionsExt;
+    let loosen = |file: &std::path::Path| {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap()
+    };
+    let world = World::new();
+    world.add(&(0..5).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    loosen(&world.db);
+
+    world.add(&(5..10).map(submission).collect::<Vec<_>>());
+    let mut worker = worker_under_umask_022(&world);
+    assert!(wait_for(std::time::Duration::from_secs(30), || world
+        .count("disbursements")
+        == 10));
+    let [db, wal, shm] = ledger_files(&world);
+    let warned = worker.lines_with("ledger file");
+    assert_eq!(warned.len(), 1, "{}", worker.log_text());
+    assert!(warned[0].contains(" WARN "), "{}", warned[0]);
+    assert!(
+        warned[0].contains(&format!(
+            "ledger file {} had mode 0644 (readable beyond its owner); changed it to 0600",
+            db.display()
+        )),
+        "{}",
+        warned[0]
+    );
+    for file in [&db, &wal, &shm] {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+        loosen(file);
+    }
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    assert!(
+        wal.exists() && shm.exists(),
+        "a crash leaves -wal and -shm behind"
+    );
+
+    world.add(&(10..15).map(submission).collect::<Vec<_>>());
+    let worker = worker_under_umask_022(&world);
+    assert!(wait_for(std::time::Duration::from_secs(30), || world
+        .count("disbursements")
+        == 15));
+    for file in [&db, &wal, &shm] {
+        let line = format!("ledger file {} had mode 0644", file.display());
+        assert_eq!(
+            worker.lines_with(&line).len(),
+            1,
+            "{line}\n{}",
+            worker.log_text()
+        );
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
+    assert!(worker.stop().success());
+}

@@ -191,14 +191,53 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
 
 /// Creates the ledger file with mode 0600 if it does not exist, so it is never world-readable,
 /// and turns "no such directory" or "permission denied" into a configuration error.
+///
+/// An existing ledger (or a `-wal`/`-shm` beside it, left by a crash) that group or others can
+/// read is made 0600, with a WARN naming the file and the mode it had. Changing it rather than
+/// only warning is deliberate: SQLite creates `-wal` and `-shm` with the main file's mode
+/// (overriding the umask), so a loose ledger would keep producing loose WAL files holding the
+/// latest payments, and a warning alone would leave them readable. Backups are taken with
+/// `claimgate backup`, which needs no group access to the live file.
 fn create_private(path: &Path) -> Result<()> {
     match crate::support::files::create_private(path) {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            for file in [
+                path.to_owned(),
+                sidecar(path, "-wal"),
+                sidecar(path, "-shm"),
+            ] {
+                make_private(&file);
+            }
+            Ok(())
+        }
         Err(e) => Err(Error::Config(format!(
             "cannot create ledger {}: {e}",
             path.display()
         ))),
+    }
+}
+
+/// SQLite's name for a file beside the ledger: its path with `suffix` appended.
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Makes one existing ledger file owner-only, saying so; a file that cannot be changed (owned
+/// by someone else) is named in a WARN and used as it is.
+fn make_private(file: &Path) {
+    match crate::support::files::make_private(file) {
+        Ok(None) => {}
+        Ok(Some(mode)) => log::warn!(
+            "ledger file {} had mode {mode:04o} (readable beyond its owner); changed it to 0600",
+            file.display()
+        ),
+        Err(e) => log::warn!(
+            "ledger file {}: could not check its mode or make it 0600 ({e}); using it as it is",
+            file.display()
+        ),
     }
 }
 
