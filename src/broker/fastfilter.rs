@@ -10,10 +10,14 @@
 //! - a miss, an expired marker, or any Redis error means "ask the ledger", which stays the
 //!   only authority. The filter can make the worker faster or slower, never wrong.
 //!
-//! Markers are scoped to the stream and consumer group, which share one ledger. Whoever
-//! restores the ledger from a backup must delete the markers (`claimgate:committed:*`) or
-//! run without the filter until they expire: a marker outliving the commit it vouches for is
-//! the one way to make this filter lie.
+//! Markers are scoped to the stream and consumer group, which share one ledger, and named under
+//! the stream's own key (`<stream>:committed:<group>:<key>`, like `<stream>:dead`), so the key
+//! pattern that lets an ACL user read the stream (`~grants:*`) covers them too. Markers written
+//! by releases before this naming (`claimgate:committed:*`) are never read again: each is at
+//! worst a miss, answered by the ledger, until its TTL removes it. Whoever restores the ledger
+//! from a backup must delete the markers (`<stream>:committed:*`) or run without the filter
+//! until they expire: a marker outliving the commit it vouches for is the one way to make this
+//! filter lie.
 //!
 //! Invariant: no marker is written before the transaction covering its key has committed;
 //! a Redis failure here never fails a batch.
@@ -28,7 +32,7 @@ pub const FAST_FILTER_TTL_S_DEFAULT: u64 = 24 * 60 * 60;
 /// Where markers live and how long they last.
 #[derive(Debug, Clone)]
 pub struct FastFilter {
-    /// `claimgate:committed:<stream>:<group>:`, followed by the key in hex.
+    /// `<stream>:committed:<group>:`, followed by the key in hex.
     prefix: String,
     /// Marker lifetime in seconds.
     ttl_s: u64,
@@ -38,7 +42,7 @@ impl FastFilter {
     /// A filter for one stream and consumer group.
     pub fn new(stream: &str, group: &str, ttl_s: u64) -> FastFilter {
         FastFilter {
-            prefix: format!("claimgate:committed:{stream}:{group}:"),
+            prefix: format!("{stream}:committed:{group}:"),
             ttl_s: ttl_s.max(1),
         }
     }
@@ -106,15 +110,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn markers_are_scoped_to_stream_and_group_and_show_the_key_in_hex() {
+    fn markers_live_under_the_stream_scoped_to_the_group_and_show_the_key_in_hex() {
         let key = IdempotencyKey::from_slice(&[0xab; 32]).unwrap();
         let f = FastFilter::new("grants:submissions", "grant-workers", 60);
         assert_eq!(
             f.marker(&key),
             format!(
-                "claimgate:committed:grants:submissions:grant-workers:{}",
+                "grants:submissions:committed:grant-workers:{}",
                 "ab".repeat(32)
             )
         );
+        let other = FastFilter::new("grants:submissions", "audit-replay", 60);
+        assert_ne!(f.marker(&key), other.marker(&key));
     }
 }

@@ -153,7 +153,7 @@ fn the_fast_filter_marks_nothing_before_the_commit_so_a_crash_loses_nothing() {
     );
     assert_eq!(w.count("disbursements"), 0, "nothing committed");
     let markers: Vec<String> = redis::cmd("KEYS")
-        .arg("claimgate:committed:*")
+        .arg("grants:submissions:committed:*")
         .query(&mut w.conn())
         .unwrap();
     assert!(

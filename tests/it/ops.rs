@@ -12,7 +12,7 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_claimgate");
 
 /// `GET path` over plain HTTP/1.0; returns the status code and body, or `None` if nobody answers.
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
@@ -27,7 +27,7 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 }
 
 /// The value of an unlabelled sample in Prometheus text.
-fn sample(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.trim().parse().ok())

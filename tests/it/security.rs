@@ -289,3 +289,262 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
     }
     assert!(worker.stop().success());
 }
+
+/// The `ACL SETUSER …` command README.md documents, word by word.
+fn readme_acl() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let documented: Vec<&str> = readme
+        .split('`')
+        .filter(|quoted| quoted.starts_with("ACL SETUSER claimgate "))
+        .collect();
+    assert_eq!(
+        documented.len(),
+        1,
+        "README.md should document one ACL: {documented:?}"
+    );
+    documented[0]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A connection as `url`'s user.
+fn connect(url: &str) -> redis::Connection {
+    let client = redis::Client::open(url).unwrap();
+    client
+        .get_connection_with_timeout(std::time::Duration::from_secs(2))
+        .unwrap()
+}
+
+/// Asserts a command run as the ACL user succeeded and met no permission error.
+fn assert_permitted(what: &str, out: &Output) {
+    let all = text(out);
+    assert!(out.status.success(), "{what} failed: {}\n{all}", out.status);
+    let lower = all.to_lowercase();
+    assert!(
+        !lower.contains("noperm") && !lower.contains("no permissions"),
+        "{what} met a permission error:\n{all}"
+    );
+}
+
+#[test]
+fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
+    // 1. A private Redis; an admin user for the test; README's ACL user, created from the
+    //    README's own text; then the default user switched off.
+    // 2. As the ACL user: produce 10 submissions and a malformed line; run --fast-filter drains
+    //    them (10 paid, 1 dead letter, 10 markers); relay publishes 10 events.
+    // 3. produce 10 new and the first 10 again; run --fast-filter --relay --metrics-addr pays the
+    //    new ones, suppresses the 10 repeats through the filter, publishes 10 more events and
+    //    answers /metrics and /healthz with 200.
+    // 4. status and status --json report the stream; dlq list, show and replay work the dead
+    //    letter (replay puts it back on the stream once).
+    // 5. No command met a permission error; the password shows nowhere.
+    const BOOT_PW: &str = "boot-pw-31d0";
+    const ADMIN_PW: &str = "admin-pw-8c2b";
+    const USER_PW: &str = "acl-user-pw-5e77";
+    let world = World::with(Options {
+        password: Some(BOOT_PW.into()),
+        ..Options::default()
+    });
+    let port = world.redis.port();
+    let admin_url = format!("redis://admin:{ADMIN_PW}@127.0.0.1:{port}");
+    let user_url = format!("redis://claimgate:{USER_PW}@127.0.0.1:{port}");
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "admin",
+            "on",
+            &format!(">{ADMIN_PW}"),
+            "~*",
+            "&*",
+            "+@all",
+        ])
+        .query(&mut world.conn())
+        .unwrap();
+    let mut admin = connect(&admin_url);
+    let acl = readme_acl();
+    assert_eq!(acl[..3], ["ACL", "SETUSER", "claimgate"], "{acl:?}");
+    let _: () = redis::cmd("ACL")
+        .arg(
+            acl[1..]
+                .iter()
+                .map(|w| {
+                    if w == ">PASSWORD" {
+                        format!(">{USER_PW}")
+                    } else {
+                        w.clone()
+                    }
+                })
+                .collect::<Vec<_>>(),
+        )
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "off"])
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        redis::Client::open(world.redis.url())
+            .unwrap()
+            .get_connection_with_timeout(std::time::Duration::from_secs(2))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_err(),
+        "the default user must be off"
+    );
+    let as_user = |args: &[&str]| {
+        let mut cmd = world.cmd(args);
+        cmd.env("REDIS_URL", &user_url);
+        cmd
+    };
+    let xlen = |admin: &mut redis::Connection, key: &str| -> u64 {
+        redis::cmd("XLEN").arg(key).query(admin).unwrap()
+    };
+    let mut outputs = Vec::new();
+
+    let first = world.dir.path().join("first.jsonl");
+    std::fs::write(
+        &first,
+        (0..10).map(|i| submission(i) + "\n").collect::<String>() + "{oops\n",
+    )
+    .unwrap();
+    let out = as_user(&["produce"]).arg(&first).output().unwrap();
+    assert_permitted("produce", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("queued 11 submissions"));
+    assert_eq!(xlen(&mut admin, "grants:submissions"), 11);
+    outputs.push(out);
+
+    let out = as_user(&["run", "--exit-when-idle", "--fast-filter"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert_permitted("run --fast-filter", &out);
+    assert!(!text(&out).contains("fast filter"), "{}", text(&out));
+    assert_eq!(world.count("disbursements"), 10);
+    assert_eq!(world.count("dead_letters"), 1);
+    let markers: Vec<String> = redis::cmd("KEYS")
+        .arg("grants:submissions:committed:grant-workers:*")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(markers.len(), 10, "{markers:?}");
+    outputs.push(out);
+
+    let out = as_user(&["relay", "--exit-when-idle"]).output().unwrap();
+    assert_permitted("relay", &out);
+    assert_eq!(xlen(&mut admin, "grants:events"), 10);
+    outputs.push(out);
+
+    let second = world.dir.path().join("second.jsonl");
+    std::fs::write(
+        &second,
+        (10..20)
+            .chain(0..10)
+            .map(|i| submission(i) + "\n")
+            .collect::<String>(),
+    )
+    .unwrap();
+    let out = as_user(&["produce"]).arg(&second).output().unwrap();
+    assert_permitted("produce", &out);
+    outputs.push(out);
+    let metrics_addr = format!(
+        "127.0.0.1:{}",
+        claimgate::support::localredis::free_port().unwrap()
+    );
+    let worker = Logged::spawn(as_user(&[
+        "run",
+        "--fast-filter",
+        "--relay",
+        "--metrics-addr",
+        &metrics_addr,
+    ]));
+    let filtered =
+        "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate' AND detail LIKE '%(fast filter)'";
+    assert!(
+        wait_for(std::time::Duration::from_secs(60), || world
+            .count("disbursements")
+            == 20
+            && world.sql_i64(filtered) == 10
+            && xlen(&mut admin, "grants:events") == 20),
+        "{}",
+        worker.log_text()
+    );
+    let (code, metrics) =
+        crate::ops::http_get(&metrics_addr, "/metrics").expect("/metrics answers");
+    assert_eq!(code, 200, "{metrics}");
+    assert_eq!(
+        crate::ops::sample(&metrics, "claimgate_submissions_processed_total"),
+        Some(20.0)
+    );
+    assert_eq!(
+        crate::ops::sample(&metrics, "claimgate_duplicates_suppressed_total"),
+        Some(10.0)
+    );
+    assert_eq!(
+        crate::ops::sample(&metrics, "claimgate_pending_entries"),
+        Some(0.0)
+    );
+    let (code, health) = crate::ops::http_get(&metrics_addr, "/healthz").expect("/healthz answers");
+    assert_eq!(code, 200, "{health}");
+    let log = worker.log_text();
+    assert!(worker.stop().success(), "{log}");
+    let lower = log.to_lowercase();
+    assert!(
+        !lower.contains("noperm") && !lower.contains("fast filter"),
+        "{log}"
+    );
+    assert!(!log.contains(USER_PW), "{log}");
+
+    let out = as_user(&["status"]).output().unwrap();
+    assert_permitted("status", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("redis://claimgate:***@127.0.0.1"));
+    outputs.push(out);
+    let out = as_user(&["status", "--json"]).output().unwrap();
+    assert_permitted("status --json", &out);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["redis"]["error"].is_null(), "{doc}");
+    assert_eq!(doc["redis"]["length"], 31, "{doc}");
+    assert_eq!(doc["redis"]["dead_letters"], 1, "{doc}");
+    assert_eq!(doc["ledger"]["disbursements"], 20, "{doc}");
+    outputs.push(out);
+
+    let out = as_user(&["dlq", "list"]).output().unwrap();
+    assert_permitted("dlq list", &out);
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        listed.contains("not_json") && listed.contains("1 dead letters"),
+        "{listed}"
+    );
+    outputs.push(out);
+    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("grants:submissions:dead")
+        .arg("-")
+        .arg("+")
+        .query(&mut admin)
+        .unwrap();
+    let dead_id = dead[0].0.clone();
+    let out = as_user(&["dlq", "show", &dead_id]).output().unwrap();
+    assert_permitted("dlq show", &out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("original.payload: {oops"),
+        "{}",
+        text(&out)
+    );
+    outputs.push(out);
+    let out = as_user(&["dlq", "replay", &dead_id]).output().unwrap();
+    assert_permitted("dlq replay", &out);
+    assert_eq!(xlen(&mut admin, "grants:submissions"), 32);
+    outputs.push(out);
+    let out = as_user(&["dlq", "list", "--json"]).output().unwrap();
+    assert_permitted("dlq list --json", &out);
+    let letters: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(letters[0]["replayed_as"].is_string(), "{letters}");
+    outputs.push(out);
+
+    for out in &outputs {
+        assert!(
+            !text(out).contains(USER_PW),
+            "password leaked:\n{}",
+            text(out)
+        );
+    }
+}
