@@ -31,10 +31,12 @@ pub fn append_private(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-/// Makes an existing `path` owner-only (0600) if group or others have any access to it, and
-/// returns the mode it had; `Ok(None)` if it was already private or does not exist. For files
-/// that must be private but were not made here (an operator's copy, a restored backup).
-pub fn make_private(path: &Path) -> std::io::Result<Option<u32>> {
+/// Makes an existing `path` owner-only if group or others have any access to it, by taking
+/// their bits away (0644 becomes 0600, a read-only 0444 becomes 0400: the owner gains nothing),
+/// and returns the mode it had and the mode it has now; `Ok(None)` if it was already private or
+/// does not exist. For files that must be private but were not made here (an operator's copy, a
+/// restored backup).
+pub fn make_private(path: &Path) -> std::io::Result<Option<(u32, u32)>> {
     use std::os::unix::fs::PermissionsExt;
     let mode = match std::fs::metadata(path) {
         Ok(meta) => meta.permissions().mode() & 0o7777,
@@ -44,8 +46,9 @@ pub fn make_private(path: &Path) -> std::io::Result<Option<u32>> {
     if mode & 0o077 == 0 {
         return Ok(None);
     }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_MODE))?;
-    Ok(Some(mode))
+    let private = mode & !0o077;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(private))?;
+    Ok(Some((mode, private)))
 }
 
 #[cfg(test)]
@@ -85,11 +88,17 @@ mod tests {
         assert_eq!(make_private(&path).unwrap(), None, "no file, nothing to do");
         std::fs::write(&path, b"kept").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert_eq!(make_private(&path).unwrap(), Some(0o644));
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, PRIVATE_MODE);
+        assert_eq!(make_private(&path).unwrap(), Some((0o644, PRIVATE_MODE)));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), PRIVATE_MODE);
         assert_eq!(make_private(&path).unwrap(), None, "already private");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        assert_eq!(
+            make_private(&path).unwrap(),
+            Some((0o444, 0o400)),
+            "a read-only file is never made writable"
+        );
+        assert_eq!(mode(&path), 0o400);
         assert_eq!(
             make_private(&path).unwrap(),
             None,

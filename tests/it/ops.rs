@@ -347,21 +347,9 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
         password: Some(ADMIN_PW.into()),
         ..Options::default()
     });
+    // The ACL user exactly as README.md documents it.
     let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "claimgate",
-            "on",
-            &format!(">{USER_PW}"),
-            "~grants:*",
-            // The least the worker and status need, as README.md documents it.
-            "+@stream",
-            "+@scripting",
-            "+hget",
-            "+hset",
-            "+ping",
-            "+time",
-        ])
+        .arg(crate::security::readme_acl_args(USER_PW))
         .query(&mut world.conn())
         .unwrap();
     let user_url = format!(

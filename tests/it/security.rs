@@ -193,7 +193,9 @@ fn ledger_files(world: &World) -> [std::path::PathBuf; 3] {
     [world.db.clone(), with("-wal"), with("-shm")]
 }
 
-/// A long-running worker started under umask 022, logging at INFO.
+/// A long-running worker started under umask 022, logging at INFO, once it has opened the
+/// ledger (its start line is logged after that). Waiting matters: a reader that opens a loose
+/// ledger first makes SQLite give the `-wal` and `-shm` the ledger's loose mode.
 fn worker_under_umask_022(world: &World) -> Logged {
     use std::os::unix::process::CommandExt;
     let mut cmd = world.cmd(&["run", "--claim-idle-ms", "200"]);
@@ -204,7 +206,9 @@ fn worker_under_umask_022(world: &World) -> Logged {
             Ok(())
         });
     }
-    Logged::spawn(cmd)
+    let worker = Logged::spawn(cmd);
+    worker.wait_log(" reading grants:submissions as group ");
+    worker
 }
 
 #[test]
@@ -290,8 +294,9 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
     assert!(worker.stop().success());
 }
 
-/// The `ACL SETUSER …` command README.md documents, word by word.
-fn readme_acl() -> Vec<String> {
+/// The arguments of the `ACL SETUSER claimgate …` command README.md documents (after `ACL`),
+/// with its `>PASSWORD` set to `password`.
+pub(crate) fn readme_acl_args(password: &str) -> Vec<String> {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let documented: Vec<&str> = readme
@@ -303,9 +308,14 @@ fn readme_acl() -> Vec<String> {
         1,
         "README.md should document one ACL: {documented:?}"
     );
-    documented[0]
-        .split_whitespace()
-        .map(str::to_owned)
+    let words: Vec<&str> = documented[0].split_whitespace().collect();
+    assert!(words.contains(&">PASSWORD"), "{words:?}");
+    words[1..]
+        .iter()
+        .map(|w| match *w {
+            ">PASSWORD" => format!(">{password}"),
+            w => w.to_owned(),
+        })
         .collect()
 }
 
@@ -363,21 +373,8 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
         .query(&mut world.conn())
         .unwrap();
     let mut admin = connect(&admin_url);
-    let acl = readme_acl();
-    assert_eq!(acl[..3], ["ACL", "SETUSER", "claimgate"], "{acl:?}");
     let _: () = redis::cmd("ACL")
-        .arg(
-            acl[1..]
-                .iter()
-                .map(|w| {
-                    if w == ">PASSWORD" {
-                        format!(">{USER_PW}")
-                    } else {
-                        w.clone()
-                    }
-                })
-                .collect::<Vec<_>>(),
-        )
+        .arg(readme_acl_args(USER_PW))
         .query(&mut admin)
         .unwrap();
     let _: () = redis::cmd("ACL")

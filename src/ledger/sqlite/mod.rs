@@ -193,7 +193,7 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
 /// and turns "no such directory" or "permission denied" into a configuration error.
 ///
 /// An existing ledger (or a `-wal`/`-shm` beside it, left by a crash) that group or others can
-/// read is made 0600, with a WARN naming the file and the mode it had. Changing it rather than
+/// read is made owner-only (0644 becomes 0600), with a WARN naming the file and the mode it had. Changing it rather than
 /// only warning is deliberate: SQLite creates `-wal` and `-shm` with the main file's mode
 /// (overriding the umask), so a loose ledger would keep producing loose WAL files holding the
 /// latest payments, and a warning alone would leave them readable. Backups are taken with
@@ -230,12 +230,12 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 fn make_private(file: &Path) {
     match crate::support::files::make_private(file) {
         Ok(None) => {}
-        Ok(Some(mode)) => log::warn!(
-            "ledger file {} had mode {mode:04o} (readable beyond its owner); changed it to 0600",
+        Ok(Some((was, now))) => log::warn!(
+            "ledger file {} had mode {was:04o} (readable beyond its owner); changed it to {now:04o}",
             file.display()
         ),
         Err(e) => log::warn!(
-            "ledger file {}: could not check its mode or make it 0600 ({e}); using it as it is",
+            "ledger file {}: could not check its mode or make it owner-only ({e}); using it as it is",
             file.display()
         ),
     }
