@@ -192,12 +192,13 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
 /// Creates the ledger file with mode 0600 if it does not exist, so it is never world-readable,
 /// and turns "no such directory" or "permission denied" into a configuration error.
 ///
-/// An existing ledger (or a `-wal`/`-shm` beside it, left by a crash) that group or others can
-/// read is made owner-only (0644 becomes 0600), with a WARN naming the file and the mode it had. Changing it rather than
-/// only warning is deliberate: SQLite creates `-wal` and `-shm` with the main file's mode
-/// (overriding the umask), so a loose ledger would keep producing loose WAL files holding the
-/// latest payments, and a warning alone would leave them readable. Backups are taken with
-/// `claimgate backup`, which needs no group access to the live file.
+/// An existing ledger, or a `-wal`/`-shm` left beside it by an earlier process, that group or
+/// others can read is made owner-only (0644 becomes 0600), with a WARN naming the file and the
+/// mode it had. Changing it rather than only warning is deliberate: SQLite creates `-wal` and
+/// `-shm` with the main file's mode (overriding the umask), so a loose ledger would keep
+/// producing loose WAL files holding the latest payments, and a warning alone would leave them
+/// readable. Copies are taken with `claimgate backup`, which needs no group access to the live
+/// file.
 fn create_private(path: &Path) -> Result<()> {
     match crate::support::files::create_private(path) {
         Ok(_) => Ok(()),
