@@ -73,6 +73,37 @@ fn a_unix_socket_password_never_shows_in_the_start_line_or_status() {
         );
         outputs.extend([table, json]);
     }
+    // A URL redis-rs cannot parse is quoted in the error, hidden whole; one it parses but cannot
+    // reach is shown redacted beside the error.
+    let mangled = world
+        .cmd(&["status", "--json"])
+        .env("REDIS_URL", format!("redis://:pa/ss-{PW}@127.0.0.1:6379"))
+        .output()
+        .unwrap();
+    assert_eq!(mangled.status.code(), Some(2), "{}", text(&mangled));
+    assert!(
+        text(&mangled).contains("bad --redis-url redis://***"),
+        "{}",
+        text(&mangled)
+    );
+    let refused = world
+        .cmd(&["status", "--json"])
+        .env(
+            "REDIS_URL",
+            format!("unix://{}.gone?pass={PW}", socket.display()),
+        )
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert!(doc["redis"]["error"].is_string(), "{doc}");
+    assert!(
+        doc["redis"]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(".gone?pass=***"),
+        "{doc}"
+    );
+    outputs.extend([mangled, refused]);
     for out in &outputs {
         assert!(!text(out).contains(PW), "password leaked:\n{}", text(out));
     }
