@@ -339,15 +339,34 @@ pub(crate) fn readme_acl_args(password: &str) -> Vec<String> {
         1,
         "README.md should document one ACL: {documented:?}"
     );
-    let words: Vec<&str> = documented[0].split_whitespace().collect();
-    assert!(words.contains(&">PASSWORD"), "{words:?}");
+    let words = shell_words(documented[0]);
+    assert!(words.iter().any(|w| w == ">PASSWORD"), "{words:?}");
     words[1..]
         .iter()
-        .map(|w| match *w {
+        .map(|w| match w.as_str() {
             ">PASSWORD" => format!(">{password}"),
             w => w.to_owned(),
         })
         .collect()
+}
+
+/// `command` split into words as redis-cli splits it: on spaces, except inside double quotes.
+fn shell_words(command: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+    for c in command.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    assert!(!quoted, "unbalanced quotes in {command:?}");
+    words.extend((!word.is_empty()).then_some(word));
+    words
 }
 
 /// A connection as `url`'s user.
@@ -372,7 +391,8 @@ fn assert_permitted(what: &str, out: &Output) {
 #[test]
 fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
     // 1. A private Redis; an admin user for the test; README's ACL user, created from the
-    //    README's own text; then the default user switched off.
+    //    README's own text; then the default user switched off. The user can SET a marker
+    //    key, not a stream key.
     // 2. As the ACL user: produce 10 submissions and a malformed line; run --fast-filter drains
     //    them (10 paid, 1 dead letter, 10 markers); relay publishes 10 events.
     // 3. produce 10 new and the first 10 again; run --fast-filter --relay --metrics-addr pays the
@@ -420,6 +440,28 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
             .is_err(),
         "the default user must be off"
     );
+    // Least privilege: the user may SET only fast-filter markers, never over a stream.
+    let mut user = connect(&user_url);
+    let refused: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("grants:submissions:dead")
+        .arg("x")
+        .query(&mut user);
+    let refused = refused.expect_err("SET on a stream key must be refused");
+    assert!(
+        refused.to_string().to_lowercase().contains("perm"),
+        "{refused}"
+    );
+    let _: () = redis::cmd("SET")
+        .arg("grants:submissions:committed:grant-workers:probe")
+        .arg("x")
+        .arg("EX")
+        .arg(1)
+        .query(&mut user)
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("grants:submissions:committed:grant-workers:probe")
+        .query(&mut admin)
+        .unwrap();
     let as_user = |args: &[&str]| {
         let mut cmd = world.cmd(args);
         cmd.env("REDIS_URL", &user_url);
