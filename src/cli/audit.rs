@@ -3,7 +3,7 @@
 use super::common::open_existing;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::ledger::Since;
+use crate::ledger::{AuditLog, Since};
 use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
@@ -82,17 +82,46 @@ fn parse_since(since: Option<String>) -> Result<Since> {
 fn export(cfg: &Config, out: Option<PathBuf>, since: Option<String>) -> Result<()> {
     let since = parse_since(since)?;
     let ledger = open_existing(cfg)?;
-    let sink: Box<dyn Write> = match &out {
-        Some(p) => Box::new(
-            std::fs::File::create(p)
-                .map_err(|e| Error::Config(format!("cannot create {}: {e}", p.display())))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
+    let Some(path) = out else {
+        let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
+        let summary = write_records(&*ledger, &since, &mut sink)?;
+        eprintln!("exported {summary}");
+        return Ok(());
     };
-    let mut sink = std::io::BufWriter::new(sink);
+    // Evidence: a new owner-only file, never an existing one overwritten (an earlier export may
+    // be the copy someone relies on), and never left half-written.
+    let file = crate::support::files::create_private(&path).map_err(|e| {
+        Error::Config(format!(
+            "cannot create {} (an existing file is never overwritten): {e}",
+            path.display()
+        ))
+    })?;
+    let mut sink = std::io::BufWriter::new(file);
+    let written = write_records(&*ledger, &since, &mut sink).and_then(|summary| {
+        let file = sink
+            .into_inner()
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+        Ok(summary)
+    });
+    match written {
+        Ok(summary) => {
+            eprintln!("exported {summary}");
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
+}
+
+/// Writes the selected records as JSON lines; returns what to tell the operator.
+fn write_records(ledger: &dyn AuditLog, since: &Since, sink: &mut impl Write) -> Result<String> {
     let (mut n, mut range, mut head) = (0u64, None::<(i64, i64)>, String::new());
-    ledger.for_each_record(&since, &mut |r| {
-        serde_json::to_writer(&mut sink, &r).expect("records serialize");
+    ledger.for_each_record(since, &mut |r| {
+        serde_json::to_writer(&mut *sink, &r).expect("records serialize");
         sink.write_all(b"\n")
             .map_err(|e| Error::io("writing the export", e))?;
         n += 1;
@@ -102,14 +131,8 @@ fn export(cfg: &Config, out: Option<PathBuf>, since: Option<String>) -> Result<(
     })?;
     sink.flush()
         .map_err(|e| Error::io("writing the export", e))?;
-    if let Some(p) = &out {
-        std::fs::File::open(p)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io(format!("syncing {}", p.display()), e))?;
-    }
     let seqs = range
         .map(|(a, b)| format!(" (seq {a}..={b}, last hash {head})"))
         .unwrap_or_default();
-    eprintln!("exported {n} audit records{seqs}");
-    Ok(())
+    Ok(format!("{n} audit records{seqs}"))
 }

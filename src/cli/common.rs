@@ -18,12 +18,9 @@ pub fn shutdown_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// Opens the ledger `--db` names with default settings, creating it if there is none.
-pub fn open(cfg: &Config) -> Result<Box<dyn Backend>> {
-    crate::ledger::open(&LedgerConfig::new(&cfg.db_path))
-}
-
-/// Opens a ledger that must already exist (these commands never create one).
+/// Opens a ledger that must already exist. Only `run` and `relay` create a ledger; every other
+/// command on a path with no ledger (a typo, the wrong directory) is a configuration error that
+/// names the path, never a new empty ledger that makes a hold or a status look real.
 pub fn open_existing(cfg: &Config) -> Result<Box<dyn Backend>> {
     let mut lcfg = LedgerConfig::new(&cfg.db_path);
     lcfg.create = false;

@@ -1,6 +1,6 @@
 //! The operator's commands on the ledger as a whole: `status`, `verify` and `backup`.
 
-use super::common::{open, open_existing};
+use super::common::open_existing;
 use crate::config::Config;
 use crate::error::Result;
 use clap::Args;
@@ -23,7 +23,7 @@ pub struct BackupArgs {
 
 /// `claimgate status`.
 pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
-    let ledger = open(cfg)?;
+    let ledger = open_existing(cfg)?;
     crate::ops::status::run(cfg, &*ledger, args.json)
 }
 

@@ -1,7 +1,7 @@
 //! `claimgate retention purge` and `claimgate hold add|remove|list`: what may be removed, and
 //! what never may.
 
-use super::common::{open, open_existing};
+use super::common::open_existing;
 use crate::config::Config;
 use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
@@ -93,7 +93,7 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
             return Err(Error::Config("the award id must not be empty".into()));
         }
     }
-    let ledger = open(cfg)?;
+    let ledger = open_existing(cfg)?;
     match args.command {
         HoldCommand::Add { award_id, reason } => {
             let placed = ledger.hold_add(&award_id, &reason, &now_rfc3339())?;

@@ -672,3 +672,56 @@ fn workers_starting_together_on_a_new_ledger_all_open_it() {
     }
     assert_eq!(world.count("disbursements"), 20);
 }
+
+#[test]
+fn commands_other_than_run_and_relay_never_create_a_ledger() {
+    // A typo in --db must not conjure an empty ledger that makes a hold or a status look real:
+    // every read-or-annotate command on a missing path exits 2 naming it, and creates nothing.
+    let world = World::new();
+    let typo = world.dir.path().join("claimgate-typo.db");
+    let typo_arg = typo.to_str().unwrap();
+    for args in [
+        vec!["hold", "add", "A-1", "--reason", "audit 2026-17"],
+        vec!["hold", "list"],
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["verify"],
+        vec!["audit", "export"],
+        vec!["audit", "verify"],
+        vec!["retention", "purge", "--before", "2020-01-01"],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--db", typo_arg]);
+        let out = world.run(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(typo_arg),
+            "{args:?} must name the path: {stderr}"
+        );
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+}
+
+#[test]
+fn audit_export_writes_a_new_private_file_and_never_overwrites_one() {
+    // 1. A ledger with records; `audit export --out` writes a 0600 file whose lines verify.
+    // 2. A second export to the same path is refused (exit 2) and the first file is unchanged.
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new();
+    world.add(&(0..5).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    let out = world.dir.path().join("export.jsonl");
+    let out_arg = out.to_str().unwrap();
+    world.run_ok(&["audit", "export", "--out", out_arg]);
+    let first = std::fs::read(&out).unwrap();
+    assert_eq!(first.iter().filter(|b| **b == b'\n').count(), 5);
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "export mode {mode:o}");
+    world.run_ok(&["audit", "verify", "--file", out_arg]);
+
+    let again = world.run(&["audit", "export", "--out", out_arg]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
+    assert_eq!(std::fs::read(&out).unwrap(), first);
+}
