@@ -267,4 +267,61 @@ mod tests {
             "a checkpoint cannot bridge mid-chain"
         );
     }
+
+    /// The hash rule pinned by vectors computed outside Rust (Python's `hashlib` over the
+    /// canonical JSON spelled out here), so a change to field order, null handling or the
+    /// prev-hash prefix cannot pass unnoticed by checking the code against itself:
+    /// `sha256(prev_hash_hex_ascii || canonical_json_with_empty_hash)`.
+    #[test]
+    fn the_hash_matches_vectors_computed_outside_rust() {
+        let mut first = Record {
+            seq: 7,
+            kind: Kind::Processed,
+            idempotency_key: Some("ab".repeat(32)),
+            award_id: Some("A-2026-014".into()),
+            amount_cents: Some(125_000),
+            stream_entry_id: Some("1719824400000-0".into()),
+            consumer: Some("node-1".into()),
+            delivery_count: Some(1),
+            detail: None,
+            recorded_at: "2026-07-01T09:00:00.123456Z".into(),
+            prev_hash: String::new(),
+            hash: String::new(),
+        };
+        first.seal(GENESIS_HASH);
+        let mut content = first.clone();
+        content.hash = String::new();
+        let canonical = concat!(
+            r#"{"seq":7,"kind":"processed","idempotency_key":"#,
+            r#""abababababababababababababababababababababababababababababababab","#,
+            r#""award_id":"A-2026-014","amount_cents":125000,"stream_entry_id":"1719824400000-0","#,
+            r#""consumer":"node-1","delivery_count":1,"detail":null,"#,
+            r#""recorded_at":"2026-07-01T09:00:00.123456Z","#,
+            r#""prev_hash":"0000000000000000000000000000000000000000000000000000000000000000","#,
+            r#""hash":""}"#
+        );
+        assert_eq!(serde_json::to_string(&content).unwrap(), canonical);
+        assert_eq!(
+            first.hash,
+            "d1854f6a65a13ad6513cfe289f5115e8aae508bd91c1eeab4a1751c4e0fb9ce2"
+        );
+
+        let mut second = Record {
+            seq: 8,
+            kind: Kind::Duplicate,
+            amount_cents: None,
+            stream_entry_id: Some("1719824400001-0".into()),
+            consumer: Some("node-2".into()),
+            delivery_count: Some(2),
+            detail: Some("first claimed at 2026-07-01T09:00:00.123456Z".into()),
+            recorded_at: "2026-07-01T09:00:01.000000Z".into(),
+            ..first.clone()
+        };
+        second.seal(&first.hash);
+        assert_eq!(
+            second.hash,
+            "d185172245d4eb2b74870b9b15d92ca4be3cd4fabb970f966341d3a88c4b19b0"
+        );
+        assert_eq!(verify_chain([&first, &second]), Ok(2));
+    }
 }

@@ -7,6 +7,7 @@ mod audit;
 mod batching;
 mod chaos;
 mod contract;
+mod errors;
 mod fuzz;
 mod layers;
 mod ops;
