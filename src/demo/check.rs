@@ -192,7 +192,7 @@ impl Evidence {
             ),
             check(
                 "total equals the sum of distinct submissions",
-                l.disbursed_cents_total == expected.cents_total,
+                l.disbursed_cents_total == i128::from(expected.cents_total),
                 format!(
                     "{} cents paid, {} cents sent",
                     l.disbursed_cents_total, expected.cents_total

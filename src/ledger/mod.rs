@@ -139,8 +139,10 @@ pub struct Stats {
     pub claims: u64,
     /// Rows in `disbursements`.
     pub disbursements: u64,
-    /// Sum of `disbursements.amount_cents`.
-    pub disbursed_cents_total: i64,
+    /// Sum of `disbursements.amount_cents`, exact: an i128 cannot overflow on any number of
+    /// i64 amounts a ledger can hold (a ledger written before `--amount-cents-max` may hold
+    /// amounts whose sum is past i64).
+    pub disbursed_cents_total: i128,
     /// Outbox rows not yet published.
     pub outbox_backlog: u64,
     /// Age in seconds of the oldest unpublished outbox row, if any.

@@ -13,7 +13,7 @@ use claimgate::config::OnConflict;
 use claimgate::domain::audit::{Kind, Record};
 use claimgate::domain::clock::now_rfc3339;
 use claimgate::domain::event::{self, DISBURSEMENT_RECORDED};
-use claimgate::domain::submission::{parse_payload, Submission};
+use claimgate::domain::submission::{parse_payload, Limits, Submission};
 use claimgate::ledger::sqlite::SqliteLedger;
 use claimgate::ledger::{
     AuditLog, Inspect, Item, Ledger, MemoryLedger, Outbox, OutboxRow, Outcome, Since, Stats,
@@ -22,7 +22,10 @@ use claimgate::ledger::{
 use claimgate::Result;
 use std::sync::Arc;
 
-const MAX: usize = 1 << 20;
+const MAX: &Limits = &Limits {
+    payload_bytes_max: 1 << 20,
+    amount_cents_max: i64::MAX,
+};
 const STREAM: &str = "grants:submissions";
 
 /// A ledger under test: a fresh one per test, and the fault hook.
@@ -167,6 +170,7 @@ for_every_ledger!(
     a_conflicting_resubmission_is_paid_and_linked_under_record,
     a_conflicting_resubmission_is_held_once_per_entry_under_hold,
     verify_summarises_a_clean_ledger,
+    the_disbursed_total_is_exact_past_i64,
 );
 
 // ----- Building items ---------------------------------------------------------------------------
@@ -487,7 +491,7 @@ fn concurrent_writers_leave_one_linear_chain_and_lose_nothing<L: Subject>() {
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements), (KEYS as u64, KEYS as u64));
     assert_eq!(st.duplicates_suppressed, ((WRITERS - 1) * KEYS) as u64);
-    let expected_cents: i64 = (0..KEYS as i64).map(|i| 100 + i).sum();
+    let expected_cents: i128 = (0..KEYS as i128).map(|i| 100 + i).sum();
     assert_eq!(st.disbursed_cents_total, expected_cents);
 }
 
@@ -695,6 +699,27 @@ fn a_conflicting_resubmission_is_held_once_per_entry_under_hold<L: Subject>() {
     );
     assert_eq!(st.disbursed_cents_total, before.disbursed_cents_total);
     assert_eq!((st.dead_letters, st.conflicts), (2, 2));
+    l.verify().unwrap();
+}
+
+fn the_disbursed_total_is_exact_past_i64<L: Subject>() {
+    // Amounts of i64::MAX (possible with the amount limit raised to it, or in a ledger written
+    // before the limit existed) sum past i64: stats gives the exact figure, never an error.
+    let l = L::fresh(OnConflict::Record);
+    let huge: Vec<Submission> = (0..3)
+        .map(|i| {
+            let payload = format!(
+                r#"{{"award_id":"H-{i}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{}}}"#,
+                i64::MAX - i
+            );
+            parse_payload(payload.as_bytes(), MAX).unwrap()
+        })
+        .collect();
+    let items: Vec<Item<'_>> = huge.iter().map(|s| item(s, "1-0")).collect();
+    l.record(&items, "c", STREAM).unwrap();
+    let st = counts(&l);
+    assert_eq!(st.disbursements, 3);
+    assert_eq!(st.disbursed_cents_total, 3 * i128::from(i64::MAX) - 3);
     l.verify().unwrap();
 }
 

@@ -8,6 +8,7 @@ mod batching;
 mod chaos;
 mod contract;
 mod fuzz;
+mod identity;
 mod layers;
 mod ops;
 mod relay;

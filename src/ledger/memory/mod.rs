@@ -198,8 +198,8 @@ impl Ledger for MemoryLedger {
         let disbursed_cents_total = state
             .disbursements
             .iter()
-            .try_fold(0i64, |sum, d| sum.checked_add(d.amount_cents))
-            .ok_or_else(|| Error::Other("integer overflow summing disbursements".into()))?;
+            .map(|d| i128::from(d.amount_cents))
+            .sum();
         Ok(Stats {
             claims: state.claims.len() as u64,
             disbursements: state.disbursements.len() as u64,

@@ -228,6 +228,20 @@ impl Ledger for SqliteLedger {
     }
 }
 
+/// The exact sum of every disbursement. SQLite's SUM stops with "integer overflow" past i64
+/// and TOTAL rounds to a float, so the amounts are summed in two halves that cannot overflow —
+/// the high 32 bits (each under 2^31, amounts being positive) and the low 32 bits (each under
+/// 2^32), exact for fewer than 2^31 rows — and joined in an i128 here.
+fn disbursed_cents_total(conn: &Connection) -> Result<i128> {
+    let (high, low): (i64, i64) = conn.query_row(
+        "SELECT COALESCE(SUM(amount_cents >> 32), 0), COALESCE(SUM(amount_cents & 4294967295), 0)
+         FROM disbursements",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((i128::from(high) << 32) + i128::from(low))
+}
+
 fn stats(conn: &Connection) -> Result<Stats> {
     let count =
         |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
@@ -239,11 +253,7 @@ fn stats(conn: &Connection) -> Result<Stats> {
     Ok(Stats {
         claims: count("SELECT COUNT(*) FROM processed_messages")?,
         disbursements: count("SELECT COUNT(*) FROM disbursements")?,
-        disbursed_cents_total: conn.query_row(
-            "SELECT COALESCE(SUM(amount_cents), 0) FROM disbursements",
-            [],
-            |r| r.get(0),
-        )?,
+        disbursed_cents_total: disbursed_cents_total(conn)?,
         outbox_backlog: count("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")?,
         outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
         dead_letters: count("SELECT COUNT(*) FROM dead_letters")?,

@@ -1,0 +1,93 @@
+//! Money and identity: amounts are bounded and every total is exact; a payload that repeats a
+//! JSON key is refused; one instant is one instant for conflict detection, however it is
+//! spelled. Each test drives the real binary against a real redis-server and a SQLite file.
+
+use crate::support::World;
+
+/// A submission of `amount_cents` for `award` at 09:00 UTC on 1 July 2026.
+fn paying(award: &str, amount_cents: &str) -> String {
+    format!(
+        r#"{{"award_id":"{award}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{amount_cents}}}"#
+    )
+}
+
+/// The dead letters' `reason_code`s, keyed by original entry id.
+fn reason_codes(world: &World) -> std::collections::HashMap<String, String> {
+    world
+        .dead_letters()
+        .into_iter()
+        .map(|d| {
+            let text = |f: &str| String::from_utf8(d[f].clone()).unwrap();
+            (text("original_id"), text("reason_code"))
+        })
+        .collect()
+}
+
+#[test]
+fn amounts_over_the_limit_are_dead_lettered_and_totals_stay_exact_past_i64() {
+    // 1. Under the default limit ($1 billion): amounts of i64::MAX and limit + 1 are dead-
+    //    lettered as amount_too_large; exactly the limit is paid.
+    // 2. An operator who raises the limit to i64::MAX (as a ledger written before the limit
+    //    existed would hold) gets two i64::MAX payments: the sum is past i64.
+    // 3. `status`, `status --json` and `verify` still answer, with the exact total.
+    let world = World::new();
+    let max = i64::MAX.to_string();
+    let refused = world.add(&[
+        paying("A-1", &max),
+        paying("A-2", &max),
+        paying("A-3", "100000000001"),
+    ]);
+    world.add(&[paying("A-4", "100000000000")]);
+    world.drain(&[]);
+    let codes = reason_codes(&world);
+    for id in &refused {
+        assert_eq!(codes[id], "amount_too_large", "entry {id}");
+    }
+    assert_eq!(world.count("disbursements"), 1);
+    assert_eq!(world.count("dead_letters"), 3);
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM dead_letters WHERE reason_code = 'amount_too_large'"),
+        3
+    );
+
+    world.add(&[paying("B-1", &max), paying("B-2", &max)]);
+    world.drain(&["--amount-cents-max", &max]);
+    assert_eq!(world.count("disbursements"), 3);
+
+    let exact = (2 * i128::from(i64::MAX) + 100_000_000_000).to_string();
+    let json = String::from_utf8(world.run_ok(&["status", "--json"]).stdout).unwrap();
+    assert!(
+        json.contains(&format!("\"disbursed_cents_total\": {exact}")),
+        "{json}"
+    );
+    let table = String::from_utf8(world.run_ok(&["status"]).stdout).unwrap();
+    assert!(
+        table.contains(&format!("$184,467,441,737,095,516.14 ({exact} cents)")),
+        "{table}"
+    );
+    world.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_payload_repeating_a_json_key_is_dead_lettered_and_not_paid() {
+    // serde_json alone keeps the last value: this entry would have paid 200000 cents while a
+    // reader that keeps the first value saw 1.
+    let world = World::new();
+    let top = world.add(&[
+        r#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1,"amount_cents":200000}"#.to_owned(),
+    ]);
+    let nested = world.add(&[
+        r#"{"award_id":"A-2","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1,"bank":{"iban":"X","iban":"Y"}}"#.to_owned(),
+    ]);
+    world.add(&[paying("A-3", "7")]);
+    world.drain(&[]);
+    let codes = reason_codes(&world);
+    assert_eq!(codes[&top[0]], "duplicate_key");
+    assert_eq!(codes[&nested[0]], "duplicate_key");
+    assert_eq!(world.count("disbursements"), 1);
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        7
+    );
+    assert_eq!(world.pending(), 0);
+}
