@@ -27,8 +27,12 @@
 //!    path can claim a key twice or post a second disbursement for one claim. A dead letter is
 //!    recorded once per stream entry id (a held conflict counts as one): a second delivery of
 //!    the same entry is [`Outcome::AlreadyDeadLettered`] and writes nothing. A conflict names
-//!    the earliest claim with the same award and submission time and another key, claims made
-//!    earlier in the same batch included.
+//!    the earliest claim with the same award and submission *instant* and another key, claims
+//!    made earlier in the same batch included. The instant is
+//!    [`Submission::submission_instant`], compared exactly: `…09:00:00Z`, `…11:00:00+02:00`
+//!    and `…09:00:00.000Z` are one instant (and three keys, three submissions), so each later
+//!    one conflicts with the first. Every claim stores its instant, and a ledger made before
+//!    instants were stored has them filled in when it is opened.
 //! 4. **A linear audit chain.** Every effect leaves its audit records in the same transaction:
 //!    one `processed`, `duplicate` or `dead_letter` record per item, plus a `conflict` record
 //!    for a conflicting resubmission (and a `dead_letter` record when it is held). Records get consecutive `seq` numbers in commit order across all
@@ -115,8 +119,8 @@ pub enum Outcome {
     DeadLettered,
     /// This entry had already been dead-lettered by an earlier delivery; nothing written.
     AlreadyDeadLettered,
-    /// Processed and paid, but an earlier claim has the same award and submission time with a
-    /// different payload: a `conflict` record linking both keys was written too.
+    /// Processed and paid, but an earlier claim has the same award and submission instant
+    /// with a different key: a `conflict` record linking both keys was written too.
     ProcessedConflicting {
         /// The earlier claim's key, in hex.
         other_key: String,

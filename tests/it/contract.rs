@@ -171,6 +171,8 @@ for_every_ledger!(
     a_conflicting_resubmission_is_held_once_per_entry_under_hold,
     verify_summarises_a_clean_ledger,
     the_disbursed_total_is_exact_past_i64,
+    one_instant_spelled_four_ways_is_one_conflict_each_under_record,
+    one_instant_spelled_four_ways_is_held_after_the_first_under_hold,
 );
 
 // ----- Building items ---------------------------------------------------------------------------
@@ -629,7 +631,7 @@ fn a_conflicting_resubmission_is_paid_and_linked_under_record<L: Subject>() {
     assert_eq!(
         recs[2].detail,
         Some(format!(
-            "conflicts with key {} (claimed at {t1}): same award_id and submission_timestamp, \
+            "conflicts with key {} (claimed at {t1}): same award_id and submission instant, \
              different payload; paid (--on-conflict record)",
             s1.key.to_hex()
         ))
@@ -720,6 +722,78 @@ fn the_disbursed_total_is_exact_past_i64<L: Subject>() {
     let st = counts(&l);
     assert_eq!(st.disbursements, 3);
     assert_eq!(st.disbursed_cents_total, 3 * i128::from(i64::MAX) - 3);
+    l.verify().unwrap();
+}
+
+/// One award at one instant, spelled four ways: four keys, one instant.
+const SPELLINGS: [&str; 4] = [
+    "2026-07-01T09:00:00Z",
+    "2026-07-01T11:00:00+02:00",
+    "2026-07-01t09:00:00z",
+    "2026-07-01T09:00:00.000Z",
+];
+
+/// Award `I-1` at `timestamp`, 500 cents.
+fn at(timestamp: &str) -> Submission {
+    let payload =
+        format!(r#"{{"award_id":"I-1","submission_timestamp":"{timestamp}","amount_cents":500}}"#);
+    parse_payload(payload.as_bytes(), MAX).unwrap()
+}
+
+fn one_instant_spelled_four_ways_is_one_conflict_each_under_record<L: Subject>() {
+    // Different spellings are different submissions (different keys, each paid), but each
+    // later one conflicts with the first claim at that instant; another instant does not, and
+    // the same spelling again is a duplicate.
+    let l = L::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = SPELLINGS.iter().map(|t| at(t)).collect();
+    let later = at("2026-07-01T09:00:00.000000001Z");
+    let first = l.record(&[item(&subs[0], "1-0")], "c", STREAM).unwrap();
+    assert_eq!(first, vec![Outcome::Processed]);
+    let items: Vec<Item<'_>> = subs[1..]
+        .iter()
+        .chain([&later, &subs[2]])
+        .map(|s| item(s, "2-0"))
+        .collect();
+    let out = l.record(&items, "c", STREAM).unwrap();
+    let conflicting = Outcome::ProcessedConflicting {
+        other_key: subs[0].key.to_hex(),
+    };
+    assert_eq!(&out[..3], &vec![conflicting; 3][..]);
+    assert_eq!(
+        out[3],
+        Outcome::Processed,
+        "a nanosecond later is another instant"
+    );
+    assert!(matches!(out[4], Outcome::Duplicate { .. }));
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.conflicts), (5, 5, 3));
+    let recs = records(&l, &Since::All);
+    let conflicts: Vec<&Record> = recs.iter().filter(|r| r.kind == Kind::Conflict).collect();
+    for (r, s) in conflicts.iter().zip(&subs[1..]) {
+        assert_eq!(r.idempotency_key, Some(s.key.to_hex()));
+    }
+    l.verify().unwrap();
+}
+
+fn one_instant_spelled_four_ways_is_held_after_the_first_under_hold<L: Subject>() {
+    // Under hold only the first spelling is paid; each later spelling is held for review.
+    let l = L::fresh(OnConflict::Hold);
+    let subs: Vec<Submission> = SPELLINGS.iter().map(|t| at(t)).collect();
+    let ids = ["1-0", "2-0", "3-0", "4-0"];
+    let items: Vec<Item<'_>> = subs.iter().zip(ids).map(|(s, id)| item(s, id)).collect();
+    let out = l.record(&items, "c", STREAM).unwrap();
+    let held = Outcome::Held {
+        other_key: subs[0].key.to_hex(),
+        first: true,
+    };
+    assert_eq!(
+        out,
+        vec![Outcome::Processed, held.clone(), held.clone(), held]
+    );
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements), (1, 1));
+    assert_eq!((st.conflicts, st.dead_letters), (3, 3));
+    assert_eq!(st.disbursed_cents_total, 500);
     l.verify().unwrap();
 }
 

@@ -91,3 +91,114 @@ fn a_payload_repeating_a_json_key_is_dead_lettered_and_not_paid() {
     );
     assert_eq!(world.pending(), 0);
 }
+
+/// Award `T-1` at `timestamp`, 500 cents: each spelling is its own payload and key.
+fn spelled(timestamp: &str) -> String {
+    format!(r#"{{"award_id":"T-1","submission_timestamp":"{timestamp}","amount_cents":500}}"#)
+}
+
+/// One award at one instant, spelled four ways.
+const SPELLINGS: [&str; 4] = [
+    "2026-07-01T09:00:00Z",
+    "2026-07-01T11:00:00+02:00",
+    "2026-07-01t09:00:00z",
+    "2026-07-01T09:00:00.000Z",
+];
+
+#[test]
+fn one_instant_spelled_four_ways_is_paid_with_three_conflicts_recorded() {
+    // Under --on-conflict record (the default) every spelling is paid — they are different
+    // bytes, so different submissions — and each later one leaves a conflict record.
+    let world = World::new();
+    world.add(&SPELLINGS.map(spelled));
+    world.drain(&[]);
+    assert_eq!(world.count("disbursements"), 4);
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'"),
+        3
+    );
+    assert_eq!(
+        world.sql_i64(
+            "SELECT COUNT(*) FROM processed_messages
+             WHERE submission_instant = '2026-07-01T09:00:00.000000000Z'"
+        ),
+        4,
+        "four spellings, one stored instant"
+    );
+    world.run_ok(&["verify"]);
+}
+
+#[test]
+fn one_instant_spelled_four_ways_is_paid_once_and_held_three_times_under_hold() {
+    // Under --on-conflict hold only the first spelling is paid; the other three are held for
+    // review: dead-lettered as conflict_hold, nothing claimed for them.
+    let world = World::new();
+    let ids = world.add(&SPELLINGS.map(spelled));
+    world.drain(&["--on-conflict", "hold"]);
+    assert_eq!(world.count("disbursements"), 1);
+    assert_eq!(world.count("processed_messages"), 1);
+    let codes = reason_codes(&world);
+    for id in &ids[1..] {
+        assert_eq!(codes[id], "conflict_hold", "entry {id}");
+    }
+    assert_eq!(world.pending(), 0);
+    world.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_ledger_from_before_instants_is_upgraded_in_place_and_then_sees_the_conflict() {
+    // 1. A ledger pays T-1 at 09:00:00Z.
+    // 2. It is taken back to the previous release's shape: no submission_instant column and
+    //    no claim_instant index (what every ledger made before this change looks like).
+    // 3. A worker opens it and is fed the same instant spelled +02:00: the open adds the
+    //    column, backfills the old claim's instant, and the new claim conflicts with it.
+    // 4. Opening again changes nothing; verify passes.
+    let world = World::new();
+    world.add(&[spelled(SPELLINGS[0])]);
+    world.drain(&[]);
+    {
+        let conn = rusqlite::Connection::open(&world.db).unwrap();
+        conn.execute_batch(
+            "DROP INDEX claim_instant;
+             ALTER TABLE processed_messages DROP COLUMN submission_instant;",
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        world.sql_i64(
+            "SELECT COUNT(*) FROM pragma_table_info('processed_messages')
+             WHERE name = 'submission_instant'"
+        ),
+        0
+    );
+
+    world.add(&[spelled(SPELLINGS[1])]);
+    world.drain(&[]);
+    assert_eq!(
+        world.sql_i64(
+            "SELECT COUNT(*) FROM processed_messages
+             WHERE submission_instant = '2026-07-01T09:00:00.000000000Z'"
+        ),
+        2,
+        "the old claim was backfilled and the new one stored its instant"
+    );
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'"),
+        1
+    );
+    assert_eq!(
+        world.sql_i64(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'claim_instant'"
+        ),
+        1
+    );
+    let records = world.count("audit_log");
+    world.run_ok(&["verify"]);
+    world.drain(&[]);
+    assert_eq!(
+        world.count("audit_log"),
+        records,
+        "a second open changes nothing"
+    );
+    assert_eq!(world.count("disbursements"), 2);
+}

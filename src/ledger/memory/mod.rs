@@ -50,8 +50,9 @@ struct ClaimRow {
     key: IdempotencyKey,
     /// The award, as in the payload.
     award_id: String,
-    /// The submission time, as in the payload.
-    submission_timestamp: String,
+    /// The instant the submission's timestamp names, in one spelling
+    /// (`domain::clock::instant_utc`); the spelling itself is covered by the key.
+    submission_instant: String,
     /// The amount the claim pays.
     amount_cents: i64,
     /// When the claim was taken: the batch's time.
@@ -97,7 +98,8 @@ struct State {
     claims: Vec<ClaimRow>,
     /// Index into `claims` by key: the UNIQUE constraint on the claim.
     claim_by_key: HashMap<IdempotencyKey, usize>,
-    /// Indexes into `claims` by (submission time, award), ascending: the conflict lookup.
+    /// Indexes into `claims` by (submission instant, award), ascending: the conflict lookup,
+    /// as SQLite's `claim_instant` index.
     claims_by_award_time: HashMap<(String, String), Vec<usize>>,
     /// Disbursements, in id order.
     disbursements: Vec<DisbursementRow>,

@@ -254,8 +254,9 @@ impl<'t, 'a> Batch<'t, 'a> {
             .tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
-                 submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+                 submission_instant)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 s.key.as_bytes().as_slice(),
@@ -264,7 +265,8 @@ impl<'t, 'a> Batch<'t, 'a> {
                 s.amount_cents,
                 self.now,
                 claim.entry_id,
-                self.ctx.consumer
+                self.ctx.consumer,
+                s.submission_instant
             ])?;
         if claimed == 0 {
             // Only a claim of this very key can have refused ours, so it is there to be found.

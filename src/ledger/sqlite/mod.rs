@@ -17,6 +17,7 @@ mod error;
 mod multirow;
 mod outbox;
 mod purge;
+mod upgrade;
 mod verify;
 
 pub use checkpoint::Checkpointer;
@@ -68,11 +69,11 @@ impl SqliteLedger {
             )));
         }
         create_private(&cfg.path)?;
-        let first = Connection::open(&cfg.path).map_err(|e| {
+        let mut first = Connection::open(&cfg.path).map_err(|e| {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
         })?;
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        prepare_file(&first, cfg)?;
+        prepare_file(&mut first, cfg)?;
         drop(first);
         let pool = pool(cfg)?;
         // Checkpoints then run on their own thread, so the writer's commits only append to the
@@ -161,7 +162,7 @@ fn pool(cfg: &LedgerConfig) -> Result<Pool<SqliteConnectionManager>> {
 /// schema. Processes opening a brand-new ledger at the same moment race to convert it, and
 /// SQLite settles that race by failing one side with SQLITE_BUSY at once instead of waiting
 /// (waiting could deadlock); the loser tries again, within the busy timeout.
-fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
+fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_millis(cfg.busy_timeout_ms);
     let mut attempt = 0;
     loop {
@@ -173,7 +174,10 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
                     cfg.path.display()
                 )));
             }
-            Ok(conn.execute_batch(SCHEMA)?)
+            // A ledger from an earlier release gets today's columns first (see `upgrade.rs`).
+            upgrade::before_schema(conn)?;
+            conn.execute_batch(SCHEMA)?;
+            upgrade::after_schema(conn)
         })();
         match result {
             Err(Error::Ledger {
