@@ -69,7 +69,7 @@ impl Trail {
                     duplicate_entries.extend(entry.clone());
                 }
                 Kind::DeadLetter => trail.dead_letter(r.detail.as_deref().unwrap_or_default()),
-                Kind::Conflict | Kind::Checkpoint => return Ok(()),
+                Kind::Conflict | Kind::Checkpoint | Kind::Vanished => return Ok(()),
             }
             accounted.extend(entry);
             Ok(())

@@ -34,8 +34,11 @@
 //!    one conflicts with the first. Every claim stores its instant, and a ledger made before
 //!    instants were stored has them filled in when it is opened.
 //! 4. **A linear audit chain.** Every effect leaves its audit records in the same transaction:
-//!    one `processed`, `duplicate` or `dead_letter` record per item, plus a `conflict` record
-//!    for a conflicting resubmission (and a `dead_letter` record when it is held). Records get consecutive `seq` numbers in commit order across all
+//!    one `processed`, `duplicate`, `dead_letter` or `vanished` record per item, plus a
+//!    `conflict` record for a conflicting resubmission (and a `dead_letter` record when it is
+//!    held). An [`Item::Vanished`] writes its `vanished` record every time it is recorded
+//!    (it is recorded before the XACK that forgets the entry, so a lost XACK can leave a
+//!    second record of the same entry id; never none). Records get consecutive `seq` numbers in commit order across all
 //!    writers (two concurrent batches never interleave or share a `seq`), and each record's
 //!    `hash = sha256(prev_hash || canonical JSON)` as [`crate::domain::audit::Record::seal`]
 //!    computes it: the fields hashed are exactly the record's columns, byte for byte as stored.
@@ -101,6 +104,15 @@ pub enum Item<'a> {
         /// Deliveries so far.
         delivery_count: u64,
     },
+    /// A pending entry whose body is gone from the stream (trimmed or deleted while pending):
+    /// leave a `vanished` audit record before the worker acknowledges it out of the pending
+    /// list. Nothing else is written: there is nothing to claim, pay or dead-letter.
+    Vanished {
+        /// The stream entry id that was pending.
+        entry_id: &'a str,
+        /// How it was found gone, in words (for the record's detail).
+        reason: &'a str,
+    },
 }
 
 /// What recording one item did.
@@ -119,6 +131,8 @@ pub enum Outcome {
     DeadLettered,
     /// This entry had already been dead-lettered by an earlier delivery; nothing written.
     AlreadyDeadLettered,
+    /// The `vanished` record of an [`Item::Vanished`] was written.
+    Vanished,
     /// Processed and paid, but an earlier claim has the same award and submission instant
     /// with a different key: a `conflict` record linking both keys was written too.
     ProcessedConflicting {
@@ -157,6 +171,9 @@ pub struct Stats {
     pub duplicates_suppressed: u64,
     /// `conflict` audit records.
     pub conflicts: u64,
+    /// `vanished` audit records: pending entries found gone from the stream and acknowledged
+    /// out of the pending list.
+    pub vanished: u64,
     /// All audit records.
     pub audit_records: u64,
 }

@@ -83,6 +83,7 @@ pub fn render(status: &Status, metrics: &Metrics) -> String {
         ("claimgate_duplicates_suppressed", "Deliveries recognised as already processed and skipped (ledger duplicate audit records).", l.duplicates_suppressed),
         ("claimgate_dead_lettered", "Entries dead-lettered with a reason (ledger dead_letters rows).", l.dead_letters),
         ("claimgate_conflicts", "Resubmissions that reused an award's timestamp with a different payload (ledger conflict audit records).", l.conflicts),
+        ("claimgate_vanished_entries", "Pending entries found gone from the stream and acknowledged out (ledger vanished audit records).", l.vanished),
         ("claimgate_disbursed_cents", "Sum of all disbursements recorded in the ledger, in cents.", u64::try_from(l.disbursed_cents_total.max(0)).unwrap_or(u64::MAX)),
         ("claimgate_entries_acked", "Stream entries this process acknowledged since it started.", Metrics::get(&metrics.acked)),
     ];

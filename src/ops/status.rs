@@ -202,6 +202,7 @@ pub fn table(s: &Status) -> String {
             l.duplicates_suppressed.to_string(),
         ),
         ("  conflicts recorded".into(), l.conflicts.to_string()),
+        ("  vanished entries recorded".into(), l.vanished.to_string()),
         ("  dead letters recorded".into(), l.dead_letters.to_string()),
         (
             "  outbox backlog".into(),

@@ -173,6 +173,7 @@ for_every_ledger!(
     the_disbursed_total_is_exact_past_i64,
     one_instant_spelled_four_ways_is_one_conflict_each_under_record,
     one_instant_spelled_four_ways_is_held_after_the_first_under_hold,
+    a_vanished_entry_leaves_a_record_and_nothing_else,
 );
 
 // ----- Building items ---------------------------------------------------------------------------
@@ -795,6 +796,49 @@ fn one_instant_spelled_four_ways_is_held_after_the_first_under_hold<L: Subject>(
     assert_eq!((st.conflicts, st.dead_letters), (3, 3));
     assert_eq!(st.disbursed_cents_total, 500);
     l.verify().unwrap();
+}
+
+fn a_vanished_entry_leaves_a_record_and_nothing_else<L: Subject>() {
+    // An entry gone from the stream while pending: one `vanished` record (entry id, consumer,
+    // time) per item, in item order among the batch's other records; nothing claimed, paid or
+    // dead-lettered for it; counted in stats; the chain verifies.
+    let l = L::fresh(OnConflict::Record);
+    let s = sub(1);
+    let gone = |id| Item::Vanished {
+        entry_id: id,
+        reason: "was deleted from the stream while pending",
+    };
+    let out = l
+        .record(
+            &[gone("7-0"), item(&s, "8-0"), gone("9-0")],
+            "reader-a",
+            STREAM,
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![Outcome::Vanished, Outcome::Processed, Outcome::Vanished]
+    );
+    let recs = records(&l, &Since::All);
+    assert_eq!(
+        kinds(&recs),
+        [Kind::Vanished, Kind::Processed, Kind::Vanished]
+    );
+    for (r, id) in [(&recs[0], "7-0"), (&recs[2], "9-0")] {
+        assert_eq!(r.stream_entry_id.as_deref(), Some(id));
+        assert_eq!(r.consumer.as_deref(), Some("reader-a"));
+        assert_eq!(r.recorded_at, recs[1].recorded_at);
+        assert_eq!(
+            r.detail.as_deref(),
+            Some("grants:submissions was deleted from the stream while pending")
+        );
+        assert_eq!((r.idempotency_key.as_ref(), r.amount_cents), (None, None));
+    }
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.dead_letters), (1, 1, 0));
+    assert_eq!((st.vanished, st.audit_records), (2, 3));
+    let summary = l.verify().unwrap();
+    assert_eq!(summary.audit_records, 3);
 }
 
 fn verify_summarises_a_clean_ledger<L: Subject>() {

@@ -214,6 +214,7 @@ impl Ledger for MemoryLedger {
             dead_letters: state.dead_letters.len() as u64,
             duplicates_suppressed: kind_count(Kind::Duplicate),
             conflicts: kind_count(Kind::Conflict),
+            vanished: kind_count(Kind::Vanished),
             audit_records: state.audit.len() as u64,
         })
     }

@@ -221,6 +221,13 @@ impl<'t, 'a> Batch<'t, 'a> {
                 self.append(r);
                 Ok(Outcome::DeadLettered)
             }
+            Item::Vanished { entry_id, reason } => {
+                let mut r = self.record(Kind::Vanished);
+                r.stream_entry_id = Some((*entry_id).to_owned());
+                r.detail = Some(format!("{} {reason}", self.ctx.stream));
+                self.append(r);
+                Ok(Outcome::Vanished)
+            }
         }
     }
 

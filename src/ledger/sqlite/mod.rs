@@ -263,6 +263,7 @@ fn stats(conn: &Connection) -> Result<Stats> {
         dead_letters: count("SELECT COUNT(*) FROM dead_letters")?,
         duplicates_suppressed: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?,
         conflicts: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'")?,
+        vanished: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'")?,
         audit_records: count("SELECT COUNT(*) FROM audit_log")?,
     })
 }
