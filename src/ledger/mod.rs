@@ -36,9 +36,9 @@
 //! 4. **A linear audit chain.** Every effect leaves its audit records in the same transaction:
 //!    one `processed`, `duplicate`, `dead_letter` or `vanished` record per item, plus a
 //!    `conflict` record for a conflicting resubmission (and a `dead_letter` record when it is
-//!    held). An [`Item::Vanished`] writes its `vanished` record every time it is recorded
-//!    (it is recorded before the XACK that forgets the entry, so a lost XACK can leave a
-//!    second record of the same entry id; never none). Records get consecutive `seq` numbers in commit order across all
+//!    held). An [`Item::Vanished`] writes its `vanished` record every time it is recorded,
+//!    with no once-per-entry check: the worker records it before the XACK that forgets the
+//!    entry, so a lost XACK can leave a second record of the same entry id. Records get consecutive `seq` numbers in commit order across all
 //!    writers (two concurrent batches never interleave or share a `seq`), and each record's
 //!    `hash = sha256(prev_hash || canonical JSON)` as [`crate::domain::audit::Record::seal`]
 //!    computes it: the fields hashed are exactly the record's columns, byte for byte as stored.

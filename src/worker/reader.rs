@@ -4,7 +4,8 @@
 //!
 //! **Invariants:** the reader never acknowledges an entry it hands on (only pending ids whose
 //! entries are gone from the stream, which nothing can process, and each of those only after
-//! the ledger transaction that records its `vanished` audit record has committed). It runs no XAUTOCLAIM scan
+//! the ledger transaction that records its `vanished` audit record has committed; see
+//! `forget_vanished` for the XAUTOCLAIM case, where Redis drops them first). It runs no XAUTOCLAIM scan
 //! while it holds an entry that the scan could re-claim. After any transient read error it
 //! re-reads its own pending list before new entries.
 
@@ -270,10 +271,12 @@ fn claim_interval(claim_idle_ms: u64) -> Duration {
 }
 
 /// Acknowledges pending ids whose entries are gone, so they stop occupying the PEL — after
-/// one ledger transaction has recorded a `vanished` audit record for each, so an entry never
-/// leaves the pending list without a trace. A transient ledger failure is waited out like the
-/// writer's; one that outlasts shutdown (or a permanent one) is returned before any XACK, so
-/// the ids stay pending and are found again next time.
+/// one ledger transaction has recorded a `vanished` audit record for each. A transient ledger
+/// failure is waited out like the writer's; one that outlasts shutdown (or a permanent one) is
+/// returned before any XACK, so ids found by re-reading our own history stay pending and are
+/// found again next time. Limit: ids that XAUTOCLAIM reports deleted (Redis 7+) were already
+/// dropped from the PEL by Redis as it reported them, so for those the XACK is a no-op and
+/// a crash before this commit loses the record (never a payment: there is nothing to pay).
 fn forget_vanished(
     conn: &mut Conn,
     ledger: &dyn Ledger,

@@ -202,3 +202,74 @@ fn a_ledger_from_before_instants_is_upgraded_in_place_and_then_sees_the_conflict
     );
     assert_eq!(world.count("disbursements"), 2);
 }
+
+#[test]
+fn a_vanished_entry_is_recorded_once_a_locked_ledger_clears() {
+    // 1. Three entries are pending on consumer `me`; two are then XDELed.
+    // 2. Another process holds the ledger's write lock: the restarted `me` finds the two gone
+    //    but cannot record them; it waits (a transient failure), recording nothing and paying
+    //    nothing. (Redis 7's XAUTOCLAIM drops deleted ids from the pending list itself as it
+    //    reports them, so whether they are still pending here depends on which read found
+    //    them; the record is what must not be lost.)
+    // 3. Once the lock is released it records both as vanished, one record each, pays the
+    //    third and exits when idle with nothing pending.
+    let world = World::new();
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&world.db).expect("create the ledger");
+    world.drain(&["--consumer", "me"]);
+    let ids = world.add(&[paying("V-1", "1"), paying("V-2", "2"), paying("V-3", "3")]);
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("grant-workers")
+        .arg("me")
+        .arg("STREAMS")
+        .arg("grants:submissions")
+        .arg(">")
+        .query(&mut world.conn())
+        .unwrap();
+    let _: u64 = redis::cmd("XDEL")
+        .arg("grants:submissions")
+        .arg(&ids[0])
+        .arg(&ids[2])
+        .query(&mut world.conn())
+        .unwrap();
+    assert_eq!(world.pending(), 3);
+
+    let locker = rusqlite::Connection::open(&world.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut worker = crate::support::Logged::spawn(world.cmd(&[
+        "run",
+        "--exit-when-idle",
+        "--consumer",
+        "me",
+        "--claim-idle-ms",
+        "600000",
+    ]));
+    worker.wait_log("recording vanished entries in the ledger failed");
+    assert!(worker.alive());
+    assert_eq!(world.count("disbursements"), 0);
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'"),
+        0
+    );
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    let status = crate::support::wait_exit(&mut worker.child, std::time::Duration::from_secs(60));
+    assert!(status.success(), "{}", worker.log_text());
+    assert_eq!(world.pending(), 0);
+    for gone in [&ids[0], &ids[2]] {
+        assert_eq!(
+            world.sql_i64(&format!(
+                "SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'
+                 AND stream_entry_id = '{gone}' AND consumer = 'me'"
+            )),
+            1,
+            "entry {gone}"
+        );
+    }
+    assert_eq!(world.count("disbursements"), 1);
+    assert_eq!(
+        world.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        2
+    );
+    world.run_ok(&["verify"]);
+}
