@@ -19,9 +19,17 @@
 -- few pages at the index's right edge instead of one random page each among millions (the
 -- write amplification that made a ledger of 1,000,000 claims 40% slower than an empty one;
 -- see BENCHMARKS.md). The same index answers "an earlier claim for this award and time"
--- (conflicting resubmissions) through its first two columns. A ledger created by an earlier
--- release keeps its UNIQUE (idempotency_key) and award/time indexes; every query here works
--- on both.
+-- A ledger created by an earlier release keeps its UNIQUE (idempotency_key) and award/time
+-- indexes; every query here works on both.
+--
+-- submission_instant is the instant submission_timestamp names, spelled one way (UTC, nine
+-- fractional digits, 'Z': src/domain/clock.rs, instant_utc), so `09:00:00Z` and
+-- `11:00:00+02:00` are one time. Conflict detection ("an earlier claim for this award at this
+-- instant with another key") compares it, never the spelling, through claim_instant below,
+-- which leads with the instant and so, like the claim index, takes new claims at its right
+-- edge. A ledger from before this column gets it on open (src/ledger/sqlite/upgrade.rs: ALTER
+-- TABLE before this file runs, then every claim without an instant is backfilled); it is NULL
+-- only for rows written by an older release, which the next open backfills.
 CREATE TABLE IF NOT EXISTS processed_messages (
     claim_id             INTEGER PRIMARY KEY,
     idempotency_key      BLOB    NOT NULL CHECK (length(idempotency_key) = 32),
@@ -31,8 +39,11 @@ CREATE TABLE IF NOT EXISTS processed_messages (
     claimed_at           TEXT    NOT NULL,
     stream_entry_id      TEXT    NOT NULL,
     consumer             TEXT    NOT NULL,
+    submission_instant   TEXT,
     UNIQUE (submission_timestamp, award_id, idempotency_key)
 );
+CREATE INDEX IF NOT EXISTS claim_instant
+    ON processed_messages (submission_instant, award_id, idempotency_key);
 
 -- The business side effect. UNIQUE (claim_id) is what makes a second disbursement for one claim
 -- impossible whatever the code does.

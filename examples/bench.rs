@@ -912,6 +912,7 @@ impl Ledger for NullLedger {
                     first_claimed_at: committed_by.to_string(),
                 },
                 Item::DeadLetter { .. } => Outcome::DeadLettered,
+                Item::Vanished { .. } => Outcome::Vanished,
             })
             .collect())
     }

@@ -16,6 +16,11 @@ pub const EVENTS_STREAM_DEFAULT: &str = "grants:events";
 pub const DB_DEFAULT: &str = "./claimgate.db";
 /// Largest payload accepted before parsing (1 MiB).
 pub const PAYLOAD_BYTES_MAX_DEFAULT: usize = 1 << 20;
+/// Largest `amount_cents` one submission may carry: $1,000,000,000.00. No single federal
+/// grant disbursement comes near it (the largest awards are paid out in many drawdowns), and
+/// it leaves room for 92 million such amounts before an i64 sum could overflow; an amount
+/// over it is a producer's bug or an attack, dead-lettered as `amount_too_large`.
+pub const AMOUNT_CENTS_MAX_DEFAULT: i64 = 100_000_000_000;
 /// Deliveries after which an entry is dead-lettered without another attempt.
 pub const MAX_DELIVERIES_DEFAULT: u64 = 5;
 /// Idle time after which another consumer's pending entry is taken over.
@@ -107,6 +112,8 @@ pub struct WorkerConfig {
     pub block_ms: u64,
     /// Largest payload accepted.
     pub payload_bytes_max: usize,
+    /// Largest `amount_cents` accepted (`--amount-cents-max`); over it is malformed.
+    pub amount_cents_max: i64,
     /// One transaction and one XACK per entry: the reference design's shape, for comparison.
     pub per_message: bool,
     /// `--fast-filter`: marker lifetime in seconds, or `None` when the filter is off.
@@ -125,6 +132,7 @@ impl WorkerConfig {
             batch_count_max: BATCH_COUNT_MAX_DEFAULT,
             block_ms: BLOCK_MS_DEFAULT,
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
+            amount_cents_max: AMOUNT_CENTS_MAX_DEFAULT,
             per_message: false,
             fast_filter_ttl_s: None,
         }

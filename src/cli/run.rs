@@ -26,6 +26,10 @@ pub struct RunArgs {
     /// Refuse payloads larger than this many bytes (checked before parsing).
     #[arg(long, env = "CLAIMGATE_PAYLOAD_BYTES_MAX", default_value_t = config::PAYLOAD_BYTES_MAX_DEFAULT)]
     pub payload_bytes_max: usize,
+    /// Dead-letter (`amount_too_large`) any submission whose amount_cents is over this. The
+    /// default, 100000000000 cents ($1 billion), is above any single grant disbursement.
+    #[arg(long, env = "CLAIMGATE_AMOUNT_CENTS_MAX", default_value_t = config::AMOUNT_CENTS_MAX_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub amount_cents_max: i64,
     /// Entries asked for per read.
     #[arg(long, env = "CLAIMGATE_BATCH_COUNT_MAX", default_value_t = config::BATCH_COUNT_MAX_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_count_max: u32,
@@ -85,6 +89,7 @@ impl RunArgs {
         wcfg.claim_idle_ms = self.claim_idle_ms;
         wcfg.max_deliveries = self.max_deliveries;
         wcfg.payload_bytes_max = self.payload_bytes_max;
+        wcfg.amount_cents_max = self.amount_cents_max;
         wcfg.batch_count_max = self.batch_count_max as usize;
         wcfg.exit_when_idle = self.exit_when_idle;
         wcfg.per_message = self.per_message;

@@ -69,7 +69,7 @@ impl Trail {
                     duplicate_entries.extend(entry.clone());
                 }
                 Kind::DeadLetter => trail.dead_letter(r.detail.as_deref().unwrap_or_default()),
-                Kind::Conflict | Kind::Checkpoint => return Ok(()),
+                Kind::Conflict | Kind::Checkpoint | Kind::Vanished => return Ok(()),
             }
             accounted.extend(entry);
             Ok(())
@@ -192,7 +192,7 @@ impl Evidence {
             ),
             check(
                 "total equals the sum of distinct submissions",
-                l.disbursed_cents_total == expected.cents_total,
+                l.disbursed_cents_total == i128::from(expected.cents_total),
                 format!(
                     "{} cents paid, {} cents sent",
                     l.disbursed_cents_total, expected.cents_total

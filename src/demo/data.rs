@@ -215,7 +215,7 @@ fn corrected(original: &str) -> (String, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::submission::parse_entry;
+    use crate::domain::submission::{parse_entry, Limits};
     use std::collections::HashSet;
 
     fn as_pairs(f: &Fields) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -229,8 +229,12 @@ mod tests {
         let feed = generate(600, 7);
         let e = &feed.expected;
         let (mut keys, mut cents, mut valid, mut codes) = (HashSet::new(), 0i64, 0u64, Vec::new());
+        let limits = Limits {
+            payload_bytes_max: crate::config::PAYLOAD_BYTES_MAX_DEFAULT,
+            amount_cents_max: crate::config::AMOUNT_CENTS_MAX_DEFAULT,
+        };
         for fields in &feed.entries {
-            match parse_entry(&as_pairs(fields), 1 << 20) {
+            match parse_entry(&as_pairs(fields), &limits) {
                 Ok(s) => {
                     valid += 1;
                     if keys.insert(s.key) {

@@ -29,6 +29,10 @@ pub enum Kind {
     Conflict,
     /// Records before this one were purged; the chain continues from `prev_hash`.
     Checkpoint,
+    /// A pending entry was gone from the stream (trimmed or deleted before it was processed)
+    /// and was acknowledged out of the pending list: nothing was paid or dead-lettered for it.
+    /// Carries the entry id, the consumer that acknowledged it and when.
+    Vanished,
 }
 
 impl Kind {
@@ -40,6 +44,7 @@ impl Kind {
             Kind::DeadLetter => "dead_letter",
             Kind::Conflict => "conflict",
             Kind::Checkpoint => "checkpoint",
+            Kind::Vanished => "vanished",
         }
     }
 
@@ -51,6 +56,7 @@ impl Kind {
             Kind::DeadLetter,
             Kind::Conflict,
             Kind::Checkpoint,
+            Kind::Vanished,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)

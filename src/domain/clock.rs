@@ -12,6 +12,26 @@ const LEDGER_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = 
     "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
 );
 
+/// A submission's instant: like [`LEDGER_FORMAT`] but to the nanosecond, RFC 3339's finest
+/// unit, so two timestamps are one instant exactly when their texts are equal.
+const INSTANT_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
+);
+
+/// The instant an RFC 3339 timestamp names, in one spelling: UTC, nine fractional digits, `Z`
+/// (`2026-07-01T11:00:00+02:00` → `2026-07-01T09:00:00.000000000Z`). Fixed width, so text
+/// order is time order. `None` if `rfc3339` is not RFC 3339, or names an instant outside the
+/// years 0000–9999 in UTC (`0000-01-01T00:30:00+01:00`), which has no fixed-width spelling.
+/// Conflict detection compares these, never the submitted spelling.
+pub fn instant_utc(rfc3339: &str) -> Option<String> {
+    let t = OffsetDateTime::parse(rfc3339, &Rfc3339).ok()?;
+    let utc = t.checked_to_offset(time::UtcOffset::UTC)?;
+    if !(0..=9999).contains(&utc.year()) {
+        return None;
+    }
+    utc.format(INSTANT_FORMAT).ok()
+}
+
 /// The current time as the ledger stores it.
 pub fn now_rfc3339() -> String {
     ledger_time(OffsetDateTime::now_utc())
@@ -39,6 +59,35 @@ mod tests {
         let t = OffsetDateTime::parse("2026-07-01T11:00:00.5+02:00", &Rfc3339).unwrap();
         assert_eq!(ledger_time(t), "2026-07-01T09:00:00.500000Z");
         assert_eq!(now_rfc3339().len(), "2026-07-01T09:00:00.000000Z".len());
+    }
+
+    #[test]
+    fn every_spelling_of_one_instant_has_one_instant() {
+        let spellings = [
+            "2026-07-01T09:00:00Z",
+            "2026-07-01T11:00:00+02:00",
+            "2026-07-01t09:00:00z",
+            "2026-07-01T09:00:00.000Z",
+            "2026-07-01T04:30:00-04:30",
+        ];
+        for s in spellings {
+            assert_eq!(
+                instant_utc(s).as_deref(),
+                Some("2026-07-01T09:00:00.000000000Z"),
+                "{s}"
+            );
+        }
+        assert_eq!(
+            instant_utc("2026-07-01T09:00:00.000000001Z").as_deref(),
+            Some("2026-07-01T09:00:00.000000001Z")
+        );
+        assert_eq!(instant_utc("2026-07-01 09:00:00"), None);
+        assert_eq!(instant_utc("0000-01-01T00:30:00+01:00"), None);
+        assert_eq!(instant_utc("9999-12-31T23:30:00-01:00"), None);
+        assert_eq!(
+            instant_utc("9999-12-31T23:30:00+01:00").as_deref(),
+            Some("9999-12-31T22:30:00.000000000Z")
+        );
     }
 
     #[test]

@@ -33,7 +33,10 @@ mod tests {
     fn the_event_payload_keeps_its_published_shape() {
         let s = crate::domain::submission::parse_payload(
             br#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":125}"#,
-            1 << 20,
+            &crate::domain::submission::Limits {
+                payload_bytes_max: 1 << 20,
+                amount_cents_max: i64::MAX,
+            },
         )
         .unwrap();
         let hex = s.key.to_hex();

@@ -3,13 +3,23 @@
 //! Everything here is pure: no Redis, no SQLite, no clock. The size limit is checked before the
 //! payload is handed to a JSON parser, so an oversize entry costs nothing but its length.
 
+use crate::domain::clock::instant_utc;
 use crate::domain::key::{derive_idempotency_key, IdempotencyKey, KeyError};
-use serde_json::Value;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use std::cell::RefCell;
 
 /// The one stream field a submission entry must carry.
 pub const PAYLOAD_FIELD: &[u8] = b"payload";
+
+/// The limits a payload is validated against (`--payload-bytes-max`, `--amount-cents-max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest payload accepted, in bytes; checked before any parsing.
+    pub payload_bytes_max: usize,
+    /// Largest `amount_cents` one submission may carry.
+    pub amount_cents_max: i64,
+}
 
 /// A submission that passed validation, with its idempotency key already derived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +28,10 @@ pub struct Submission {
     pub award_id: String,
     /// When the submission was made, exactly as it appears in the payload (valid RFC 3339).
     pub submission_timestamp: String,
+    /// The instant `submission_timestamp` names, as [`crate::domain::clock::instant_utc`]
+    /// spells it: what conflict detection compares, so `…09:00:00Z` and `…11:00:00+02:00` are
+    /// one time. The key still covers the submitted spelling.
+    pub submission_instant: String,
     /// The amount to disburse, in cents; always positive.
     pub amount_cents: i64,
     /// The raw payload bytes, kept whole: extra fields are never dropped.
@@ -78,6 +92,19 @@ pub enum Malformed {
     /// `amount_cents` is an integer too large for i64.
     #[error("amount_cents {0} does not fit in a 64-bit signed integer")]
     AmountOutOfRange(String),
+    /// `amount_cents` fits in i64 but is over `--amount-cents-max`: no single grant
+    /// disbursement is that large, so it is a producer's error, not a payment.
+    #[error("amount_cents {amount} is over the limit of {max} cents")]
+    AmountTooLarge {
+        /// The amount asked for, in cents.
+        amount: i64,
+        /// The configured limit, in cents.
+        max: i64,
+    },
+    /// A JSON object in the payload names one key twice. Parsers disagree on which value wins
+    /// (serde_json keeps the last, others the first), so what would be paid is ambiguous.
+    #[error("payload repeats the JSON object key {0:?}")]
+    DuplicateKey(String),
 }
 
 impl Malformed {
@@ -96,6 +123,8 @@ impl Malformed {
             Malformed::AmountNotPositive(_) => "amount_not_positive",
             Malformed::AmountNotInteger(_) => "amount_not_integer",
             Malformed::AmountOutOfRange(_) => "amount_out_of_range",
+            Malformed::AmountTooLarge { .. } => "amount_too_large",
+            Malformed::DuplicateKey(_) => "duplicate_key",
         }
     }
 }
@@ -113,21 +142,20 @@ pub fn payload_of(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<&[u8], Malformed> {
 /// Validates an entry's fields into a submission. The size check comes before any parsing.
 pub fn parse_entry(
     fields: &[(Vec<u8>, Vec<u8>)],
-    payload_bytes_max: usize,
+    limits: &Limits,
 ) -> Result<Submission, Malformed> {
-    parse_payload(payload_of(fields)?, payload_bytes_max)
+    parse_payload(payload_of(fields)?, limits)
 }
 
 /// Validates raw payload bytes into a submission.
-pub fn parse_payload(payload: &[u8], payload_bytes_max: usize) -> Result<Submission, Malformed> {
-    if payload.len() > payload_bytes_max {
+pub fn parse_payload(payload: &[u8], limits: &Limits) -> Result<Submission, Malformed> {
+    if payload.len() > limits.payload_bytes_max {
         return Err(Malformed::PayloadTooLarge {
             size: payload.len(),
-            max: payload_bytes_max,
+            max: limits.payload_bytes_max,
         });
     }
-    let value: Value =
-        serde_json::from_slice(payload).map_err(|e| Malformed::NotJson(e.to_string()))?;
+    let value = parse_json_strict(payload)?;
     let object = value.as_object().ok_or(Malformed::NotAnObject)?;
 
     let award_id = required_str(object, "award_id")?;
@@ -135,12 +163,17 @@ pub fn parse_payload(payload: &[u8], payload_bytes_max: usize) -> Result<Submiss
         return Err(Malformed::EmptyAwardId);
     }
     let submission_timestamp = required_str(object, "submission_timestamp")?;
-    if OffsetDateTime::parse(submission_timestamp, &Rfc3339).is_err() {
-        return Err(Malformed::BadTimestamp {
+    let submission_instant =
+        instant_utc(submission_timestamp).ok_or_else(|| Malformed::BadTimestamp {
             value: submission_timestamp.to_owned(),
+        })?;
+    let amount_cents = amount(object)?;
+    if amount_cents > limits.amount_cents_max {
+        return Err(Malformed::AmountTooLarge {
+            amount: amount_cents,
+            max: limits.amount_cents_max,
         });
     }
-    let amount_cents = amount(object)?;
 
     let key =
         derive_idempotency_key(award_id, submission_timestamp, payload).map_err(|e| match e {
@@ -152,6 +185,7 @@ pub fn parse_payload(payload: &[u8], payload_bytes_max: usize) -> Result<Submiss
     Ok(Submission {
         award_id: award_id.to_owned(),
         submission_timestamp: submission_timestamp.to_owned(),
+        submission_instant,
         amount_cents,
         payload: payload.to_vec(),
         key,
@@ -166,6 +200,99 @@ pub fn award_id_hint(payload: &[u8], payload_bytes_max: usize) -> Option<String>
     let value: Value = serde_json::from_slice(payload).ok()?;
     let id = value.get("award_id")?.as_str()?;
     (!id.is_empty()).then(|| id.to_owned())
+}
+
+/// Parses JSON like `serde_json::from_slice`, except that an object naming one key twice, at
+/// any depth, is [`Malformed::DuplicateKey`] instead of silently keeping the last value. Keys
+/// are compared after unescaping, so `"a"` and `"\u0061"` are the same key.
+fn parse_json_strict(payload: &[u8]) -> Result<Value, Malformed> {
+    let repeated = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(payload);
+    let parsed = Strict {
+        repeated: &repeated,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v));
+    match (parsed, repeated.into_inner()) {
+        (_, Some(key)) => Err(Malformed::DuplicateKey(key)),
+        (Ok(v), None) => Ok(v),
+        (Err(e), None) => Err(Malformed::NotJson(e.to_string())),
+    }
+}
+
+/// A JSON value that refuses repeated object keys, noting the first one in `repeated` (a
+/// serde error carries only text, and the repeat is a class of its own, not "not JSON").
+#[derive(Clone, Copy)]
+struct Strict<'r> {
+    /// Set to the repeated key when one is found.
+    repeated: &'r RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // JSON has no NaN or infinity, and serde_json rounds huge literals to finite floats.
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                let message = format!("repeated key {key:?}");
+                *self.repeated.borrow_mut() = Some(key);
+                return Err(serde::de::Error::custom(message));
+            }
+            let value = map.next_value_seed(self)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 fn required_str<'a>(
@@ -213,7 +340,10 @@ fn amount(object: &serde_json::Map<String, Value>) -> Result<i64, Malformed> {
 mod tests {
     use super::*;
 
-    const MAX: usize = 1 << 20;
+    const MAX: Limits = Limits {
+        payload_bytes_max: 1 << 20,
+        amount_cents_max: 100_000_000_000,
+    };
 
     fn entry(payload: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
         vec![(b"payload".to_vec(), payload.as_bytes().to_vec())]
@@ -222,7 +352,7 @@ mod tests {
     #[test]
     fn a_valid_payload_keeps_its_bytes_and_extra_fields() {
         let raw = r#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1250,"note":"x"}"#;
-        let s = parse_entry(&entry(raw), MAX).unwrap();
+        let s = parse_entry(&entry(raw), &MAX).unwrap();
         assert_eq!(s.award_id, "A-1");
         assert_eq!(s.amount_cents, 1250);
         assert_eq!(s.payload, raw.as_bytes());
@@ -290,29 +420,55 @@ mod tests {
             ),
             (
                 entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":100000000001}}"#
+                )),
+                "amount_too_large",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":1,"amount_cents":200000}}"#
+                )),
+                "duplicate_key",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":1,"meta":{{"a":[{{"b":1,"\u0062":2}}]}}}}"#
+                )),
+                "duplicate_key",
+            ),
+            (
+                entry(&format!(
                     r#"{{"award_id":"A","submission_timestamp":"{ok_ts}","amount_cents":"12"}}"#
                 )),
                 "wrong_type",
             ),
         ];
         for (fields, code) in cases {
-            let err = parse_entry(&fields, MAX).unwrap_err();
+            let err = parse_entry(&fields, &MAX).unwrap_err();
             assert_eq!(err.code(), code, "{err}");
         }
     }
 
     #[test]
     fn oversize_payload_is_refused_before_parsing() {
-        let err = parse_entry(&entry("{not even json"), 4).unwrap_err();
+        let limits = Limits {
+            payload_bytes_max: 4,
+            ..MAX
+        };
+        let err = parse_entry(&entry("{not even json"), &limits).unwrap_err();
         assert_eq!(err, Malformed::PayloadTooLarge { size: 14, max: 4 });
     }
 
     #[test]
     fn award_id_hint_names_the_award_of_a_bad_entry() {
         assert_eq!(
-            award_id_hint(br#"{"award_id":"A-9","amount_cents":0}"#, MAX).as_deref(),
+            award_id_hint(
+                br#"{"award_id":"A-9","amount_cents":0}"#,
+                MAX.payload_bytes_max
+            )
+            .as_deref(),
             Some("A-9")
         );
-        assert_eq!(award_id_hint(b"nope", MAX), None);
+        assert_eq!(award_id_hint(b"nope", MAX.payload_bytes_max), None);
     }
 }

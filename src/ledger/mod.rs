@@ -27,11 +27,18 @@
 //!    path can claim a key twice or post a second disbursement for one claim. A dead letter is
 //!    recorded once per stream entry id (a held conflict counts as one): a second delivery of
 //!    the same entry is [`Outcome::AlreadyDeadLettered`] and writes nothing. A conflict names
-//!    the earliest claim with the same award and submission time and another key, claims made
-//!    earlier in the same batch included.
+//!    the earliest claim with the same award and submission *instant* and another key, claims
+//!    made earlier in the same batch included. The instant is
+//!    [`Submission::submission_instant`], compared exactly: `…09:00:00Z`, `…11:00:00+02:00`
+//!    and `…09:00:00.000Z` are one instant (and three keys, three submissions), so each later
+//!    one conflicts with the first. Every claim stores its instant, and a ledger made before
+//!    instants were stored has them filled in when it is opened.
 //! 4. **A linear audit chain.** Every effect leaves its audit records in the same transaction:
-//!    one `processed`, `duplicate` or `dead_letter` record per item, plus a `conflict` record
-//!    for a conflicting resubmission (and a `dead_letter` record when it is held). Records get consecutive `seq` numbers in commit order across all
+//!    one `processed`, `duplicate`, `dead_letter` or `vanished` record per item, plus a
+//!    `conflict` record for a conflicting resubmission (and a `dead_letter` record when it is
+//!    held). An [`Item::Vanished`] writes its `vanished` record every time it is recorded,
+//!    with no once-per-entry check: the worker records it before the XACK that forgets the
+//!    entry, so a lost XACK can leave a second record of the same entry id. Records get consecutive `seq` numbers in commit order across all
 //!    writers (two concurrent batches never interleave or share a `seq`), and each record's
 //!    `hash = sha256(prev_hash || canonical JSON)` as [`crate::domain::audit::Record::seal`]
 //!    computes it: the fields hashed are exactly the record's columns, byte for byte as stored.
@@ -97,6 +104,15 @@ pub enum Item<'a> {
         /// Deliveries so far.
         delivery_count: u64,
     },
+    /// A pending entry whose body is gone from the stream (trimmed or deleted while pending):
+    /// leave a `vanished` audit record before the worker acknowledges it out of the pending
+    /// list. Nothing else is written: there is nothing to claim, pay or dead-letter.
+    Vanished {
+        /// The stream entry id that was pending.
+        entry_id: &'a str,
+        /// How it was found gone, in words (for the record's detail).
+        reason: &'a str,
+    },
 }
 
 /// What recording one item did.
@@ -115,8 +131,10 @@ pub enum Outcome {
     DeadLettered,
     /// This entry had already been dead-lettered by an earlier delivery; nothing written.
     AlreadyDeadLettered,
-    /// Processed and paid, but an earlier claim has the same award and submission time with a
-    /// different payload: a `conflict` record linking both keys was written too.
+    /// The `vanished` record of an [`Item::Vanished`] was written.
+    Vanished,
+    /// Processed and paid, but an earlier claim has the same award and submission instant
+    /// with a different key: a `conflict` record linking both keys was written too.
     ProcessedConflicting {
         /// The earlier claim's key, in hex.
         other_key: String,
@@ -139,8 +157,10 @@ pub struct Stats {
     pub claims: u64,
     /// Rows in `disbursements`.
     pub disbursements: u64,
-    /// Sum of `disbursements.amount_cents`.
-    pub disbursed_cents_total: i64,
+    /// Sum of `disbursements.amount_cents`, exact: an i128 cannot overflow on any number of
+    /// i64 amounts a ledger can hold (a ledger written before `--amount-cents-max` may hold
+    /// amounts whose sum is past i64).
+    pub disbursed_cents_total: i128,
     /// Outbox rows not yet published.
     pub outbox_backlog: u64,
     /// Age in seconds of the oldest unpublished outbox row, if any.
@@ -151,6 +171,9 @@ pub struct Stats {
     pub duplicates_suppressed: u64,
     /// `conflict` audit records.
     pub conflicts: u64,
+    /// `vanished` audit records: pending entries found gone from the stream and acknowledged
+    /// out of the pending list.
+    pub vanished: u64,
     /// All audit records.
     pub audit_records: u64,
 }

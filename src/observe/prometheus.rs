@@ -83,7 +83,8 @@ pub fn render(status: &Status, metrics: &Metrics) -> String {
         ("claimgate_duplicates_suppressed", "Deliveries recognised as already processed and skipped (ledger duplicate audit records).", l.duplicates_suppressed),
         ("claimgate_dead_lettered", "Entries dead-lettered with a reason (ledger dead_letters rows).", l.dead_letters),
         ("claimgate_conflicts", "Resubmissions that reused an award's timestamp with a different payload (ledger conflict audit records).", l.conflicts),
-        ("claimgate_disbursed_cents", "Sum of all disbursements recorded in the ledger, in cents.", l.disbursed_cents_total.max(0) as u64),
+        ("claimgate_vanished_entries", "Pending entries found gone from the stream and acknowledged out (ledger vanished audit records).", l.vanished),
+        ("claimgate_disbursed_cents", "Sum of all disbursements recorded in the ledger, in cents.", u64::try_from(l.disbursed_cents_total.max(0)).unwrap_or(u64::MAX)),
         ("claimgate_entries_acked", "Stream entries this process acknowledged since it started.", Metrics::get(&metrics.acked)),
     ];
     let mut counts = vec![
@@ -200,6 +201,24 @@ mod tests {
         assert!(
             !text.contains("claimgate_pending_entries"),
             "no pending gauge without Redis:\n{text}"
+        );
+    }
+
+    #[test]
+    fn a_total_past_u64_saturates_instead_of_failing_the_scrape() {
+        let status = Status {
+            db: "x.db".into(),
+            ledger: Stats {
+                disbursed_cents_total: i128::from(u64::MAX) + 5,
+                ..Stats::default()
+            },
+            redis: Err("down".into()),
+        };
+        let text = render(&status, &Metrics::default());
+        let line = format!("claimgate_disbursed_cents_total {}", u64::MAX);
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
         );
     }
 }

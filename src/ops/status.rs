@@ -143,14 +143,25 @@ pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
     let status = gather(cfg, ledger, &mut conn)?;
     let text = if json {
-        let doc = serde_json::json!({
-            "db": status.db,
-            "ledger": status.ledger,
-            "redis": match &status.redis {
+        // Written straight from `Stats`, not through a `serde_json::Value`: a total past u64
+        // (an i128) has no `Value`, but it is still written exactly.
+        #[derive(Serialize)]
+        struct Doc<'s> {
+            /// Where the ledger is.
+            db: &'s str,
+            /// Its counts and totals.
+            ledger: &'s Stats,
+            /// The stream side, or `{"url", "error"}`.
+            redis: serde_json::Value,
+        }
+        let doc = Doc {
+            db: &status.db,
+            ledger: &status.ledger,
+            redis: match &status.redis {
                 Ok(r) => serde_json::to_value(r).expect("status serializes"),
                 Err(e) => serde_json::json!({ "url": stream::redact(&cfg.redis_url), "error": e }),
             },
-        });
+        };
         serde_json::to_string_pretty(&doc).expect("status serializes") + "\n"
     } else {
         table(&status)
@@ -191,6 +202,7 @@ pub fn table(s: &Status) -> String {
             l.duplicates_suppressed.to_string(),
         ),
         ("  conflicts recorded".into(), l.conflicts.to_string()),
+        ("  vanished entries recorded".into(), l.vanished.to_string()),
         ("  dead letters recorded".into(), l.dead_letters.to_string()),
         (
             "  outbox backlog".into(),

@@ -128,7 +128,7 @@ pub fn run(
         });
         let reader = s.spawn(move || {
             signals::block_termination();
-            reader::run(client, raw_tx, shared)
+            reader::run(client, ledger, raw_tx, shared)
         });
         let read_result = joined(reader, "reader");
         let write_result = joined(writer, "writer");

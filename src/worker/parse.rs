@@ -86,6 +86,10 @@ fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]
 /// Validates one entry, or says why it must be dead-lettered. Pure apart from its inputs.
 fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
     let (id, delivery_count) = (entry.id.clone(), entry.delivery_count);
+    let limits = submission::Limits {
+        payload_bytes_max: wcfg.payload_bytes_max,
+        amount_cents_max: wcfg.amount_cents_max,
+    };
     let hint = |entry: &Entry| {
         submission::payload_of(&entry.fields)
             .ok()
@@ -99,13 +103,13 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
                 wcfg.max_deliveries
             ),
             award_id: hint(&entry),
-            key: submission::parse_entry(&entry.fields, wcfg.payload_bytes_max)
+            key: submission::parse_entry(&entry.fields, &limits)
                 .ok()
                 .map(|s| s.key),
             entry,
         })
     } else {
-        match submission::parse_entry(&entry.fields, wcfg.payload_bytes_max) {
+        match submission::parse_entry(&entry.fields, &limits) {
             Ok(s) => Verdict::Valid(s),
             Err(m) => Verdict::Rejected(Rejected {
                 code: m.code(),

@@ -3,7 +3,9 @@
 //! abandoned, this consumer's own pending history, and new entries.
 //!
 //! **Invariants:** the reader never acknowledges an entry it hands on (only pending ids whose
-//! entries are gone from the stream, which nothing can process). It runs no XAUTOCLAIM scan
+//! entries are gone from the stream, which nothing can process, and each of those only after
+//! the ledger transaction that records its `vanished` audit record has committed; see
+//! `forget_vanished` for the XAUTOCLAIM case, where Redis drops them first). It runs no XAUTOCLAIM scan
 //! while it holds an entry that the scan could re-claim. After any transient read error it
 //! re-reads its own pending list before new entries.
 
@@ -11,6 +13,7 @@ use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
 use crate::config::BLOCK_TIMEOUT_SLACK_MS;
 use crate::error::{Error, Result};
+use crate::ledger::{Item, Ledger};
 use crate::retry::Episode;
 use crate::support::failpoint;
 use crossbeam_channel::Sender;
@@ -25,10 +28,11 @@ const WHAT: &str = "reading from redis";
 /// returned.
 pub(super) fn run(
     client: &redis::Client,
+    ledger: &dyn Ledger,
     tx: Sender<Vec<Entry>>,
     shared: &Shared<'_>,
 ) -> Result<()> {
-    let mut reader = Reader::new(client, shared);
+    let mut reader = Reader::new(client, ledger, shared);
     while !shared.stopping() {
         shared.metrics.beat();
         match reader.step() {
@@ -63,6 +67,8 @@ pub(super) fn run(
 struct Reader<'a> {
     /// What the stages share.
     shared: &'a Shared<'a>,
+    /// Where vanished entries are recorded before they are acknowledged out.
+    ledger: &'a dyn Ledger,
     /// The blocking connection, its timeout past XREADGROUP's BLOCK.
     conn: Conn,
     /// False until the consumer group is known to exist (again).
@@ -78,10 +84,11 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(client: &redis::Client, shared: &'a Shared<'a>) -> Self {
+    fn new(client: &redis::Client, ledger: &'a dyn Ledger, shared: &'a Shared<'a>) -> Self {
         let timeout = Duration::from_millis(shared.wcfg.block_ms + BLOCK_TIMEOUT_SLACK_MS);
         Reader {
             shared,
+            ledger,
             conn: Conn::with_timeout(client.clone(), timeout),
             group_ready: false,
             own_cursor: Some("0-0".into()),
@@ -144,7 +151,7 @@ impl<'a> Reader<'a> {
             wcfg.batch_count_max,
         )?;
         let why = "was deleted from the stream while pending";
-        forget_vanished(&mut self.conn, shared, &got.deleted, why)?;
+        forget_vanished(&mut self.conn, self.ledger, shared, &got.deleted, why)?;
         self.claim_cursor = got.next_cursor;
         if self.claim_cursor == "0-0" {
             self.claim_due = Instant::now() + claim_interval(wcfg.claim_idle_ms);
@@ -184,7 +191,7 @@ impl<'a> Reader<'a> {
             None,
         )?;
         let why = "is pending but no longer in the stream";
-        forget_vanished(&mut self.conn, shared, &read.vanished, why)?;
+        forget_vanished(&mut self.conn, self.ledger, shared, &read.vanished, why)?;
         self.own_cursor = read.last_id;
         let mut entries = shared.in_flight.not_in(read.entries);
         stream::fill_delivery_counts(&mut self.conn, stream_key, group, consumer, &mut entries)?;
@@ -263,13 +270,41 @@ fn claim_interval(claim_idle_ms: u64) -> Duration {
     Duration::from_millis((claim_idle_ms / 2).clamp(100, 5_000))
 }
 
-/// Acknowledges pending ids whose entries are gone, so they stop occupying the PEL.
-fn forget_vanished(conn: &mut Conn, shared: &Shared<'_>, ids: &[String], why: &str) -> Result<()> {
+/// Acknowledges pending ids whose entries are gone, so they stop occupying the PEL — after
+/// one ledger transaction has recorded a `vanished` audit record for each. A transient ledger
+/// failure is waited out like the writer's; one that outlasts shutdown (or a permanent one) is
+/// returned before any XACK, so ids found by re-reading our own history stay pending and are
+/// found again next time. Limit: ids that XAUTOCLAIM reports deleted (Redis 7+) were already
+/// dropped from the PEL by Redis as it reported them, so for those the XACK is a no-op and
+/// a crash before this commit loses the record (never a payment: there is nothing to pay).
+fn forget_vanished(
+    conn: &mut Conn,
+    ledger: &dyn Ledger,
+    shared: &Shared<'_>,
+    ids: &[String],
+    why: &str,
+) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
+    let items: Vec<Item<'_>> = ids
+        .iter()
+        .map(|id| Item::Vanished {
+            entry_id: id,
+            reason: why,
+        })
+        .collect();
+    let (consumer, stream_key) = (shared.wcfg.consumer.as_str(), shared.cfg.stream.as_str());
+    let outcomes = shared.retry("recording vanished entries in the ledger", || {
+        ledger.record(&items, consumer, stream_key)
+    })?;
+    assert_eq!(
+        outcomes.len(),
+        items.len(),
+        "one outcome per vanished entry"
+    );
     for id in ids {
-        warn!("entry {id} {why}; acknowledging it out of the pending list (nothing to process)");
+        warn!("entry {id} {why}; recorded it as vanished and acknowledging it out of the pending list (nothing to process)");
     }
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     stream::ack(conn, &shared.cfg.stream, &shared.cfg.group, &refs)?;

@@ -106,6 +106,7 @@ fn entry_id_of<'a>(item: &Item<'a>) -> &'a str {
     match item {
         Item::Submission { entry_id, .. }
         | Item::KnownDuplicate { entry_id, .. }
-        | Item::DeadLetter { entry_id, .. } => entry_id,
+        | Item::DeadLetter { entry_id, .. }
+        | Item::Vanished { entry_id, .. } => entry_id,
     }
 }

@@ -13,7 +13,7 @@ use claimgate::config::OnConflict;
 use claimgate::domain::audit::{Kind, Record};
 use claimgate::domain::clock::now_rfc3339;
 use claimgate::domain::event::{self, DISBURSEMENT_RECORDED};
-use claimgate::domain::submission::{parse_payload, Submission};
+use claimgate::domain::submission::{parse_payload, Limits, Submission};
 use claimgate::ledger::sqlite::SqliteLedger;
 use claimgate::ledger::{
     AuditLog, Inspect, Item, Ledger, MemoryLedger, Outbox, OutboxRow, Outcome, Since, Stats,
@@ -22,7 +22,10 @@ use claimgate::ledger::{
 use claimgate::Result;
 use std::sync::Arc;
 
-const MAX: usize = 1 << 20;
+const MAX: &Limits = &Limits {
+    payload_bytes_max: 1 << 20,
+    amount_cents_max: i64::MAX,
+};
 const STREAM: &str = "grants:submissions";
 
 /// A ledger under test: a fresh one per test, and the fault hook.
@@ -167,6 +170,10 @@ for_every_ledger!(
     a_conflicting_resubmission_is_paid_and_linked_under_record,
     a_conflicting_resubmission_is_held_once_per_entry_under_hold,
     verify_summarises_a_clean_ledger,
+    the_disbursed_total_is_exact_past_i64,
+    one_instant_spelled_four_ways_is_one_conflict_each_under_record,
+    one_instant_spelled_four_ways_is_held_after_the_first_under_hold,
+    a_vanished_entry_leaves_a_record_and_nothing_else,
 );
 
 // ----- Building items ---------------------------------------------------------------------------
@@ -487,7 +494,7 @@ fn concurrent_writers_leave_one_linear_chain_and_lose_nothing<L: Subject>() {
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements), (KEYS as u64, KEYS as u64));
     assert_eq!(st.duplicates_suppressed, ((WRITERS - 1) * KEYS) as u64);
-    let expected_cents: i64 = (0..KEYS as i64).map(|i| 100 + i).sum();
+    let expected_cents: i128 = (0..KEYS as i128).map(|i| 100 + i).sum();
     assert_eq!(st.disbursed_cents_total, expected_cents);
 }
 
@@ -625,7 +632,7 @@ fn a_conflicting_resubmission_is_paid_and_linked_under_record<L: Subject>() {
     assert_eq!(
         recs[2].detail,
         Some(format!(
-            "conflicts with key {} (claimed at {t1}): same award_id and submission_timestamp, \
+            "conflicts with key {} (claimed at {t1}): same award_id and submission instant, \
              different payload; paid (--on-conflict record)",
             s1.key.to_hex()
         ))
@@ -696,6 +703,142 @@ fn a_conflicting_resubmission_is_held_once_per_entry_under_hold<L: Subject>() {
     assert_eq!(st.disbursed_cents_total, before.disbursed_cents_total);
     assert_eq!((st.dead_letters, st.conflicts), (2, 2));
     l.verify().unwrap();
+}
+
+fn the_disbursed_total_is_exact_past_i64<L: Subject>() {
+    // Amounts of i64::MAX (possible with the amount limit raised to it, or in a ledger written
+    // before the limit existed) sum past i64: stats gives the exact figure, never an error.
+    let l = L::fresh(OnConflict::Record);
+    let huge: Vec<Submission> = (0..3)
+        .map(|i| {
+            let payload = format!(
+                r#"{{"award_id":"H-{i}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{}}}"#,
+                i64::MAX - i
+            );
+            parse_payload(payload.as_bytes(), MAX).unwrap()
+        })
+        .collect();
+    let items: Vec<Item<'_>> = huge.iter().map(|s| item(s, "1-0")).collect();
+    l.record(&items, "c", STREAM).unwrap();
+    let st = counts(&l);
+    assert_eq!(st.disbursements, 3);
+    assert_eq!(st.disbursed_cents_total, 3 * i128::from(i64::MAX) - 3);
+    l.verify().unwrap();
+}
+
+/// One award at one instant, spelled four ways: four keys, one instant.
+const SPELLINGS: [&str; 4] = [
+    "2026-07-01T09:00:00Z",
+    "2026-07-01T11:00:00+02:00",
+    "2026-07-01t09:00:00z",
+    "2026-07-01T09:00:00.000Z",
+];
+
+/// Award `I-1` at `timestamp`, 500 cents.
+fn at(timestamp: &str) -> Submission {
+    let payload =
+        format!(r#"{{"award_id":"I-1","submission_timestamp":"{timestamp}","amount_cents":500}}"#);
+    parse_payload(payload.as_bytes(), MAX).unwrap()
+}
+
+fn one_instant_spelled_four_ways_is_one_conflict_each_under_record<L: Subject>() {
+    // Different spellings are different submissions (different keys, each paid), but each
+    // later one conflicts with the first claim at that instant; another instant does not, and
+    // the same spelling again is a duplicate.
+    let l = L::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = SPELLINGS.iter().map(|t| at(t)).collect();
+    let later = at("2026-07-01T09:00:00.000000001Z");
+    let first = l.record(&[item(&subs[0], "1-0")], "c", STREAM).unwrap();
+    assert_eq!(first, vec![Outcome::Processed]);
+    let items: Vec<Item<'_>> = subs[1..]
+        .iter()
+        .chain([&later, &subs[2]])
+        .map(|s| item(s, "2-0"))
+        .collect();
+    let out = l.record(&items, "c", STREAM).unwrap();
+    let conflicting = Outcome::ProcessedConflicting {
+        other_key: subs[0].key.to_hex(),
+    };
+    assert_eq!(&out[..3], &vec![conflicting; 3][..]);
+    assert_eq!(
+        out[3],
+        Outcome::Processed,
+        "a nanosecond later is another instant"
+    );
+    assert!(matches!(out[4], Outcome::Duplicate { .. }));
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.conflicts), (5, 5, 3));
+    let recs = records(&l, &Since::All);
+    let conflicts: Vec<&Record> = recs.iter().filter(|r| r.kind == Kind::Conflict).collect();
+    for (r, s) in conflicts.iter().zip(&subs[1..]) {
+        assert_eq!(r.idempotency_key, Some(s.key.to_hex()));
+    }
+    l.verify().unwrap();
+}
+
+fn one_instant_spelled_four_ways_is_held_after_the_first_under_hold<L: Subject>() {
+    // Under hold only the first spelling is paid; each later spelling is held for review.
+    let l = L::fresh(OnConflict::Hold);
+    let subs: Vec<Submission> = SPELLINGS.iter().map(|t| at(t)).collect();
+    let ids = ["1-0", "2-0", "3-0", "4-0"];
+    let items: Vec<Item<'_>> = subs.iter().zip(ids).map(|(s, id)| item(s, id)).collect();
+    let out = l.record(&items, "c", STREAM).unwrap();
+    let held = Outcome::Held {
+        other_key: subs[0].key.to_hex(),
+        first: true,
+    };
+    assert_eq!(
+        out,
+        vec![Outcome::Processed, held.clone(), held.clone(), held]
+    );
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements), (1, 1));
+    assert_eq!((st.conflicts, st.dead_letters), (3, 3));
+    assert_eq!(st.disbursed_cents_total, 500);
+    l.verify().unwrap();
+}
+
+fn a_vanished_entry_leaves_a_record_and_nothing_else<L: Subject>() {
+    // An entry gone from the stream while pending: one `vanished` record (entry id, consumer,
+    // time) per item, in item order among the batch's other records; nothing claimed, paid or
+    // dead-lettered for it; counted in stats; the chain verifies.
+    let l = L::fresh(OnConflict::Record);
+    let s = sub(1);
+    let gone = |id| Item::Vanished {
+        entry_id: id,
+        reason: "was deleted from the stream while pending",
+    };
+    let out = l
+        .record(
+            &[gone("7-0"), item(&s, "8-0"), gone("9-0")],
+            "reader-a",
+            STREAM,
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![Outcome::Vanished, Outcome::Processed, Outcome::Vanished]
+    );
+    let recs = records(&l, &Since::All);
+    assert_eq!(
+        kinds(&recs),
+        [Kind::Vanished, Kind::Processed, Kind::Vanished]
+    );
+    for (r, id) in [(&recs[0], "7-0"), (&recs[2], "9-0")] {
+        assert_eq!(r.stream_entry_id.as_deref(), Some(id));
+        assert_eq!(r.consumer.as_deref(), Some("reader-a"));
+        assert_eq!(r.recorded_at, recs[1].recorded_at);
+        assert_eq!(
+            r.detail.as_deref(),
+            Some("grants:submissions was deleted from the stream while pending")
+        );
+        assert_eq!((r.idempotency_key.as_ref(), r.amount_cents), (None, None));
+    }
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.dead_letters), (1, 1, 0));
+    assert_eq!((st.vanished, st.audit_records), (2, 3));
+    let summary = l.verify().unwrap();
+    assert_eq!(summary.audit_records, 3);
 }
 
 fn verify_summarises_a_clean_ledger<L: Subject>() {

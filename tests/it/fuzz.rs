@@ -4,10 +4,13 @@
 //!
 //! Generated inputs come in three shapes so the cases reach past the first check: raw bytes,
 //! arbitrary field maps, and JSON objects whose required fields hold arbitrary JSON values.
+//! Two more properties aim at the newer classes: a key repeated at any depth of an otherwise
+//! valid submission is `duplicate_key`, and an amount over the limit is `amount_too_large`.
 
+use claimgate::domain::clock::instant_utc;
 use claimgate::domain::key::{derive_idempotency_key, IdempotencyKey};
 use claimgate::domain::submission::{
-    award_id_hint, parse_entry, parse_payload, Malformed, Submission,
+    award_id_hint, parse_entry, parse_payload, Limits, Malformed, Submission,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -18,6 +21,15 @@ const CASES: u32 = 4_000;
 /// The payload limit used here: small, so oversize inputs are generated too.
 const PAYLOAD_BYTES_MAX: usize = 512;
 
+/// The amount limit used here: low enough that generated amounts land on both sides of it.
+const AMOUNT_CENTS_MAX: i64 = 1 << 40;
+
+/// The limits every property but the amount one parses under.
+const LIMITS: &Limits = &Limits {
+    payload_bytes_max: PAYLOAD_BYTES_MAX,
+    amount_cents_max: AMOUNT_CENTS_MAX,
+};
+
 /// Every verdict must be a submission consistent with its payload, or an error with a name and
 /// a message.
 fn check_verdict(payload: &[u8], verdict: &Result<Submission, Malformed>) {
@@ -26,7 +38,11 @@ fn check_verdict(payload: &[u8], verdict: &Result<Submission, Malformed>) {
             assert!(payload.len() <= PAYLOAD_BYTES_MAX);
             assert_eq!(s.payload, payload);
             assert!(!s.award_id.is_empty());
-            assert!(s.amount_cents > 0);
+            assert!(s.amount_cents > 0 && s.amount_cents <= AMOUNT_CENTS_MAX);
+            assert_eq!(
+                Some(&s.submission_instant),
+                instant_utc(&s.submission_timestamp).as_ref()
+            );
             let key =
                 derive_idempotency_key(&s.award_id, &s.submission_timestamp, payload).unwrap();
             assert_eq!(s.key, key);
@@ -55,6 +71,8 @@ fn json_value() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
+        // Amounts on both sides of the limit.
+        (AMOUNT_CENTS_MAX - 2..=AMOUNT_CENTS_MAX + 2).prop_map(Value::from),
         any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
             .map(Value::Number)),
         ".{0,12}".prop_map(Value::String),
@@ -109,7 +127,7 @@ proptest! {
     /// Arbitrary bytes as a payload never panic the parser.
     #[test]
     fn arbitrary_payload_bytes_yield_a_submission_or_a_named_error(payload in prop::collection::vec(any::<u8>(), 0..700)) {
-        let verdict = parse_payload(&payload, PAYLOAD_BYTES_MAX);
+        let verdict = parse_payload(&payload, LIMITS);
         check_verdict(&payload, &verdict);
         let _ = award_id_hint(&payload, PAYLOAD_BYTES_MAX);
     }
@@ -124,7 +142,7 @@ proptest! {
             0..5,
         )
     ) {
-        let verdict = parse_entry(&fields, PAYLOAD_BYTES_MAX);
+        let verdict = parse_entry(&fields, LIMITS);
         let payloads: Vec<&Vec<u8>> = fields.iter().filter(|(k, _)| k == b"payload").map(|(_, v)| v).collect();
         match payloads.as_slice() {
             [] => prop_assert_eq!(verdict, Err(Malformed::MissingPayload)),
@@ -136,7 +154,7 @@ proptest! {
     /// JSON objects with the required fields holding any JSON value: deep into the validators.
     #[test]
     fn submission_shaped_json_yields_a_submission_or_a_named_error(payload in submission_like()) {
-        let verdict = parse_payload(&payload, PAYLOAD_BYTES_MAX);
+        let verdict = parse_payload(&payload, LIMITS);
         check_verdict(&payload, &verdict);
     }
 
@@ -147,10 +165,75 @@ proptest! {
         let payload = serde_json::to_vec(&serde_json::json!({
             "award_id": award, "submission_timestamp": "2026-07-01T09:00:00Z", "amount_cents": amount, "note": note,
         })).unwrap();
-        let s = parse_payload(&payload, usize::MAX).unwrap();
+        let limits = Limits { payload_bytes_max: usize::MAX, amount_cents_max: i64::MAX };
+        let s = parse_payload(&payload, &limits).unwrap();
         prop_assert_eq!(&s.award_id, &award);
         prop_assert_eq!(s.amount_cents, amount);
         prop_assert_eq!(s.key, derive_idempotency_key(&award, "2026-07-01T09:00:00Z", &payload).unwrap());
+    }
+
+    /// Any amount against any limit: paid exactly when it is within the limit, otherwise
+    /// `amount_too_large` naming both.
+    #[test]
+    fn amounts_over_the_limit_are_amount_too_large(amount in 1..=i64::MAX, max in 1..=i64::MAX) {
+        let payload = serde_json::to_vec(&serde_json::json!({
+            "award_id": "A-1", "submission_timestamp": "2026-07-01T09:00:00Z", "amount_cents": amount,
+        })).unwrap();
+        let limits = Limits { payload_bytes_max: PAYLOAD_BYTES_MAX, amount_cents_max: max };
+        match parse_payload(&payload, &limits) {
+            Ok(s) => prop_assert!(amount <= max && s.amount_cents == amount),
+            Err(m) => prop_assert_eq!(m, Malformed::AmountTooLarge { amount, max }),
+        }
+    }
+
+    /// A valid submission with one key repeated — a required field or any other, at the top
+    /// level or inside a nested object or array — is `duplicate_key`, whatever the values, and
+    /// never a submission (serde_json alone would keep the last value and pay it).
+    #[test]
+    fn a_repeated_key_at_any_depth_is_duplicate_key(
+        name in prop_oneof![Just("amount_cents".to_owned()), Just("award_id".to_owned()), "[a-z_]{1,8}"],
+        first in json_value(),
+        second in json_value(),
+        depth in 0..3usize,
+        escape in any::<bool>(),
+    ) {
+        // The repeat may be spelled with a JSON escape: it is the same key once unescaped.
+        let spelled = if escape {
+            format!("\\u{:04x}{}", u32::from(name.as_bytes()[0]), &name[1..])
+        } else {
+            name.clone()
+        };
+        let mut inner = format!(
+            "{{{}:{first},\"{spelled}\":{second}}}",
+            serde_json::to_string(&name).unwrap()
+        );
+        for level in 0..depth {
+            inner = if level % 2 == 0 { format!("[1,{inner}]") } else { format!("{{\"n\":{inner}}}") };
+        }
+        let payload = if depth == 0 {
+            // The repeat is in the submission object itself.
+            format!(
+                r#"{{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5,{}"#,
+                &inner[1..]
+            )
+        } else {
+            format!(
+                r#"{{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5,"meta":{inner}}}"#
+            )
+        };
+        let limits = Limits { payload_bytes_max: usize::MAX, amount_cents_max: i64::MAX };
+        let verdict = parse_payload(payload.as_bytes(), &limits);
+        prop_assert_eq!(verdict, Err(Malformed::DuplicateKey(name)), "{}", payload);
+    }
+
+    /// Without repeated keys, the strict parser accepts exactly what serde_json accepts: a
+    /// submission-shaped object is never refused as `duplicate_key` or `not_json` when it is
+    /// serde_json's own output (which cannot repeat a key).
+    #[test]
+    fn json_without_repeats_is_never_duplicate_key(payload in submission_like()) {
+        let limits = Limits { payload_bytes_max: usize::MAX, amount_cents_max: i64::MAX };
+        let verdict = parse_payload(&payload, &limits);
+        prop_assert!(!matches!(verdict, Err(Malformed::DuplicateKey(_)) | Err(Malformed::NotJson(_))), "{:?}", verdict);
     }
 
     /// Key derivation over arbitrary strings and bytes never panics and is 64 lowercase hex.

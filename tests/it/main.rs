@@ -9,6 +9,7 @@ mod chaos;
 mod contract;
 mod errors;
 mod fuzz;
+mod identity;
 mod layers;
 mod ops;
 mod relay;

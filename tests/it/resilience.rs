@@ -437,6 +437,8 @@ fn entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged() {
     // 1. Five entries are pending on a consumer that died; two are then XDELed.
     // 2. A worker taking the consumer's entries over (XAUTOCLAIM) acknowledges the two out of
     //    the pending list, logs each id, pays the other three and exits cleanly.
+    // 3. Each of the two left a `vanished` audit record naming it; status counts them and the
+    //    chain still verifies.
     let w = World::new();
     w.add(&submissions(0..5));
     let ids = read_as(&w, "died");
@@ -461,13 +463,37 @@ fn entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged() {
     assert_eq!(w.count("disbursements"), 3);
     assert_eq!(disbursed_cents(&w), 100 + 102 + 104);
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    for gone in [&ids[1], &ids[3]] {
+        assert_eq!(vanished_records(&w, gone, None), 1, "entry {gone}");
+    }
+    assert_vanished_counted(&w, 2);
+}
+
+/// `vanished` audit records naming entry `id` (and, when given, written by `consumer`).
+fn vanished_records(w: &World, id: &str, consumer: Option<&str>) -> i64 {
+    w.sql_i64(&format!(
+        "SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished' AND stream_entry_id = '{id}'
+         AND consumer IS NOT NULL AND consumer = coalesce({}, consumer) AND recorded_at <> ''",
+        consumer.map_or("NULL".to_owned(), |c| format!("'{c}'"))
+    ))
+}
+
+/// `status --json` counts `n` vanished entries, and `verify` (the audit chain) passes.
+fn assert_vanished_counted(w: &World, n: u64) {
+    let out = w.run_ok(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ledger"]["vanished"], n);
+    assert_eq!(audit(w, "vanished"), n as i64);
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
 }
 
 #[test]
 fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged() {
     // 1. A worker reads five entries and crashes before processing them (failpoint after_read).
     // 2. Two are XDELed: re-reading the consumer's pending list now returns them as nil bodies.
-    // 3. The restarted worker acknowledges those two out, logs each id, and pays the other three.
+    // 3. The restarted worker acknowledges those two out, logs each id, and pays the other three;
+    //    each of the two left a `vanished` audit record by consumer `me`, counted by status.
     //    (On Redis 7 its start-up XAUTOCLAIM scan purges deleted ids before checking idle time,
     //    so it meets them there; on older servers, or for an entry deleted between the scan and
     //    the re-read, the nil-body path of the re-read does the same.)
@@ -513,6 +539,10 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
     assert_eq!(w.pending(), 0);
     assert_eq!(w.count("disbursements"), 3);
     assert_eq!(disbursed_cents(&w), 101 + 102 + 103);
+    for gone in [&ids[0], &ids[4]] {
+        assert_eq!(vanished_records(&w, gone, Some("me")), 1, "entry {gone}");
+    }
+    assert_vanished_counted(&w, 2);
 }
 
 /// `dlq list --json` as JSON values.

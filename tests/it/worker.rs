@@ -3,12 +3,15 @@
 use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, World};
 use claimgate::config::LedgerConfig;
 use claimgate::domain::key::derive_idempotency_key;
-use claimgate::domain::submission::parse_payload;
+use claimgate::domain::submission::{parse_payload, Limits};
 use claimgate::ledger::sqlite::SqliteLedger;
 use claimgate::ledger::{Item, Ledger, Outcome};
 use std::time::Duration;
 
-const MAX: usize = 1 << 20;
+const MAX: &Limits = &Limits {
+    payload_bytes_max: 1 << 20,
+    amount_cents_max: i64::MAX,
+};
 
 fn ledger(world: &World) -> SqliteLedger {
     SqliteLedger::open(&LedgerConfig::new(&world.db)).unwrap()

@@ -75,7 +75,7 @@ pub(super) struct Staged<'s> {
     claims: Vec<ClaimRow>,
     /// Index into `claims` by key.
     claim_by_key: HashMap<IdempotencyKey, usize>,
-    /// Indexes into `claims` by (submission time, award), ascending.
+    /// Indexes into `claims` by (submission instant, award), ascending.
     claims_by_award_time: HashMap<(String, String), Vec<usize>>,
     /// Entry ids dead-lettered by this batch (all on `ctx.stream`).
     dead_letters: HashSet<String>,
@@ -159,6 +159,13 @@ impl<'s> Staged<'s> {
                 self.append(r);
                 Ok(Outcome::DeadLettered)
             }
+            Item::Vanished { entry_id, reason } => {
+                let mut r = self.record(Kind::Vanished);
+                r.stream_entry_id = Some((*entry_id).to_owned());
+                r.detail = Some(format!("{} {reason}", self.ctx.stream));
+                self.append(r);
+                Ok(Outcome::Vanished)
+            }
         }
     }
 
@@ -237,13 +244,13 @@ impl<'s> Staged<'s> {
             id,
             key: s.key,
             award_id: s.award_id.clone(),
-            submission_timestamp: s.submission_timestamp.clone(),
+            submission_instant: s.submission_instant.clone(),
             amount_cents: s.amount_cents,
             claimed_at: self.now.clone(),
         });
         self.claim_by_key.insert(s.key, index);
         self.claims_by_award_time
-            .entry((s.submission_timestamp.clone(), s.award_id.clone()))
+            .entry((s.submission_instant.clone(), s.award_id.clone()))
             .or_default()
             .push(index);
         id
@@ -279,9 +286,9 @@ impl<'s> Staged<'s> {
     }
 
     /// The earliest claim (lowest id: committed ones first) with `s`'s award and submission
-    /// time but another key, as `sqlite/conflict.rs` finds it.
+    /// instant but another key, as `sqlite/conflict.rs` finds it.
     fn conflict(&self, s: &Submission) -> Option<Other> {
-        let at = (s.submission_timestamp.clone(), s.award_id.clone());
+        let at = (s.submission_instant.clone(), s.award_id.clone());
         let base = self.base;
         let committed = base.claims_by_award_time.get(&at).into_iter().flatten();
         let staged = self.claims_by_award_time.get(&at).into_iter().flatten();
@@ -361,7 +368,7 @@ impl<'s> Staged<'s> {
         let mut r = self.claim_record(Kind::Conflict, claim);
         r.amount_cents = Some(claim.submission.amount_cents);
         r.detail = Some(format!(
-            "conflicts with key {} (claimed at {}): same award_id and submission_timestamp, different payload",
+            "conflicts with key {} (claimed at {}): same award_id and submission instant, different payload",
             other.key_hex, other.claimed_at
         ));
         r
@@ -392,7 +399,7 @@ impl State {
                 claim.key.to_hex()
             );
             self.claims_by_award_time
-                .entry((claim.submission_timestamp.clone(), claim.award_id.clone()))
+                .entry((claim.submission_instant.clone(), claim.award_id.clone()))
                 .or_default()
                 .push(index);
             self.claims.push(claim);

@@ -50,8 +50,9 @@ struct ClaimRow {
     key: IdempotencyKey,
     /// The award, as in the payload.
     award_id: String,
-    /// The submission time, as in the payload.
-    submission_timestamp: String,
+    /// The instant the submission's timestamp names, in one spelling
+    /// (`domain::clock::instant_utc`); the spelling itself is covered by the key.
+    submission_instant: String,
     /// The amount the claim pays.
     amount_cents: i64,
     /// When the claim was taken: the batch's time.
@@ -97,7 +98,8 @@ struct State {
     claims: Vec<ClaimRow>,
     /// Index into `claims` by key: the UNIQUE constraint on the claim.
     claim_by_key: HashMap<IdempotencyKey, usize>,
-    /// Indexes into `claims` by (submission time, award), ascending: the conflict lookup.
+    /// Indexes into `claims` by (submission instant, award), ascending: the conflict lookup,
+    /// as SQLite's `claim_instant` index.
     claims_by_award_time: HashMap<(String, String), Vec<usize>>,
     /// Disbursements, in id order.
     disbursements: Vec<DisbursementRow>,
@@ -198,8 +200,8 @@ impl Ledger for MemoryLedger {
         let disbursed_cents_total = state
             .disbursements
             .iter()
-            .try_fold(0i64, |sum, d| sum.checked_add(d.amount_cents))
-            .ok_or_else(|| Error::Other("integer overflow summing disbursements".into()))?;
+            .map(|d| i128::from(d.amount_cents))
+            .sum();
         Ok(Stats {
             claims: state.claims.len() as u64,
             disbursements: state.disbursements.len() as u64,
@@ -212,6 +214,7 @@ impl Ledger for MemoryLedger {
             dead_letters: state.dead_letters.len() as u64,
             duplicates_suppressed: kind_count(Kind::Duplicate),
             conflicts: kind_count(Kind::Conflict),
+            vanished: kind_count(Kind::Vanished),
             audit_records: state.audit.len() as u64,
         })
     }

@@ -221,6 +221,13 @@ impl<'t, 'a> Batch<'t, 'a> {
                 self.append(r);
                 Ok(Outcome::DeadLettered)
             }
+            Item::Vanished { entry_id, reason } => {
+                let mut r = self.record(Kind::Vanished);
+                r.stream_entry_id = Some((*entry_id).to_owned());
+                r.detail = Some(format!("{} {reason}", self.ctx.stream));
+                self.append(r);
+                Ok(Outcome::Vanished)
+            }
         }
     }
 
@@ -254,8 +261,9 @@ impl<'t, 'a> Batch<'t, 'a> {
             .tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
-                 submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+                 submission_instant)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 s.key.as_bytes().as_slice(),
@@ -264,7 +272,8 @@ impl<'t, 'a> Batch<'t, 'a> {
                 s.amount_cents,
                 self.now,
                 claim.entry_id,
-                self.ctx.consumer
+                self.ctx.consumer,
+                s.submission_instant
             ])?;
         if claimed == 0 {
             // Only a claim of this very key can have refused ours, so it is there to be found.

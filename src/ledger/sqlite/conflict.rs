@@ -1,4 +1,6 @@
-//! Conflicting resubmissions: the same award and submission time with a different payload.
+//! Conflicting resubmissions: the same award at the same submission instant with a different
+//! payload. "The same instant" is compared as `submission_instant` (UTC, one spelling), so
+//! `…09:00:00Z` and `…11:00:00+02:00` conflict although their keys differ.
 //!
 //! By design such a resubmission has its own key and is not suppressed (the reference design:
 //! a genuine resubmission must not be lost). It is made visible instead: a `conflict` audit
@@ -18,10 +20,10 @@ pub(super) struct Other {
     pub(super) claimed_at: String,
 }
 
-/// The earliest claim with this submission's award and time but another key, if any.
-/// Almost always there is none, so the first query only probes the claim's unique index, which
-/// leads with exactly these two columns and ends with `claim_id` (the rowid): no table row is
-/// read and nothing is sorted unless there is a conflict to describe.
+/// The earliest claim with this submission's award and instant but another key, if any.
+/// Almost always there is none, so the first query only probes `claim_instant`, which leads
+/// with exactly these two columns and holds the key and `claim_id` (the rowid): no table row
+/// is read and nothing is sorted unless there is a conflict to describe.
 pub(super) fn find(
     tx: &Transaction<'_>,
     s: &crate::domain::submission::Submission,
@@ -29,11 +31,11 @@ pub(super) fn find(
     let earliest: Option<i64> = tx
         .prepare_cached(
             "SELECT MIN(claim_id) FROM processed_messages
-             WHERE submission_timestamp = ?1 AND award_id = ?2 AND idempotency_key <> ?3",
+             WHERE submission_instant = ?1 AND award_id = ?2 AND idempotency_key <> ?3",
         )?
         .query_row(
             params![
-                s.submission_timestamp,
+                s.submission_instant,
                 s.award_id,
                 s.key.as_bytes().as_slice()
             ],
@@ -59,7 +61,7 @@ pub(super) fn find(
 /// The detail of the `conflict` record that links a new claim to the earlier claim `other`.
 pub(super) fn detail(other: &Other) -> String {
     format!(
-        "conflicts with key {} (claimed at {}): same award_id and submission_timestamp, different payload",
+        "conflicts with key {} (claimed at {}): same award_id and submission instant, different payload",
         other.key_hex, other.claimed_at
     )
 }

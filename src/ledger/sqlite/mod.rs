@@ -17,6 +17,7 @@ mod error;
 mod multirow;
 mod outbox;
 mod purge;
+mod upgrade;
 mod verify;
 
 pub use checkpoint::Checkpointer;
@@ -68,11 +69,11 @@ impl SqliteLedger {
             )));
         }
         create_private(&cfg.path)?;
-        let first = Connection::open(&cfg.path).map_err(|e| {
+        let mut first = Connection::open(&cfg.path).map_err(|e| {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
         })?;
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        prepare_file(&first, cfg)?;
+        prepare_file(&mut first, cfg)?;
         drop(first);
         let pool = pool(cfg)?;
         // Checkpoints then run on their own thread, so the writer's commits only append to the
@@ -161,7 +162,7 @@ fn pool(cfg: &LedgerConfig) -> Result<Pool<SqliteConnectionManager>> {
 /// schema. Processes opening a brand-new ledger at the same moment race to convert it, and
 /// SQLite settles that race by failing one side with SQLITE_BUSY at once instead of waiting
 /// (waiting could deadlock); the loser tries again, within the busy timeout.
-fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
+fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_millis(cfg.busy_timeout_ms);
     let mut attempt = 0;
     loop {
@@ -173,7 +174,10 @@ fn prepare_file(conn: &Connection, cfg: &LedgerConfig) -> Result<()> {
                     cfg.path.display()
                 )));
             }
-            Ok(conn.execute_batch(SCHEMA)?)
+            // A ledger from an earlier release gets today's columns first (see `upgrade.rs`).
+            upgrade::before_schema(conn)?;
+            conn.execute_batch(SCHEMA)?;
+            upgrade::after_schema(conn)
         })();
         match result {
             Err(Error::Ledger {
@@ -268,6 +272,20 @@ impl Ledger for SqliteLedger {
     }
 }
 
+/// The exact sum of every disbursement. SQLite's SUM stops with "integer overflow" past i64
+/// and TOTAL rounds to a float, so the amounts are summed in two halves that cannot overflow —
+/// the high 32 bits (each under 2^31, amounts being positive) and the low 32 bits (each under
+/// 2^32), exact for fewer than 2^31 rows — and joined in an i128 here.
+fn disbursed_cents_total(conn: &Connection) -> Result<i128> {
+    let (high, low): (i64, i64) = conn.query_row(
+        "SELECT COALESCE(SUM(amount_cents >> 32), 0), COALESCE(SUM(amount_cents & 4294967295), 0)
+         FROM disbursements",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((i128::from(high) << 32) + i128::from(low))
+}
+
 fn stats(conn: &Connection) -> Result<Stats> {
     let count =
         |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
@@ -279,16 +297,13 @@ fn stats(conn: &Connection) -> Result<Stats> {
     Ok(Stats {
         claims: count("SELECT COUNT(*) FROM processed_messages")?,
         disbursements: count("SELECT COUNT(*) FROM disbursements")?,
-        disbursed_cents_total: conn.query_row(
-            "SELECT COALESCE(SUM(amount_cents), 0) FROM disbursements",
-            [],
-            |r| r.get(0),
-        )?,
+        disbursed_cents_total: disbursed_cents_total(conn)?,
         outbox_backlog: count("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")?,
         outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
         dead_letters: count("SELECT COUNT(*) FROM dead_letters")?,
         duplicates_suppressed: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?,
         conflicts: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'")?,
+        vanished: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'")?,
         audit_records: count("SELECT COUNT(*) FROM audit_log")?,
     })
 }

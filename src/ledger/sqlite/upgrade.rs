@@ -1,0 +1,97 @@
+//! Bringing a ledger made by an earlier release up to today's `schema.sql`, in place, at open.
+//!
+//! `schema.sql` is idempotent (`CREATE ... IF NOT EXISTS`), but SQLite has no
+//! `ADD COLUMN IF NOT EXISTS`, and an index on a column the table lacks fails. So the open
+//! step runs [`before_schema`] (add the missing column), then the schema, then
+//! [`after_schema`] (backfill it). Each step first looks without writing — an up-to-date
+//! ledger costs two reads and never takes the write lock, so `status` beside a busy worker
+//! stays read-only — and only then changes anything, in a `BEGIN IMMEDIATE` transaction that
+//! looks again: two processes opening one old ledger at once upgrade it once.
+//!
+//! The one upgrade today: `processed_messages.submission_instant`, the UTC instant of the
+//! submission's timestamp, which conflict detection compares (`conflict.rs`).
+
+use crate::domain::clock::instant_utc;
+use crate::error::Result;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+/// Claims backfilled per step of [`after_schema`].
+const BACKFILL_PAGE_ROWS: i64 = 10_000;
+
+/// Adds `processed_messages.submission_instant` to a ledger whose table predates it. A new
+/// ledger has no table yet; `schema.sql` creates it with the column.
+pub(super) fn before_schema(conn: &mut Connection) -> Result<()> {
+    if !needs_instant_column(conn)? {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if needs_instant_column(&tx)? {
+        tx.execute_batch("ALTER TABLE processed_messages ADD COLUMN submission_instant TEXT")?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Fills `submission_instant` for every claim that lacks it (all of them, once, after the
+/// column was added; afterwards only rows an older release wrote meanwhile). A stored
+/// timestamp whose instant cannot be spelled (one this release's parser would refuse) keeps
+/// its own text as its instant, so it still conflicts with the same spelling, as before.
+pub(super) fn after_schema(conn: &mut Connection) -> Result<()> {
+    if !has_claims_without_instant(conn)? {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut upgraded = 0usize;
+    loop {
+        // A page at a time, so a ledger of millions of claims upgrades in bounded memory.
+        let rows: Vec<(i64, String)> = tx
+            .prepare_cached(
+                "SELECT claim_id, submission_timestamp FROM processed_messages
+                 WHERE submission_instant IS NULL LIMIT ?1",
+            )?
+            .query_map([BACKFILL_PAGE_ROWS], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if rows.is_empty() {
+            break;
+        }
+        let mut set = tx.prepare_cached(
+            "UPDATE processed_messages SET submission_instant = ?2 WHERE claim_id = ?1",
+        )?;
+        for (claim_id, timestamp) in &rows {
+            let instant = instant_utc(timestamp).unwrap_or_else(|| timestamp.clone());
+            set.execute(rusqlite::params![claim_id, instant])?;
+        }
+        upgraded += rows.len();
+    }
+    tx.commit()?;
+    log::info!("upgraded the ledger: recorded the submission instant of {upgraded} claims");
+    Ok(())
+}
+
+/// True when `processed_messages` exists without `submission_instant`.
+fn needs_instant_column(conn: &Connection) -> Result<bool> {
+    let columns: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('processed_messages')",
+        [],
+        |r| r.get(0),
+    )?;
+    let has: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('processed_messages')
+         WHERE name = 'submission_instant'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(columns > 0 && has == 0)
+}
+
+/// True when some claim has no instant. One probe of `claim_instant`, where NULLs sort first.
+fn has_claims_without_instant(conn: &Connection) -> Result<bool> {
+    Ok(conn
+        .query_row(
+            "SELECT 1 FROM processed_messages WHERE submission_instant IS NULL LIMIT 1",
+            [],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
