@@ -39,6 +39,11 @@ impl InFlight {
             .collect()
     }
 
+    /// True when `id` is in the set.
+    pub(super) fn holds(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
     /// Removes `ids`: acknowledged, or left pending for redelivery.
     pub(super) fn release(&self, ids: impl IntoIterator<Item = String>) {
         let mut set = self.lock();

@@ -9,6 +9,7 @@ mod chaos;
 mod contract;
 mod fuzz;
 mod layers;
+mod liveness;
 mod ops;
 mod relay;
 mod resilience;
