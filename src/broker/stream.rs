@@ -372,6 +372,24 @@ pub fn touch(
     conn.query::<Value>(&cmd).map(|_| ())
 }
 
+/// Marks entry `id` in the hash `key` as being tried alone, with `note` (who, when). Returns
+/// true if the mark is new, false if one was already there (HSETNX, one atomic step).
+pub fn mark_quarantined(conn: &mut Conn, key: &str, id: &str, note: &str) -> Result<bool> {
+    let mut cmd = redis::cmd("HSETNX");
+    cmd.arg(key).arg(id).arg(note);
+    conn.query::<i64>(&cmd).map(|set| set == 1)
+}
+
+/// Removes the marks of `ids` from the hash `key`; ids without one are ignored.
+pub fn unmark_quarantined(conn: &mut Conn, key: &str, ids: &[&str]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = redis::cmd("HDEL");
+    cmd.arg(key).arg(ids);
+    conn.query::<i64>(&cmd).map(|_| ())
+}
+
 /// XACK a set of ids. Returns how many were pending.
 pub fn ack(conn: &mut Conn, stream: &str, group: &str, ids: &[&str]) -> Result<u64> {
     if ids.is_empty() {

@@ -64,6 +64,11 @@ impl InFlight {
         self.lock().keys().cloned().collect()
     }
 
+    /// How many entries are in the pipeline.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// True when nothing is in the pipeline.
     pub(super) fn is_empty(&self) -> bool {
         self.lock().is_empty()

@@ -30,7 +30,7 @@ mod signals;
 mod writer;
 
 use crate::broker::fastfilter::FastFilter;
-use crate::broker::stream::{self, Conn, Entry};
+use crate::broker::stream::{self, Conn};
 use crate::config::{Config, WorkerConfig, CHANNEL_BATCHES_MAX, SHUTDOWN_FAILURES_MAX};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
@@ -138,7 +138,7 @@ pub fn run(
             .map(|ttl_s| FastFilter::new(&cfg.stream, &cfg.group, ttl_s)),
     };
     announce(cfg, wcfg);
-    let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
+    let (raw_tx, raw_rx) = bounded::<parse::Handoff>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
     // Audit log lines, counters and freeing the batch happen on a thread of their own, so
     // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).

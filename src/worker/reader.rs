@@ -8,16 +8,22 @@
 //! picks up its own pending entries that are not in the pipeline before new entries, and that
 //! recovery counts no delivery (XPENDING and XRANGE, never XREADGROUP from an id): a blip
 //! must not push healthy entries toward the delivery cap. A read cut short (EINTR, UNBLOCKED)
-//! is read again at once: it is not an outage.
+//! is read again at once: it is not an outage. An entry past the delivery cap is handed on
+//! alone, marked first (`Config::quarantine_key`), and only once nothing else is in the
+//! pipeline; nothing more is read until its try is over, so nothing else can crash or fail
+//! beside it.
 
+use super::parse::Handoff;
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
 use crate::config::BLOCK_TIMEOUT_SLACK_MS;
+use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
 use crate::retry::Episode;
 use crate::support::failpoint;
 use crossbeam_channel::Sender;
 use log::{info, warn};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// The one name the reader's failures are logged under.
@@ -26,22 +32,18 @@ const WHAT: &str = "reading from redis";
 /// Reads until shutdown, until the parse pool is gone, or (with `exit_when_idle`) until the
 /// stream is drained. Transient failures are waited out as one episode; a permanent one is
 /// returned.
-pub(super) fn run(
-    client: &redis::Client,
-    tx: Sender<Vec<Entry>>,
-    shared: &Shared<'_>,
-) -> Result<()> {
+pub(super) fn run(client: &redis::Client, tx: Sender<Handoff>, shared: &Shared<'_>) -> Result<()> {
     let mut reader = Reader::new(client, shared);
     while !shared.stopping() {
         shared.metrics.beat();
         match reader.step() {
-            Ok(Some(entries)) => {
+            Ok(Some(handoff)) => {
                 reader.episode.succeeded();
-                if entries.is_empty() {
+                if handoff.entries.is_empty() {
                     continue;
                 }
                 failpoint::hit("after_read");
-                if tx.send(entries).is_err() {
+                if tx.send(handoff).is_err() {
                     break;
                 }
             }
@@ -82,6 +84,11 @@ struct Reader<'a> {
     claim_due: Instant,
     /// The current episode of read failures, if any.
     episode: Episode<'static>,
+    /// Entries past the delivery cap (already in `in_flight`), waiting to be handed on one
+    /// at a time; nothing new is read while any wait.
+    over_cap: VecDeque<Entry>,
+    /// The entry on its try alone, while it is in the pipeline.
+    solo: Option<String>,
 }
 
 impl<'a> Reader<'a> {
@@ -95,12 +102,14 @@ impl<'a> Reader<'a> {
             claim_cursor: "0-0".into(),
             claim_due: Instant::now(),
             episode: Episode::new(WHAT),
+            over_cap: VecDeque::new(),
+            solo: None,
         }
     }
 
     /// Makes sure the group exists, then reads once. `Ok(None)` means the stream had nothing
     /// new for us; `Ok(Some(empty))` that there is more to do at once.
-    fn step(&mut self) -> Result<Option<Vec<Entry>>> {
+    fn step(&mut self) -> Result<Option<Handoff>> {
         if self.group_ready {
             return self.read();
         }
@@ -112,21 +121,69 @@ impl<'a> Reader<'a> {
             );
         }
         self.group_ready = true;
-        Ok(Some(Vec::new()))
+        Ok(Some(handoff(Vec::new(), false)))
     }
 
-    /// One read: a due XAUTOCLAIM scan, else our own pending history, else new entries.
-    fn read(&mut self) -> Result<Option<Vec<Entry>>> {
+    /// One read: an entry past the cap on its own, else a due XAUTOCLAIM scan, else our own
+    /// pending history, else new entries. Entries past the cap are held back from the batch.
+    fn read(&mut self) -> Result<Option<Handoff>> {
+        if let Some(next) = self.next_over_cap()? {
+            return Ok(Some(next));
+        }
         if Instant::now() >= self.claim_due && !self.holding_claimable() {
             if let Some(entries) = self.take_over_stale()? {
-                return Ok(Some(entries));
+                return Ok(Some(self.hold_over_cap(entries)));
             }
         }
-        match self.own.clone() {
-            Own::History(cursor) => self.reread_own(&cursor).map(Some),
-            Own::Recover(after) => self.pick_up_own(after).map(Some),
-            Own::Done => self.read_new(),
+        let entries = match self.own.clone() {
+            Own::History(cursor) => Some(self.reread_own(&cursor)?),
+            Own::Recover(after) => Some(self.pick_up_own(after)?),
+            Own::Done => self.read_new()?,
+        };
+        Ok(entries.map(|e| self.hold_over_cap(e)))
+    }
+
+    /// Keeps entries past the delivery cap back (they stay in `in_flight`) and hands on the rest.
+    fn hold_over_cap(&mut self, entries: Vec<Entry>) -> Handoff {
+        let cap = self.shared.wcfg.max_deliveries;
+        let (over, under): (Vec<Entry>, Vec<Entry>) =
+            entries.into_iter().partition(|e| e.delivery_count > cap);
+        self.over_cap.extend(over);
+        handoff(under, false)
+    }
+
+    /// The quarantine: while entries past the cap wait, the next one is handed on alone once
+    /// nothing else is in the pipeline, and nothing else is read until its try is over. If it
+    /// carries no mark it is marked and tried (`solo`); a mark means a try alone already
+    /// happened and crashed or was refused, so the cap dead-letters it. `None`: nothing waits.
+    fn next_over_cap(&mut self) -> Result<Option<Handoff>> {
+        let in_flight = &self.shared.in_flight;
+        if let Some(id) = &self.solo {
+            if in_flight.holds(id) {
+                return Ok(Some(wait_a_moment()));
+            }
+            self.solo = None;
         }
+        let Some(entry) = self.over_cap.front() else {
+            return Ok(None);
+        };
+        if in_flight.len() > self.over_cap.len() {
+            return Ok(Some(wait_a_moment()));
+        }
+        let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
+        let note = format!("{} at {}", wcfg.consumer, now_rfc3339());
+        let key = cfg.quarantine_key();
+        let first_try = stream::mark_quarantined(&mut self.conn, &key, &entry.id, &note)?;
+        let entry = self.over_cap.pop_front().expect("looked at just now");
+        if !first_try {
+            return Ok(Some(handoff(vec![entry], false)));
+        }
+        info!(
+            "entry {} was delivered {} times (over --max-deliveries {}): trying it once more, alone",
+            entry.id, entry.delivery_count, wcfg.max_deliveries
+        );
+        self.solo = Some(entry.id.clone());
+        Ok(Some(handoff(vec![entry], true)))
     }
 
     /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
@@ -286,6 +343,10 @@ impl<'a> Reader<'a> {
         );
         self.group_ready = false;
         self.own = Own::History("0-0".into());
+        // Entries held back past the cap went with the group.
+        let held = self.over_cap.drain(..).map(|e| e.id);
+        self.shared.in_flight.release(held);
+        self.solo = None;
         self.claim_cursor = "0-0".into();
     }
 
@@ -319,6 +380,17 @@ enum Own {
     /// `None`), bodies by XRANGE, skipping what is in our pipeline. Neither command counts a
     /// delivery, so blips cannot push healthy entries toward the cap.
     Recover(Option<String>),
+}
+
+/// A handoff of `entries`; `solo` for an entry past the cap on its try alone.
+fn handoff(entries: Vec<Entry>, solo: bool) -> Handoff {
+    Handoff { entries, solo }
+}
+
+/// While the quarantine waits for the pipeline to empty: a short nap, then nothing to hand on.
+fn wait_a_moment() -> Handoff {
+    std::thread::sleep(Duration::from_millis(10));
+    handoff(Vec::new(), false)
 }
 
 /// How often to scan for stranded entries: often enough to take them over soon after they
