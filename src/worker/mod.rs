@@ -11,6 +11,9 @@
 //! heartbeat (heartbeat.rs, 1 thread: keeps our in-flight entries from looking abandoned)
 //! ```
 //!
+//! An entry past `--max-deliveries` is tried once more, alone (quarantine.rs), before the cap
+//! dead-letters it. A stage that fails for good stops all of them (`Shared::halt`).
+//!
 //! This file wires the threads and channels together and holds the state they share.
 //!
 //! **Invariant:** nothing under `worker/` sends XACK for an entry before the ledger transaction
@@ -23,6 +26,7 @@ mod dead_letters;
 mod heartbeat;
 mod in_flight;
 mod parse;
+mod quarantine;
 mod reader;
 mod record;
 mod reporter;

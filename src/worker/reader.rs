@@ -14,16 +14,15 @@
 //! beside it.
 
 use super::parse::Handoff;
+use super::quarantine::{handoff, Quarantine};
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
 use crate::config::BLOCK_TIMEOUT_SLACK_MS;
-use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
 use crate::retry::Episode;
 use crate::support::failpoint;
 use crossbeam_channel::Sender;
 use log::{info, warn};
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// The one name the reader's failures are logged under.
@@ -84,11 +83,8 @@ struct Reader<'a> {
     claim_due: Instant,
     /// The current episode of read failures, if any.
     episode: Episode<'static>,
-    /// Entries past the delivery cap (already in `in_flight`), waiting to be handed on one
-    /// at a time; nothing new is read while any wait.
-    over_cap: VecDeque<Entry>,
-    /// The entry on its try alone, while it is in the pipeline.
-    solo: Option<String>,
+    /// Entries past the delivery cap, waiting for their try alone.
+    quarantine: Quarantine,
 }
 
 impl<'a> Reader<'a> {
@@ -102,8 +98,7 @@ impl<'a> Reader<'a> {
             claim_cursor: "0-0".into(),
             claim_due: Instant::now(),
             episode: Episode::new(WHAT),
-            over_cap: VecDeque::new(),
-            solo: None,
+            quarantine: Quarantine::default(),
         }
     }
 
@@ -127,12 +122,12 @@ impl<'a> Reader<'a> {
     /// One read: an entry past the cap on its own, else a due XAUTOCLAIM scan, else our own
     /// pending history, else new entries. Entries past the cap are held back from the batch.
     fn read(&mut self) -> Result<Option<Handoff>> {
-        if let Some(next) = self.next_over_cap()? {
+        if let Some(next) = self.quarantine.next(&mut self.conn, self.shared)? {
             return Ok(Some(next));
         }
         if Instant::now() >= self.claim_due && !self.holding_claimable() {
             if let Some(entries) = self.take_over_stale()? {
-                return Ok(Some(self.hold_over_cap(entries)));
+                return Ok(Some(self.quarantine.hold(entries, self.shared)));
             }
         }
         let entries = match self.own.clone() {
@@ -140,50 +135,7 @@ impl<'a> Reader<'a> {
             Own::Recover(after) => Some(self.pick_up_own(after)?),
             Own::Done => self.read_new()?,
         };
-        Ok(entries.map(|e| self.hold_over_cap(e)))
-    }
-
-    /// Keeps entries past the delivery cap back (they stay in `in_flight`) and hands on the rest.
-    fn hold_over_cap(&mut self, entries: Vec<Entry>) -> Handoff {
-        let cap = self.shared.wcfg.max_deliveries;
-        let (over, under): (Vec<Entry>, Vec<Entry>) =
-            entries.into_iter().partition(|e| e.delivery_count > cap);
-        self.over_cap.extend(over);
-        handoff(under, false)
-    }
-
-    /// The quarantine: while entries past the cap wait, the next one is handed on alone once
-    /// nothing else is in the pipeline, and nothing else is read until its try is over. If it
-    /// carries no mark it is marked and tried (`solo`); a mark means a try alone already
-    /// happened and crashed or was refused, so the cap dead-letters it. `None`: nothing waits.
-    fn next_over_cap(&mut self) -> Result<Option<Handoff>> {
-        let in_flight = &self.shared.in_flight;
-        if let Some(id) = &self.solo {
-            if in_flight.holds(id) {
-                return Ok(Some(wait_a_moment()));
-            }
-            self.solo = None;
-        }
-        let Some(entry) = self.over_cap.front() else {
-            return Ok(None);
-        };
-        if in_flight.len() > self.over_cap.len() {
-            return Ok(Some(wait_a_moment()));
-        }
-        let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
-        let note = format!("{} at {}", wcfg.consumer, now_rfc3339());
-        let key = cfg.quarantine_key();
-        let first_try = stream::mark_quarantined(&mut self.conn, &key, &entry.id, &note)?;
-        let entry = self.over_cap.pop_front().expect("looked at just now");
-        if !first_try {
-            return Ok(Some(handoff(vec![entry], false)));
-        }
-        info!(
-            "entry {} was delivered {} times (over --max-deliveries {}): trying it once more, alone",
-            entry.id, entry.delivery_count, wcfg.max_deliveries
-        );
-        self.solo = Some(entry.id.clone());
-        Ok(Some(handoff(vec![entry], true)))
+        Ok(entries.map(|e| self.quarantine.hold(e, self.shared)))
     }
 
     /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
@@ -344,9 +296,7 @@ impl<'a> Reader<'a> {
         self.group_ready = false;
         self.own = Own::History("0-0".into());
         // Entries held back past the cap went with the group.
-        let held = self.over_cap.drain(..).map(|e| e.id);
-        self.shared.in_flight.release(held);
-        self.solo = None;
+        self.quarantine.forget(self.shared);
         self.claim_cursor = "0-0".into();
     }
 
@@ -380,17 +330,6 @@ enum Own {
     /// `None`), bodies by XRANGE, skipping what is in our pipeline. Neither command counts a
     /// delivery, so blips cannot push healthy entries toward the cap.
     Recover(Option<String>),
-}
-
-/// A handoff of `entries`; `solo` for an entry past the cap on its try alone.
-fn handoff(entries: Vec<Entry>, solo: bool) -> Handoff {
-    Handoff { entries, solo }
-}
-
-/// While the quarantine waits for the pipeline to empty: a short nap, then nothing to hand on.
-fn wait_a_moment() -> Handoff {
-    std::thread::sleep(Duration::from_millis(10));
-    handoff(Vec::new(), false)
 }
 
 /// How often to scan for stranded entries: often enough to take them over soon after they

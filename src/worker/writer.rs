@@ -11,6 +11,7 @@
 
 use super::dead_letters;
 use super::parse::Parsed;
+use super::quarantine;
 use super::record::{item_of, record};
 use super::reporter::{self, Committed};
 use super::Shared;
@@ -23,7 +24,7 @@ use crate::error::Result;
 use crate::ledger::{Item, Ledger, Outcome};
 use crate::support::failpoint;
 use crossbeam_channel::{Receiver, Sender};
-use log::{info, warn};
+use log::warn;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -88,7 +89,7 @@ fn commit_and_ack(
             .collect(),
         Err(_) => Vec::new(),
     };
-    unmark_quarantined(conn, shared, &unmark);
+    quarantine::unmark(conn, shared, &unmark);
     shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
     match result {
         Ok((outcomes, _)) => {
@@ -101,19 +102,6 @@ fn commit_and_ack(
             Ok(())
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Clears the quarantine marks of `ids`. Best effort: a mark left behind on an acknowledged
-/// entry is never looked at again (its id is not delivered again).
-fn unmark_quarantined(conn: &mut Conn, shared: &Shared<'_>, ids: &[&str]) {
-    if ids.is_empty() {
-        return;
-    }
-    let key = shared.cfg.quarantine_key();
-    match stream::unmark_quarantined(conn, &key, ids) {
-        Ok(()) => info!("cleared the quarantine mark of {} entries", ids.len()),
-        Err(e) => warn!("could not clear the quarantine mark of {ids:?} in {key}: {e}"),
     }
 }
 

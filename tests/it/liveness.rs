@@ -111,6 +111,7 @@ fn a_dead_letter_stream_of_the_wrong_type_stops_the_worker_with_exit_1_and_loses
         if failed {
             after_failure.push(answer);
         }
+        std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(exit_code(&mut worker), Some(1), "{}", worker.log_text());
 
