@@ -78,6 +78,14 @@ impl Config {
     pub fn dead_stream(&self) -> String {
         format!("{}:dead", self.stream)
     }
+
+    /// The quarantine marks: `<stream>:quarantine`, a hash of entry id → who tried it alone,
+    /// when. An entry past `--max-deliveries` is marked as it is handed on for its one try alone;
+    /// the mark is cleared once the entry is acknowledged, so a mark found on a later delivery
+    /// means that try crashed or was refused, and the entry is dead-lettered.
+    pub fn quarantine_key(&self) -> String {
+        format!("{}:quarantine", self.stream)
+    }
 }
 
 /// What to do with a resubmission that reuses an award's timestamp with a different payload
@@ -102,7 +110,8 @@ pub struct WorkerConfig {
     pub threads: usize,
     /// Take over other consumers' entries idle at least this long.
     pub claim_idle_ms: u64,
-    /// Dead-letter an entry delivered more than this many times.
+    /// An entry delivered more than this many times is tried once more, alone, and
+    /// dead-lettered if that try does not succeed (see `Config::quarantine_key`).
     pub max_deliveries: u64,
     /// Exit once nothing is undelivered or pending.
     pub exit_when_idle: bool,

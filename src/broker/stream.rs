@@ -359,6 +359,94 @@ pub fn fill_delivery_counts(
     Ok(())
 }
 
+/// This consumer's pending ids after `after` (exclusive; from the start when `None`), at most
+/// `count`, each with its delivery count. XPENDING counts no delivery, unlike re-reading the
+/// history with XREADGROUP, which counts one for every entry it returns.
+pub fn pending_ids(
+    conn: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    after: Option<&str>,
+    count: usize,
+) -> Result<Vec<(String, u64)>> {
+    let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+    let mut cmd = redis::cmd("XPENDING");
+    cmd.arg(stream)
+        .arg(group)
+        .arg(start)
+        .arg("+")
+        .arg(count)
+        .arg(consumer);
+    let mut ids = Vec::new();
+    for row in array(conn.query::<Value>(&cmd)?)? {
+        let mut fields = array(row)?.into_iter();
+        let id = string(fields.next().unwrap_or(Value::Nil))?;
+        let deliveries = int(fields.nth(2).unwrap_or(Value::Nil))?;
+        ids.push((id, deliveries.max(1) as u64));
+    }
+    Ok(ids)
+}
+
+/// The entries with these ids and delivery counts, read with XRANGE (one pipelined round trip),
+/// which neither counts a delivery nor changes who owns them. Ids whose bodies are gone from the
+/// stream come back apart, as vanished.
+pub fn entries_by_id(conn: &mut Conn, stream: &str, ids: &[(String, u64)]) -> Result<Read> {
+    let mut read = Read::default();
+    if ids.is_empty() {
+        return Ok(read);
+    }
+    let mut pipe = redis::pipe();
+    for (id, _) in ids {
+        pipe.cmd("XRANGE").arg(stream).arg(id).arg(id);
+    }
+    let replies: Vec<Value> = {
+        let result = pipe.query(conn.get()?);
+        if matches!(&result, Err(e) if crate::error::redis_is_transient(e)) {
+            conn.reset();
+        }
+        result?
+    };
+    for ((id, deliveries), reply) in ids.iter().zip(replies) {
+        let mut found = Vec::new();
+        split_entries(array(reply)?, &mut found, &mut read.vanished)?;
+        match found.pop() {
+            Some(mut entry) => {
+                entry.delivery_count = *deliveries;
+                read.entries.push(entry);
+            }
+            None => read.vanished.push(id.clone()),
+        }
+        read.last_id = Some(id.clone());
+    }
+    Ok(read)
+}
+
+/// True when a read was cut short rather than failed, so the right answer is to read again at
+/// once, without backoff and without calling it an outage: a blocking read interrupted by a
+/// signal (EINTR: after SIGSTOP/SIGCONT a socket read with a timeout is never restarted), or a
+/// blocking XREADGROUP released because its stream key was deleted (`UNBLOCKED`; the next read
+/// finds out what is there now). A reply lost to EINTR may have moved entries into the
+/// consumer's pending list; the caller recovers them.
+pub fn read_cut_short(e: &Error) -> bool {
+    let Error::Redis(e) = e else {
+        return false;
+    };
+    e.code() == Some("UNBLOCKED") || io_error_kind(e) == Some(std::io::ErrorKind::Interrupted)
+}
+
+/// The kind of the I/O error inside a Redis error, if it is one. redis-rs keeps the
+/// `io::Error` behind an `Arc` and offers no accessor for its kind.
+fn io_error_kind(e: &redis::RedisError) -> Option<std::io::ErrorKind> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(e)?;
+    let io = match source.downcast_ref::<std::io::Error>() {
+        Some(io) => io,
+        None => source.downcast_ref::<Shared>()?.downcast_ref()?,
+    };
+    Some(io.kind())
+}
+
 /// Re-claims pending `ids` for `consumer` without counting a delivery (XCLAIM ... JUSTID), which
 /// resets their idle time: other consumers' XAUTOCLAIM then leaves alone entries this consumer
 /// is still working on. Ids no longer pending are ignored by Redis.
@@ -380,6 +468,24 @@ pub fn touch(
         .arg(ids)
         .arg("JUSTID");
     conn.query::<Value>(&cmd).map(|_| ())
+}
+
+/// Marks entry `id` in the hash `key` as being tried alone, with `note` (who, when). Returns
+/// true if the mark is new, false if one was already there (HSETNX, one atomic step).
+pub fn mark_quarantined(conn: &mut Conn, key: &str, id: &str, note: &str) -> Result<bool> {
+    let mut cmd = redis::cmd("HSETNX");
+    cmd.arg(key).arg(id).arg(note);
+    conn.query::<i64>(&cmd).map(|set| set == 1)
+}
+
+/// Removes the marks of `ids` from the hash `key`; ids without one are ignored.
+pub fn unmark_quarantined(conn: &mut Conn, key: &str, ids: &[&str]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = redis::cmd("HDEL");
+    cmd.arg(key).arg(ids);
+    conn.query::<i64>(&cmd).map(|_| ())
 }
 
 /// XACK a set of ids. Returns how many were pending.
@@ -567,7 +673,18 @@ fn unexpected(what: &str, got: &Value) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{read_cut_short, redact};
+    use crate::error::Error;
+    use std::io::ErrorKind;
+
+    #[test]
+    fn an_interrupted_read_is_cut_short_and_a_reset_connection_is_not() {
+        let io = |kind: ErrorKind| Error::Redis(std::io::Error::from(kind).into());
+        assert!(read_cut_short(&io(ErrorKind::Interrupted)));
+        assert!(!read_cut_short(&io(ErrorKind::ConnectionReset)));
+        assert!(!read_cut_short(&io(ErrorKind::TimedOut)));
+        assert!(!read_cut_short(&Error::Other("Interrupted".into())));
+    }
 
     /// Asserts `url` redacts to `shown`, and that `secret` appears nowhere in it.
     fn check(url: &str, secret: &str, shown: &str) {

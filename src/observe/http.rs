@@ -3,7 +3,9 @@
 //! One thread answers requests one at a time with `tiny_http`; it only reads (ledger counts,
 //! Redis XLEN/XPENDING/XINFO/PING), so a scrape can never change what the worker does.
 //!
-//! `/healthz` is 200 `ok` while all three hold, else 503 naming each one that does not:
+//! `/healthz` is 200 `ok` while all four hold, else 503 naming each one that does not:
+//! - no stage of the worker has failed for a reason that will not clear by itself
+//!   ([`Metrics::fail`]: the process is on its way to exit 1);
 //! - the worker loop is running and has gone round within [`HEARTBEAT_STALE_MS`];
 //! - Redis answers PING;
 //! - the ledger answers a query ([`crate::ledger::Inspect::ping`]).
@@ -120,6 +122,9 @@ impl Endpoints<'_> {
 
     fn health(&mut self) -> (u16, &'static str, String) {
         let mut problems = Vec::new();
+        if let Some(cause) = self.metrics.failure() {
+            problems.push(format!("worker failed: {cause}"));
+        }
         if !self.worker_running.load(Ordering::SeqCst) {
             problems.push("worker loop has stopped".to_owned());
         } else {

@@ -2,6 +2,7 @@
 //! any thread (the `/metrics` endpoint, the demo's progress line, tests).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds, in seconds, of the commit-latency histogram's buckets.
@@ -30,6 +31,9 @@ pub struct Metrics {
     pub heartbeat_unix_ms: AtomicU64,
     /// Commit latencies at a resolution fine enough to quote p50/p99 from.
     pub commit_latency: crate::observe::latency::Histogram,
+    /// Why the worker is stopping for good, once a stage has failed for a reason that will not
+    /// clear by itself; `/healthz` is 503 from then on, however long the rest takes to stop.
+    failure: Mutex<Option<String>>,
 }
 
 impl Metrics {
@@ -55,6 +59,22 @@ impl Metrics {
     /// Milliseconds since the last [`Metrics::beat`] (since the epoch if there was none).
     pub fn heartbeat_age_ms(&self) -> u64 {
         unix_ms().saturating_sub(self.heartbeat_unix_ms.load(Ordering::Relaxed))
+    }
+
+    /// Notes that the worker has failed for good, and why. The first cause is kept.
+    pub fn fail(&self, cause: String) {
+        self.failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_or_insert(cause);
+    }
+
+    /// The cause passed to [`Metrics::fail`], if the worker has failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Reads a counter.

@@ -10,7 +10,7 @@ use super::Shared;
 use crate::broker::stream::{self, Conn, DeadLetterCopy, Entry};
 use crate::domain::clock::now_rfc3339;
 use crate::domain::submission;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ledger::Outcome;
 
 /// Copies every rejected entry of `batch`, before the transaction that records it.
@@ -74,8 +74,20 @@ fn copy(
         dead_lettered_at: &dead_lettered_at,
     };
     let dead_stream = cfg.dead_stream();
-    shared.retry(what, || {
-        stream::copy_to_dead_letters(conn, &dead_stream, &letter)
-    })?;
+    shared
+        .retry(what, || {
+            stream::copy_to_dead_letters(conn, &dead_stream, &letter)
+        })
+        .map_err(|e| {
+            if e.is_transient() {
+                return e;
+            }
+            // Permanent (a key of the wrong type where the stream must be, a refused
+            // permission): the message that stops the worker says where it failed.
+            Error::Other(format!(
+                "copying entry {} to the dead-letter stream {dead_stream}: {e}",
+                entry.id
+            ))
+        })?;
     Ok(())
 }

@@ -39,6 +39,11 @@ impl InFlight {
             .collect()
     }
 
+    /// True when `id` is in the set.
+    pub(super) fn holds(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
     /// Removes `ids`: acknowledged, or left pending for redelivery.
     pub(super) fn release(&self, ids: impl IntoIterator<Item = String>) {
         let mut set = self.lock();
@@ -57,6 +62,11 @@ impl InFlight {
     /// Every id in the set now.
     pub(super) fn ids(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
+    }
+
+    /// How many entries are in the pipeline.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
     }
 
     /// True when nothing is in the pipeline.

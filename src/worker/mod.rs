@@ -11,6 +11,9 @@
 //! heartbeat (heartbeat.rs, 1 thread: keeps our in-flight entries from looking abandoned)
 //! ```
 //!
+//! An entry past `--max-deliveries` is tried once more, alone (quarantine.rs), before the cap
+//! dead-letters it. A stage that fails for good stops all of them (`Shared::halt`).
+//!
 //! This file wires the threads and channels together and holds the state they share.
 //!
 //! **Invariant:** nothing under `worker/` sends XACK for an entry before the ledger transaction
@@ -23,6 +26,7 @@ mod dead_letters;
 mod heartbeat;
 mod in_flight;
 mod parse;
+mod quarantine;
 mod reader;
 mod record;
 mod reporter;
@@ -30,14 +34,14 @@ mod signals;
 mod writer;
 
 use crate::broker::fastfilter::FastFilter;
-use crate::broker::stream::{self, Conn, Entry};
+use crate::broker::stream::{self, Conn};
 use crate::config::{Config, WorkerConfig, CHANNEL_BATCHES_MAX, SHUTDOWN_FAILURES_MAX};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::observe::metrics::Metrics;
 use crossbeam_channel::bounded;
 use in_flight::InFlight;
-use log::info;
+use log::{error, info};
 use parse::Parsed;
 use reporter::Committed;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,10 +77,51 @@ impl Shared<'_> {
     fn retry<T>(&self, what: &str, op: impl FnMut() -> Result<T>) -> Result<T> {
         crate::retry::with_backoff(what, self.shutdown, SHUTDOWN_FAILURES_MAX, op)
     }
+
+    /// A stage has stopped for a reason that will not clear by itself: `/healthz` turns 503
+    /// first (so nobody reads "healthy" after this line), then one ERROR line names the cause,
+    /// then every other stage is asked to stop as on SIGTERM — the reader within one blocking
+    /// read, the writer after what it holds — and `run` returns the error (exit 1).
+    fn halt(&self, stage: &str, cause: &str) {
+        self.metrics.fail(format!("{stage}: {cause}"));
+        error!("{stage} stopped: {cause}; stopping the worker");
+        self.shutdown.store(true, Ordering::SeqCst);
+    }
+
+    /// Runs a stage's body on its thread. A permanent error or a panic halts the whole worker
+    /// at once: a stage that dies quietly would leave the others alive and doing nothing (the
+    /// reader would notice only when it next had entries to hand on).
+    fn stage(&self, name: &str, body: impl FnOnce() -> Result<()>) -> Result<()> {
+        let guard = HaltOnPanic { shared: self, name };
+        let result = body();
+        std::mem::forget(guard);
+        if let Err(e) = &result {
+            self.halt(name, &e.to_string());
+        }
+        result
+    }
+}
+
+/// Halts the worker if the stage thread holding it unwinds from a panic.
+struct HaltOnPanic<'s, 'a> {
+    /// What the stages share.
+    shared: &'s Shared<'a>,
+    /// The stage, as the log line names it.
+    name: &'s str,
+}
+
+impl Drop for HaltOnPanic<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.shared.halt(self.name, "the thread panicked");
+        }
+    }
 }
 
 /// Runs the worker until shutdown is requested or, with `exit_when_idle`, until the stream has
-/// nothing undelivered and the group nothing pending. Transient failures never end it.
+/// nothing undelivered and the group nothing pending. Transient failures never end it; a stage
+/// that fails for good (a permanent error or a panic) ends it promptly, and the error is
+/// returned.
 pub fn run(
     cfg: &Config,
     wcfg: &WorkerConfig,
@@ -97,7 +142,7 @@ pub fn run(
             .map(|ttl_s| FastFilter::new(&cfg.stream, &cfg.group, ttl_s)),
     };
     announce(cfg, wcfg);
-    let (raw_tx, raw_rx) = bounded::<Vec<Entry>>(CHANNEL_BATCHES_MAX);
+    let (raw_tx, raw_rx) = bounded::<parse::Handoff>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
     // Audit log lines, counters and freeing the batch happen on a thread of their own, so
     // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).
@@ -110,31 +155,45 @@ pub fn run(
                 .filter
                 .as_ref()
                 .map(|f| (f, Conn::new(client.clone())));
-            s.spawn(move || parse::run(rx, tx, wcfg, filter));
+            s.spawn(move || {
+                shared.stage("parse thread", || {
+                    parse::run(rx, tx, wcfg, filter);
+                    Ok(())
+                })
+            });
         }
         drop((parsed_tx, raw_rx));
         s.spawn(move || {
             signals::block_termination();
-            reporter::run(report_rx, shared)
+            shared.stage("reporter", || {
+                reporter::run(report_rx, shared);
+                Ok(())
+            })
         });
         let writer_conn = Conn::new(client.clone());
         let writer = s.spawn(move || {
             signals::block_termination();
-            writer::run(parsed_rx, ledger, writer_conn, shared, report_tx)
+            shared.stage("writer", || {
+                writer::run(parsed_rx, ledger, writer_conn, shared, report_tx)
+            })
         });
         let heartbeat = s.spawn(move || {
             signals::block_termination();
-            heartbeat::run(client, shared)
+            shared.stage("heartbeat", || {
+                heartbeat::run(client, shared);
+                Ok(())
+            })
         });
         let reader = s.spawn(move || {
             signals::block_termination();
-            reader::run(client, ledger, raw_tx, shared)
+            shared.stage("reader", || reader::run(client, ledger, raw_tx, shared))
         });
         let read_result = joined(reader, "reader");
         let write_result = joined(writer, "writer");
         shared.pipeline_done.store(true, Ordering::SeqCst);
         let _ = heartbeat.join();
-        read_result.and(write_result)
+        // The writer's failure is usually the cause of the reader's stop, so it is named first.
+        write_result.and(read_result)
     })
 }
 

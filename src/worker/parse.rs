@@ -21,6 +21,18 @@ pub(super) struct Parsed {
     pub(super) verdict: Verdict,
     /// Set by the fast filter: when this valid submission's key was seen committed.
     pub(super) committed_by: Option<String>,
+    /// Past the delivery cap and on its one try alone: committed in a transaction of its own.
+    pub(super) solo: bool,
+}
+
+/// What the reader hands the parse pool.
+pub(super) struct Handoff {
+    /// The entries, in stream order.
+    pub(super) entries: Vec<Entry>,
+    /// True for the one-entry handoff of an entry past the delivery cap on its try alone: the
+    /// cap does not reject it. Otherwise an entry past the cap is dead-lettered (its try alone
+    /// already happened).
+    pub(super) solo: bool,
 }
 
 /// What the parse stage decided about an entry.
@@ -57,13 +69,16 @@ impl Parsed {
 
 /// Parses batches from the reader until it hangs up or the writer is gone.
 pub(super) fn run(
-    rx: Receiver<Vec<Entry>>,
+    rx: Receiver<Handoff>,
     tx: Sender<Vec<Parsed>>,
     wcfg: &WorkerConfig,
     mut filter: Option<(&FastFilter, Conn)>,
 ) {
-    for batch in rx {
-        let mut parsed: Vec<Parsed> = batch.into_iter().map(|e| parse_one(e, wcfg)).collect();
+    for handoff in rx {
+        let solo = handoff.solo;
+        let mut parsed: Vec<Parsed> = (handoff.entries.into_iter())
+            .map(|e| parse_one(e, wcfg, solo))
+            .collect();
         if let Some((filter, conn)) = filter.as_mut() {
             look_up_committed(filter, conn, &mut parsed);
         }
@@ -83,8 +98,9 @@ fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]
     }
 }
 
-/// Validates one entry, or says why it must be dead-lettered. Pure apart from its inputs.
-fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
+/// Validates one entry, or says why it must be dead-lettered. Past the delivery cap it is
+/// rejected unless this is its try alone (`solo`). Pure apart from its inputs.
+fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool) -> Parsed {
     let (id, delivery_count) = (entry.id.clone(), entry.delivery_count);
     let limits = submission::Limits {
         payload_bytes_max: wcfg.payload_bytes_max,
@@ -95,11 +111,11 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
             .ok()
             .and_then(|p| submission::award_id_hint(p, wcfg.payload_bytes_max))
     };
-    let verdict = if delivery_count > wcfg.max_deliveries {
+    let verdict = if delivery_count > wcfg.max_deliveries && !solo {
         Verdict::Rejected(Rejected {
             code: "max_deliveries",
             reason: format!(
-                "max deliveries exceeded ({delivery_count} > {})",
+                "max deliveries exceeded ({delivery_count} > {}) and its try alone did not succeed",
                 wcfg.max_deliveries
             ),
             award_id: hint(&entry),
@@ -125,6 +141,7 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig) -> Parsed {
         delivery_count,
         verdict,
         committed_by: None,
+        solo,
     }
 }
 
@@ -146,7 +163,7 @@ mod tests {
     #[test]
     fn a_valid_entry_under_the_cap_is_a_submission() {
         let wcfg = WorkerConfig::new("c");
-        let p = parse_one(entry(VALID, wcfg.max_deliveries), &wcfg);
+        let p = parse_one(entry(VALID, wcfg.max_deliveries), &wcfg, false);
         assert_eq!(
             (p.id.as_str(), p.delivery_count),
             ("5-0", wcfg.max_deliveries)
@@ -159,17 +176,28 @@ mod tests {
     }
 
     #[test]
-    fn over_the_cap_even_a_valid_entry_is_rejected_keeping_its_award_and_key() {
+    fn over_the_cap_a_valid_entry_is_tried_alone_once() {
+        let wcfg = WorkerConfig::new("c");
+        let p = parse_one(entry(VALID, wcfg.max_deliveries + 1), &wcfg, true);
+        assert!(p.solo);
+        assert!(matches!(p.verdict, Verdict::Valid(_)));
+    }
+
+    #[test]
+    fn over_the_cap_after_its_try_alone_even_a_valid_entry_is_rejected_keeping_its_award_and_key() {
         let wcfg = WorkerConfig::new("c");
         let over = wcfg.max_deliveries + 1;
-        let p = parse_one(entry(VALID, over), &wcfg);
+        let p = parse_one(entry(VALID, over), &wcfg, false);
         let Verdict::Rejected(r) = &p.verdict else {
             panic!("accepted an entry over the delivery cap")
         };
         assert_eq!(r.code, "max_deliveries");
         assert_eq!(
             r.reason,
-            format!("max deliveries exceeded ({over} > {})", wcfg.max_deliveries)
+            format!(
+                "max deliveries exceeded ({over} > {}) and its try alone did not succeed",
+                wcfg.max_deliveries
+            )
         );
         assert_eq!(r.award_id.as_deref(), Some("A-7"));
         assert!(r.key.is_some());
@@ -184,7 +212,7 @@ mod tests {
     #[test]
     fn a_malformed_entry_is_rejected_with_its_code_and_no_key() {
         let wcfg = WorkerConfig::new("c");
-        let p = parse_one(entry(b"{not json", 1), &wcfg);
+        let p = parse_one(entry(b"{not json", 1), &wcfg, false);
         let Verdict::Rejected(r) = &p.verdict else {
             panic!("accepted a malformed entry")
         };

@@ -7,8 +7,16 @@
 //! the ledger transaction that records its `vanished` audit record has committed; see
 //! `forget_vanished` for the XAUTOCLAIM case, where Redis drops them first). It runs no XAUTOCLAIM scan
 //! while it holds an entry that the scan could re-claim. After any transient read error it
-//! re-reads its own pending list before new entries.
+//! picks up its own pending entries that are not in the pipeline before new entries, and that
+//! recovery counts no delivery (XPENDING and XRANGE, never XREADGROUP from an id): a blip
+//! must not push healthy entries toward the delivery cap. A read cut short (EINTR, UNBLOCKED)
+//! is read again at once: it is not an outage. An entry past the delivery cap is handed on
+//! alone, marked first (`Config::quarantine_key`), and only once nothing else is in the
+//! pipeline; nothing more is read until its try is over, so nothing else can crash or fail
+//! beside it.
 
+use super::parse::Handoff;
+use super::quarantine::{handoff, Quarantine};
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
 use crate::config::BLOCK_TIMEOUT_SLACK_MS;
@@ -29,20 +37,20 @@ const WHAT: &str = "reading from redis";
 pub(super) fn run(
     client: &redis::Client,
     ledger: &dyn Ledger,
-    tx: Sender<Vec<Entry>>,
+    tx: Sender<Handoff>,
     shared: &Shared<'_>,
 ) -> Result<()> {
     let mut reader = Reader::new(client, ledger, shared);
     while !shared.stopping() {
         shared.metrics.beat();
         match reader.step() {
-            Ok(Some(entries)) => {
+            Ok(Some(handoff)) => {
                 reader.episode.succeeded();
-                if entries.is_empty() {
+                if handoff.entries.is_empty() {
                     continue;
                 }
                 failpoint::hit("after_read");
-                if tx.send(entries).is_err() {
+                if tx.send(handoff).is_err() {
                     break;
                 }
             }
@@ -56,6 +64,10 @@ pub(super) fn run(
             // SIGINT/SIGTERM interrupt a blocking read (sockets with a receive timeout are
             // not restarted after a signal): that is the stop we asked for, not an outage.
             Err(_) if shared.stopping() => break,
+            Err(e) if stream::read_cut_short(&e) => {
+                info!("a read was cut short ({e}); reading again at once");
+                reader.recover_own();
+            }
             Err(e) if e.is_transient() => reader.wait_out(&e),
             Err(e) => return Err(e),
         }
@@ -73,14 +85,16 @@ struct Reader<'a> {
     conn: Conn,
     /// False until the consumer group is known to exist (again).
     group_ready: bool,
-    /// Re-reading this consumer's own pending entries from this id; `None` once done.
-    own_cursor: Option<String>,
+    /// Which of this consumer's own pending entries are still to be picked up.
+    own: Own,
     /// XAUTOCLAIM's cursor, carried between calls.
     claim_cursor: String,
     /// When the next XAUTOCLAIM scan is due.
     claim_due: Instant,
     /// The current episode of read failures, if any.
     episode: Episode<'static>,
+    /// Entries past the delivery cap, waiting for their try alone.
+    quarantine: Quarantine,
 }
 
 impl<'a> Reader<'a> {
@@ -91,16 +105,17 @@ impl<'a> Reader<'a> {
             ledger,
             conn: Conn::with_timeout(client.clone(), timeout),
             group_ready: false,
-            own_cursor: Some("0-0".into()),
+            own: Own::History("0-0".into()),
             claim_cursor: "0-0".into(),
             claim_due: Instant::now(),
             episode: Episode::new(WHAT),
+            quarantine: Quarantine::default(),
         }
     }
 
     /// Makes sure the group exists, then reads once. `Ok(None)` means the stream had nothing
     /// new for us; `Ok(Some(empty))` that there is more to do at once.
-    fn step(&mut self) -> Result<Option<Vec<Entry>>> {
+    fn step(&mut self) -> Result<Option<Handoff>> {
         if self.group_ready {
             return self.read();
         }
@@ -112,20 +127,26 @@ impl<'a> Reader<'a> {
             );
         }
         self.group_ready = true;
-        Ok(Some(Vec::new()))
+        Ok(Some(handoff(Vec::new(), false)))
     }
 
-    /// One read: a due XAUTOCLAIM scan, else our own pending history, else new entries.
-    fn read(&mut self) -> Result<Option<Vec<Entry>>> {
+    /// One read: an entry past the cap on its own, else a due XAUTOCLAIM scan, else our own
+    /// pending history, else new entries. Entries past the cap are held back from the batch.
+    fn read(&mut self) -> Result<Option<Handoff>> {
+        if let Some(next) = self.quarantine.next(&mut self.conn, self.shared)? {
+            return Ok(Some(next));
+        }
         if Instant::now() >= self.claim_due && !self.holding_claimable() {
             if let Some(entries) = self.take_over_stale()? {
-                return Ok(Some(entries));
+                return Ok(Some(self.quarantine.hold(entries, self.shared)));
             }
         }
-        if let Some(cursor) = self.own_cursor.clone() {
-            return self.reread_own(&cursor).map(Some);
-        }
-        self.read_new()
+        let entries = match self.own.clone() {
+            Own::History(cursor) => Some(self.reread_own(&cursor)?),
+            Own::Recover(after) => Some(self.pick_up_own(after)?),
+            Own::Done => self.read_new()?,
+        };
+        Ok(entries.map(|e| self.quarantine.hold(e, self.shared)))
     }
 
     /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
@@ -192,10 +213,44 @@ impl<'a> Reader<'a> {
         )?;
         let why = "is pending but no longer in the stream";
         forget_vanished(&mut self.conn, self.ledger, shared, &read.vanished, why)?;
-        self.own_cursor = read.last_id;
+        self.own = read.last_id.map_or(Own::Done, Own::History);
         let mut entries = shared.in_flight.not_in(read.entries);
         stream::fill_delivery_counts(&mut self.conn, stream_key, group, consumer, &mut entries)?;
         Ok(shared.in_flight.track(entries))
+    }
+
+    /// One page of this consumer's pending entries after `after` that are not in our pipeline,
+    /// without counting a delivery: ids and counts from XPENDING, bodies from XRANGE.
+    fn pick_up_own(&mut self, after: Option<String>) -> Result<Vec<Entry>> {
+        let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
+        let page = wcfg.batch_count_max;
+        let ids = stream::pending_ids(
+            &mut self.conn,
+            &cfg.stream,
+            &cfg.group,
+            &wcfg.consumer,
+            after.as_deref(),
+            page,
+        )?;
+        let next = match ids.last() {
+            Some((id, _)) if ids.len() == page => Own::Recover(Some(id.clone())),
+            _ => Own::Done,
+        };
+        let lost: Vec<(String, u64)> = ids
+            .into_iter()
+            .filter(|(id, _)| !shared.in_flight.holds(id))
+            .collect();
+        let read = stream::entries_by_id(&mut self.conn, &cfg.stream, &lost)?;
+        let why = "is pending but no longer in the stream";
+        forget_vanished(&mut self.conn, self.ledger, shared, &read.vanished, why)?;
+        self.own = next;
+        if !read.entries.is_empty() {
+            info!(
+                "picked up {} entries of ours that were pending but not in hand",
+                read.entries.len()
+            );
+        }
+        Ok(shared.in_flight.track(read.entries))
     }
 
     /// New entries, blocking up to `block_ms`; `None` when none came.
@@ -250,18 +305,42 @@ impl<'a> Reader<'a> {
             self.shared.cfg.group
         );
         self.group_ready = false;
-        self.own_cursor = Some("0-0".into());
+        self.own = Own::History("0-0".into());
+        // Entries held back past the cap went with the group.
+        self.quarantine.forget(self.shared);
         self.claim_cursor = "0-0".into();
     }
 
     /// After a transient read error: note it, and wait before the next read.
     fn wait_out(&mut self, e: &Error) {
-        // A reply lost with the connection may have moved entries into our pending list
-        // without handing them to us; re-read our own history once Redis is back rather than
-        // leave them until the XAUTOCLAIM scan takes them over.
-        self.own_cursor = Some("0-0".into());
+        self.recover_own();
         std::thread::sleep(self.episode.failed(e));
     }
+
+    /// After a read that failed or was cut short: a reply lost with the connection may have
+    /// moved entries into our pending list without handing them to us; pick them up before new
+    /// entries rather than leave them until the XAUTOCLAIM scan takes them over. A history
+    /// re-read under way (at start) carries on from its cursor instead.
+    fn recover_own(&mut self) {
+        if !matches!(self.own, Own::History(_)) {
+            self.own = Own::Recover(None);
+        }
+    }
+}
+
+/// Which of this consumer's own pending entries the reader has still to pick up.
+#[derive(Debug, Clone)]
+enum Own {
+    /// None: every pending entry of ours is in the pipeline or accounted for.
+    Done,
+    /// At start, and after the group was recreated: XREADGROUP from this id through our pending
+    /// history. It counts a delivery for each entry, as it should: each start is a new attempt,
+    /// and counting them is what stops a crash loop at the delivery cap.
+    History(String),
+    /// After a read that failed or was cut short: XPENDING after this id (from the start when
+    /// `None`), bodies by XRANGE, skipping what is in our pipeline. Neither command counts a
+    /// delivery, so blips cannot push healthy entries toward the cap.
+    Recover(Option<String>),
 }
 
 /// How often to scan for stranded entries: often enough to take them over soon after they

@@ -4,10 +4,14 @@
 //!
 //! **Invariant:** the XACK of an entry is sent only after the ledger transaction covering it
 //! has committed, and after its dead-letter copy (if any) is in Redis — in that order, never
-//! another. An entry the ledger did not commit is never acknowledged.
+//! another. An entry the ledger did not commit is never acknowledged. An entry on its try
+//! alone past the delivery cap (`Parsed::solo`) is committed in a transaction of its own; its
+//! quarantine mark is cleared once it is acknowledged or left pending by a transient failure,
+//! and kept when the ledger refused it, so its next delivery is dead-lettered.
 
 use super::dead_letters;
 use super::parse::Parsed;
+use super::quarantine;
 use super::record::{item_of, record};
 use super::reporter::{self, Committed};
 use super::Shared;
@@ -41,12 +45,18 @@ pub(super) fn run(
                 Err(_) => break,
             }
         }
+        // The reader hands an entry on its try alone on its own; kept apart here as well, so
+        // no merge can ever put it in a transaction with anything else.
+        let (solo, batch): (Vec<Parsed>, Vec<Parsed>) = batch.into_iter().partition(|p| p.solo);
         if shared.wcfg.per_message {
             for one in batch {
                 commit_and_ack(vec![one], ledger, &mut conn, shared, &reports)?;
             }
-        } else {
+        } else if !batch.is_empty() {
             commit_and_ack(batch, ledger, &mut conn, shared, &reports)?;
+        }
+        for one in solo {
+            commit_and_ack(vec![one], ledger, &mut conn, shared, &reports)?;
         }
     }
     Ok(())
@@ -62,9 +72,27 @@ fn commit_and_ack(
     reports: &Sender<Committed>,
 ) -> Result<()> {
     let result = commit_in_order(&batch, ledger, conn, shared);
+    let unmark: Vec<&str> = match &result {
+        // Acknowledged past the cap: paid, a duplicate or dead-lettered; the mark is done with.
+        // Refused on its try alone: the mark stays, and the next delivery is dead-lettered.
+        Ok((_, committed)) => batch
+            .iter()
+            .zip(committed)
+            .filter(|(p, acked)| **acked && p.delivery_count > shared.wcfg.max_deliveries)
+            .map(|(p, _)| p.id.as_str())
+            .collect(),
+        // A try alone cut short by a transient failure (at shutdown) did not fail.
+        Err(e) if e.is_transient() => batch
+            .iter()
+            .filter(|p| p.solo)
+            .map(|p| p.id.as_str())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    quarantine::unmark(conn, shared, &unmark);
     shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
     match result {
-        Ok(outcomes) => {
+        Ok((outcomes, _)) => {
             reporter::send(reports, Committed { batch, outcomes }, shared);
             Ok(())
         }
@@ -78,13 +106,14 @@ fn commit_and_ack(
 }
 
 /// Dead letters out, one transaction in, held entries out, then XACK — in that order, never
-/// another. Returns each entry's outcome (`None` where the ledger refused it).
+/// another. Returns each entry's outcome (`None` where the ledger refused it) and whether it
+/// was committed and acknowledged.
 fn commit_in_order(
     batch: &[Parsed],
     ledger: &dyn Ledger,
     conn: &mut Conn,
     shared: &Shared<'_>,
-) -> Result<Vec<Option<Outcome>>> {
+) -> Result<(Vec<Option<Outcome>>, Vec<bool>)> {
     dead_letters::copy_rejected(batch, conn, shared)?;
     let items: Vec<Item<'_>> = batch.iter().map(item_of).collect();
     let started = Instant::now();
@@ -97,7 +126,7 @@ fn commit_in_order(
     if let Some(filter) = &shared.filter {
         mark_committed(filter, conn, batch, &outcomes);
     }
-    Ok(outcomes)
+    Ok((outcomes, committed))
 }
 
 /// XACKs the entries whose transaction committed, retrying until Redis takes it.

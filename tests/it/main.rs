@@ -11,6 +11,7 @@ mod errors;
 mod fuzz;
 mod identity;
 mod layers;
+mod liveness;
 mod ops;
 mod relay;
 mod resilience;

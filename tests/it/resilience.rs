@@ -364,11 +364,15 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
 }
 
 #[test]
-fn entries_claimed_over_and_over_without_ack_are_dead_lettered_at_the_cap() {
-    // 1. Three entries are read by a consumer that never acknowledges, then claimed by it five
-    //    more times (6 deliveries); two healthy entries wait beside them.
-    // 2. A worker takes the three over (delivery 7 > --max-deliveries 5): it dead-letters them
-    //    with the cap reason and count, without parsing them for payment; the two are paid.
+fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_paid() {
+    // The quarantine rule: past --max-deliveries an entry is tried once more, alone, and
+    // dead-lettered only if that try fails. (This test used to prove dead-lettering at the cap;
+    // a poison entry still stops, see the next test.)
+    // 1. Three valid entries are read by a consumer that never acknowledges, then claimed by it
+    //    five more times (6 deliveries); two healthy entries wait beside them.
+    // 2. A worker takes the three over (delivery 7 > --max-deliveries 5): it tries each once
+    //    more in a transaction of its own, and all three are paid, as are the two.
+    // 3. Nothing is dead-lettered or pending, and no quarantine mark is left behind.
     let w = World::new();
     w.add(&submissions(0..3));
     let stuck = read_as(&w, "never-acks");
@@ -385,33 +389,54 @@ fn entries_claimed_over_and_over_without_ack_are_dead_lettered_at_the_cap() {
             .unwrap();
     }
     w.add(&submissions(3..5));
-    w.drain(&[]);
+    let out = w
+        .cmd(&["run", "--exit-when-idle", "--claim-idle-ms", "200"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
 
-    let dead = w.dead_letters();
-    assert_eq!(dead.len(), 3);
-    for d in &dead {
-        assert_eq!(d["reason_code"], b"max_deliveries");
-        assert_eq!(
-            String::from_utf8_lossy(&d["reason"]),
-            "max deliveries exceeded (7 > 5)"
+    let tried_alone: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("trying it once more, alone"))
+        .collect();
+    assert_eq!(tried_alone.len(), 3, "{log}");
+    for (line, id) in tried_alone.iter().zip(&stuck) {
+        assert!(
+            line.contains(&format!("entry {id} was delivered 7 times")),
+            "{line}"
         );
-        assert_eq!(d["deliveries"], b"7");
-        assert!(stuck.contains(&String::from_utf8(d["original_id"].clone()).unwrap()));
     }
-    assert_eq!(w.count("dead_letters"), 3);
-    assert_eq!(audit(&w, "dead_letter"), 3);
-    assert_eq!(w.count("disbursements"), 2);
-    assert_eq!(disbursed_cents(&w), 103 + 104);
+    assert_eq!(w.count("disbursements"), 5);
+    assert_eq!(disbursed_cents(&w), amount_sum(5));
+    assert_eq!(audit(&w, "processed"), 5);
+    assert_eq!(w.sql_i64("SELECT MAX(delivery_count) FROM audit_log"), 7);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    assert_eq!(w.count("dead_letters"), 0);
     assert_eq!(w.pending(), 0);
+    assert_eq!(quarantine_marks(&w), 0);
+}
+
+/// Quarantine marks left in `<stream>:quarantine`.
+fn quarantine_marks(w: &World) -> u64 {
+    redis::cmd("HLEN")
+        .arg("grants:submissions:quarantine")
+        .query(&mut w.conn())
+        .unwrap()
 }
 
 #[test]
 fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     // 1. An entry crashes every worker that reads it (failpoint after_read): five runs die.
-    // 2. The sixth run sees delivery 6 > 5 and dead-letters it instead of trying again.
+    // 2. The sixth run sees delivery 6 > 5 and, under the quarantine rule, tries it once more,
+    //    alone (marked first): it crashes again. (Before the rule this run dead-lettered it;
+    //    the rule adds this one crashing run, and nothing else changes.)
+    // 3. The seventh run sees delivery 7 > 5 and the mark: it dead-letters the entry instead of
+    //    trying again — within cap + 2 deliveries — and clears the mark.
     let w = World::new();
     w.add(&submissions(0..1));
-    for run in 1..=5 {
+    for run in 1..=6 {
         let out = w
             .cmd(&["run", "--consumer", "crashy"])
             .env("CLAIMGATE_FAILPOINT", "after_read")
@@ -426,10 +451,12 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     assert_eq!(dead.len(), 1);
     assert_eq!(
         String::from_utf8_lossy(&dead[0]["reason"]),
-        "max deliveries exceeded (6 > 5)"
+        "max deliveries exceeded (7 > 5) and its try alone did not succeed"
     );
+    assert_eq!(dead[0]["deliveries"], b"7");
     assert_eq!(w.count("disbursements"), 0);
     assert_eq!(w.pending(), 0);
+    assert_eq!(quarantine_marks(&w), 0);
 }
 
 #[test]
@@ -611,28 +638,43 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
 #[test]
 fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment() {
     // 1. A worker commits a submission and crashes before XACK (failpoint after_commit).
-    // 2. The next run, with --max-deliveries 1, sees delivery 2 and dead-letters it at the cap,
-    //    although the ledger already paid it.
-    // 3. The operator replays it: the worker finds the claim taken. Still one disbursement.
+    // 2. The next run, with --max-deliveries 1, sees delivery 2 and tries it once more, alone
+    //    (the quarantine rule): the ledger finds it a duplicate, and that run crashes before
+    //    XACK too.
+    // 3. The third run sees delivery 3 and the mark of the try alone: it dead-letters the
+    //    entry at the cap, although the ledger already paid it.
+    // 4. The operator replays it: the worker finds the claim taken. Still one disbursement.
     let w = World::new();
     w.add(&submissions(3..4));
-    let out = w
-        .cmd(&["run", "--consumer", "c1"])
-        .env("CLAIMGATE_FAILPOINT", "after_commit")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert_eq!((w.count("disbursements"), w.pending()), (1, 1));
+    for max_deliveries in ["5", "1"] {
+        let out = w
+            .cmd(&[
+                "run",
+                "--consumer",
+                "c1",
+                "--max-deliveries",
+                max_deliveries,
+            ])
+            .env("CLAIMGATE_FAILPOINT", "after_commit")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert_eq!((w.count("disbursements"), w.pending()), (1, 1));
+    }
     w.drain(&["--consumer", "c1", "--max-deliveries", "1"]);
     let listed = dlq_list(&w);
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0]["reason"], "max deliveries exceeded (2 > 1)");
+    assert_eq!(
+        listed[0]["reason"],
+        "max deliveries exceeded (3 > 1) and its try alone did not succeed"
+    );
 
     w.run_ok(&["dlq", "replay", listed[0]["id"].as_str().unwrap()]);
     w.drain(&[]);
     assert_eq!(w.count("disbursements"), 1);
     assert_eq!(disbursed_cents(&w), 103);
-    assert_eq!(audit(&w, "duplicate"), 1);
+    // One from the try alone in step 2, one from the replay.
+    assert_eq!(audit(&w, "duplicate"), 2);
     assert_eq!(w.pending(), 0);
 }
 

@@ -1,0 +1,297 @@
+//! Never alive and doing nothing: a worker whose stage fails for good says why and exits 1
+//! (unhealthy until it does), a stopped-and-continued worker reads on at once, transient read
+//! errors count no deliveries, and an entry over the delivery cap is tried once more alone
+//! before it is dead-lettered. Real redis-server, real SQLite files, the real binary.
+
+use crate::support::{submission, wait_for, Logged, World};
+use claimgate::support::localredis::free_port;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Generous bound for anything the worker should do "soon": a loaded 2-core box.
+const SOON: Duration = Duration::from_secs(60);
+
+const STREAM: &str = "grants:submissions";
+const GROUP: &str = "grant-workers";
+
+/// Starts `claimgate run ARGS` logging at INFO. The ledger is created first, so the test can
+/// query (or lock) it from the start.
+fn start_worker(w: &World, args: &[&str]) -> Logged {
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    Logged::spawn(w.cmd(&all))
+}
+
+/// A free `127.0.0.1:PORT` for `--metrics-addr`.
+fn metrics_addr() -> String {
+    format!("127.0.0.1:{}", free_port().expect("a free port"))
+}
+
+/// `GET path` over plain HTTP/1.0; the status code and body, or `None` if nobody answers.
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// XADDs raw payloads in one MULTI, so a reader sees them all at once or not at all.
+fn add_atomically(w: &World, payloads: &[&[u8]]) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for p in payloads {
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("payload")
+            .arg(*p)
+            .ignore();
+    }
+    pipe.query::<()>(&mut w.conn()).unwrap();
+}
+
+/// Waits until the worker exits (at most [`SOON`]); its exit code.
+fn exit_code(worker: &mut Logged) -> Option<i32> {
+    let deadline = Instant::now() + SOON;
+    while worker.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not exit:\n{}",
+            worker.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worker.child.wait().unwrap().code()
+}
+
+#[test]
+fn a_dead_letter_stream_of_the_wrong_type_stops_the_worker_with_exit_1_and_loses_nothing() {
+    // 1. `grants:submissions:dead` holds a string (a careless SET); a worker serves /healthz,
+    //    which answers 200.
+    // 2. One malformed and five valid submissions arrive together, in one batch.
+    // 3. Copying the malformed one fails with WRONGTYPE: the worker logs one ERROR line naming
+    //    WRONGTYPE and the dead-letter stream and exits 1; no /healthz answer after that line
+    //    is 200.
+    // 4. Nothing was paid or acknowledged: all six are still pending.
+    let w = World::new();
+    let _: () = redis::cmd("SET")
+        .arg("grants:submissions:dead")
+        .arg("x")
+        .query(&mut w.conn())
+        .unwrap();
+    let addr = metrics_addr();
+    let mut worker = start_worker(&w, &["--metrics-addr", &addr]);
+    assert!(
+        wait_for(SOON, || matches!(
+            http_get(&addr, "/healthz"),
+            Some((200, _))
+        )),
+        "never healthy:\n{}",
+        worker.log_text()
+    );
+
+    let valid: Vec<String> = (0..5).map(submission).collect();
+    let mut payloads: Vec<&[u8]> = vec![b"{not json"];
+    payloads.extend(valid.iter().map(|p| p.as_bytes()));
+    add_atomically(&w, &payloads);
+    let mut after_failure = Vec::new();
+    let deadline = Instant::now() + SOON;
+    while worker.alive() && Instant::now() < deadline {
+        let failed = !worker.lines_with("stopping the worker").is_empty();
+        let answer = http_get(&addr, "/healthz");
+        if failed {
+            after_failure.push(answer);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(exit_code(&mut worker), Some(1), "{}", worker.log_text());
+
+    worker.wait_log("stopping the worker");
+    let errors = worker.lines_with("stopping the worker");
+    assert_eq!(errors.len(), 1, "{}", worker.log_text());
+    assert!(errors[0].contains("ERROR"), "{}", errors[0]);
+    assert!(errors[0].contains("writer stopped"), "{}", errors[0]);
+    assert!(errors[0].contains("WRONGTYPE"), "{}", errors[0]);
+    assert!(
+        errors[0].contains("dead-letter stream grants:submissions:dead"),
+        "{}",
+        errors[0]
+    );
+    for answer in &after_failure {
+        assert!(
+            !matches!(answer, Some((200, _))),
+            "healthy after the failure: {answer:?}"
+        );
+    }
+    assert_eq!(w.pending(), 6);
+    assert_eq!(w.count("disbursements"), 0);
+    assert_eq!(w.count("dead_letters"), 0);
+}
+
+#[test]
+fn a_reader_that_fails_for_good_is_unhealthy_at_once_while_the_writer_gives_up_its_batch() {
+    // 1. The ledger is locked by another process (BEGIN IMMEDIATE); a worker with /healthz
+    //    reads three submissions and starts waiting out the lock with them.
+    // 2. At its first failed commit the stream key is replaced by a string: the reader's next
+    //    read fails with WRONGTYPE, which no retry can clear.
+    // 3. The ERROR line names the reader and WRONGTYPE. The writer still holds its batch (at
+    //    least two more 5 s busy waits before it gives up), and /healthz, asked right after the
+    //    line, is 503 naming the failure.
+    // 4. The worker exits 1 and paid nothing.
+    let w = World::new();
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
+    let locker = rusqlite::Connection::open(&w.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let addr = metrics_addr();
+    let mut worker = start_worker(&w, &["--metrics-addr", &addr]);
+    let valid: Vec<String> = (0..3).map(submission).collect();
+    add_atomically(&w, &valid.iter().map(|p| p.as_bytes()).collect::<Vec<_>>());
+    worker.wait_log("committing to the ledger failed");
+    assert_eq!(http_get(&addr, "/healthz").map(|a| a.0), Some(200));
+
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("DEL")
+        .arg(STREAM)
+        .ignore()
+        .cmd("SET")
+        .arg(STREAM)
+        .arg("x")
+        .ignore();
+    pipe.query::<()>(&mut w.conn()).unwrap();
+    worker.wait_log("stopping the worker");
+    let health = http_get(&addr, "/healthz");
+    let errors = worker.lines_with("stopping the worker");
+    assert_eq!(errors.len(), 1, "{}", worker.log_text());
+    assert!(errors[0].contains("ERROR"), "{}", errors[0]);
+    assert!(errors[0].contains("reader stopped"), "{}", errors[0]);
+    assert!(errors[0].contains("WRONGTYPE"), "{}", errors[0]);
+    match &health {
+        Some((503, body)) => assert!(body.contains("worker failed: reader"), "{body}"),
+        other => panic!(
+            "/healthz after the failure: {other:?}\n{}",
+            worker.log_text()
+        ),
+    }
+
+    assert_eq!(exit_code(&mut worker), Some(1), "{}", worker.log_text());
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(w.count("disbursements"), 0);
+}
+
+/// Each pending entry's delivery count, in id order (XPENDING's extended form).
+fn delivery_counts(w: &World) -> Vec<u64> {
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(STREAM)
+        .arg(GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(10_000)
+        .query(&mut w.conn())
+        .unwrap();
+    rows.into_iter().map(|(_, _, _, count)| count).collect()
+}
+
+#[test]
+fn a_stopped_and_continued_worker_reads_on_at_once_without_calling_it_an_outage() {
+    // 1. A worker (--claim-idle-ms 600000: no stale-entry scan can help it) has paid three
+    //    submissions and sits in its blocking read.
+    // 2. SIGSTOP; three more submissions arrive while it is stopped; SIGCONT. The blocked read
+    //    comes back with EINTR, which must be read again at once: no backoff, no WARN.
+    // 3. Three more arrive after SIGCONT. All nine are paid once, nothing is pending or
+    //    dead-lettered, and the reader logged no "reading from redis failed" line.
+    let w = World::new();
+    let worker = start_worker(&w, &["--claim-idle-ms", "600000"]);
+    w.add(&(0..3).map(submission).collect::<Vec<_>>());
+    assert!(wait_for(SOON, || w.count("disbursements") == 3 && w.pending() == 0));
+
+    crate::support::signal(&worker.child, libc::SIGSTOP);
+    w.add(&(3..6).map(submission).collect::<Vec<_>>());
+    // Long enough for the blocked read's BLOCK (200 ms) to end while the worker is stopped.
+    std::thread::sleep(Duration::from_millis(1_000));
+    crate::support::signal(&worker.child, libc::SIGCONT);
+    worker.wait_log("a read was cut short");
+    w.add(&(6..9).map(submission).collect::<Vec<_>>());
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 9 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        crate::support::amount_sum(9)
+    );
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    assert!(
+        worker.lines_with("reading from redis failed").is_empty(),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+}
+
+#[test]
+fn redis_blips_while_the_ledger_is_locked_count_no_deliveries() {
+    // 1. The ledger is locked by another process past the worker's 5 s busy timeout; the
+    //    worker reads ten submissions and waits out the lock with them in hand.
+    // 2. Redis drops every client connection (CLIENT KILL TYPE normal) four times; after each
+    //    the reader reconnects and picks up its own pending entries.
+    // 3. Still locked, XPENDING shows each of the ten at delivery count 1: the blips counted
+    //    nothing (before the fix, each blip re-read them from 0 and counted one more: 5 each).
+    // 4. Released: all ten are paid once, nothing is pending, nothing dead-lettered.
+    let w = World::new();
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
+    let locker = rusqlite::Connection::open(&w.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let worker = start_worker(&w, &[]);
+    let payloads: Vec<String> = (0..10).map(submission).collect();
+    add_atomically(
+        &w,
+        &payloads.iter().map(|p| p.as_bytes()).collect::<Vec<_>>(),
+    );
+    worker.wait_log("committing to the ledger failed");
+
+    for blip in 1..=4 {
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut w.conn())
+            .unwrap();
+        assert!(
+            wait_for(SOON, || worker
+                .lines_with("reading from redis recovered")
+                .len()
+                == blip),
+            "blip {blip} not recovered from:\n{}",
+            worker.log_text()
+        );
+    }
+    assert_eq!(delivery_counts(&w), vec![1; 10], "{}", worker.log_text());
+    assert_eq!(w.count("disbursements"), 0);
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 10 && w.pending() == 0),
+        "not drained:\n{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        crate::support::amount_sum(10)
+    );
+    assert_eq!(w.count("processed_messages"), 10);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    assert_eq!(w.count("dead_letters"), 0);
+    assert!(worker.stop().success());
+}
