@@ -440,10 +440,17 @@ fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = world.run(&["status", "--db", "/nonexistent-dir/ledger.db"]);
+    // `run` creates its ledger, and cannot where there is no directory; `status` never creates
+    // one, and says there is none.
+    let out = world.run(&["run", "--db", "/nonexistent-dir/ledger.db"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("cannot create ledger /nonexistent-dir/ledger.db"));
+    let out = world.run(&["status", "--db", "/nonexistent-dir/ledger.db"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no ledger at /nonexistent-dir/ledger.db")
+    );
     let out = world.run(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
 }
