@@ -220,8 +220,9 @@ pub struct Plan {
     pub claim_idle_ms: u64,
     /// `--batch-count-max` of every worker.
     pub batch_count_max: u32,
-    /// `--max-deliveries` of every worker. High on purpose: a crash-looping schedule must not
-    /// dead-letter valid submissions; the delivery cap has its own tests.
+    /// `--max-deliveries` of every worker: the shipped default. A crash-looping schedule must
+    /// not dead-letter a valid submission even so (an entry past the cap is tried alone before
+    /// it can be condemned; the invariants check nothing valid was dead-lettered).
     pub max_deliveries: u64,
 }
 
@@ -240,7 +241,7 @@ impl Plan {
             seed,
             claim_idle_ms: rng.u64(300..=500),
             batch_count_max: [16, 64, 256][rng.usize(0..3)],
-            max_deliveries: 1_000,
+            max_deliveries: claimgate::config::MAX_DELIVERIES_DEFAULT,
             size,
             entries,
             chunks,
