@@ -219,11 +219,14 @@ fn publish(
 
 /// Runs `work` (the worker) with a relay thread beside it when `rcfg` is given. When `work`
 /// returns, the relay drains what is left and stops (or stops at once if shutdown was asked
-/// for). A relay that fails permanently asks the worker to shut down, and its error is returned.
+/// for). A relay that fails permanently is reported to `on_failure` at once (so `/healthz`
+/// turns unhealthy while the worker winds down), asks the worker to shut down, and its error
+/// is returned.
 pub fn alongside<T>(
     rcfg: Option<&RelayConfig>,
     ledger: &dyn Backend,
     shutdown: &AtomicBool,
+    on_failure: &(dyn Fn(&Error) + Sync),
     work: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     let Some(rcfg) = rcfg else { return work() };
@@ -232,6 +235,7 @@ pub fn alongside<T>(
         let relay = s.spawn(|| {
             let result = run(rcfg, ledger, shutdown, &drain);
             if let Err(e) = &result {
+                on_failure(e);
                 log::error!("relay failed: {e}; stopping the worker");
                 shutdown.store(true, Ordering::SeqCst);
             }

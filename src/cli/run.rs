@@ -120,8 +120,9 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let wcfg = args.worker_config();
     let metrics = Metrics::default();
     let relay = args.relay.then(|| args.relay_opts.config(cfg));
+    let relay_failed = |e: &crate::Error| metrics.fail(format!("relay: {e}"));
     let work = || {
-        crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, || {
+        crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, &relay_failed, || {
             crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics)
         })
     };

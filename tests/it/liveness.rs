@@ -295,3 +295,49 @@ fn redis_blips_while_the_ledger_is_locked_count_no_deliveries() {
     assert_eq!(w.count("dead_letters"), 0);
     assert!(worker.stop().success());
 }
+
+#[test]
+fn an_in_process_relay_that_fails_for_good_makes_the_worker_unhealthy_at_once() {
+    // 1. A ledger with three published and three unpublished events; the events stream's mark
+    //    is then claimed by another ledger (a relay pointed at the wrong stream must stop).
+    // 2. The ledger is locked, one more submission arrives, and `run --relay --metrics-addr`
+    //    starts: its writer waits out the lock while its relay hits the foreign mark.
+    // 3. Right after the relay's ERROR line, /healthz is 503 naming the relay, while the worker
+    //    is still winding down (its writer holds a batch through busy timeouts).
+    // 4. It exits 1 and published nothing for the foreign mark.
+    let w = World::new();
+    w.add(&(0..3).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    w.add(&(3..6).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.xlen("grants:events"), 3);
+    redis::cmd("HSET")
+        .arg("grants:events:published_upto")
+        .arg("ledger_id")
+        .arg("another-ledger")
+        .query::<()>(&mut w.conn())
+        .unwrap();
+
+    let locker = rusqlite::Connection::open(&w.db).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    w.add(&[submission(6)]);
+    let addr = metrics_addr();
+    let mut worker = start_worker(&w, &["--relay", "--metrics-addr", &addr]);
+    worker.wait_log("relay failed");
+    let health = http_get(&addr, "/healthz");
+    assert!(
+        worker.alive(),
+        "the worker exited before /healthz was asked"
+    );
+    match &health {
+        Some((503, body)) => assert!(body.contains("relay"), "{body}"),
+        other => panic!(
+            "/healthz after the relay failed: {other:?}\n{}",
+            worker.log_text()
+        ),
+    }
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(exit_code(&mut worker), Some(1), "{}", worker.log_text());
+    assert_eq!(w.xlen("grants:events"), 3);
+}
