@@ -144,6 +144,20 @@ fn malformed() -> Vec<(Fields, &'static str)> {
             )],
             "missing_payload",
         ),
+        (
+            // $2.5 billion: a typo'd amount far over the largest single disbursement accepted.
+            entry(&format!(
+                r#"{{"award_id":"EL-2026-09008","submission_timestamp":"{ts}","amount_cents":250000000000}}"#
+            )),
+            "amount_too_large",
+        ),
+        (
+            // Which amount is meant depends on the parser: refused, never guessed.
+            entry(&format!(
+                r#"{{"award_id":"HR-2026-09009","submission_timestamp":"{ts}","amount_cents":1200,"amount_cents":1200000}}"#
+            )),
+            "duplicate_key",
+        ),
     ]
 }
 
@@ -251,7 +265,7 @@ mod tests {
         assert_eq!(codes, e.malformed_codes);
         assert_eq!(
             codes.iter().collect::<HashSet<_>>().len(),
-            7,
+            9,
             "every malformed class differs"
         );
         assert_eq!(feed.entries.len() as u64, e.entries);
