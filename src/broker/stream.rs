@@ -20,6 +20,14 @@ pub struct Entry {
     pub delivery_count: u64,
 }
 
+impl Entry {
+    /// What the entry weighs: its id and every field name and value, in bytes.
+    pub fn size_bytes(&self) -> usize {
+        let fields: usize = self.fields.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.id.len() + fields
+    }
+}
+
 /// What one read returned.
 #[derive(Debug, Default)]
 pub struct Read {
