@@ -27,6 +27,14 @@ pub const MAX_DELIVERIES_DEFAULT: u64 = 5;
 pub const CLAIM_IDLE_MS_DEFAULT: u64 = 30_000;
 /// Entries asked for per XREADGROUP / XAUTOCLAIM.
 pub const BATCH_COUNT_MAX_DEFAULT: usize = 1024;
+/// Payload bytes one read aims to bring in (4 MiB): a read's COUNT is this divided by the
+/// entry sizes seen so far, never above `batch_count_max`, and starts small again (64, then the budget) after an
+/// oversize entry. With [`CHANNEL_BATCHES_MAX`] batches waiting at each stage, it is what keeps
+/// the worker's memory bounded by bytes, whatever the entries weigh.
+pub const READ_BYTES_MAX_DEFAULT: usize = 4 << 20;
+/// Most payload bytes merged into one group-commit transaction (16 MiB), beside
+/// [`COMMIT_ENTRIES_MAX`].
+pub const COMMIT_BYTES_MAX: usize = 16 << 20;
 /// How long one blocking XREADGROUP waits. Short, so shutdown and idle checks stay prompt;
 /// an arriving entry ends the wait at once, so this adds no latency.
 pub const BLOCK_MS_DEFAULT: u64 = 200;
@@ -115,8 +123,10 @@ pub struct WorkerConfig {
     pub max_deliveries: u64,
     /// Exit once nothing is undelivered or pending.
     pub exit_when_idle: bool,
-    /// Entries per read.
+    /// Entries per read, at most.
     pub batch_count_max: usize,
+    /// Entry bytes one read aims for (`--read-bytes-max`); see [`READ_BYTES_MAX_DEFAULT`].
+    pub read_bytes_max: usize,
     /// XREADGROUP BLOCK, in milliseconds.
     pub block_ms: u64,
     /// Largest payload accepted.
@@ -139,6 +149,7 @@ impl WorkerConfig {
             max_deliveries: MAX_DELIVERIES_DEFAULT,
             exit_when_idle: false,
             batch_count_max: BATCH_COUNT_MAX_DEFAULT,
+            read_bytes_max: READ_BYTES_MAX_DEFAULT,
             block_ms: BLOCK_MS_DEFAULT,
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
             amount_cents_max: AMOUNT_CENTS_MAX_DEFAULT,

@@ -20,6 +20,14 @@ pub struct Entry {
     pub delivery_count: u64,
 }
 
+impl Entry {
+    /// What the entry weighs: its id and every field name and value, in bytes.
+    pub fn size_bytes(&self) -> usize {
+        let fields: usize = self.fields.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.id.len() + fields
+    }
+}
+
 /// What one read returned.
 #[derive(Debug, Default)]
 pub struct Read {
@@ -514,13 +522,28 @@ pub const ORIGINAL_FIELD_PREFIX: &str = "original.";
 /// entry with thousands of fields is itself the problem. The entry stays in the source stream.
 pub const DEAD_LETTER_FIELDS_MAX: usize = 1_000;
 
+/// Prefix of the fields that summarise an original field too large to copy (see
+/// [`DeadLetterCopy`]). An oversize payload copied whole would double what it costs Redis; the
+/// summary is what an operator needs to find the original and have it re-sent fixed.
+pub const TRUNCATED_FIELD_PREFIX: &str = "truncated.";
+
+/// How much of an oversize original field a dead letter keeps, from its start (4 KiB): enough
+/// to see what it is and whose.
+pub const DEAD_LETTER_PREFIX_BYTES: usize = 4 * 1024;
+
 /// An entry on its way to the dead-letter stream, with what claimgate says about it.
 ///
 /// The dead-letter entry's fields are, in this order: `original_id` (the entry's id), `reason`,
 /// `reason_code`, `deliveries` (the entry's delivery count), `consumer`, `source_stream`,
 /// `dead_lettered_at`, then each original field with its name prefixed by
 /// [`ORIGINAL_FIELD_PREFIX`] (at most [`DEAD_LETTER_FIELDS_MAX`] of them, followed by
-/// `original_fields_omitted` with the count left out, if any). `claimgate dlq` reads them back.
+/// `original_fields_omitted` with the count left out, if any). An original field whose value is
+/// longer than `field_bytes_max` is not copied: in its place come `<name>.bytes` (its length),
+/// `<name>.sha256` (hex digest of the whole value) and `<name>.prefix` (its first
+/// [`DEAD_LETTER_PREFIX_BYTES`]), each name prefixed by [`TRUNCATED_FIELD_PREFIX`], and the
+/// entry ends with `original_fields_truncated` (how many fields were summarised), which makes
+/// `dlq replay` refuse it. A value no longer than [`DEAD_LETTER_PREFIX_BYTES`] is always copied.
+/// `claimgate dlq` reads them back.
 #[derive(Debug, Clone, Copy)]
 pub struct DeadLetterCopy<'a> {
     /// The entry as delivered: its id, fields and delivery count are copied.
@@ -535,6 +558,9 @@ pub struct DeadLetterCopy<'a> {
     pub source_stream: &'a str,
     /// When it was dead-lettered (RFC 3339).
     pub dead_lettered_at: &'a str,
+    /// Original fields longer than this (and than [`DEAD_LETTER_PREFIX_BYTES`]) are summarised
+    /// (length, SHA-256, first [`DEAD_LETTER_PREFIX_BYTES`]) instead of copied.
+    pub field_bytes_max: usize,
 }
 
 /// Copies an entry to the dead-letter stream exactly once per original id.
@@ -571,7 +597,18 @@ pub fn copy_to_dead_letters(
     inv.arg("consumer").arg(copy.consumer);
     inv.arg("source_stream").arg(copy.source_stream);
     inv.arg("dead_lettered_at").arg(copy.dead_lettered_at);
+    let mut truncated = 0usize;
     for (name, value) in entry.fields.iter().take(DEAD_LETTER_FIELDS_MAX) {
+        // A value no longer than the prefix is kept whole whatever the limit: its summary would
+        // hold all of it anyway, and the dead letter stays replayable.
+        if value.len() > copy.field_bytes_max.max(DEAD_LETTER_PREFIX_BYTES) {
+            truncated += 1;
+            for (suffix, summary) in summary_of(value) {
+                let name = [TRUNCATED_FIELD_PREFIX.as_bytes(), name, suffix.as_bytes()].concat();
+                inv.arg(name).arg(summary);
+            }
+            continue;
+        }
         let mut prefixed = ORIGINAL_FIELD_PREFIX.as_bytes().to_vec();
         prefixed.extend_from_slice(name);
         inv.arg(prefixed).arg(value.as_slice());
@@ -580,7 +617,22 @@ pub fn copy_to_dead_letters(
         inv.arg("original_fields_omitted")
             .arg(entry.fields.len() - DEAD_LETTER_FIELDS_MAX);
     }
+    if truncated > 0 {
+        inv.arg("original_fields_truncated").arg(truncated);
+    }
     conn.invoke(&inv)
+}
+
+/// What a dead letter keeps of a field too large to copy: `.bytes`, `.sha256`, `.prefix`.
+fn summary_of(value: &[u8]) -> [(&'static str, Vec<u8>); 3] {
+    use sha2::{Digest, Sha256};
+    let digest = crate::domain::key::to_hex(&Sha256::digest(value));
+    let prefix = &value[..value.len().min(DEAD_LETTER_PREFIX_BYTES)];
+    [
+        (".bytes", value.len().to_string().into_bytes()),
+        (".sha256", digest.into_bytes()),
+        (".prefix", prefix.to_vec()),
+    ]
 }
 
 /// The hash that records which original ids were dead-lettered, and where.

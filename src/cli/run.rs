@@ -33,6 +33,10 @@ pub struct RunArgs {
     /// Entries asked for per read.
     #[arg(long, env = "CLAIMGATE_BATCH_COUNT_MAX", default_value_t = config::BATCH_COUNT_MAX_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_count_max: u32,
+    /// Entry bytes one read aims for: each read's COUNT is this over the entry sizes seen so
+    /// far (at most --batch-count-max), and at most 64 again right after an entry over --payload-bytes-max.
+    #[arg(long, env = "CLAIMGATE_READ_BYTES_MAX", default_value_t = config::READ_BYTES_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub read_bytes_max: u64,
     /// Exit 0 once the stream has no undelivered entries and the group none pending.
     #[arg(long, env = "CLAIMGATE_EXIT_WHEN_IDLE")]
     pub exit_when_idle: bool,
@@ -91,6 +95,7 @@ impl RunArgs {
         wcfg.payload_bytes_max = self.payload_bytes_max;
         wcfg.amount_cents_max = self.amount_cents_max;
         wcfg.batch_count_max = self.batch_count_max as usize;
+        wcfg.read_bytes_max = self.read_bytes_max as usize;
         wcfg.exit_when_idle = self.exit_when_idle;
         wcfg.per_message = self.per_message;
         wcfg.fast_filter_ttl_s = self.fast_filter.then_some(self.fast_filter_ttl_s);

@@ -9,7 +9,9 @@
 //!
 //! This module talks to Redis only; it never opens the ledger.
 
-use crate::broker::stream::{self, dead_index_key, Conn, ORIGINAL_FIELD_PREFIX};
+use crate::broker::stream::{
+    self, dead_index_key, Conn, DEAD_LETTER_PREFIX_BYTES, ORIGINAL_FIELD_PREFIX,
+};
 use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
 use crate::domain::submission::{award_id_hint, PAYLOAD_FIELD};
 use crate::error::{Error, Result};
@@ -140,6 +142,12 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
                 .map(|r| format!("yes, as {r}"))
                 .unwrap_or_else(|| "no".into());
             writeln!(out, "  replayed: {replayed}").ok();
+            if d.fields
+                .iter()
+                .any(|(k, _)| k == "original_fields_truncated")
+            {
+                writeln!(out, "  note: oversize field(s) kept as size, SHA-256 and first {DEAD_LETTER_PREFIX_BYTES} bytes only; not replayable, have the producer re-send the entry fixed").ok();
+            }
             Ok(())
         }
         DlqCommand::Replay { id } => {
@@ -225,6 +233,7 @@ pub fn replay(conn: &mut Conn, cfg: &Config, dead_id: &str) -> Result<Replay> {
             for i = 1, #fields, 2 do
               local name = fields[i]
               if name == 'original_fields_omitted' then return {'incomplete', fields[i + 1]} end
+              if name == 'original_fields_truncated' then return {'truncated', fields[i + 1]} end
               if string.sub(name, 1, prefix_len) == ARGV[2] then
                 out[#out + 1] = string.sub(name, prefix_len + 1)
                 out[#out + 1] = fields[i + 1]
@@ -259,6 +268,9 @@ pub fn replay(conn: &mut Conn, cfg: &Config, dead_id: &str) -> Result<Replay> {
         "missing" => Err(Error::Other(format!("no dead letter {dead_id} on {dead}"))),
         "incomplete" => Err(Error::Other(format!(
             "dead letter {dead_id} kept only part of its entry ({value} fields omitted); replay it by hand from the source"
+        ))),
+        "truncated" => Err(Error::Other(format!(
+            "dead letter {dead_id} kept only the size, SHA-256 and first bytes of {value} oversize field(s), not the original; it cannot be replayed: have the producer re-send the entry fixed"
         ))),
         _ => Err(Error::Other(format!("dead letter {dead_id} holds no original fields to replay"))),
     }

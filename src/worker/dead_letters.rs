@@ -72,6 +72,9 @@ fn copy(
         consumer: &wcfg.consumer,
         source_stream: &cfg.stream,
         dead_lettered_at: &dead_lettered_at,
+        // A field over the payload limit (an oversize payload above all) is kept as its size,
+        // digest and first bytes: a second full copy would double its cost to Redis.
+        field_bytes_max: wcfg.payload_bytes_max,
     };
     let dead_stream = cfg.dead_stream();
     shared

@@ -27,6 +27,7 @@ mod heartbeat;
 mod in_flight;
 mod parse;
 mod quarantine;
+mod read_size;
 mod reader;
 mod record;
 mod reporter;

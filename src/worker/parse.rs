@@ -23,6 +23,9 @@ pub(super) struct Parsed {
     pub(super) committed_by: Option<String>,
     /// Past the delivery cap and on its one try alone: committed in a transaction of its own.
     pub(super) solo: bool,
+    /// What the entry weighed as read (`Entry::size_bytes`): the writer's group commit is
+    /// bounded by these.
+    pub(super) bytes: usize,
 }
 
 /// What the reader hands the parse pool.
@@ -101,7 +104,7 @@ fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]
 /// Validates one entry, or says why it must be dead-lettered. Past the delivery cap it is
 /// rejected unless this is its try alone (`solo`). Pure apart from its inputs.
 fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool) -> Parsed {
-    let (id, delivery_count) = (entry.id.clone(), entry.delivery_count);
+    let (id, delivery_count, bytes) = (entry.id.clone(), entry.delivery_count, entry.size_bytes());
     let limits = submission::Limits {
         payload_bytes_max: wcfg.payload_bytes_max,
         amount_cents_max: wcfg.amount_cents_max,
@@ -142,6 +145,7 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool) -> Parsed {
         verdict,
         committed_by: None,
         solo,
+        bytes,
     }
 }
 

@@ -17,6 +17,7 @@
 
 use super::parse::Handoff;
 use super::quarantine::{handoff, Quarantine};
+use super::read_size::ReadSize;
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
 use crate::config::BLOCK_TIMEOUT_SLACK_MS;
@@ -95,6 +96,8 @@ struct Reader<'a> {
     episode: Episode<'static>,
     /// Entries past the delivery cap, waiting for their try alone.
     quarantine: Quarantine,
+    /// How many entries the next read asks for, from the byte budget and the sizes seen.
+    size: ReadSize,
 }
 
 impl<'a> Reader<'a> {
@@ -110,6 +113,11 @@ impl<'a> Reader<'a> {
             claim_due: Instant::now(),
             episode: Episode::new(WHAT),
             quarantine: Quarantine::default(),
+            size: ReadSize::new(
+                shared.wcfg.read_bytes_max,
+                shared.wcfg.batch_count_max,
+                shared.wcfg.payload_bytes_max,
+            ),
         }
     }
 
@@ -138,6 +146,7 @@ impl<'a> Reader<'a> {
         }
         if Instant::now() >= self.claim_due && !self.holding_claimable() {
             if let Some(entries) = self.take_over_stale()? {
+                self.size.saw(&entries);
                 return Ok(Some(self.quarantine.hold(entries, self.shared)));
             }
         }
@@ -146,6 +155,9 @@ impl<'a> Reader<'a> {
             Own::Recover(after) => Some(self.pick_up_own(after)?),
             Own::Done => self.read_new()?,
         };
+        if let Some(entries) = &entries {
+            self.size.saw(entries);
+        }
         Ok(entries.map(|e| self.quarantine.hold(e, self.shared)))
     }
 
@@ -169,7 +181,7 @@ impl<'a> Reader<'a> {
             &wcfg.consumer,
             wcfg.claim_idle_ms,
             &self.claim_cursor,
-            wcfg.batch_count_max,
+            self.size.count(),
         )?;
         let why = "was deleted from the stream while pending";
         forget_vanished(&mut self.conn, self.ledger, shared, &got.deleted, why)?;
@@ -201,7 +213,7 @@ impl<'a> Reader<'a> {
     fn reread_own(&mut self, cursor: &str) -> Result<Vec<Entry>> {
         let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
         let (stream_key, group, consumer) = (&cfg.stream, &cfg.group, &wcfg.consumer);
-        let page = wcfg.batch_count_max;
+        let page = self.size.count();
         let read = stream::read_group(
             &mut self.conn,
             stream_key,
@@ -223,7 +235,7 @@ impl<'a> Reader<'a> {
     /// without counting a delivery: ids and counts from XPENDING, bodies from XRANGE.
     fn pick_up_own(&mut self, after: Option<String>) -> Result<Vec<Entry>> {
         let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
-        let page = wcfg.batch_count_max;
+        let page = self.size.count();
         let ids = stream::pending_ids(
             &mut self.conn,
             &cfg.stream,
@@ -262,7 +274,7 @@ impl<'a> Reader<'a> {
             &cfg.group,
             &wcfg.consumer,
             ">",
-            wcfg.batch_count_max,
+            self.size.count(),
             Some(wcfg.block_ms),
         )?;
         if read.entries.is_empty() {

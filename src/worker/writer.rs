@@ -17,7 +17,7 @@ use super::reporter::{self, Committed};
 use super::Shared;
 use crate::broker::fastfilter::FastFilter;
 use crate::broker::stream::{self, Conn};
-use crate::config::COMMIT_ENTRIES_MAX;
+use crate::config::{COMMIT_BYTES_MAX, COMMIT_ENTRIES_MAX};
 use crate::domain::clock::now_rfc3339;
 use crate::domain::key::IdempotencyKey;
 use crate::error::Result;
@@ -37,11 +37,16 @@ pub(super) fn run(
     reports: Sender<Committed>,
 ) -> Result<()> {
     while let Ok(mut batch) = rx.recv() {
-        // Group commit: take whatever else is already waiting, up to the cap, so a backlog
-        // drains in large transactions while a quiet stream still commits at once.
-        while batch.len() < COMMIT_ENTRIES_MAX {
+        // Group commit: take whatever else is already waiting, up to the caps (entries and
+        // bytes), so a backlog drains in large transactions while a quiet stream still commits
+        // at once, and heavy entries never pile up in one commit.
+        let mut bytes: usize = batch.iter().map(|p| p.bytes).sum();
+        while batch.len() < COMMIT_ENTRIES_MAX && bytes < COMMIT_BYTES_MAX {
             match rx.try_recv() {
-                Ok(more) => batch.extend(more),
+                Ok(more) => {
+                    bytes += more.iter().map(|p| p.bytes).sum::<usize>();
+                    batch.extend(more);
+                }
                 Err(_) => break,
             }
         }

@@ -12,6 +12,7 @@ mod fuzz;
 mod identity;
 mod layers;
 mod liveness;
+mod memory;
 mod ops;
 mod relay;
 mod resilience;
