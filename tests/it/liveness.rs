@@ -3,10 +3,9 @@
 //! errors count no deliveries, and an entry over the delivery cap is tried once more alone
 //! before it is dead-lettered. Real redis-server, real SQLite files, the real binary.
 
+use crate::ops::http_get;
 use crate::support::{submission, wait_for, Logged, World};
 use claimgate::support::localredis::free_port;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// Generous bound for anything the worker should do "soon": a loaded 2-core box.
@@ -27,21 +26,6 @@ fn start_worker(w: &World, args: &[&str]) -> Logged {
 /// A free `127.0.0.1:PORT` for `--metrics-addr`.
 fn metrics_addr() -> String {
     format!("127.0.0.1:{}", free_port().expect("a free port"))
-}
-
-/// `GET path` over plain HTTP/1.0; the status code and body, or `None` if nobody answers.
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 /// XADDs raw payloads in one MULTI, so a reader sees them all at once or not at all.
