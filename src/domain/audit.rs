@@ -196,6 +196,64 @@ impl Verifier {
     }
 }
 
+/// The `detail` text of each kind of record, defined once for every ledger: it is hashed into
+/// the chain, so two backends (or two releases) must never word the same event differently.
+pub mod detail {
+    /// A delivery of an already-claimed key.
+    pub fn duplicate(first_claimed_at: &str) -> String {
+        format!("first claimed at {first_claimed_at}")
+    }
+
+    /// A delivery the fast filter saw committed earlier.
+    pub fn known_duplicate(committed_by: &str) -> String {
+        format!("already claimed; seen committed by {committed_by} (fast filter)")
+    }
+
+    /// A dead letter.
+    pub fn dead_letter(reason_code: &str, reason: &str) -> String {
+        format!("{reason_code}: {reason}")
+    }
+
+    /// An entry gone from `stream` while pending.
+    pub fn vanished(stream: &str, reason: &str) -> String {
+        format!("{stream} {reason}")
+    }
+
+    /// A conflicting resubmission that was paid (`--on-conflict record`).
+    pub fn conflict_paid(other_key: &str, other_claimed_at: &str) -> String {
+        format!(
+            "{}; paid (--on-conflict record)",
+            conflict(other_key, other_claimed_at)
+        )
+    }
+
+    /// A conflicting resubmission that was held (`--on-conflict hold`).
+    pub fn conflict_held(other_key: &str, other_claimed_at: &str) -> String {
+        format!(
+            "{}; held for review, not paid (--on-conflict hold)",
+            conflict(other_key, other_claimed_at)
+        )
+    }
+
+    /// Why a conflicting resubmission was held: its dead-letter row's reason.
+    pub fn hold_reason(other_key: &str) -> String {
+        format!(
+            "conflicts with key {other_key} for the same award and submission time; held for review"
+        )
+    }
+
+    /// The `dead_letter` record of a held conflicting resubmission.
+    pub fn conflict_hold(reason: &str) -> String {
+        dead_letter("conflict_hold", reason)
+    }
+
+    fn conflict(other_key: &str, other_claimed_at: &str) -> String {
+        format!(
+            "conflicts with key {other_key} (claimed at {other_claimed_at}): same award_id and submission instant, different payload"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

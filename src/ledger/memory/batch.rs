@@ -9,7 +9,7 @@
 
 use super::{ClaimRow, DisbursementRow, OutboxEntry, State};
 use crate::config::OnConflict;
-use crate::domain::audit::{Kind, Record};
+use crate::domain::audit::{detail, Kind, Record};
 use crate::domain::event::{self, DISBURSEMENT_RECORDED};
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;
@@ -131,9 +131,7 @@ impl<'s> Staged<'s> {
                     delivery_count: *delivery_count,
                 };
                 let mut r = self.claim_record(Kind::Duplicate, &claim);
-                r.detail = Some(format!(
-                    "already claimed; seen committed by {committed_by} (fast filter)"
-                ));
+                r.detail = Some(detail::known_duplicate(committed_by));
                 self.append(r);
                 Ok(Outcome::Duplicate {
                     first_claimed_at: (*committed_by).to_owned(),
@@ -155,14 +153,14 @@ impl<'s> Staged<'s> {
                 r.award_id = award_id.map(str::to_owned);
                 r.stream_entry_id = Some((*entry_id).to_owned());
                 r.delivery_count = Some(*delivery_count as i64);
-                r.detail = Some(format!("{reason_code}: {reason}"));
+                r.detail = Some(detail::dead_letter(reason_code, reason));
                 self.append(r);
                 Ok(Outcome::DeadLettered)
             }
             Item::Vanished { entry_id, reason } => {
                 let mut r = self.record(Kind::Vanished);
                 r.stream_entry_id = Some((*entry_id).to_owned());
-                r.detail = Some(format!("{} {reason}", self.ctx.stream));
+                r.detail = Some(detail::vanished(self.ctx.stream, reason));
                 self.append(r);
                 Ok(Outcome::Vanished)
             }
@@ -201,7 +199,7 @@ impl<'s> Staged<'s> {
         }
         if let Some(first_claimed_at) = self.claimed_at(&s.key) {
             let mut r = self.claim_record(Kind::Duplicate, claim);
-            r.detail = Some(format!("first claimed at {first_claimed_at}"));
+            r.detail = Some(detail::duplicate(&first_claimed_at));
             self.append(r);
             return Ok(Outcome::Duplicate { first_claimed_at });
         }
@@ -225,11 +223,8 @@ impl<'s> Staged<'s> {
         let Some(other) = other else {
             return Ok(Outcome::Processed);
         };
-        let mut c = self.conflict_record(claim, &other);
-        c.detail = Some(format!(
-            "{}; paid (--on-conflict record)",
-            c.detail.unwrap_or_default()
-        ));
+        let mut c = self.conflict_record(claim);
+        c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
         self.append(c);
         Ok(Outcome::ProcessedConflicting {
             other_key: other.key_hex,
@@ -312,20 +307,14 @@ impl<'s> Staged<'s> {
     /// Holds a conflicting submission for review: a dead-letter row plus `conflict` and
     /// `dead_letter` records, once per stream entry. Nothing is claimed or paid.
     fn hold(&mut self, claim: &Claim<'_>, other: &Other) -> Outcome {
-        let reason = format!(
-            "conflicts with key {} for the same award and submission time; held for review",
-            other.key_hex
-        );
+        let reason = detail::hold_reason(&other.key_hex);
         let first = self.dead_letter(claim.entry_id);
         if first {
-            let mut c = self.conflict_record(claim, other);
-            c.detail = Some(format!(
-                "{}; held for review, not paid (--on-conflict hold)",
-                c.detail.unwrap_or_default()
-            ));
+            let mut c = self.conflict_record(claim);
+            c.detail = Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
             self.append(c);
             let mut d = self.claim_record(Kind::DeadLetter, claim);
-            d.detail = Some(format!("conflict_hold: {reason}"));
+            d.detail = Some(detail::conflict_hold(&reason));
             self.append(d);
         }
         Outcome::Held {
@@ -363,14 +352,10 @@ impl<'s> Staged<'s> {
         r
     }
 
-    /// The `conflict` record linking `claim` to the earlier claim `other`.
-    fn conflict_record(&self, claim: &Claim<'_>, other: &Other) -> Record {
+    /// A `conflict` record about `claim`, its detail still to be written.
+    fn conflict_record(&self, claim: &Claim<'_>) -> Record {
         let mut r = self.claim_record(Kind::Conflict, claim);
         r.amount_cents = Some(claim.submission.amount_cents);
-        r.detail = Some(format!(
-            "conflicts with key {} (claimed at {}): same award_id and submission instant, different payload",
-            other.key_hex, other.claimed_at
-        ));
         r
     }
 

@@ -10,7 +10,7 @@
 
 use super::{conflict, multirow, Item, Outcome};
 use crate::config::OnConflict;
-use crate::domain::audit::{self, Kind, Record};
+use crate::domain::audit::{self, detail, Kind, Record};
 use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
 use crate::domain::submission::Submission;
 use crate::error::Result;
@@ -177,9 +177,7 @@ impl<'t, 'a> Batch<'t, 'a> {
                     delivery_count: *delivery_count,
                 };
                 let mut r = self.claim_record(Kind::Duplicate, &claim);
-                r.detail = Some(format!(
-                    "already claimed; seen committed by {committed_by} (fast filter)"
-                ));
+                r.detail = Some(detail::known_duplicate(committed_by));
                 self.append(r);
                 Ok(Outcome::Duplicate {
                     first_claimed_at: (*committed_by).to_owned(),
@@ -217,14 +215,14 @@ impl<'t, 'a> Batch<'t, 'a> {
                 r.award_id = award_id.map(str::to_owned);
                 r.stream_entry_id = Some((*entry_id).to_owned());
                 r.delivery_count = Some(*delivery_count as i64);
-                r.detail = Some(format!("{reason_code}: {reason}"));
+                r.detail = Some(detail::dead_letter(reason_code, reason));
                 self.append(r);
                 Ok(Outcome::DeadLettered)
             }
             Item::Vanished { entry_id, reason } => {
                 let mut r = self.record(Kind::Vanished);
                 r.stream_entry_id = Some((*entry_id).to_owned());
-                r.detail = Some(format!("{} {reason}", self.ctx.stream));
+                r.detail = Some(detail::vanished(self.ctx.stream, reason));
                 self.append(r);
                 Ok(Outcome::Vanished)
             }
@@ -284,7 +282,7 @@ impl<'t, 'a> Batch<'t, 'a> {
                 ))
             })?;
             let mut r = self.claim_record(Kind::Duplicate, claim);
-            r.detail = Some(format!("first claimed at {first_claimed_at}"));
+            r.detail = Some(detail::duplicate(&first_claimed_at));
             self.append(r);
             return Ok(Outcome::Duplicate { first_claimed_at });
         }
@@ -309,10 +307,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         };
         let mut c = self.claim_record(Kind::Conflict, claim);
         c.amount_cents = Some(s.amount_cents);
-        c.detail = Some(format!(
-            "{}; paid (--on-conflict record)",
-            conflict::detail(&other)
-        ));
+        c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
         self.append(c);
         Ok(Outcome::ProcessedConflicting {
             other_key: other.key_hex,
@@ -323,7 +318,7 @@ impl<'t, 'a> Batch<'t, 'a> {
     /// `dead_letter` records, once per stream entry. Nothing is claimed or paid.
     fn hold(&mut self, claim: &Claim<'a>, other: &conflict::Other) -> Result<Outcome> {
         let s = claim.submission;
-        let reason = conflict::hold_reason(other);
+        let reason = detail::hold_reason(&other.key_hex);
         let first = conflict::insert_hold(
             self.tx,
             &conflict::Held {
@@ -338,13 +333,10 @@ impl<'t, 'a> Batch<'t, 'a> {
         if first {
             let mut c = self.claim_record(Kind::Conflict, claim);
             c.amount_cents = Some(s.amount_cents);
-            c.detail = Some(format!(
-                "{}; held for review, not paid (--on-conflict hold)",
-                conflict::detail(other)
-            ));
+            c.detail = Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
             self.append(c);
             let mut d = self.claim_record(Kind::DeadLetter, claim);
-            d.detail = Some(format!("conflict_hold: {reason}"));
+            d.detail = Some(detail::conflict_hold(&reason));
             self.append(d);
         }
         Ok(Outcome::Held {

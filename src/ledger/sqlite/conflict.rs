@@ -58,29 +58,13 @@ pub(super) fn find(
     Ok(other)
 }
 
-/// The detail of the `conflict` record that links a new claim to the earlier claim `other`.
-pub(super) fn detail(other: &Other) -> String {
-    format!(
-        "conflicts with key {} (claimed at {}): same award_id and submission instant, different payload",
-        other.key_hex, other.claimed_at
-    )
-}
-
-/// Why a conflicting submission was held, as its `dead_letters` row and record say.
-pub(super) fn hold_reason(other: &Other) -> String {
-    format!(
-        "conflicts with key {} for the same award and submission time; held for review",
-        other.key_hex
-    )
-}
-
 /// The `dead_letters` row that holds a conflicting submission for review.
 pub(super) struct Held<'r> {
     /// The stream it arrived on.
     pub(super) stream: &'r str,
     /// The entry that carried it.
     pub(super) entry_id: &'r str,
-    /// [`hold_reason`].
+    /// `domain::audit::detail::hold_reason`.
     pub(super) reason: &'r str,
     /// Its award.
     pub(super) award_id: &'r str,
