@@ -21,8 +21,16 @@ pub const PAYLOAD_BYTES_MAX_DEFAULT: usize = 1 << 20;
 /// it leaves room for 92 million such amounts before an i64 sum could overflow; an amount
 /// over it is a producer's bug or an attack, dead-lettered as `amount_too_large`.
 pub const AMOUNT_CENTS_MAX_DEFAULT: i64 = 100_000_000_000;
-/// Deliveries after which an entry is dead-lettered without another attempt.
+/// Deliveries after which an entry is quarantined: tried alone, up to
+/// [`QUARANTINE_TRIES_MAX`] times, then dead-lettered (docs/failure-handling.md).
 pub const MAX_DELIVERIES_DEFAULT: u64 = 5;
+/// Tries alone an entry past `--max-deliveries` gets before it is dead-lettered. Two, not one:
+/// a try alone cannot tell a poison crash from a kill that came from outside (an operator, the
+/// OOM killer, a host going down) during it, and a valid entry must never be condemned by one
+/// such coincidence; a second kill landing inside the same entry's few milliseconds alone is
+/// not a coincidence any crash storm we measured produced. A true poison entry still stops:
+/// dead-lettered on delivery `cap + 3` at the latest.
+pub const QUARANTINE_TRIES_MAX: u64 = 2;
 /// Idle time after which another consumer's pending entry is taken over.
 pub const CLAIM_IDLE_MS_DEFAULT: u64 = 30_000;
 /// Entries asked for per XREADGROUP / XAUTOCLAIM.
@@ -118,8 +126,9 @@ pub struct WorkerConfig {
     pub threads: usize,
     /// Take over other consumers' entries idle at least this long.
     pub claim_idle_ms: u64,
-    /// An entry delivered more than this many times is tried once more, alone, and
-    /// dead-lettered if that try does not succeed (see `Config::quarantine_key`).
+    /// An entry delivered more than this many times is tried alone (at most
+    /// [`QUARANTINE_TRIES_MAX`] times) and dead-lettered if no such try succeeds (see
+    /// `Config::quarantine_key`).
     pub max_deliveries: u64,
     /// Exit once nothing is undelivered or pending.
     pub exit_when_idle: bool,

@@ -478,12 +478,27 @@ pub fn touch(
     conn.query::<Value>(&cmd).map(|_| ())
 }
 
-/// Marks entry `id` in the hash `key` as being tried alone, with `note` (who, when). Returns
-/// true if the mark is new, false if one was already there (HSETNX, one atomic step).
-pub fn mark_quarantined(conn: &mut Conn, key: &str, id: &str, note: &str) -> Result<bool> {
-    let mut cmd = redis::cmd("HSETNX");
-    cmd.arg(key).arg(id).arg(note);
-    conn.query::<i64>(&cmd).map(|set| set == 1)
+/// Counts one more try alone for entry `id` in the hash `key` and returns how many there have
+/// been, this one included. The value is `try <n> by <note>` (`note` says who and when), read
+/// and written in one Lua script so two workers never both take the same try number. A mark
+/// written before tries were counted (just `<note>`) counts as one try.
+pub fn mark_quarantined(conn: &mut Conn, key: &str, id: &str, note: &str) -> Result<u64> {
+    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| {
+        redis::Script::new(
+            r"
+            local old = redis.call('HGET', KEYS[1], ARGV[1])
+            local tries = 0
+            if old then tries = tonumber(string.match(old, '^try (%d+) by ')) or 1 end
+            tries = tries + 1
+            redis.call('HSET', KEYS[1], ARGV[1], 'try ' .. tries .. ' by ' .. ARGV[2])
+            return tries
+            ",
+        )
+    });
+    let mut inv = script.prepare_invoke();
+    inv.key(key).arg(id).arg(note);
+    conn.invoke::<i64>(&inv).map(|n| n.max(0) as u64)
 }
 
 /// Removes the marks of `ids` from the hash `key`; ids without one are ignored.

@@ -11,7 +11,7 @@
 //! heartbeat (heartbeat.rs, 1 thread: keeps our in-flight entries from looking abandoned)
 //! ```
 //!
-//! An entry past `--max-deliveries` is tried once more, alone (quarantine.rs), before the cap
+//! An entry past `--max-deliveries` is tried alone, at most twice (quarantine.rs), before the cap
 //! dead-letters it. A stage that fails for good stops all of them (`Shared::halt`).
 //!
 //! This file wires the threads and channels together and holds the state they share.

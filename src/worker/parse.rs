@@ -6,7 +6,7 @@
 
 use crate::broker::fastfilter::FastFilter;
 use crate::broker::stream::{Conn, Entry};
-use crate::config::WorkerConfig;
+use crate::config::{WorkerConfig, QUARANTINE_TRIES_MAX};
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::{self, Submission};
 use crossbeam_channel::{Receiver, Sender};
@@ -118,8 +118,9 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool) -> Parsed {
         Verdict::Rejected(Rejected {
             code: "max_deliveries",
             reason: format!(
-                "max deliveries exceeded ({delivery_count} > {}) and its try alone did not succeed",
-                wcfg.max_deliveries
+                "max deliveries exceeded ({delivery_count} > {}) and none of its {} tries alone \
+                 succeeded",
+                wcfg.max_deliveries, QUARANTINE_TRIES_MAX
             ),
             award_id: hint(&entry),
             key: submission::parse_entry(&entry.fields, &limits)
@@ -199,8 +200,8 @@ mod tests {
         assert_eq!(
             r.reason,
             format!(
-                "max deliveries exceeded ({over} > {}) and its try alone did not succeed",
-                wcfg.max_deliveries
+                "max deliveries exceeded ({over} > {}) and none of its {} tries alone succeeded",
+                wcfg.max_deliveries, QUARANTINE_TRIES_MAX
             )
         );
         assert_eq!(r.award_id.as_deref(), Some("A-7"));

@@ -1,16 +1,18 @@
-//! The quarantine: an entry delivered more than `--max-deliveries` times is tried once more,
-//! alone, and dead-lettered only if that try fails (docs/failure-handling.md, "The quarantine
-//! rule"). The reader holds such entries back ([`Quarantine::hold`]) and hands them on one at
+//! The quarantine: an entry delivered more than `--max-deliveries` times is tried alone, at
+//! most [`QUARANTINE_TRIES_MAX`] times, and dead-lettered only if every such try fails
+//! (docs/failure-handling.md, "The quarantine rule"). The reader holds such entries back ([`Quarantine::hold`]) and hands them on one at
 //! a time ([`Quarantine::next`]); the writer clears their marks ([`unmark`]).
 //!
 //! **Invariant:** an entry on its try alone is marked in `<stream>:quarantine` before it is
 //! handed on, and is then the only entry in the pipeline: it is handed on only once nothing
 //! else is in flight, and nothing else is handed on until it has left. A mark found on a
-//! later delivery therefore means that its own try crashed or was refused.
+//! later delivery therefore means that its own try crashed or was refused. The mark counts the
+//! tries; a delivery that would be try number `QUARANTINE_TRIES_MAX + 1` is dead-lettered.
 
 use super::parse::Handoff;
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
+use crate::config::QUARANTINE_TRIES_MAX;
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
 use log::{info, warn};
@@ -38,9 +40,10 @@ impl Quarantine {
     }
 
     /// The next handoff while entries wait, `None` when none does. Once nothing else is in the
-    /// pipeline, the first waiting entry is handed on alone: if it carries no mark it is marked
-    /// and tried (`solo`); a mark means its try alone already happened and crashed or was
-    /// refused, so the cap dead-letters it. Meanwhile: an empty handoff after a short nap.
+    /// pipeline, the first waiting entry's mark counts one more try: while that is within
+    /// [`QUARANTINE_TRIES_MAX`] the entry is handed on alone (`solo`); past it, every try alone
+    /// has crashed or been refused, so the cap dead-letters it. Meanwhile: an empty handoff
+    /// after a short nap.
     pub(super) fn next(&mut self, conn: &mut Conn, shared: &Shared<'_>) -> Result<Option<Handoff>> {
         let in_flight = &shared.in_flight;
         if let Some(id) = &self.solo {
@@ -57,13 +60,14 @@ impl Quarantine {
         }
         let (cfg, wcfg) = (shared.cfg, shared.wcfg);
         let note = format!("{} at {}", wcfg.consumer, now_rfc3339());
-        let first_try = stream::mark_quarantined(conn, &cfg.quarantine_key(), &entry.id, &note)?;
+        let tries = stream::mark_quarantined(conn, &cfg.quarantine_key(), &entry.id, &note)?;
         let entry = self.waiting.pop_front().expect("looked at just now");
-        if !first_try {
+        if tries > QUARANTINE_TRIES_MAX {
             return Ok(Some(handoff(vec![entry], false)));
         }
         info!(
-            "entry {} was delivered {} times (over --max-deliveries {}): trying it once more, alone",
+            "entry {} was delivered {} times (over --max-deliveries {}): trying it alone \
+             (try {tries} of {QUARANTINE_TRIES_MAX})",
             entry.id, entry.delivery_count, wcfg.max_deliveries
         );
         self.solo = Some(entry.id.clone());

@@ -79,7 +79,7 @@ fn commit_and_ack(
     let result = commit_in_order(&batch, ledger, conn, shared);
     let unmark: Vec<&str> = match &result {
         // Acknowledged past the cap: paid, a duplicate or dead-lettered; the mark is done with.
-        // Refused on its try alone: the mark stays, and the next delivery is dead-lettered.
+        // Refused on its try alone: the mark stays and counts that try.
         Ok((_, committed)) => batch
             .iter()
             .zip(committed)

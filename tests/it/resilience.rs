@@ -365,9 +365,9 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
 
 #[test]
 fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_paid() {
-    // The quarantine rule: past --max-deliveries an entry is tried once more, alone, and
-    // dead-lettered only if that try fails. (This test used to prove dead-lettering at the cap;
-    // a poison entry still stops, see the next test.)
+    // The quarantine rule: past --max-deliveries an entry is tried alone (up to twice), and
+    // dead-lettered only if those tries fail. (This test used to prove dead-lettering at the
+    // cap; a poison entry still stops, see the next test.)
     // 1. Three valid entries are read by a consumer that never acknowledges, then claimed by it
     //    five more times (6 deliveries); two healthy entries wait beside them.
     // 2. A worker takes the three over (delivery 7 > --max-deliveries 5): it tries each once
@@ -399,7 +399,7 @@ fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_pa
 
     let tried_alone: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("trying it once more, alone"))
+        .filter(|l| l.contains("trying it alone (try 1 of 2)"))
         .collect();
     assert_eq!(tried_alone.len(), 3, "{log}");
     for (line, id) in tried_alone.iter().zip(&stuck) {
@@ -429,14 +429,14 @@ fn quarantine_marks(w: &World) -> u64 {
 #[test]
 fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     // 1. An entry crashes every worker that reads it (failpoint after_read): five runs die.
-    // 2. The sixth run sees delivery 6 > 5 and, under the quarantine rule, tries it once more,
-    //    alone (marked first): it crashes again. (Before the rule this run dead-lettered it;
-    //    the rule adds this one crashing run, and nothing else changes.)
-    // 3. The seventh run sees delivery 7 > 5 and the mark: it dead-letters the entry instead of
-    //    trying again — within cap + 2 deliveries — and clears the mark.
+    // 2. Runs six and seven see deliveries 6 and 7 > 5 and, under the quarantine rule, try it
+    //    alone (the mark counting tries 1 and 2 of QUARANTINE_TRIES_MAX = 2): both crash.
+    // 3. The eighth run sees delivery 8 > 5 and a mark that has used up its tries: it
+    //    dead-letters the entry instead of trying again — within cap + 3 deliveries — and
+    //    clears the mark.
     let w = World::new();
     w.add(&submissions(0..1));
-    for run in 1..=6 {
+    for run in 1..=7 {
         let out = w
             .cmd(&["run", "--consumer", "crashy"])
             .env("CLAIMGATE_FAILPOINT", "after_read")
@@ -444,6 +444,17 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
             .unwrap();
         assert!(!out.status.success(), "run {run} should have crashed");
         assert_eq!(w.pending(), 1);
+        if run > 5 {
+            let marks: Vec<String> = redis::cmd("HVALS")
+                .arg("grants:submissions:quarantine")
+                .query(&mut w.conn())
+                .unwrap();
+            assert_eq!(marks.len(), 1, "run {run} left the marks {marks:?}");
+            assert!(
+                marks[0].starts_with(&format!("try {} by crashy at ", run - 5)),
+                "run {run} left the mark {marks:?}"
+            );
+        }
     }
     w.drain(&["--consumer", "crashy"]);
 
@@ -451,9 +462,9 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     assert_eq!(dead.len(), 1);
     assert_eq!(
         String::from_utf8_lossy(&dead[0]["reason"]),
-        "max deliveries exceeded (7 > 5) and its try alone did not succeed"
+        "max deliveries exceeded (8 > 5) and none of its 2 tries alone succeeded"
     );
-    assert_eq!(dead[0]["deliveries"], b"7");
+    assert_eq!(dead[0]["deliveries"], b"8");
     assert_eq!(w.count("disbursements"), 0);
     assert_eq!(w.pending(), 0);
     assert_eq!(quarantine_marks(&w), 0);
@@ -638,15 +649,15 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
 #[test]
 fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment() {
     // 1. A worker commits a submission and crashes before XACK (failpoint after_commit).
-    // 2. The next run, with --max-deliveries 1, sees delivery 2 and tries it once more, alone
-    //    (the quarantine rule): the ledger finds it a duplicate, and that run crashes before
-    //    XACK too.
-    // 3. The third run sees delivery 3 and the mark of the try alone: it dead-letters the
+    // 2. The next two runs, with --max-deliveries 1, see deliveries 2 and 3 and try it alone
+    //    (the quarantine rule, tries 1 and 2): the ledger finds it a duplicate each time, and
+    //    each run crashes before XACK too.
+    // 3. The fourth run sees delivery 4 and a mark with no tries left: it dead-letters the
     //    entry at the cap, although the ledger already paid it.
     // 4. The operator replays it: the worker finds the claim taken. Still one disbursement.
     let w = World::new();
     w.add(&submissions(3..4));
-    for max_deliveries in ["5", "1"] {
+    for max_deliveries in ["5", "1", "1"] {
         let out = w
             .cmd(&[
                 "run",
@@ -666,15 +677,15 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
     assert_eq!(listed.len(), 1);
     assert_eq!(
         listed[0]["reason"],
-        "max deliveries exceeded (3 > 1) and its try alone did not succeed"
+        "max deliveries exceeded (4 > 1) and none of its 2 tries alone succeeded"
     );
 
     w.run_ok(&["dlq", "replay", listed[0]["id"].as_str().unwrap()]);
     w.drain(&[]);
     assert_eq!(w.count("disbursements"), 1);
     assert_eq!(disbursed_cents(&w), 103);
-    // One from the try alone in step 2, one from the replay.
-    assert_eq!(audit(&w, "duplicate"), 2);
+    // Two from the tries alone in step 2, one from the replay.
+    assert_eq!(audit(&w, "duplicate"), 3);
     assert_eq!(w.pending(), 0);
 }
 

@@ -8,6 +8,7 @@ use super::plan::{Action, Plan, BUSY_TIMEOUT_MS};
 use crate::support::World;
 use claimgate::domain::audit::{self, Kind, Record};
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::time::Duration;
 
 /// One invariant's verdict.
@@ -197,6 +198,7 @@ pub fn check_all(world: &World, plan: &Plan, tally: &Tally) -> Vec<Check> {
         ledger.integrity.join("; "),
     ));
     checks.extend(faults_fired(plan, tally));
+    checks.extend(faults_landed(&world.dir.path().join("logs"), tally));
     if plan.relays() > 0 {
         checks.push(events_once(world, &ledger));
     }
@@ -468,8 +470,10 @@ fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
         .filter_map(|r| r.delivery_count)
         .max()
         .unwrap_or(0);
-    // Entries recorded on a delivery past the default cap: with the default --max-deliveries
-    // they would have been dead-lettered instead (reported, not a violation here).
+    // Entries recorded on a delivery past the cap (the workers run with the default
+    // --max-deliveries): each went through the quarantine and was paid or found a duplicate on
+    // a try alone. Reported; a valid entry dead-lettered instead would already be a violation
+    // above (dead_letter records must equal the malformed entries sent).
     let cap = claimgate::config::MAX_DELIVERIES_DEFAULT as i64;
     let over_cap: HashSet<&String> = ledger
         .audit
@@ -578,6 +582,75 @@ fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
                 .unwrap_or_else(|| format!("{} processes started", tally.spawns)),
         ),
     ]
+}
+
+/// The faults hit work in flight, not idle processes: most kills found their victim holding
+/// work (a worker with entries pending, the relay with unpublished rows), every Redis restart
+/// happened with entries pending, and every lock hold past the busy timeout made at least one
+/// worker log a wait on the ledger while it lasted.
+fn faults_landed(logs: &Path, tally: &Tally) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for fault in ["worker kill", "relay kill", "redis restart"] {
+        let strikes: Vec<u64> = tally
+            .strikes
+            .iter()
+            .filter(|s| s.fault == fault)
+            .map(|s| s.work)
+            .collect();
+        let landed = strikes.iter().filter(|&&w| w > 0).count();
+        let (name, ok) = if fault == "redis restart" {
+            (
+                format!("every {fault} landed on work in flight"),
+                landed == strikes.len() && !strikes.is_empty(),
+            )
+        } else {
+            (
+                format!("most {fault}s landed on work in flight"),
+                strikes.is_empty() || landed * 2 > strikes.len(),
+            )
+        };
+        checks.push(check(
+            &name,
+            ok,
+            format!("{landed}/{} landed; work hit: {:?}", strikes.len(), strikes),
+        ));
+    }
+    let waits = ledger_waits(logs);
+    let busy = Duration::from_millis(BUSY_TIMEOUT_MS);
+    let long: Vec<(String, usize)> = tally
+        .lock_holds
+        .iter()
+        .filter(|h| h.held > busy)
+        .map(|h| {
+            let (from, until) = &h.wall;
+            let n = waits
+                .iter()
+                .filter(|t| t.as_str() >= from.as_str() && t.as_str() <= until.as_str())
+                .count();
+            (format!("{from}..{until}"), n)
+        })
+        .collect();
+    checks.push(check(
+        "every lock hold past the busy timeout made a worker wait on the ledger (a logged episode)",
+        !long.is_empty() && long.iter().all(|(_, n)| *n > 0),
+        format!("episodes per long hold: {long:?}"),
+    ));
+    checks
+}
+
+/// The times of every ledger wait episode the processes logged (the retry module logs one
+/// WARN line when an episode starts; the line begins with its time).
+fn ledger_waits(logs: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(logs).expect("chaos logs").flatten() {
+        let text = std::fs::read_to_string(entry.path()).expect("chaos log");
+        for line in text.lines() {
+            if line.contains("retrying with backoff") && line.contains("ledger") {
+                out.extend(line.split(' ').next().map(str::to_owned));
+            }
+        }
+    }
+    out
 }
 
 /// An XRANGE reply row: id and field/value pairs.

@@ -22,6 +22,15 @@ const ARMED_GRACE_MS: u64 = 60_000;
 /// How often the nemesis looks at its processes.
 const TICK_MS: u64 = 20;
 
+/// How long after it is due a kill or a Redis restart may wait for its target to hold work
+/// (a worker with entries pending, a relay with unpublished rows, a group with entries
+/// pending) before it strikes anyway. The plan times a chunk of load just after each.
+pub const AIM_MS: u64 = 2_000;
+
+/// How often the nemesis looks while it aims: a chunk is read, committed and acknowledged in
+/// a few milliseconds.
+const AIM_TICK_MS: u64 = 1;
+
 /// What the nemesis did, for the report and the "every planned fault fired" invariant.
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -39,6 +48,18 @@ pub struct Tally {
     pub unexpected_exits: Vec<String>,
     /// Processes started, over the whole run.
     pub spawns: usize,
+    /// What each aimed fault (a kill, a Redis restart) hit.
+    pub strikes: Vec<Strike>,
+}
+
+/// What one aimed fault hit, measured the moment before it struck.
+#[derive(Debug, Clone)]
+pub struct Strike {
+    /// `worker kill`, `relay kill` or `redis restart`.
+    pub fault: &'static str,
+    /// The work in flight it hit: the victim worker's pending entries, the unpublished outbox
+    /// rows (for the relay), the group's pending entries (for Redis). 0 means it hit nothing.
+    pub work: u64,
 }
 
 /// A running child.
@@ -79,6 +100,10 @@ pub struct Nemesis<'w> {
     start: Instant,
     /// Where process logs go.
     logs: PathBuf,
+    /// A connection for aiming (reset after a Redis restart or error).
+    redis: Option<redis::Connection>,
+    /// A read-only ledger connection for aiming at the relay.
+    ledger: Option<rusqlite::Connection>,
     /// Counts.
     pub tally: Tally,
 }
@@ -106,6 +131,8 @@ impl<'w> Nemesis<'w> {
             lockers: Vec::new(),
             start: Instant::now(),
             logs,
+            redis: None,
+            ledger: None,
             tally: Tally::default(),
         };
         for slot in 0..nemesis.slots.len() {
@@ -123,8 +150,14 @@ impl<'w> Nemesis<'w> {
         let mut next = 0;
         loop {
             let now = start.elapsed();
+            let mut aiming = false;
             while let Some(event) = self.plan.events.get(next) {
-                if Duration::from_millis(event.at_ms) > now || !self.apply(event) {
+                if Duration::from_millis(event.at_ms) > now {
+                    break;
+                }
+                let aim_over = now >= Duration::from_millis(event.at_ms + AIM_MS);
+                if !self.apply(event, aim_over) {
+                    aiming = true;
                     break;
                 }
                 next += 1;
@@ -146,7 +179,11 @@ impl<'w> Nemesis<'w> {
                 self.give_up(next);
                 break;
             }
-            std::thread::sleep(Duration::from_millis(TICK_MS));
+            std::thread::sleep(Duration::from_millis(if aiming {
+                AIM_TICK_MS
+            } else {
+                TICK_MS
+            }));
         }
         for locker in self.lockers.drain(..) {
             self.tally
@@ -176,17 +213,38 @@ impl<'w> Nemesis<'w> {
         failures
     }
 
-    /// Does one event; false when it has to wait (no process in a state it can act on yet).
-    fn apply(&mut self, event: &Event) -> bool {
+    /// Does one event; false when it has to wait: no process in a state it can act on yet, a
+    /// lock hold under way (kills and arms wait for its end, so the workers waiting on the lock
+    /// live to show the wait), or — until `aim_over` — no target holding work.
+    fn apply(&mut self, event: &Event, aim_over: bool) -> bool {
+        let lock_held = self.lockers.iter().any(|l| !l.is_finished());
+        match event.action {
+            Action::Kill { .. } | Action::Arm { .. } if lock_held => return false,
+            _ => {}
+        }
         match event.action {
             Action::Kill {
                 slot,
                 respawn_delay_ms,
                 reuse_name,
             } => {
-                let Some(slot) = self.plain_slot(slot) else {
+                let Some(planned) = self.plain_slot(slot) else {
                     return false;
                 };
+                let role = self.slots[planned].role;
+                let (slot, work) = match self.busiest(role) {
+                    Some((busy, work)) => (busy, work),
+                    None if !aim_over => return false,
+                    None => (planned, 0),
+                };
+                self.tally.strikes.push(Strike {
+                    fault: if role.name == "relay" {
+                        "relay kill"
+                    } else {
+                        "worker kill"
+                    },
+                    work,
+                });
                 self.kill(slot);
                 self.slots[slot].respawn = Some((
                     Instant::now() + Duration::from_millis(respawn_delay_ms),
@@ -211,6 +269,15 @@ impl<'w> Nemesis<'w> {
                 );
             }
             Action::RestartRedis { down_ms } => {
+                let pending = self.group_pending();
+                if pending == 0 && !aim_over {
+                    return false;
+                }
+                self.tally.strikes.push(Strike {
+                    fault: "redis restart",
+                    work: pending,
+                });
+                self.redis = None;
                 self.world.redis.kill();
                 std::thread::sleep(Duration::from_millis(down_ms));
                 self.world
@@ -237,6 +304,89 @@ impl<'w> Nemesis<'w> {
             std::ptr::eq(s.role, self.slots[wanted].role)
                 && s.running.as_ref().is_some_and(|r| r.armed.is_none())
         })
+    }
+
+    /// The plain process of `role` holding the most work right now, with that work, if any
+    /// holds some: a worker's pending entries (XPENDING's per-consumer counts), or for the relay
+    /// the unpublished outbox rows.
+    fn busiest(&mut self, role: &'static Role) -> Option<(usize, u64)> {
+        let plain: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                std::ptr::eq(self.slots[i].role, role)
+                    && self.slots[i]
+                        .running
+                        .as_ref()
+                        .is_some_and(|r| r.armed.is_none())
+            })
+            .collect();
+        if role.name == "relay" {
+            let backlog = self.unpublished();
+            return plain.first().filter(|_| backlog > 0).map(|&i| (i, backlog));
+        }
+        let per_consumer = self.pending_per_consumer();
+        plain
+            .into_iter()
+            .filter_map(|i| {
+                let consumer = &self.slots[i].running.as_ref()?.consumer;
+                per_consumer
+                    .iter()
+                    .find(|(c, _)| c == consumer)
+                    .map(|(_, n)| (i, *n))
+            })
+            .filter(|&(_, n)| n > 0)
+            .max_by_key(|&(_, n)| n)
+    }
+
+    /// The group's pending entries, total (0 while Redis cannot answer).
+    fn group_pending(&mut self) -> u64 {
+        self.pending_per_consumer().iter().map(|(_, n)| n).sum()
+    }
+
+    /// XPENDING's summary: pending entries per consumer. An answer of an unexpected shape is a
+    /// failure of the test, never "nothing pending"; a refused connection (Redis down) is.
+    fn pending_per_consumer(&mut self) -> Vec<(String, u64)> {
+        if self.redis.is_none() {
+            self.redis = redis::Client::open(self.world.redis.url())
+                .and_then(|c| c.get_connection())
+                .ok();
+        }
+        let Some(conn) = self.redis.as_mut() else {
+            return Vec::new();
+        };
+        let reply: redis::RedisResult<redis::Value> = redis::cmd("XPENDING")
+            .arg(claimgate::config::STREAM_DEFAULT)
+            .arg(claimgate::config::GROUP_DEFAULT)
+            .query(conn);
+        let reply = match reply {
+            Ok(v) => v,
+            Err(_) => {
+                self.redis = None;
+                return Vec::new();
+            }
+        };
+        parse_pending_summary(&reply)
+            .unwrap_or_else(|| panic!("XPENDING summary of an unexpected shape: {reply:?}"))
+    }
+
+    /// Outbox rows not yet published, read from the ledger file (0 until it exists).
+    fn unpublished(&mut self) -> u64 {
+        if self.ledger.is_none() {
+            self.ledger = rusqlite::Connection::open_with_flags(
+                &self.world.db,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .ok();
+        }
+        let Some(conn) = self.ledger.as_ref() else {
+            return 0;
+        };
+        conn.query_row(
+            "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n as u64)
+        .unwrap_or(0)
     }
 
     fn kill(&mut self, slot: usize) {
@@ -394,6 +544,9 @@ pub struct LockHold {
     pub planned: Duration,
     /// How long it was held.
     pub held: Duration,
+    /// When it was taken and released, in the time format of the processes' log lines, so
+    /// their waits can be matched to it.
+    pub wall: (String, String),
 }
 
 /// Takes the ledger's write lock with `BEGIN IMMEDIATE` and holds it for `hold`.
@@ -405,6 +558,7 @@ fn hold_write_lock(db: &Path, hold: Duration, start: Instant) -> LockHold {
     conn.execute_batch("BEGIN IMMEDIATE")
         .expect("take the write lock");
     let taken = Instant::now();
+    let taken_wall = claimgate::domain::clock::now_rfc3339();
     std::thread::sleep(hold);
     let held = taken.elapsed();
     conn.execute_batch("ROLLBACK")
@@ -413,7 +567,41 @@ fn hold_write_lock(db: &Path, hold: Duration, start: Instant) -> LockHold {
         taken_at: taken - start,
         planned: hold,
         held,
+        wall: (taken_wall, claimgate::domain::clock::now_rfc3339()),
     }
+}
+
+/// `XPENDING key group` (summary form): `[count, min, max, [[consumer, count], ...]]`, or
+/// `[0, nil, nil, nil]` when nothing is pending. `None` for any other shape.
+fn parse_pending_summary(reply: &redis::Value) -> Option<Vec<(String, u64)>> {
+    use redis::Value;
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let [Value::Int(total), _, _, consumers] = parts.as_slice() else {
+        return None;
+    };
+    let out = match consumers {
+        Value::Nil => Vec::new(),
+        Value::Array(rows) => rows
+            .iter()
+            .map(|row| match row {
+                Value::Array(pair) => match pair.as_slice() {
+                    [name, count] => Some((
+                        redis::from_redis_value_ref::<String>(name).ok()?,
+                        redis::from_redis_value_ref::<String>(count)
+                            .ok()?
+                            .parse()
+                            .ok()?,
+                    )),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?,
+        _ => return None,
+    };
+    (out.iter().map(|(_, n)| n).sum::<u64>() == *total as u64).then_some(out)
 }
 
 fn signal(child: &Child, sig: i32) {

@@ -22,6 +22,11 @@ pub const BUSY_TIMEOUT_MS: u64 = claimgate::config::BUSY_TIMEOUT_MS_DEFAULT;
 /// unless a worker is mid-commit).
 const LOCK_LOAD_DELAY_MS: u64 = 200;
 
+/// How long after a kill or a Redis restart is due a chunk of load arrives. The nemesis aims
+/// (`nemesis::AIM_MS`): it waits for a victim holding work, and a chunk drains in milliseconds,
+/// so without load timed to the faults most of them would wait out their aim on idle processes.
+const FAULT_LOAD_DELAY_MS: u64 = 30;
+
 /// How big a run is.
 #[derive(Debug, Clone)]
 pub struct Size {
@@ -129,8 +134,6 @@ fn worker_args(plan: &Plan, consumer: &str) -> Vec<String> {
         "1",
         "--claim-idle-ms",
         &plan.claim_idle_ms.to_string(),
-        "--max-deliveries",
-        &plan.max_deliveries.to_string(),
         "--payload-bytes-max",
         &PAYLOAD_BYTES_MAX.to_string(),
         "--batch-count-max",
@@ -220,13 +223,6 @@ pub struct Plan {
     pub claim_idle_ms: u64,
     /// `--batch-count-max` of every worker.
     pub batch_count_max: u32,
-    /// `--max-deliveries` of every worker: high on purpose, for now. Past the cap an entry is
-    /// tried alone, and a try alone that this nemesis SIGKILLs (or an armed failpoint crashes)
-    /// dead-letters the entry on its next delivery, valid or not: the quarantine cannot yet
-    /// tell an outside kill from a poison crash. Seen here: a run whose highest delivery count
-    /// was 5, one short of the default cap's quarantine. Back to the default once the try alone
-    /// is repeated or checked against the ledger (issue 14).
-    pub max_deliveries: u64,
 }
 
 impl Plan {
@@ -244,7 +240,6 @@ impl Plan {
             seed,
             claim_idle_ms: rng.u64(300..=500),
             batch_count_max: [16, 64, 256][rng.usize(0..3)],
-            max_deliveries: 1_000,
             size,
             entries,
             chunks,
@@ -300,7 +295,8 @@ impl Plan {
 
 /// Splits the load into chunks: a tenth queued before the first fault as a backlog, the rest
 /// spread over the first 85% of the window, in chunks of random size, one of them just after
-/// each lock hold starts, so workers are committing while the lock is held.
+/// each lock hold starts, so workers are committing while the lock is held, and one just after
+/// each kill and Redis restart is due, so the nemesis finds work in flight to hit.
 fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64, events: &[Event]) -> Vec<Chunk> {
     let backlog = entries / 10;
     let mut out = vec![Chunk {
@@ -319,7 +315,11 @@ fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64, events: &[Event]) -> Vec
         .iter()
         .filter(|e| matches!(e.action, Action::HoldLedgerLock { .. }))
         .map(|e| e.at_ms + LOCK_LOAD_DELAY_MS);
-    let mut times: Vec<u64> = lock_starts.collect();
+    let fault_starts = events
+        .iter()
+        .filter(|e| matches!(e.action, Action::Kill { .. } | Action::RestartRedis { .. }))
+        .map(|e| e.at_ms + FAULT_LOAD_DELAY_MS);
+    let mut times: Vec<u64> = lock_starts.chain(fault_starts).take(sizes.len()).collect();
     times.extend((times.len()..sizes.len()).map(|_| rng.u64(0..=span_ms)));
     times.sort_unstable();
     let mut end = backlog;
