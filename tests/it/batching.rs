@@ -58,11 +58,10 @@ fn a_crash_between_a_batchs_commit_and_its_xack_pays_nothing_twice() {
     //    acknowledges them as duplicates.
     let w = World::new();
     w.add(&(0..30).map(submission).collect::<Vec<_>>());
-    let crashed = w
-        .cmd(&["run", "--exit-when-idle", "--consumer", "c1"])
-        .env("CLAIMGATE_FAILPOINT", "after_commit")
-        .output()
-        .expect("spawn claimgate");
+    let crashed = w.crash_at(
+        w.cmd(&["run", "--exit-when-idle", "--consumer", "c1"]),
+        "after_commit",
+    );
     assert!(
         !crashed.status.success(),
         "the failpoint should have aborted the worker"
@@ -136,17 +135,16 @@ fn the_fast_filter_marks_nothing_before_the_commit_so_a_crash_loses_nothing() {
     // 2. The restart with the filter on finds no markers, asks the ledger, pays all 15.
     let w = World::new();
     w.add(&(0..15).map(submission).collect::<Vec<_>>());
-    let crashed = w
-        .cmd(&[
+    let crashed = w.crash_at(
+        w.cmd(&[
             "run",
             "--exit-when-idle",
             "--consumer",
             "c1",
             "--fast-filter",
-        ])
-        .env("CLAIMGATE_FAILPOINT", "before_commit")
-        .output()
-        .expect("spawn claimgate");
+        ]),
+        "before_commit",
+    );
     assert!(
         !crashed.status.success(),
         "the failpoint should have aborted the worker"

@@ -196,7 +196,8 @@ fn a_stopped_and_continued_worker_reads_on_at_once_without_calling_it_an_outage(
     let w = World::new();
     let worker = start_worker(&w, &["--claim-idle-ms", "600000"]);
     w.add(&(0..3).map(submission).collect::<Vec<_>>());
-    assert!(wait_for(SOON, || w.count("disbursements") == 3 && w.pending() == 0));
+    assert!(wait_for(SOON, || w.count_once_made("disbursements") == 3
+        && w.pending() == 0));
 
     crate::support::signal(&worker.child, libc::SIGSTOP);
     w.add(&(3..6).map(submission).collect::<Vec<_>>());
@@ -207,7 +208,8 @@ fn a_stopped_and_continued_worker_reads_on_at_once_without_calling_it_an_outage(
     w.add(&(6..9).map(submission).collect::<Vec<_>>());
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 9 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 9
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
@@ -266,7 +268,8 @@ fn redis_blips_while_the_ledger_is_locked_count_no_deliveries() {
     locker.execute_batch("ROLLBACK").unwrap();
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 10 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 10
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );

@@ -52,7 +52,8 @@ fn drain_measured(w: &World, n: u64) -> f64 {
 
 /// Entries the ledger has recorded, paid or dead-lettered.
 fn recorded(w: &World) -> u64 {
-    (w.count("disbursements") + w.count("dead_letters")) as u64
+    // Polled while the worker starts: 0 until it has made the ledger.
+    (w.count_once_made("disbursements") + w.count_once_made("dead_letters")) as u64
 }
 
 /// An oversize but otherwise well-formed payload for award `BIG-{i}`.

@@ -1,6 +1,7 @@
 //! The operator's tools, end to end: `demo`, `status`, `/metrics` and `/healthz`, log routing,
 //! credentials in Redis URLs, the ledger's file mode. Real redis-servers, real processes.
 
+use crate::support::RunWithDeadline;
 use crate::support::{signal, submission, wait_exit, wait_for, World};
 use claimgate::support::localredis::{free_port, Options};
 use std::io::{Read, Write};
@@ -50,32 +51,6 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-/// A child process killed (SIGKILL) if a failed assertion unwinds past it, so a failing test
-/// never leaves a worker retrying forever against its dead Redis.
-struct Reaped(std::process::Child);
-
-impl std::ops::Deref for Reaped {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 fn is_empty_dir(p: &Path) -> bool {
     std::fs::read_dir(p).unwrap().next().is_none()
 }
@@ -100,8 +75,7 @@ fn demo_runs_from_an_empty_dir_pays_once_and_leaves_nothing_behind() {
         .env_remove("CLAIMGATE_FAILPOINT")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -175,8 +149,7 @@ fn demo_without_redis_server_on_path_exits_2_with_the_install_command() {
         .env("PATH", empty.path())
         .current_dir(empty.path())
         .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -200,13 +173,13 @@ fn metrics_counters_equal_the_ledger_and_healthz_follows_redis() {
     world.add_fields(&[("payload", b"not json")]);
     world.add_fields(&[("other", b"{}")]);
     let addr = format!("127.0.0.1:{}", free_port().unwrap());
-    let mut worker = Reaped(world.spawn(&["run", "--consumer", "m1", "--metrics-addr", &addr]));
+    let mut worker = world.spawn(&["run", "--consumer", "m1", "--metrics-addr", &addr]);
 
     assert!(
         wait_for(Duration::from_secs(60), || world
-            .count("processed_messages")
+            .count_once_made("processed_messages")
             == 120
-            && world.count("dead_letters") == 2
+            && world.count_once_made("dead_letters") == 2
             && world.pending() == 0),
         "worker did not drain the stream"
     );
@@ -376,8 +349,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
         .arg(&audit_file)
         .env("REDIS_URL", &user_url)
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let drain_err = String::from_utf8_lossy(&drain.stderr).into_owned();
     assert!(drain.status.success(), "{drain_err}");
     assert_eq!(world.count("processed_messages"), 30);
@@ -404,8 +376,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     let table = world
         .cmd(&["status"])
         .env("REDIS_URL", &user_url)
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let json = world.run_ok(&["status", "--json"]);
     let wrong_url = format!(
         "redis://claimgate:{WRONG_PW}@127.0.0.1:{}",
@@ -414,8 +385,7 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
     let wrong = world
         .cmd(&["status", "--json"])
         .env("REDIS_URL", &wrong_url)
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert!(table.status.success() && wrong.status.success());
     let wrong_doc: serde_json::Value = serde_json::from_slice(&wrong.stdout).unwrap();
     assert!(
@@ -550,9 +520,7 @@ fn rediss_urls_are_verified_against_trusted_certificates() {
         child.wait().unwrap().success()
     });
     assert!(ready, "could not queue over rediss://");
-    let drained = claimgate(&["run", "--exit-when-idle"], true)
-        .output()
-        .unwrap();
+    let drained = claimgate(&["run", "--exit-when-idle"], true).run_with_deadline();
     assert!(
         drained.status.success(),
         "{}",
@@ -564,7 +532,7 @@ fn rediss_urls_are_verified_against_trusted_certificates() {
         .unwrap();
     assert_eq!(paid, 2);
 
-    let untrusted = claimgate(&["status", "--json"], false).output().unwrap();
+    let untrusted = claimgate(&["status", "--json"], false).run_with_deadline();
     let doc: serde_json::Value = serde_json::from_slice(&untrusted.stdout).unwrap();
     assert!(
         doc["redis"]["error"]
@@ -634,8 +602,7 @@ fn demo_with_an_explicit_redis_url_uses_only_its_own_keys_and_removes_them() {
         .current_dir(cwd.path())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -666,13 +633,11 @@ fn workers_starting_together_on_a_new_ledger_all_open_it() {
     let world = World::new();
     world.add(&(0..20).map(submission).collect::<Vec<_>>());
     let mut workers: Vec<_> = (0..8)
-        .map(|i| Reaped(world.spawn(&["run", "--exit-when-idle", "--consumer", &format!("w{i}")])))
+        .map(|i| world.spawn(&["run", "--exit-when-idle", "--consumer", &format!("w{i}")]))
         .collect();
     for w in &mut workers {
         let status = wait_exit(w, Duration::from_secs(60));
-        let mut err = String::new();
-        w.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        assert!(status.success(), "{status}: {err}");
+        assert!(status.success(), "{status}: {}", w.log_text());
     }
     assert_eq!(world.count("disbursements"), 20);
 }

@@ -3,6 +3,7 @@
 //! cap), acknowledges out what vanished, and an operator can replay a dead letter without
 //! paying anything twice. Real redis-server, real SQLite files, the real binary.
 
+use crate::support::RunWithDeadline;
 use crate::support::{amount_sum, submission, wait_for, Logged, World};
 use std::time::Duration;
 
@@ -123,7 +124,8 @@ fn redis_down_at_start_is_waited_out_then_everything_is_processed_once() {
     w.redis.restart().unwrap();
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 50 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 50
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
@@ -199,7 +201,7 @@ fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() 
         let url = w.redis.url();
         std::thread::spawn(move || produce_through_outages(url, submissions(0..400)))
     };
-    assert!(wait_for(SOON, || w.count("processed_messages") >= 50));
+    assert!(wait_for(SOON, || w.count_once_made("processed_messages") >= 50));
     w.redis.kill();
     worker.wait_log("reading from redis failed");
     assert!(worker.alive());
@@ -210,7 +212,8 @@ fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() 
     );
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 400 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 400
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
@@ -235,7 +238,7 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
         let url = w.redis.url();
         std::thread::spawn(move || produce_through_outages(url, submissions(0..100)))
     };
-    assert!(wait_for(SOON, || w.count("processed_messages") >= 20));
+    assert!(wait_for(SOON, || w.count_once_made("processed_messages") >= 20));
     let paid_before_kill = w.count("processed_messages");
     w.redis.kill();
     w.redis.restart().unwrap();
@@ -250,7 +253,8 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
     w.add(&submissions(0..150));
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 150 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 150
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
@@ -282,7 +286,8 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     let w = World::new();
     let mut worker = start_worker(&w, &[], &[]);
     w.add(&submissions(0..10));
-    assert!(wait_for(SOON, || w.count("disbursements") == 10 && w.pending() == 0));
+    assert!(wait_for(SOON, || w.count_once_made("disbursements") == 10
+        && w.pending() == 0));
 
     let locker = rusqlite::Connection::open(&w.db).unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -295,7 +300,8 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     locker.execute_batch("ROLLBACK").unwrap();
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 30 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 30
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
@@ -352,7 +358,8 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
 
     admin.execute_batch("DROP TABLE filler").unwrap();
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 40 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 40
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
@@ -392,8 +399,7 @@ fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_pa
     let out = w
         .cmd(&["run", "--exit-when-idle", "--claim-idle-ms", "200"])
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
 
@@ -437,11 +443,7 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     let w = World::new();
     w.add(&submissions(0..1));
     for run in 1..=7 {
-        let out = w
-            .cmd(&["run", "--consumer", "crashy"])
-            .env("CLAIMGATE_FAILPOINT", "after_read")
-            .output()
-            .unwrap();
+        let out = w.crash_at(w.cmd(&["run", "--consumer", "crashy"]), "after_read");
         assert!(!out.status.success(), "run {run} should have crashed");
         assert_eq!(w.pending(), 1);
         if run > 5 {
@@ -537,11 +539,7 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
     //    the re-read, the nil-body path of the re-read does the same.)
     let w = World::new();
     let ids = w.add(&submissions(0..5));
-    let out = w
-        .cmd(&["run", "--consumer", "me"])
-        .env("CLAIMGATE_FAILPOINT", "after_read")
-        .output()
-        .unwrap();
+    let out = w.crash_at(w.cmd(&["run", "--consumer", "me"]), "after_read");
     assert!(!out.status.success());
     assert_eq!(w.pending(), 5);
     let _: u64 = redis::cmd("XDEL")
@@ -658,17 +656,16 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
     let w = World::new();
     w.add(&submissions(3..4));
     for max_deliveries in ["5", "1", "1"] {
-        let out = w
-            .cmd(&[
+        let out = w.crash_at(
+            w.cmd(&[
                 "run",
                 "--consumer",
                 "c1",
                 "--max-deliveries",
                 max_deliveries,
-            ])
-            .env("CLAIMGATE_FAILPOINT", "after_commit")
-            .output()
-            .unwrap();
+            ]),
+            "after_commit",
+        );
         assert!(!out.status.success());
         assert_eq!((w.count("disbursements"), w.pending()), (1, 1));
     }
@@ -786,7 +783,8 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
     let w = World::new();
     let worker = start_worker(&w, &["--claim-idle-ms", "600000"], &[]);
     w.add(&submissions(0..1));
-    assert!(wait_for(SOON, || w.count("disbursements") == 1 && w.pending() == 0));
+    assert!(wait_for(SOON, || w.count_once_made("disbursements") == 1
+        && w.pending() == 0));
     let mut conn = w.conn();
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -812,7 +810,8 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
     pipe.query::<()>(&mut conn).unwrap();
 
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 4 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 4
+            && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );

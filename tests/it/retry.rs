@@ -48,7 +48,7 @@ fn a_relay_waits_out_redis_down_and_publishes_every_row_once() {
 
     let unpublished = "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL";
     assert!(
-        wait_for(SOON, || w.sql_i64(unpublished) == 0),
+        wait_for(SOON, || w.sql_i64_once_made(unpublished) == 0),
         "not published:\n{}",
         relay.log_text()
     );

@@ -1,6 +1,7 @@
 //! Operators and secrets: the documented least-privilege ACL, passwords in every URL form,
 //! log lines no submission can forge, and ledger files no one else can read.
 
+use crate::support::RunWithDeadline;
 use crate::support::*;
 use claimgate::support::localredis::Options;
 use std::process::Output;
@@ -35,8 +36,7 @@ fn a_unix_socket_password_never_shows_in_the_start_line_or_status() {
         .cmd(&["run", "--exit-when-idle"])
         .env("REDIS_URL", &unix_url)
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert!(drain.status.success(), "{}", text(&drain));
     assert_eq!(world.count("disbursements"), 5);
     assert_eq!(world.pending(), 0);
@@ -53,14 +53,12 @@ fn a_unix_socket_password_never_shows_in_the_start_line_or_status() {
         let table = world
             .cmd(&["status"])
             .env("REDIS_URL", url)
-            .output()
-            .unwrap();
+            .run_with_deadline();
         assert!(table.status.success(), "{}", text(&table));
         let json = world
             .cmd(&["status", "--json"])
             .env("REDIS_URL", url)
-            .output()
-            .unwrap();
+            .run_with_deadline();
         assert!(json.status.success(), "{}", text(&json));
         let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
         assert_eq!(doc["redis"]["length"], 5, "{doc}");
@@ -78,8 +76,7 @@ fn a_unix_socket_password_never_shows_in_the_start_line_or_status() {
     let mangled = world
         .cmd(&["status", "--json"])
         .env("REDIS_URL", format!("redis://:pa/ss-{PW}@127.0.0.1:6379"))
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert_eq!(mangled.status.code(), Some(2), "{}", text(&mangled));
     assert!(
         text(&mangled).contains("bad --redis-url redis://***"),
@@ -92,8 +89,7 @@ fn a_unix_socket_password_never_shows_in_the_start_line_or_status() {
             "REDIS_URL",
             format!("unix://{}.gone?pass={PW}", socket.display()),
         )
-        .output()
-        .unwrap();
+        .run_with_deadline();
     let doc: serde_json::Value = serde_json::from_slice(&refused.stdout).unwrap();
     assert!(doc["redis"]["error"].is_string(), "{doc}");
     assert!(
@@ -166,8 +162,7 @@ fn a_newline_in_an_award_id_cannot_forge_an_audit_line() {
     let stderr_run = world
         .cmd(&["run", "--exit-when-idle"])
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert!(stderr_run.status.success(), "{}", text(&stderr_run));
     assert_one_audit_line_each(&String::from_utf8_lossy(&stderr_run.stderr), 1, 2);
 
@@ -177,8 +172,7 @@ fn a_newline_in_an_award_id_cannot_forge_an_audit_line() {
         .cmd(&["run", "--exit-when-idle", "--audit-log"])
         .arg(&audit_file)
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert!(file_run.status.success(), "{}", text(&file_run));
     assert!(!String::from_utf8_lossy(&file_run.stderr).contains("claimgate::audit"));
     assert_one_audit_line_each(&std::fs::read_to_string(&audit_file).unwrap(), 2, 2);
@@ -188,8 +182,7 @@ fn a_newline_in_an_award_id_cannot_forge_an_audit_line() {
     let json_run = world
         .cmd(&["run", "--exit-when-idle", "--log-format", "json"])
         .env("RUST_LOG", "claimgate::audit=info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert!(json_run.status.success(), "{}", text(&json_run));
     let json_log = String::from_utf8_lossy(&json_run.stderr).into_owned();
     assert_eq!(json_log.lines().count(), 1, "{json_log}");
@@ -250,7 +243,7 @@ fn a_new_ledger_and_its_wal_files_are_owner_only_whatever_the_umask() {
     world.add(&(0..5).map(submission).collect::<Vec<_>>());
     let worker = worker_under_umask_022(&world);
     assert!(wait_for(std::time::Duration::from_secs(30), || world
-        .count("disbursements")
+        .count_once_made("disbursements")
         == 5));
     for file in ledger_files(&world) {
         assert_eq!(mode(&file), 0o600, "{}", file.display());
@@ -282,7 +275,7 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
     world.add(&(5..10).map(submission).collect::<Vec<_>>());
     let mut worker = worker_under_umask_022(&world);
     assert!(wait_for(std::time::Duration::from_secs(30), || world
-        .count("disbursements")
+        .count_once_made("disbursements")
         == 10));
     let [db, wal, shm] = ledger_files(&world);
     let warned = worker.lines_with("ledger file");
@@ -310,7 +303,7 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
     world.add(&(10..15).map(submission).collect::<Vec<_>>());
     let worker = worker_under_umask_022(&world);
     assert!(wait_for(std::time::Duration::from_secs(30), || world
-        .count("disbursements")
+        .count_once_made("disbursements")
         == 15));
     for file in [&db, &wal, &shm] {
         let line = format!("ledger file {} had mode 0644", file.display());
@@ -478,7 +471,7 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
         (0..10).map(|i| submission(i) + "\n").collect::<String>() + "{oops\n",
     )
     .unwrap();
-    let out = as_user(&["produce"]).arg(&first).output().unwrap();
+    let out = as_user(&["produce"]).arg(&first).run_with_deadline();
     assert_permitted("produce", &out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("queued 11 submissions"));
     assert_eq!(xlen(&mut admin, "grants:submissions"), 11);
@@ -486,8 +479,7 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
 
     let out = as_user(&["run", "--exit-when-idle", "--fast-filter"])
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert_permitted("run --fast-filter", &out);
     assert!(!text(&out).contains("fast filter"), "{}", text(&out));
     assert_eq!(world.count("disbursements"), 10);
@@ -499,7 +491,7 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
     assert_eq!(markers.len(), 10, "{markers:?}");
     outputs.push(out);
 
-    let out = as_user(&["relay", "--exit-when-idle"]).output().unwrap();
+    let out = as_user(&["relay", "--exit-when-idle"]).run_with_deadline();
     assert_permitted("relay", &out);
     assert_eq!(xlen(&mut admin, "grants:events"), 10);
     outputs.push(out);
@@ -513,7 +505,7 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
             .collect::<String>(),
     )
     .unwrap();
-    let out = as_user(&["produce"]).arg(&second).output().unwrap();
+    let out = as_user(&["produce"]).arg(&second).run_with_deadline();
     assert_permitted("produce", &out);
     outputs.push(out);
     let metrics_addr = format!(
@@ -531,9 +523,9 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
         "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate' AND detail LIKE '%(fast filter)'";
     assert!(
         wait_for(std::time::Duration::from_secs(60), || world
-            .count("disbursements")
+            .count_once_made("disbursements")
             == 20
-            && world.sql_i64(filtered) == 10
+            && world.sql_i64_once_made(filtered) == 10
             && xlen(&mut admin, "grants:events") == 20),
         "{}",
         worker.log_text()
@@ -564,11 +556,11 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
     );
     assert!(!log.contains(USER_PW), "{log}");
 
-    let out = as_user(&["status"]).output().unwrap();
+    let out = as_user(&["status"]).run_with_deadline();
     assert_permitted("status", &out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("redis://claimgate:***@127.0.0.1"));
     outputs.push(out);
-    let out = as_user(&["status", "--json"]).output().unwrap();
+    let out = as_user(&["status", "--json"]).run_with_deadline();
     assert_permitted("status --json", &out);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(doc["redis"]["error"].is_null(), "{doc}");
@@ -577,7 +569,7 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
     assert_eq!(doc["ledger"]["disbursements"], 20, "{doc}");
     outputs.push(out);
 
-    let out = as_user(&["dlq", "list"]).output().unwrap();
+    let out = as_user(&["dlq", "list"]).run_with_deadline();
     assert_permitted("dlq list", &out);
     let listed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -592,7 +584,7 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
         .query(&mut admin)
         .unwrap();
     let dead_id = dead[0].0.clone();
-    let out = as_user(&["dlq", "show", &dead_id]).output().unwrap();
+    let out = as_user(&["dlq", "show", &dead_id]).run_with_deadline();
     assert_permitted("dlq show", &out);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("original.payload: {oops"),
@@ -600,11 +592,11 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
         text(&out)
     );
     outputs.push(out);
-    let out = as_user(&["dlq", "replay", &dead_id]).output().unwrap();
+    let out = as_user(&["dlq", "replay", &dead_id]).run_with_deadline();
     assert_permitted("dlq replay", &out);
     assert_eq!(xlen(&mut admin, "grants:submissions"), 32);
     outputs.push(out);
-    let out = as_user(&["dlq", "list", "--json"]).output().unwrap();
+    let out = as_user(&["dlq", "list", "--json"]).run_with_deadline();
     assert_permitted("dlq list --json", &out);
     let letters: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(letters[0]["replayed_as"].is_string(), "{letters}");

@@ -61,9 +61,20 @@ impl World {
         cmd
     }
 
-    /// Runs `claimgate ARGS` to completion and returns its output.
+    /// Runs `claimgate ARGS` to completion (within [`DEADLINE`]) and returns its output.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("spawn claimgate")
+        self.cmd(args).run_with_deadline()
+    }
+
+    /// Runs `cmd` (a [`World::cmd`]) armed with failpoint `point`, and insists that it died
+    /// there: by SIGABRT, with the failpoint's own line on stderr — not by an unrelated error
+    /// at start-up that would make "nothing was written" pass by accident.
+    pub fn crash_at(&self, mut cmd: Command, point: &str) -> Output {
+        let out = cmd
+            .env(claimgate::support::failpoint::ENV, point)
+            .run_with_deadline();
+        assert_crashed_at(&out, point.split(':').next().unwrap_or(point));
+        out
     }
 
     /// Runs `claimgate ARGS` and insists on exit 0.
@@ -78,13 +89,26 @@ impl World {
         out
     }
 
-    /// Starts `claimgate ARGS` in the background.
-    pub fn spawn(&self, args: &[&str]) -> Child {
-        self.cmd(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+    /// Starts `claimgate ARGS` in the background, its stdout and stderr going to a log file of
+    /// its own in the world's directory (a pipe nobody reads would fill and stall it), killed
+    /// when the handle is dropped (a failed assertion leaves no process behind).
+    pub fn spawn(&self, args: &[&str]) -> Spawned {
+        let log = tempfile::Builder::new()
+            .prefix("spawned-")
+            .suffix(".log")
+            .tempfile_in(self.dir.path())
+            .expect("child log file")
+            .into_temp_path()
+            .keep()
+            .expect("keep child log");
+        let file = std::fs::File::create(&log).expect("child log file");
+        let child = self
+            .cmd(args)
+            .stdout(file.try_clone().expect("child log file"))
+            .stderr(file)
             .spawn()
-            .expect("spawn claimgate")
+            .expect("spawn claimgate");
+        Spawned { child, log }
     }
 
     /// Drains the stream with one worker that exits when idle.
@@ -132,8 +156,29 @@ impl World {
         cmd.query(&mut self.conn()).unwrap()
     }
 
-    /// An integer from SQL on the ledger (opened read-only, separately from any worker).
+    /// An integer from SQL on the ledger (opened read-only, separately from any worker). A
+    /// missing ledger file or table fails the test: "nothing was written" must never pass
+    /// because the worker died before it made the ledger. [`World::sql_i64_once_made`] is for
+    /// polling a ledger a starting worker is still making.
     pub fn sql_i64(&self, sql: &str) -> i64 {
+        assert!(
+            self.db.exists(),
+            "{sql}: the ledger {} does not exist (did the worker start?)",
+            self.db.display()
+        );
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
+            .unwrap_or_else(|e| panic!("{sql} on {}: {e}", self.db.display()))
+            .unwrap_or(0)
+    }
+
+    /// Like [`World::sql_i64`], but 0 while the ledger or its tables do not exist yet: for
+    /// waiting on a worker that is starting.
+    pub fn sql_i64_once_made(&self, sql: &str) -> i64 {
         if !self.db.exists() {
             return 0;
         }
@@ -153,24 +198,30 @@ impl World {
         }
     }
 
-    /// Rows in a ledger table.
+    /// Rows in a ledger table (the ledger and the table must exist).
     pub fn count(&self, table: &str) -> i64 {
         self.sql_i64(&format!("SELECT COUNT(*) FROM {table}"))
     }
 
-    /// Entries pending in the group, over all consumers.
+    /// Rows in a ledger table, 0 while a starting worker has not made it yet (for polling).
+    pub fn count_once_made(&self, table: &str) -> i64 {
+        self.sql_i64_once_made(&format!("SELECT COUNT(*) FROM {table}"))
+    }
+
+    /// Entries pending in the group, over all consumers. A reply of any other shape than
+    /// XPENDING's summary fails the test (it must never read as "nothing pending").
     pub fn pending(&self) -> u64 {
         let reply: redis::Value = redis::cmd("XPENDING")
             .arg("grants:submissions")
             .arg("grant-workers")
             .query(&mut self.conn())
             .unwrap();
-        match reply {
-            redis::Value::Array(v) => match v.first() {
-                Some(redis::Value::Int(n)) => *n as u64,
-                _ => 0,
+        match &reply {
+            redis::Value::Array(v) if v.len() == 4 => match v[0] {
+                redis::Value::Int(n) if n >= 0 => n as u64,
+                _ => panic!("XPENDING summary of an unexpected shape: {reply:?}"),
             },
-            _ => 0,
+            _ => panic!("XPENDING summary of an unexpected shape: {reply:?}"),
         }
     }
 
@@ -221,6 +272,132 @@ pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(25));
     }
     cond()
+}
+
+/// How long any one `claimgate` command run to completion by a test may take before the test
+/// kills it and fails, printing what it wrote: no test can hang on a child.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Running a command to completion, never longer than a deadline.
+pub trait RunWithDeadline {
+    /// Like `Command::output`, but the child is killed and the test fails (with its stdout
+    /// and stderr so far) if it has not exited within [`DEADLINE`].
+    fn run_with_deadline(&mut self) -> Output;
+    /// The same with a deadline of the caller's choosing.
+    fn run_within(&mut self, deadline: Duration) -> Output;
+}
+
+impl RunWithDeadline for Command {
+    fn run_with_deadline(&mut self) -> Output {
+        self.run_within(DEADLINE)
+    }
+
+    fn run_within(&mut self, deadline: Duration) -> Output {
+        use std::io::Read;
+        let mut child = self
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Both pipes are drained on threads of their own, so a chatty child never blocks.
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = drain(
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let err = drain(
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let until = Instant::now() + deadline;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                let (out, err) = (out.join().unwrap(), err.join().unwrap());
+                panic!(
+                    "{:?} did not exit within {deadline:?}; killed it.\nstdout:\n{}\nstderr:\n{}",
+                    self.get_args().collect::<Vec<_>>(),
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&err)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Output {
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        }
+    }
+}
+
+/// Asserts that a run died at failpoint `point`: killed by SIGABRT, and the failpoint's own
+/// line on stderr.
+pub fn assert_crashed_at(out: &Output, point: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "expected death at failpoint {point} by SIGABRT, got {}:\n{stderr}",
+        out.status
+    );
+    assert!(
+        stderr.contains(&format!("failpoint {point} fired")),
+        "died by SIGABRT but not at failpoint {point}:\n{stderr}"
+    );
+}
+
+/// A `claimgate` process started by [`World::spawn`]: its output in a log file, killed and
+/// reaped on drop.
+pub struct Spawned {
+    /// The process.
+    pub child: Child,
+    /// Its stdout and stderr.
+    pub log: PathBuf,
+}
+
+impl Spawned {
+    /// What it has written so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for Spawned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Sends a signal to a child process.

@@ -214,11 +214,10 @@ fn a_crash_after_commit_and_before_xack_is_absorbed_on_restart() {
     // 4. The same consumer restarts, re-reads its pending entries: all duplicates, acked.
     let world = World::new();
     world.add(&(0..30).map(submission).collect::<Vec<_>>());
-    let out = world
-        .cmd(&["run", "--consumer", "w1", "--exit-when-idle"])
-        .env("CLAIMGATE_FAILPOINT", "after_commit")
-        .output()
-        .unwrap();
+    let out = world.crash_at(
+        world.cmd(&["run", "--consumer", "w1", "--exit-when-idle"]),
+        "after_commit",
+    );
     assert!(
         !out.status.success(),
         "the failpoint should have killed the worker"
@@ -246,11 +245,7 @@ fn a_crash_before_commit_loses_nothing_and_records_nothing_twice() {
     let world = World::new();
     world.add(&(0..30).map(submission).collect::<Vec<_>>());
     for point in ["after_claim", "before_commit"] {
-        let out = world
-            .cmd(&["run", "--consumer", "w1"])
-            .env("CLAIMGATE_FAILPOINT", point)
-            .output()
-            .unwrap();
+        let out = world.crash_at(world.cmd(&["run", "--consumer", "w1"]), point);
         assert!(!out.status.success(), "{point} should have fired");
         assert_eq!(
             world.count("processed_messages"),
@@ -310,7 +305,7 @@ fn sigterm_finishes_in_flight_work_and_exits_zero() {
     world.add(&(0..2_000).map(submission).collect::<Vec<_>>());
     let mut worker = world.spawn(&["run", "--consumer", "t", "--batch-count-max", "100"]);
     assert!(wait_for(Duration::from_secs(30), || world
-        .count("disbursements")
+        .count_once_made("disbursements")
         > 0));
     signal(&worker, libc::SIGTERM);
     let status = wait_exit(&mut worker, Duration::from_secs(30));
@@ -341,7 +336,7 @@ fn redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_tw
     world.add(&(0..1_000).map(submission).collect::<Vec<_>>());
     let mut worker = world.spawn(&["run", "--consumer", "w", "--claim-idle-ms", "500"]);
     assert!(wait_for(Duration::from_secs(30), || world
-        .count("disbursements")
+        .count_once_made("disbursements")
         > 0));
     world.redis.kill();
     std::thread::sleep(Duration::from_millis(500));
@@ -349,7 +344,7 @@ fn redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_tw
     world.add(&(1_000..2_000).map(submission).collect::<Vec<_>>());
     world.add(&(0..200).map(submission).collect::<Vec<_>>());
     let done = wait_for(Duration::from_secs(60), || {
-        world.count("disbursements") == 2_000 && world.pending() == 0
+        world.count_once_made("disbursements") == 2_000 && world.pending() == 0
     });
     assert!(
         worker.try_wait().unwrap().is_none(),

@@ -62,16 +62,18 @@ fn a_ledger_stall_longer_than_claim_idle_hands_nothing_over_and_dead_letters_not
     lock.execute_batch("ROLLBACK").unwrap();
 
     let settled = wait_for(Duration::from_secs(60), || {
-        world.count("disbursements") == 200 && world.pending() == 0
+        world.count_once_made("disbursements") == 200 && world.pending() == 0
     });
     for w in &workers {
         signal(w, libc::SIGTERM);
     }
     for w in &mut workers {
         let status = wait_exit(w, Duration::from_secs(30));
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(w.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-        assert!(status.success(), "worker after SIGTERM: {status}\n{stderr}");
+        assert!(
+            status.success(),
+            "worker after SIGTERM: {status}\n{}",
+            w.log_text()
+        );
     }
     let max_deliveries = world.sql_i64("SELECT MAX(delivery_count) FROM audit_log");
     let duplicates = world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'");
