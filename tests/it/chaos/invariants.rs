@@ -481,7 +481,13 @@ fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
         .filter(|r| r.delivery_count.unwrap_or(0) > cap)
         .filter_map(|r| r.stream_entry_id.as_ref())
         .collect();
+    let recomputed = recompute_chain(&ledger.audit);
     vec![
+        check(
+            "the audit chain, rehashed by this test's own code, links every row from genesis",
+            recomputed.is_ok(),
+            format!("{recomputed:?} over {} rows", ledger.audit.len()),
+        ),
         check(
             "the audit chain verifies over every row",
             chain == Ok(ledger.audit.len() as u64),
@@ -582,6 +588,76 @@ fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
                 .unwrap_or_else(|| format!("{} processes started", tally.spawns)),
         ),
     ]
+}
+
+/// Rehashes the chain without the project's own `Record::compute_hash` or `verify_chain` (the
+/// code under test): the canonical text is written out here field by field, in the order and
+/// with the escaping the stored chain was sealed with (serde_json's: `"`, `\\` and control
+/// characters escaped, nothing else), and each record must link to the one before it, the
+/// first to the all-zero genesis hash. Returns the number of records, or the first bad seq.
+fn recompute_chain(records: &[Record]) -> Result<usize, String> {
+    use sha2::{Digest, Sha256};
+    fn text(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+    fn opt_text(s: &Option<String>) -> String {
+        s.as_deref().map_or_else(|| "null".to_owned(), text)
+    }
+    fn opt_int(n: Option<i64>) -> String {
+        n.map_or_else(|| "null".to_owned(), |n| n.to_string())
+    }
+    let mut prev = "0".repeat(64);
+    for r in records {
+        if r.prev_hash != prev {
+            return Err(format!(
+                "seq {}: prev_hash does not link to the record before",
+                r.seq
+            ));
+        }
+        let canonical = format!(
+            "{{\"seq\":{},\"kind\":{},\"idempotency_key\":{},\"award_id\":{},\"amount_cents\":{},\
+             \"stream_entry_id\":{},\"consumer\":{},\"delivery_count\":{},\"detail\":{},\
+             \"recorded_at\":{},\"prev_hash\":{},\"hash\":\"\"}}",
+            r.seq,
+            text(r.kind.as_str()),
+            opt_text(&r.idempotency_key),
+            opt_text(&r.award_id),
+            opt_int(r.amount_cents),
+            opt_text(&r.stream_entry_id),
+            opt_text(&r.consumer),
+            opt_int(r.delivery_count),
+            opt_text(&r.detail),
+            text(&r.recorded_at),
+            text(&r.prev_hash),
+        );
+        let mut h = Sha256::new();
+        h.update(r.prev_hash.as_bytes());
+        h.update(canonical.as_bytes());
+        let hash: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        if hash != r.hash {
+            return Err(format!(
+                "seq {}: stored hash is not the hash of its content",
+                r.seq
+            ));
+        }
+        prev = hash;
+    }
+    Ok(records.len())
 }
 
 /// The faults hit work in flight, not idle processes: most kills found their victim holding
