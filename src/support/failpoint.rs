@@ -7,7 +7,8 @@
 //!
 //! The points, in the order an entry meets them: `after_read`, `after_claim` (claim inserted,
 //! transaction open), `before_commit`, `after_commit` (committed, not yet acknowledged),
-//! `relay_after_publish` (published, not yet marked).
+//! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
+//! purge between two committed batches).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -14,6 +14,7 @@ mod layers;
 mod liveness;
 mod memory;
 mod ops;
+mod promises;
 mod relay;
 mod resilience;
 mod retry;

@@ -211,11 +211,16 @@ impl World {
     /// Entries pending in the group, over all consumers. A reply of any other shape than
     /// XPENDING's summary fails the test (it must never read as "nothing pending").
     pub fn pending(&self) -> u64 {
-        let reply: redis::Value = redis::cmd("XPENDING")
+        let reply: redis::Value = match redis::cmd("XPENDING")
             .arg("grants:submissions")
             .arg("grant-workers")
             .query(&mut self.conn())
-            .unwrap();
+        {
+            Ok(v) => v,
+            // No group yet (the worker has not started): nothing can be pending.
+            Err(e) if e.code() == Some("NOGROUP") => return 0,
+            Err(e) => panic!("XPENDING: {e}"),
+        };
         match &reply {
             redis::Value::Array(v) if v.len() == 4 => match v[0] {
                 redis::Value::Int(n) if n >= 0 => n as u64,

@@ -17,8 +17,12 @@ impl Inspect for SqliteLedger {
     }
 
     fn ping(&self) -> Result<()> {
+        // Reads the schema, so the answer needs the file's read lock: `SELECT 1` never touches
+        // the database and would say "up" while another process holds the ledger exclusively.
         self.conn()?
-            .query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
         Ok(())
     }
 
