@@ -7,6 +7,7 @@
 use super::Shared;
 use crate::broker::stream::{self, Conn};
 use crate::config::HEARTBEAT_IDS_MAX;
+use crate::retry::Episode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ pub(super) fn run(client: &redis::Client, shared: &Shared<'_>) {
     let interval = Duration::from_millis((wcfg.claim_idle_ms / 3).clamp(10, 10_000));
     let mut conn = Conn::new(client.clone());
     let mut due = Instant::now() + interval;
+    let mut episode = Episode::new("refreshing in-flight entries (heartbeat)");
     while !shared.pipeline_done.load(Ordering::SeqCst) {
         // Short naps, so the end of the pipeline is noticed within 50 ms.
         std::thread::sleep(
@@ -32,10 +34,20 @@ pub(super) fn run(client: &redis::Client, shared: &Shared<'_>) {
             continue;
         }
         due = Instant::now() + interval;
+        let mut result = Ok(());
         for chunk in shared.in_flight.ids().chunks(HEARTBEAT_IDS_MAX) {
-            // A failure here is Redis being away, which the reader and writer already report.
-            if stream::touch(&mut conn, &cfg.stream, &cfg.group, &wcfg.consumer, chunk).is_err() {
+            result = stream::touch(&mut conn, &cfg.stream, &cfg.group, &wcfg.consumer, chunk);
+            if result.is_err() {
                 break;
+            }
+        }
+        // Logged once when refreshing starts failing and once when it works again: while it
+        // fails, this consumer's entries can look abandoned to the others. Not retried sooner
+        // than the next beat (the reader and writer carry the outage itself).
+        match result {
+            Ok(()) => episode.succeeded(),
+            Err(e) => {
+                episode.failed(&e);
             }
         }
     }
