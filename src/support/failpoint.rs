@@ -9,6 +9,10 @@
 //! transaction open), `before_commit`, `after_commit` (committed, not yet acknowledged),
 //! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
 //! purge between two committed batches).
+//!
+//! `CLAIMGATE_FAILPOINT=off:NAME` instead switches off a safeguard named `NAME` for the
+//! process's whole life, so a test can prove that another safeguard holds on its own:
+//! `heartbeat` (the worker never refreshes its in-flight entries' idle time).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -28,6 +32,7 @@ fn armed() -> Option<&'static Armed> {
         .get_or_init(|| {
             let spec = std::env::var(ENV).ok()?;
             let (name, nth) = match spec.split_once(':') {
+                Some(("off", _)) => (spec.clone(), 1),
                 Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
                 None => (spec, 1),
             };
@@ -38,6 +43,11 @@ fn armed() -> Option<&'static Armed> {
             })
         })
         .as_ref()
+}
+
+/// True when the safeguard `name` is switched off (`CLAIMGATE_FAILPOINT=off:NAME`).
+pub fn off(name: &str) -> bool {
+    armed().is_some_and(|a| a.name.strip_prefix("off:") == Some(name))
 }
 
 /// Marks that execution reached `name`; aborts the process if that point is armed and due.

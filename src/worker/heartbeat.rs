@@ -8,6 +8,7 @@ use super::Shared;
 use crate::broker::stream::{self, Conn};
 use crate::config::HEARTBEAT_IDS_MAX;
 use crate::retry::Episode;
+use crate::support::failpoint;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,9 @@ pub(super) fn run(client: &redis::Client, shared: &Shared<'_>) {
             continue;
         }
         due = Instant::now() + interval;
+        if failpoint::off("heartbeat") {
+            continue;
+        }
         let mut result = Ok(());
         for chunk in shared.in_flight.ids().chunks(HEARTBEAT_IDS_MAX) {
             result = stream::touch(&mut conn, &cfg.stream, &cfg.group, &wcfg.consumer, chunk);

@@ -99,3 +99,62 @@ fn a_ledger_stall_longer_than_claim_idle_hands_nothing_over_and_dead_letters_not
         crate::support::amount_sum(200)
     );
 }
+
+#[test]
+fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_reclaiming_its_entries()
+{
+    // The XAUTOCLAIM scan pause (`holding_claimable` in worker/reader.rs) is the second guard
+    // behind the heartbeat; with the heartbeat working, nothing shows whether it holds. So:
+    // 1. One worker, `--claim-idle-ms 1000`, its heartbeat switched off
+    //    (CLAIMGATE_FAILPOINT=off:heartbeat); the ledger's write lock is held from outside.
+    // 2. 50 submissions arrive; the worker reads them and its commit waits on the lock for
+    //    4 s — four times the idle time, under the 5 s busy timeout. Its entries grow idle
+    //    (nothing refreshes them) and its reader keeps coming round to its scan.
+    // 3. Just before the lock is released, every entry has still been delivered exactly once:
+    //    the reader did not XAUTOCLAIM its own in-flight entries (each claim would count a
+    //    delivery and push healthy entries toward the cap). Then all 50 are paid once.
+    let world = World::new();
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&world.db).expect("create the ledger");
+    let lock = rusqlite::Connection::open(&world.db).unwrap();
+    lock.busy_timeout(Duration::from_secs(30)).unwrap();
+    let mut cmd = world.cmd(&["run", "--consumer", "solo", "--claim-idle-ms", "1000"]);
+    cmd.env(claimgate::support::failpoint::ENV, "off:heartbeat");
+    let worker = crate::support::Logged::spawn(cmd);
+    worker.wait_log("reading");
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    world.add(&(0..50).map(submission).collect::<Vec<_>>());
+    assert!(
+        wait_for(Duration::from_secs(30), || world.pending() == 50),
+        "{}",
+        worker.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let deliveries: Vec<(String, String, i64, i64)> = redis::cmd("XPENDING")
+        .arg("grants:submissions")
+        .arg("grant-workers")
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query(&mut world.conn())
+        .unwrap();
+    lock.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(deliveries.len(), 50);
+    let counts: Vec<i64> = deliveries.iter().map(|d| d.3).collect();
+    assert!(
+        counts.iter().all(|&n| n == 1),
+        "a stalled worker re-claimed its own entries: delivery counts {counts:?}"
+    );
+    assert!(
+        deliveries.iter().all(|d| d.2 >= 3_000),
+        "the entries were not left idle (was the heartbeat off?): {deliveries:?}"
+    );
+    assert!(wait_for(Duration::from_secs(60), || world
+        .count("disbursements")
+        == 50
+        && world.pending() == 0));
+    assert_eq!(
+        world.sql_i64("SELECT MAX(delivery_count) FROM audit_log"),
+        1
+    );
+    assert!(worker.stop().success());
+}
