@@ -116,3 +116,74 @@ pub fn redis_is_transient(e: &redis::RedisError) -> bool {
         )
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error redis-rs makes of a server's `-CODE text` reply.
+    fn server_says(reply: &str) -> Error {
+        let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
+            .expect("an error reply parses");
+        Error::Redis(
+            value
+                .extract_error()
+                .expect_err("an error reply is an error"),
+        )
+    }
+
+    #[test]
+    fn redis_replies_that_clear_by_themselves_are_transient() {
+        for reply in [
+            "NOGROUP No such key 'grants:submissions' or consumer group 'grant-workers'",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "LOADING Redis is loading the dataset in memory",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "READONLY You can't write against a read only replica.",
+        ] {
+            let e = server_says(reply);
+            assert!(e.is_transient(), "{reply}: {e}");
+        }
+        let nogroup = server_says("NOGROUP No such key");
+        assert!(nogroup.is_no_group());
+        let io = Error::Redis(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        )));
+        assert!(io.is_transient(), "{io}");
+    }
+
+    #[test]
+    fn redis_replies_that_will_not_clear_are_permanent() {
+        for reply in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "NOPERM User claimgate has no permissions to run the 'hmget' command",
+            "ERR unknown command 'XAUTOCLAIM'",
+            "NOSCRIPT No matching script.",
+            "NOAUTH Authentication required.",
+        ] {
+            let e = server_says(reply);
+            assert!(!e.is_transient(), "{reply}: {e}");
+            assert!(!e.is_no_group(), "{reply}");
+        }
+    }
+
+    #[test]
+    fn every_other_kind_answers_for_itself() {
+        assert!(Error::io("writing", std::io::Error::other("disk")).is_transient());
+        assert!(Error::ledger("database is locked", true).is_transient());
+        assert!(!Error::ledger("constraint failed", false).is_transient());
+        for e in [
+            Error::Config("bad flag".into()),
+            Error::Invariant("two claims".into()),
+            Error::Other("no".into()),
+            Error::Malformed(Malformed::NotAnObject),
+        ] {
+            assert!(!e.is_transient(), "{e}");
+            assert!(!e.is_no_group(), "{e}");
+        }
+    }
+}

@@ -330,3 +330,57 @@ fn metrics_equal_the_ledger_for_two_workers_sharing_it_and_after_a_restart() {
         assert!(support::wait_exit(&mut worker.child, SOON).success());
     }
 }
+
+#[test]
+fn healthz_turns_503_when_the_worker_loop_stops_going_round_and_200_when_it_does_again() {
+    // 1. A worker with --metrics-addr reads one entry per read; the ledger's write lock is held
+    //    from outside and a backlog arrives, so its commit waits, the stages' bounded channels
+    //    fill, and the reader blocks handing on its next read: the loop stops going round.
+    // 2. Past HEARTBEAT_STALE_MS (30 s) /healthz answers 503 saying so — the process is alive
+    //    and doing nothing, which an orchestrator must be able to see.
+    // 3. The lock is released: the backlog drains, paid once, and /healthz is 200 again.
+    let w = World::new();
+    make_ledger(&w);
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut worker = w.spawn(&[
+        "run",
+        "--consumer",
+        "s",
+        "--metrics-addr",
+        &addr,
+        "--batch-count-max",
+        "1",
+    ]);
+    assert!(wait_for(SOON, || http_get(&addr, "/healthz").map(|r| r.0)
+        == Some(200)));
+    let locker = rw(&w);
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let held = Instant::now();
+    w.add(&(0..60).map(submission).collect::<Vec<_>>());
+    let stale = wait_for(
+        Duration::from_secs(90),
+        || matches!(http_get(&addr, "/healthz"), Some((503, body)) if body.contains("has not gone round")),
+    );
+    let after = held.elapsed();
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert!(
+        stale,
+        "healthz never reported the stuck loop: {:?}\n{}",
+        http_get(&addr, "/healthz"),
+        worker.log_text()
+    );
+    // observe::http::HEARTBEAT_STALE_MS: not sooner, or a slow commit would flap it.
+    assert!(
+        after >= Duration::from_secs(30),
+        "reported stale after only {after:?}"
+    );
+    assert!(
+        wait_for(SOON, || w.count("disbursements") == 60 && w.pending() == 0),
+        "{}",
+        worker.log_text()
+    );
+    assert!(wait_for(SOON, || http_get(&addr, "/healthz").map(|r| r.0)
+        == Some(200)));
+    support::signal(&worker.child, libc::SIGTERM);
+    assert!(support::wait_exit(&mut worker.child, SOON).success());
+}
