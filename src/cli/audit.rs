@@ -34,15 +34,16 @@ pub enum AuditCommand {
     /// every anchor the chain contradicts.
     Verify {
         /// Verify an exported file instead of the ledger.
-        #[arg(long, conflicts_with_all = ["anchors", "public_key"])]
+        #[arg(long, conflicts_with = "anchors")]
         file: Option<PathBuf>,
         /// With --file: the hash the file's first record links to (an export made with --since).
         #[arg(long, requires = "file")]
         continuing_from: Option<String>,
         /// Check the ledger against the anchors in this file (`claimgate audit anchor` lines).
-        #[arg(long, env = "CLAIMGATE_AUDIT_ANCHORS")]
+        #[arg(long)]
         anchors: Option<PathBuf>,
-        /// Require every checkpoint (and every anchor) to be signed by this key's signing key.
+        /// Require every checkpoint (and every anchor) to be signed by this key's signing key
+        /// (with --file: every checkpoint in the file).
         #[arg(long, env = "CLAIMGATE_AUDIT_PUBLIC_KEY")]
         public_key: Option<PathBuf>,
     },
@@ -72,13 +73,25 @@ pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
         AuditCommand::Verify {
             file: Some(path),
             continuing_from,
+            public_key,
             ..
         } => {
+            let key = public_key
+                .as_deref()
+                .map(evidence::load_public_key)
+                .transpose()?;
             let (n, head) = crate::ops::verify::file(&path, continuing_from.as_deref())?;
             println!(
                 "audit chain intact: {n} records in {}, head {head}",
                 path.display()
             );
+            if let Some(key) = &key {
+                let signed = evidence::check_file_checkpoints(&path, key)?;
+                println!(
+                    "signatures verified with key {}: {signed} checkpoint(s)",
+                    key.key_id()
+                );
+            }
             Ok(())
         }
         AuditCommand::Verify {

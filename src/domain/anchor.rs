@@ -47,8 +47,9 @@ pub struct Anchor {
     pub hash: String,
     /// Records in the chain (informational: purges lower it).
     pub records: u64,
-    /// When the anchored record was written (`None` for an empty chain): a purge can remove it
-    /// only once that is older than the retention window.
+    /// When the anchored record was written (`None` for an empty chain; for a leading
+    /// checkpoint, when its purge ran, which is later): a purge can remove the record only once
+    /// that is older than the retention window.
     pub recorded_at: Option<String>,
     /// When the anchor was taken, in the ledger's time format.
     pub at: String,
@@ -546,6 +547,18 @@ mod tests {
             "the checkpoint itself is named"
         );
         assert!(f.contradictions[1].reason.contains("not validly signed"));
+
+        // Re-pointing a signed checkpoint at another export (its digest is in the detail)
+        // and re-sealing it breaks the signature.
+        let mut edited = signed.clone();
+        let detail = edited[0].detail.take().unwrap();
+        edited[0].detail = Some(detail.replacen("2021", "2022", 1));
+        edited[0].hash = edited[0].compute_hash();
+        let f = run(&edited, &anchors, Some(&pk));
+        assert!(
+            f.contradictions[0].reason.contains("does not verify"),
+            "{f:?}"
+        );
 
         let other = SigningKey::from_seed([3; 32]);
         let wrong = purged(&old, 4, Some(&other));

@@ -113,7 +113,7 @@ fn parse_line(text: &str, header: &str) -> Result<[u8; 32], String> {
 
 /// Lowercase or uppercase hex → bytes; `None` for an odd length or a non-hex digit.
 pub(crate) fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -6,7 +6,8 @@
 //! An anchor is taken only of a chain that verifies, so an anchor never vouches for a chain
 //! that was already broken when it was taken.
 
-use crate::domain::anchor::{Anchor, Anchored, EvidenceCheck, Findings};
+use crate::domain::anchor::{check_checkpoint, Anchor, Anchored, EvidenceCheck, Findings};
+use crate::domain::audit::Kind;
 use crate::domain::audit::{Record, Verifier};
 use crate::domain::clock::{ledger_time, now_rfc3339};
 use crate::domain::signing::{PublicKey, SigningKey};
@@ -225,4 +226,35 @@ pub fn verify(
         head: v.head().to_owned(),
         findings,
     })
+}
+
+/// `audit verify --file FILE --public-key KEY`: after the chain of an exported file has been
+/// checked (`ops::verify::file`), checks every checkpoint in it against `key`; returns how many
+/// there were, or `Error::Invariant` naming the first unsigned or wrongly signed one.
+pub fn check_file_checkpoints(path: &Path, key: &PublicKey) -> Result<usize> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+    let mut checked = 0;
+    for line in std::io::BufReader::new(f).lines() {
+        let line = line.map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        // An `audit export` line is a record; a purge export's is `{"table":..,"row":..}`.
+        let row = match value.get("table").and_then(|t| t.as_str()) {
+            None => value,
+            Some("audit_log") => value["row"].clone(),
+            Some(_) => continue,
+        };
+        let Ok(record) = serde_json::from_value::<Record>(row) else {
+            continue;
+        };
+        if record.kind == Kind::Checkpoint {
+            check_checkpoint(&record, key).map_err(|reason| {
+                Error::Invariant(format!("checkpoint at seq {}: {reason}", record.seq))
+            })?;
+            checked += 1;
+        }
+    }
+    Ok(checked)
 }

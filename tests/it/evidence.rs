@@ -126,7 +126,29 @@ pub(crate) fn reseal_from(db: &Connection, from: i64) {
         .unwrap()
         .map(Result::unwrap)
         .collect();
+    let first: i64 = db
+        .query_row("SELECT MIN(seq) FROM audit_log", [], |r| r.get(0))
+        .unwrap();
     for seq in seqs {
+        let (kind, own_prev): (String, String) = db
+            .query_row(
+                "SELECT kind, prev_hash FROM audit_log WHERE seq = ?1",
+                [seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        if seq == first && kind == "checkpoint" {
+            // A leading checkpoint keeps the hash it continues from, and the next record links
+            // to that, not to the checkpoint's own hash.
+            let hash = attacker_hash(db, seq, &own_prev);
+            db.execute(
+                "UPDATE audit_log SET hash = ?1 WHERE seq = ?2",
+                params![hash, seq],
+            )
+            .unwrap();
+            prev = own_prev;
+            continue;
+        }
         let hash = attacker_hash(db, seq, &prev);
         db.execute(
             "UPDATE audit_log SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
@@ -541,6 +563,34 @@ fn anchors_taken_before_a_signed_retention_purge_still_hold_after_it() {
     ]);
     w.run_ok(&["audit", "verify"]);
     let err = exits(&w, 1, &["audit", "verify", "--public-key", s(&public)]);
+    assert!(err.contains("checkpoint at seq 15: unsigned"), "{err}");
+
+    // Exported files are checked the same way: the second purge's export carries the first,
+    // signed checkpoint; an export of the ledger now carries the unsigned one.
+    let out = w.run_ok(&[
+        "audit",
+        "verify",
+        "--file",
+        s(&export2),
+        "--public-key",
+        s(&public),
+    ]);
+    assert!(stdout(&out).contains("1 checkpoint(s)"), "{}", stdout(&out));
+    let exported = w.dir.path().join("audit.jsonl");
+    w.run_ok(&["audit", "export", "--out", s(&exported)]);
+    w.run_ok(&["audit", "verify", "--file", s(&exported)]);
+    let err = exits(
+        &w,
+        1,
+        &[
+            "audit",
+            "verify",
+            "--file",
+            s(&exported),
+            "--public-key",
+            s(&public),
+        ],
+    );
     assert!(err.contains("checkpoint at seq 15: unsigned"), "{err}");
 }
 
