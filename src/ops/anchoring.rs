@@ -96,12 +96,19 @@ fn run(
     };
     let mut episode = Episode::new("writing an anchor");
     let mut due = Instant::now() + schedule.every;
+    // After a failure: when to try again (the shared backoff), even once the worker is done.
+    let mut retry_at: Option<Instant> = None;
     let mut last_written = Instant::now();
     let overdue_after =
         (schedule.every * OVERDUE_INTERVALS_MAX).max(Duration::from_millis(OVERDUE_MS_MIN));
     loop {
         let finishing = done.load(Ordering::SeqCst);
-        if !finishing && Instant::now() < due {
+        let next = match (finishing, retry_at) {
+            (_, Some(at)) => Some(at),
+            (false, None) => Some(due),
+            (true, None) => None,
+        };
+        if next.is_some_and(|at| Instant::now() < at) {
             std::thread::sleep(Duration::from_millis(TICK_MS));
             continue;
         }
@@ -114,6 +121,7 @@ fn run(
                     anchor.hash,
                     anchor.records
                 );
+                retry_at = None;
                 last_written = Instant::now();
                 due = last_written + schedule.every;
                 if finishing {
@@ -129,7 +137,7 @@ fn run(
                 if !e.is_transient() || overdue || (stopping && !tries_left) {
                     return Err(e);
                 }
-                due = Instant::now() + episode.failed(&e);
+                retry_at = Some(Instant::now() + episode.failed(&e));
             }
         }
     }

@@ -596,15 +596,17 @@ fn anchors_taken_before_a_signed_retention_purge_still_hold_after_it() {
 
 #[test]
 fn a_worker_anchors_on_its_own_to_a_file_and_a_stream_and_the_anchors_verify() {
-    // 1. 200 submissions; `run --anchor-every 200ms` with a file, a stream and a signing key,
-    //    exiting when idle.
-    // 2. The file and the stream hold the same anchors; the last one names the final head;
-    //    `audit verify --anchors --public-key` passes against both.
+    // 1. A long-running worker with `--anchor-every 200ms`, a file, a stream and a signing
+    //    key; 200 submissions arrive.
+    // 2. Anchors keep coming while it runs (at least 3, the newest naming seq 200); SIGTERM
+    //    stops it with exit 0 after one last anchor.
+    // 3. The file and the stream hold the same anchors, all signed, and `audit verify
+    //    --anchors --public-key` passes against each.
     let w = World::new();
     let (key, public) = keygen(&w, "k");
-    w.add(&(0..200).map(support::submission).collect::<Vec<_>>());
     let anchors = w.dir.path().join("anchors.jsonl");
-    w.drain(&[
+    let mut worker = w.spawn(&[
+        "run",
         "--anchor-every",
         "200ms",
         "--anchor-out",
@@ -614,18 +616,33 @@ fn a_worker_anchors_on_its_own_to_a_file_and_a_stream_and_the_anchors_verify() {
         "--signing-key",
         s(&key),
     ]);
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&anchors)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert!(!lines.is_empty());
-    let last = lines.last().unwrap();
+    w.add(&(0..200).map(support::submission).collect::<Vec<_>>());
+    let read = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&anchors)
+            .unwrap_or_default()
+            .lines()
+            // While the worker runs, the last line may be half-appended as we read it.
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let running = support::wait_for(std::time::Duration::from_secs(30), || {
+        let lines = read();
+        lines.len() >= 3 && lines.last().is_some_and(|a| a["seq"] == 200)
+    });
+    assert!(running, "anchors while running: {:?}", read());
+    let before_stop = read().len();
+    support::signal(&worker, libc::SIGTERM);
+    let status = support::wait_exit(&mut worker, std::time::Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0));
+    let lines = read();
+    let text = std::fs::read_to_string(&anchors).unwrap();
     assert_eq!(
-        last["seq"], 200,
-        "the anchor taken on stopping names the final head"
+        lines.len(),
+        text.lines().count(),
+        "every line an anchor:\n{text}"
     );
-    assert!(last["signature"].is_string());
+    assert!(lines.len() > before_stop, "one more anchor on stopping");
+    assert!(lines.iter().all(|a| a["signature"].is_string()));
     assert_eq!(w.xlen("grants:audit:anchors"), lines.len() as u64);
 
     let from_stream: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
