@@ -214,8 +214,6 @@ pub struct EvidenceCheck<'a> {
     /// Records written before this (ledger time) may have been purged by now; an anchored
     /// record written at or after it cannot have been, whatever a checkpoint says.
     purgeable_before: &'a str,
-    /// The leading checkpoint's seq and whether it is valid, once seen.
-    leading: Option<(i64, bool)>,
     /// Whether any record has been seen (a checkpoint leads only as the first).
     seen_any: bool,
     /// The last seq seen.
@@ -238,7 +236,6 @@ impl<'a> EvidenceCheck<'a> {
             anchors,
             key,
             purgeable_before,
-            leading: None,
             seen_any: false,
             last_seq: 0,
             findings: Findings::default(),
@@ -284,8 +281,7 @@ impl<'a> EvidenceCheck<'a> {
                 None => true,
             };
             if leading {
-                self.leading = Some((r.seq, valid));
-                self.settle_covered(r.seq);
+                self.settle_covered(r.seq, valid);
             }
         }
         // What record `seq` hashed to: a leading checkpoint stands for the purged record whose
@@ -317,11 +313,10 @@ impl<'a> EvidenceCheck<'a> {
         }
     }
 
-    /// Anchors below a leading checkpoint at `seq`: covered if it is valid and they are old
+    /// Anchors below a leading checkpoint at `seq`: covered if it is `valid` and they are old
     /// enough to have been purged.
-    fn settle_covered(&mut self, seq: i64) {
+    fn settle_covered(&mut self, seq: i64, valid: bool) {
         let below: Vec<i64> = self.open.range(..seq).map(|(s, _)| *s).collect();
-        let valid = self.leading.is_some_and(|(_, v)| v);
         let anchors = self.anchors;
         let purgeable_before = self.purgeable_before;
         for s in below {
