@@ -245,6 +245,17 @@ fn an_anchor_names_the_head_and_its_file_is_owner_only_and_appended() {
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o600
     );
+
+    // A chain that no longer verifies is never anchored: nothing is appended.
+    rw(&w)
+        .execute(
+            "UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 2",
+            [],
+        )
+        .unwrap();
+    let err = exits(&w, 1, &["audit", "anchor", "--out", s(&file)]);
+    assert!(err.contains("audit chain broken at seq 2"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 2);
 }
 
 #[test]
