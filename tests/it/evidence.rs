@@ -717,3 +717,46 @@ fn a_worker_that_cannot_write_its_anchors_stops_with_exit_1() {
     let no_target = exits(&w, 2, &["run", "--exit-when-idle", "--anchor-every", "1s"]);
     assert!(no_target.contains("--anchor-out"), "{no_target}");
 }
+
+#[test]
+fn an_anchors_file_that_fails_for_a_while_is_one_episode_and_the_worker_stays_up() {
+    // 1. A long-running worker anchors every 200ms to a file; its first anchor lands.
+    // 2. The file is replaced by a directory (every append fails, EISDIR: an I/O error, which
+    //    is transient) for a second, then the directory is removed.
+    // 3. One WARN when it started, one INFO when it cleared; the worker stayed up throughout,
+    //    paid what arrived meanwhile, and the anchors written after it verify.
+    let w = World::new();
+    let anchors = w.dir.path().join("anchors.jsonl");
+    let logged = support::Logged::spawn(w.cmd(&[
+        "run",
+        "--anchor-every",
+        "200ms",
+        "--anchor-out",
+        s(&anchors),
+    ]));
+    let lines = || {
+        std::fs::read_to_string(&anchors)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    assert!(support::wait_for(
+        std::time::Duration::from_secs(30),
+        || lines() >= 1
+    ));
+    std::fs::remove_file(&anchors).unwrap();
+    std::fs::create_dir(&anchors).unwrap();
+    logged.wait_log("writing an anchor failed");
+    w.add(&(0..5).map(support::submission).collect::<Vec<_>>());
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::fs::remove_dir(&anchors).unwrap();
+    logged.wait_log("writing an anchor recovered");
+    let mut logged = logged;
+    assert!(logged.alive(), "the worker rode out the failure");
+    logged.assert_one_episode("writing an anchor");
+    assert!(support::wait_for(
+        std::time::Duration::from_secs(30),
+        || { w.count("disbursements") == 5 }
+    ));
+    assert_eq!(logged.stop().code(), Some(0));
+    assert_eq!(verify_anchors(&w, &anchors, None).0, 0);
+}
