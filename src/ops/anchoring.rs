@@ -34,8 +34,7 @@ pub const EVERY_MS_MIN: u64 = 100;
 /// How often the anchoring thread looks at the shutdown and drain flags while it waits.
 const TICK_MS: u64 = 50;
 
-/// What `run` was told about anchors.
-#[derive(Debug)]
+/// What `run` was told about anchors. No `Debug`: it holds the Redis URL and the signing key.
 pub struct Schedule {
     /// Time between anchors.
     pub every: Duration,

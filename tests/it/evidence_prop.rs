@@ -64,11 +64,17 @@ fn tamper() -> impl Strategy<Value = Tamper> {
 
 /// One history: the ledger, its key, the anchors taken.
 struct History {
+    /// Holds the ledger file (removed on drop).
     _dir: tempfile::TempDir,
+    /// The ledger file, for the tampering done with plain SQL.
     path: std::path::PathBuf,
+    /// The ledger, opened through the one open step.
     ledger: Box<dyn Backend>,
+    /// The operator's key: signs every anchor and every honest checkpoint.
     key: SigningKey,
+    /// The anchors taken so far, as a file would hold them.
     anchors: Vec<Anchored>,
+    /// The next submission number.
     next: usize,
 }
 
