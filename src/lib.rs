@@ -12,14 +12,15 @@
 //! One folder per kind of thing; dependencies point down this list, never up (checked by
 //! `tests/it/layers.rs`; ARCHITECTURE.md has each module's invariant).
 //! - [`domain`]: the pure core — the idempotency key, submissions, audit records, events, the
-//!   ledger's clock. No I/O.
+//!   ledger's clock, anchors and Ed25519 signatures over them. No I/O.
 //! - [`config`]: every limit and default. `error`: the one error type and its transient
 //!   question. `retry`: the one retry policy (backoff with jitter, episode logging, stopping).
 //! - [`support`]: the allocator, failpoints, owner-only files, a private `redis-server`.
 //! - [`broker`]: Redis only — streams, consumer groups, dead-letter copies, the fast filter.
 //! - [`ledger`]: the traits every caller sees a ledger through, their written contract and the
 //!   one open step; SQLite behind them in `ledger/sqlite/`, and an in-memory ledger for tests.
-//! - `ops`: status, dead letters, verification, retention and backup, for the operator commands.
+//! - `ops`: status, dead letters, verification, retention, backup and evidence (keys, anchors),
+//!   for the operator commands.
 //! - `relay`: outbox rows to the events stream, each event exactly once.
 //! - [`observe`]: counters, the latency histogram, `/metrics` and `/healthz`, log lines.
 //! - [`worker`]: `claimgate run`, the only place that holds both Redis and the ledger.

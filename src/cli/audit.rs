@@ -1,9 +1,11 @@
-//! `claimgate audit export|verify`: the hash-chained audit trail, out of the ledger and checked.
+//! `claimgate audit export|verify|anchor|keygen`: the hash-chained audit trail, out of the
+//! ledger and checked, and the evidence kept outside it (anchors, signing keys).
 
 use super::common::open_existing;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ledger::{AuditLog, Since};
+use crate::ops::evidence;
 use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,14 +30,39 @@ pub enum AuditCommand {
         #[arg(long)]
         since: Option<String>,
     },
-    /// Recompute the hash chain; exit 1 naming the first broken record.
+    /// Recompute the hash chain; exit 1 naming the first broken record, or (with --anchors)
+    /// every anchor the chain contradicts.
     Verify {
         /// Verify an exported file instead of the ledger.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "anchors")]
         file: Option<PathBuf>,
         /// With --file: the hash the file's first record links to (an export made with --since).
         #[arg(long, requires = "file")]
         continuing_from: Option<String>,
+        /// Check the ledger against the anchors in this file (`claimgate audit anchor` lines).
+        #[arg(long)]
+        anchors: Option<PathBuf>,
+        /// Require every checkpoint (and every anchor) to be signed by this key's signing key
+        /// (with --file: every checkpoint in the file).
+        #[arg(long, env = "CLAIMGATE_AUDIT_PUBLIC_KEY")]
+        public_key: Option<PathBuf>,
+    },
+    /// Write one JSON line describing the chain's head now (seq, hash, records, time, ledger
+    /// id), verified first; signed when a signing key is given.
+    Anchor {
+        /// Append the line to this file (created 0600 if absent) instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Sign the anchor with this key file (`claimgate audit keygen`).
+        #[arg(long, env = "CLAIMGATE_AUDIT_SIGNING_KEY")]
+        signing_key: Option<PathBuf>,
+    },
+    /// Make an Ed25519 key pair: the signing key at PATH, the public key at PATH.pub (both new
+    /// 0600 files; existing files are never overwritten).
+    Keygen {
+        /// Where to write the signing key; the public key goes to the same path plus `.pub`.
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -46,21 +73,125 @@ pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
         AuditCommand::Verify {
             file: Some(path),
             continuing_from,
+            public_key,
+            ..
         } => {
+            let key = public_key
+                .as_deref()
+                .map(evidence::load_public_key)
+                .transpose()?;
             let (n, head) = crate::ops::verify::file(&path, continuing_from.as_deref())?;
             println!(
                 "audit chain intact: {n} records in {}, head {head}",
                 path.display()
             );
+            if let Some(key) = &key {
+                let signed = evidence::check_file_checkpoints(&path, key)?;
+                println!(
+                    "signatures verified with key {}: {signed} checkpoint(s)",
+                    key.key_id()
+                );
+            }
             Ok(())
         }
-        AuditCommand::Verify { file: None, .. } => {
+        AuditCommand::Verify {
+            file: None,
+            anchors: None,
+            public_key: None,
+            ..
+        } => {
             let ledger = open_existing(cfg)?;
             let (n, head) = crate::ops::verify::chain(&*ledger)?;
             println!("audit chain intact: {n} records, head {head}");
             Ok(())
         }
+        AuditCommand::Verify {
+            anchors,
+            public_key,
+            ..
+        } => verify_evidence(cfg, anchors, public_key),
+        AuditCommand::Anchor { out, signing_key } => anchor(cfg, out, signing_key),
+        AuditCommand::Keygen { out } => {
+            let k = evidence::keygen(&out)?;
+            println!(
+                "signing key {} (keep it secret: it can sign anchors and checkpoints)\n\
+                 public key  {} (give it to whoever verifies)\nkey id      {}",
+                k.signing.display(),
+                k.public.display(),
+                k.key_id
+            );
+            Ok(())
+        }
     }
+}
+
+/// `audit verify --anchors FILE` and/or `--public-key FILE`.
+fn verify_evidence(
+    cfg: &Config,
+    anchors: Option<PathBuf>,
+    public_key: Option<PathBuf>,
+) -> Result<()> {
+    let key = public_key
+        .as_deref()
+        .map(evidence::load_public_key)
+        .transpose()?;
+    let anchors = match &anchors {
+        Some(path) => evidence::read_anchors(path)?,
+        None => Vec::new(),
+    };
+    let ledger = open_existing(cfg)?;
+    let v = evidence::verify(&*ledger, &anchors, key.as_ref())?;
+    println!("audit chain intact: {} records, head {}", v.records, v.head);
+    if !anchors.is_empty() {
+        println!(
+            "anchors hold: {} of {} found with the anchored hash, {} covered by a retention checkpoint",
+            v.findings.matched,
+            anchors.len(),
+            v.findings.covered
+        );
+    }
+    if let Some(key) = &key {
+        println!(
+            "signatures verified with key {}: {} checkpoint(s){}",
+            key.key_id(),
+            v.findings.checkpoints_signed,
+            if anchors.is_empty() {
+                ""
+            } else {
+                " and every anchor"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// `audit anchor [--out FILE] [--signing-key FILE]`.
+fn anchor(cfg: &Config, out: Option<PathBuf>, signing_key: Option<PathBuf>) -> Result<()> {
+    let key = signing_key
+        .as_deref()
+        .map(evidence::load_signing_key)
+        .transpose()?;
+    let ledger = open_existing(cfg)?;
+    let anchor = evidence::take(&*ledger, key.as_ref())?;
+    match &out {
+        Some(path) => {
+            evidence::append(path, &anchor)?;
+            eprintln!(
+                "anchor appended to {}: seq {} hash {} ({} records){}",
+                path.display(),
+                anchor.seq,
+                anchor.hash,
+                anchor.records,
+                if anchor.signature.is_some() {
+                    ", signed"
+                } else {
+                    ""
+                }
+            );
+        }
+        None => println!("{}", anchor.to_line()),
+    }
+    Ok(())
 }
 
 fn parse_since(since: Option<String>) -> Result<Since> {

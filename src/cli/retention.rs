@@ -31,6 +31,9 @@ pub enum RetentionCommand {
         #[arg(long, default_value_t = crate::ops::retention::PURGE_BATCH_RECORDS_MAX as u32,
               value_parser = clap::value_parser!(u32).range(1..=100_000))]
         batch_records_max: u32,
+        /// Sign the checkpoint the purge leaves with this key file (`claimgate audit keygen`).
+        #[arg(long, env = "CLAIMGATE_AUDIT_SIGNING_KEY")]
+        signing_key: Option<PathBuf>,
     },
 }
 
@@ -68,18 +71,28 @@ pub fn retention(cfg: &Config, args: RetentionArgs) -> Result<()> {
         before,
         export,
         batch_records_max,
+        signing_key,
     } = args.command;
+    let signing_key = signing_key
+        .as_deref()
+        .map(crate::ops::evidence::load_signing_key)
+        .transpose()?;
     let ledger = open_existing(cfg)?;
     let req = crate::ops::retention::Request {
         before: &before,
         export: export.as_deref(),
         batch_records_max: batch_records_max as usize,
+        signing_key: signing_key.as_ref(),
     };
+    let signed = signing_key
+        .as_ref()
+        .map(|k| format!("; checkpoint signed with key {}", k.public_key().key_id()))
+        .unwrap_or_default();
     match crate::ops::retention::purge(&*ledger, &req)? {
         None => println!("nothing recorded before {before}; nothing purged"),
         Some(p) => println!(
             "purged {} audit records (through seq {}), {} claims with their disbursements and outbox rows, {} dead letters; \
-             exported first to {} (sha256 {})",
+             exported first to {} (sha256 {}){signed}",
             p.removed.records, p.through_seq, p.removed.claims, p.removed.dead_letters, p.export.display(), p.export_sha256
         ),
     }

@@ -4,8 +4,9 @@ use super::common::shutdown_flag;
 use super::relay::RelayOpts;
 use crate::broker::stream;
 use crate::config::{self, Config, LedgerConfig, OnConflict, Synchronous, WorkerConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::observe::metrics::Metrics;
+use crate::ops::anchoring::{self, Schedule};
 use clap::Args;
 
 /// Flags of `claimgate run`.
@@ -70,6 +71,42 @@ pub struct RunArgs {
     /// Serve Prometheus /metrics and /healthz on this HOST:PORT.
     #[arg(long, env = "CLAIMGATE_METRICS_ADDR")]
     pub metrics_addr: Option<String>,
+    /// Take an anchor of the audit chain this often (500ms, 30s, 5m, 1h) and once more on
+    /// stopping; needs --anchor-out and/or --anchor-stream.
+    #[arg(long, env = "CLAIMGATE_ANCHOR_EVERY", value_parser = parse_duration)]
+    pub anchor_every: Option<std::time::Duration>,
+    /// Append each anchor to this file (0600, created if absent).
+    #[arg(long, env = "CLAIMGATE_ANCHOR_OUT", requires = "anchor_every")]
+    pub anchor_out: Option<std::path::PathBuf>,
+    /// Add each anchor to this Redis stream (field `anchor`), e.g. grants:audit:anchors.
+    #[arg(long, env = "CLAIMGATE_ANCHOR_STREAM", requires = "anchor_every")]
+    pub anchor_stream: Option<String>,
+    /// Sign each anchor with this key file (`claimgate audit keygen`).
+    #[arg(long, env = "CLAIMGATE_AUDIT_SIGNING_KEY")]
+    pub signing_key: Option<std::path::PathBuf>,
+}
+
+/// `--anchor-every`: a number with a unit, `ms`, `s`, `m` or `h`.
+fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m or 1h"))?;
+    let ms = match &s[digits.len()..] {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => return Err(format!("{s:?} needs a unit: ms, s, m or h")),
+    }
+    .ok_or_else(|| format!("{s:?} is too long"))?;
+    if ms < crate::ops::anchoring::EVERY_MS_MIN {
+        return Err(format!(
+            "{s:?} is shorter than {} ms (each anchor walks the whole chain)",
+            crate::ops::anchoring::EVERY_MS_MIN
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 impl RunArgs {
@@ -83,6 +120,36 @@ impl RunArgs {
         // housekeeping on a thread of its own for as long as it is open.
         lcfg.background_checkpoints = true;
         lcfg
+    }
+
+    /// The anchoring schedule, if `--anchor-every` was given. The anchors file is opened (and
+    /// created) here, so a path that cannot be written is a configuration error at start, not a
+    /// failure later.
+    fn anchor_schedule(&self, cfg: &Config) -> Result<Option<Schedule>> {
+        let Some(every) = self.anchor_every else {
+            return Ok(None);
+        };
+        if self.anchor_out.is_none() && self.anchor_stream.is_none() {
+            return Err(Error::Config(
+                "--anchor-every needs --anchor-out FILE and/or --anchor-stream KEY: where the anchors go".into(),
+            ));
+        }
+        if let Some(path) = &self.anchor_out {
+            crate::support::files::append_private(path)
+                .map_err(|e| Error::Config(format!("anchors file {}: {e}", path.display())))?;
+        }
+        let key = self
+            .signing_key
+            .as_deref()
+            .map(crate::ops::evidence::load_signing_key)
+            .transpose()?;
+        Ok(Some(Schedule {
+            every,
+            out: self.anchor_out.clone(),
+            stream: self.anchor_stream.clone(),
+            redis_url: cfg.redis_url.clone(),
+            key,
+        }))
     }
 
     /// The worker's settings.
@@ -118,6 +185,7 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
     // graceful stop too, not death by the default signal action.
     let shutdown = shutdown_flag()?;
+    let anchors = args.anchor_schedule(cfg)?;
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());
     };
@@ -126,10 +194,19 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let metrics = Metrics::default();
     let relay = args.relay.then(|| args.relay_opts.config(cfg));
     let relay_failed = |e: &crate::Error| metrics.fail(format!("relay: {e}"));
+    let anchoring_failed = |e: &crate::Error| metrics.fail(format!("anchoring: {e}"));
     let work = || {
-        crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, &relay_failed, || {
-            crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics)
-        })
+        anchoring::alongside(
+            anchors.as_ref(),
+            &*ledger,
+            &shutdown,
+            &anchoring_failed,
+            || {
+                crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, &relay_failed, || {
+                    crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics)
+                })
+            },
+        )
     };
     match &args.metrics_addr {
         Some(addr) => crate::observe::http::serve_during(addr, cfg, &*ledger, &metrics, work)?,

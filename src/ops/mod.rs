@@ -1,11 +1,14 @@
-//! The library side of the operator commands: status, dead letters, verification, retention
-//! and backup.
+//! The library side of the operator commands: status, dead letters, verification, retention,
+//! backup, and the evidence kept outside the ledger (keys, anchors).
 //!
 //! **Invariant:** nothing under `ops/` runs in the worker's hot path; every command here either
-//! only reads, or writes through the ledger's own transactions.
+//! only reads, or writes through the ledger's own transactions; beside the ledger it writes only
+//! new 0600 files (exports, keys) and appends to an anchors file or stream.
 
+pub mod anchoring;
 pub mod backup;
 pub mod dlq;
+pub mod evidence;
 pub mod retention;
 pub mod status;
 pub mod verify;

@@ -11,9 +11,11 @@
 //!
 //! Invariant: nothing is deleted that is not first in the fsynced export file.
 
+use crate::domain::anchor::sign_checkpoint_detail;
 use crate::domain::clock::{ledger_time, now_rfc3339};
+use crate::domain::signing::SigningKey;
 use crate::error::{Error, Result};
-use crate::ledger::{Backend, PurgePlan, Removed};
+use crate::ledger::{Backend, PurgePlan, Removed, Since};
 use crate::support::failpoint;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
@@ -74,6 +76,9 @@ pub struct Request<'a> {
     pub export: Option<&'a Path>,
     /// Audit records removed per transaction.
     pub batch_records_max: usize,
+    /// `--signing-key`: sign each checkpoint the purge leaves, so `audit verify --public-key`
+    /// can tell it from a hand-made one.
+    pub signing_key: Option<&'a SigningKey>,
 }
 
 /// Purges everything recorded before `req.before`, exporting it first. `Ok(None)` when there
@@ -126,6 +131,10 @@ pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> 
              all of it exported to {} (sha256 {digest})",
             export_path.display()
         );
+        let detail = match req.signing_key {
+            Some(key) => sign_checkpoint(ledger, &detail, hi, key)?,
+            None => detail,
+        };
         let r = ledger.purge_batch(lo, hi, &cutoff, &detail, &now_rfc3339())?;
         removed.records += r.records;
         removed.claims += r.claims;
@@ -142,6 +151,32 @@ pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> 
         through_seq: last,
         removed,
     }))
+}
+
+/// `detail` signed for the checkpoint that will take seq `hi`, continuing from record `hi`'s
+/// hash as it is now. Should the record change before the batch runs, the signature will not
+/// verify against the checkpoint, and `audit verify --public-key` names it.
+fn sign_checkpoint(
+    ledger: &dyn Backend,
+    detail: &str,
+    hi: i64,
+    key: &SigningKey,
+) -> Result<String> {
+    let mut found = None;
+    let stop = || Error::Other(String::new());
+    let walked = ledger.for_each_record(&Since::Seq(hi), &mut |r| {
+        found = Some(r);
+        Err(stop())
+    });
+    match (walked, found) {
+        (Err(Error::Other(s)), Some(r)) if s.is_empty() && r.seq == hi => {
+            Ok(sign_checkpoint_detail(detail, hi, &r.hash, key))
+        }
+        (Err(e), None) => Err(e),
+        _ => Err(Error::Invariant(format!(
+            "record {hi}, planned as the end of a purge batch, is gone; nothing more was purged"
+        ))),
+    }
 }
 
 fn refuse_if_held_or_unpublished(plan: &PurgePlan, cutoff: &str) -> Result<()> {

@@ -8,6 +8,8 @@ mod batching;
 mod chaos;
 mod contract;
 mod errors;
+mod evidence;
+mod evidence_prop;
 mod fuzz;
 mod identity;
 mod layers;

@@ -114,6 +114,11 @@ fn demo_runs_from_an_empty_dir_pays_once_and_leaves_nothing_behind() {
     );
     assert_eq!(first_number(line("conflicts flagged")), 1);
     assert!(line("ledger verified").contains("yes"), "{stdout}");
+    assert!(line("evidence:").contains("signed anchor"), "{stdout}");
+    assert!(
+        line("audit verify --anchors").contains("the anchor holds"),
+        "the demo ends by verifying against its anchor:\n{stdout}"
+    );
     assert!(
         stdout.contains("crashed"),
         "the worker crash must happen and be reported:\n{stdout}"
