@@ -1,5 +1,5 @@
-//! The library side of the operator commands: status, dead letters, verification, retention
-//! and backup.
+//! The library side of the operator commands: status (and its live `--watch` view), dead
+//! letters, verification, retention and backup.
 //!
 //! **Invariant:** nothing under `ops/` runs in the worker's hot path; every command here either
 //! only reads, or writes through the ledger's own transactions.
@@ -7,5 +7,7 @@
 pub mod backup;
 pub mod dlq;
 pub mod retention;
+pub mod scrape;
 pub mod status;
 pub mod verify;
+pub mod watch;
