@@ -48,12 +48,18 @@ fn package() -> &'static (PathBuf, PathBuf, PathBuf) {
             version.as_ref().is_ok_and(|o| o.status.success()),
             "cargo-deb is missing; install it: cargo install cargo-deb --locked"
         );
-        // Kept for the life of the test process: every test here reads from it.
-        let dir = tempfile::tempdir().expect("temp dir").keep();
-        let deb = dir.join("claimgate.deb");
         // The binary must be the one this suite tests: CARGO_BIN_EXE_claimgate is
         // <target>/release/claimgate, which is where `cargo deb --no-build` looks.
-        let target = Path::new(BIN).parent().unwrap().parent().unwrap();
+        let release = Path::new(BIN).parent().unwrap();
+        let target = release.parent().unwrap();
+        // Beside the binary, not in /tmp: every test here reads it until the process ends (a
+        // static is never dropped), and the next run starts it afresh.
+        let dir = release.join("package-test");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        std::fs::create_dir(&dir).unwrap();
+        let deb = dir.join("claimgate.deb");
         ok(
             Command::new(&cargo)
                 // --fast: lighter compression, the same files (a third of the time).
