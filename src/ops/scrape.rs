@@ -9,12 +9,12 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The histogram `status --watch` reads.
 pub const COMMIT_HISTOGRAM: &str = "claimgate_commit_seconds";
 
-/// Longest wait to connect, and for each read.
+/// Longest wait to connect, and for the whole answer.
 const TIMEOUT_MS: u64 = 2_000;
 
 /// Largest response read; a `/metrics` page is a few KiB.
@@ -44,10 +44,25 @@ pub fn get(url: &str) -> Result<String, String> {
         .and_then(|()| s.set_write_timeout(Some(timeout)))
         .and_then(|()| write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n"))
         .map_err(|e| format!("{host}: {e}"))?;
-    let mut text = String::new();
-    s.take(RESPONSE_BYTES_MAX)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{host}: {e}"))?;
+    // The timeout bounds each read; the deadline bounds them all, so a server that trickles
+    // a byte at a time cannot hold the watch for longer than one timeout.
+    let deadline = Instant::now() + timeout;
+    let mut body = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s.read(&mut chunk).map_err(|e| format!("{host}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+        if body.len() as u64 > RESPONSE_BYTES_MAX {
+            return Err(format!("{url}: response over {RESPONSE_BYTES_MAX} bytes"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{url}: no complete answer within {TIMEOUT_MS} ms"));
+        }
+    }
+    let text = String::from_utf8_lossy(&body);
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("{url}: not an HTTP response"))?;

@@ -323,3 +323,27 @@ fn status_watch_refuses_an_interval_it_cannot_keep() {
         );
     }
 }
+
+#[test]
+fn status_watch_exits_0_when_its_reader_goes_away() {
+    // `claimgate status --watch --json | head -1`: the closed pipe ends the watch cleanly,
+    // not with an error or a hang.
+    let world = World::new();
+    world.add(&[submission(1)]);
+    world.drain(&[]);
+    let mut watch = world
+        .cmd(&["status", "--watch", "0.1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["ledger"]["claims"], 1);
+    drop(lines);
+    let status = wait_exit(&mut watch, Duration::from_secs(10));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
