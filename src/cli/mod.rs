@@ -11,6 +11,7 @@
 
 mod audit;
 mod common;
+mod docs;
 mod key;
 mod ops;
 mod produce;
@@ -131,6 +132,13 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         ),
         Command::Backup(args) => ops::backup(&cfg, args),
     }
+}
+
+/// The man pages and shell completions of this command line, as (relative path, contents):
+/// what `packaging/generated/` holds (see `docs`).
+pub fn docs() -> Vec<(PathBuf, Vec<u8>)> {
+    use clap::CommandFactory;
+    docs::render(Cli::command())
 }
 
 /// Parses the process's arguments, noting whether `--redis-url` came from the command line.

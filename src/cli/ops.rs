@@ -1,6 +1,7 @@
-//! The operator's commands on the ledger as a whole: `status`, `verify` and `backup`.
+//! The operator's commands on the ledger as a whole: `status` (once, or `--watch`), `verify`
+//! and `backup`.
 
-use super::common::open_existing;
+use super::common::{open_existing, shutdown_flag};
 use crate::config::Config;
 use crate::error::Result;
 use clap::Args;
@@ -9,9 +10,34 @@ use std::path::PathBuf;
 /// Flags of `claimgate status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (with --watch: one compact JSON line per interval).
     #[arg(long)]
     pub json: bool,
+    /// Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter
+    /// rates per second, lag, oldest pending age, outbox backlog and commit p99.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2", value_parser = parse_interval_s)]
+    pub watch: Option<f64>,
+    /// The worker's /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99
+    /// [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set].
+    #[arg(long, env = "CLAIMGATE_METRICS_URL", value_name = "URL")]
+    pub metrics_url: Option<String>,
+}
+
+/// Smallest and largest `--watch` interval, in seconds.
+const WATCH_S_MIN: f64 = 0.1;
+const WATCH_S_MAX: f64 = 3600.0;
+
+fn parse_interval_s(text: &str) -> std::result::Result<f64, String> {
+    let s: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if (WATCH_S_MIN..=WATCH_S_MAX).contains(&s) {
+        Ok(s)
+    } else {
+        Err(format!(
+            "the interval must be between {WATCH_S_MIN} and {WATCH_S_MAX} seconds"
+        ))
+    }
 }
 
 /// Flags of `claimgate backup`.
@@ -24,7 +50,23 @@ pub struct BackupArgs {
 /// `claimgate status`.
 pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
     let ledger = open_existing(cfg)?;
-    crate::ops::status::run(cfg, &*ledger, args.json)
+    let Some(interval_s) = args.watch else {
+        return crate::ops::status::run(cfg, &*ledger, args.json);
+    };
+    // Where `run --metrics-addr` listens, when the operator's environment says (the packaged
+    // env file sets CLAIMGATE_METRICS_ADDR for the worker; sourcing it serves both).
+    let metrics_url = args.metrics_url.or_else(|| {
+        std::env::var("CLAIMGATE_METRICS_ADDR")
+            .ok()
+            .filter(|a| !a.is_empty())
+            .map(|addr| format!("http://{addr}/metrics"))
+    });
+    let opts = crate::ops::watch::Options {
+        interval: std::time::Duration::from_secs_f64(interval_s),
+        json: args.json,
+        metrics_url,
+    };
+    crate::ops::watch::run(cfg, &*ledger, &opts, &*shutdown_flag()?)
 }
 
 /// `claimgate verify`.

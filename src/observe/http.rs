@@ -110,17 +110,35 @@ impl Endpoints<'_> {
 
     fn metrics_page(&mut self) -> (u16, &'static str, String) {
         match status::gather(self.cfg, self.ledger, &mut self.conn) {
-            Ok(s) => (
-                200,
-                prometheus::CONTENT_TYPE,
-                prometheus::render(&s, self.metrics),
-            ),
+            Ok(s) => {
+                let healthy = self.problems().is_empty();
+                (
+                    200,
+                    prometheus::CONTENT_TYPE,
+                    prometheus::render(&s, self.metrics, healthy),
+                )
+            }
             // Without the ledger the counters cannot be stated; a failed scrape (up == 0) says so.
             Err(e) => (503, "text/plain", format!("ledger unavailable: {e}\n")),
         }
     }
 
     fn health(&mut self) -> (u16, &'static str, String) {
+        let problems = self.problems();
+        if problems.is_empty() {
+            (200, "text/plain", "ok\n".into())
+        } else {
+            (
+                503,
+                "text/plain",
+                format!("unhealthy: {}\n", problems.join("; ")),
+            )
+        }
+    }
+
+    /// What keeps `/healthz` from answering 200, one sentence each; empty when healthy.
+    /// `/metrics` reports the same answer as `claimgate_healthy`, so an alert needs no probe.
+    fn problems(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
         if let Some(cause) = self.metrics.failure() {
             problems.push(format!("worker failed: {cause}"));
@@ -142,14 +160,6 @@ impl Endpoints<'_> {
         if let Err(e) = self.ledger.ping() {
             problems.push(format!("ledger: {e}"));
         }
-        if problems.is_empty() {
-            (200, "text/plain", "ok\n".into())
-        } else {
-            (
-                503,
-                "text/plain",
-                format!("unhealthy: {}\n", problems.join("; ")),
-            )
-        }
+        problems
     }
 }

@@ -75,8 +75,9 @@ impl Collector for Snapshot {
     }
 }
 
-/// The Prometheus text (format 0.0.4) for one scrape.
-pub fn render(status: &Status, metrics: &Metrics) -> String {
+/// The Prometheus text (format 0.0.4) for one scrape. `healthy` is what `/healthz` would
+/// answer now (true for 200).
+pub fn render(status: &Status, metrics: &Metrics, healthy: bool) -> String {
     let l = &status.ledger;
     let counters = vec![
         ("claimgate_submissions_processed", "Submissions claimed and disbursed (ledger processed_messages rows).", l.claims),
@@ -97,6 +98,11 @@ pub fn render(status: &Status, metrics: &Metrics) -> String {
             "claimgate_redis_up",
             "1 if Redis answered this scrape, else 0.",
             status.redis.is_ok() as i64,
+        ),
+        (
+            "claimgate_healthy",
+            "1 while /healthz answers 200 (worker loop going round, Redis and ledger answering), else 0.",
+            healthy as i64,
         ),
     ];
     let mut ages = vec![(
@@ -182,13 +188,14 @@ mod tests {
         let metrics = Metrics::default();
         metrics.observe_commit(Duration::from_millis(3));
         metrics.observe_commit(Duration::from_secs(9));
-        let text = render(&status, &metrics);
+        let text = render(&status, &metrics, false);
         for line in [
             "claimgate_submissions_processed_total 7",
             "claimgate_duplicates_suppressed_total 2",
             "claimgate_dead_lettered_total 1",
             "claimgate_outbox_backlog 3",
             "claimgate_redis_up 0",
+            "claimgate_healthy 0",
             "claimgate_commit_seconds_bucket{le=\"0.005\"} 1",
             "claimgate_commit_seconds_bucket{le=\"+Inf\"} 2",
             "claimgate_commit_seconds_count 2",
@@ -214,7 +221,7 @@ mod tests {
             },
             redis: Err("down".into()),
         };
-        let text = render(&status, &Metrics::default());
+        let text = render(&status, &Metrics::default(), true);
         let line = format!("claimgate_disbursed_cents_total {}", u64::MAX);
         assert!(
             text.lines().any(|l| l == line),

@@ -138,31 +138,39 @@ pub fn gather(cfg: &Config, ledger: &dyn Backend, conn: &mut Conn) -> Result<Sta
     })
 }
 
+/// `status --json`'s document. Written straight from `Stats`, not through a
+/// `serde_json::Value`: a total past u64 (an i128) has no `Value`, but it is still written
+/// exactly.
+#[derive(Debug, Serialize)]
+pub struct Doc<'s> {
+    /// Where the ledger is.
+    pub db: &'s str,
+    /// Its counts and totals.
+    pub ledger: &'s Stats,
+    /// The stream side, or `{"url", "error"}`.
+    pub redis: serde_json::Value,
+}
+
+impl Status {
+    /// The JSON document of this status.
+    pub fn doc(&self, cfg: &Config) -> Doc<'_> {
+        Doc {
+            db: &self.db,
+            ledger: &self.ledger,
+            redis: match &self.redis {
+                Ok(r) => serde_json::to_value(r).expect("status serializes"),
+                Err(e) => serde_json::json!({ "url": stream::redact(&cfg.redis_url), "error": e }),
+            },
+        }
+    }
+}
+
 /// The body of `claimgate status`, on the ledger the command line opened.
 pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
     let status = gather(cfg, ledger, &mut conn)?;
     let text = if json {
-        // Written straight from `Stats`, not through a `serde_json::Value`: a total past u64
-        // (an i128) has no `Value`, but it is still written exactly.
-        #[derive(Serialize)]
-        struct Doc<'s> {
-            /// Where the ledger is.
-            db: &'s str,
-            /// Its counts and totals.
-            ledger: &'s Stats,
-            /// The stream side, or `{"url", "error"}`.
-            redis: serde_json::Value,
-        }
-        let doc = Doc {
-            db: &status.db,
-            ledger: &status.ledger,
-            redis: match &status.redis {
-                Ok(r) => serde_json::to_value(r).expect("status serializes"),
-                Err(e) => serde_json::json!({ "url": stream::redact(&cfg.redis_url), "error": e }),
-            },
-        };
-        serde_json::to_string_pretty(&doc).expect("status serializes") + "\n"
+        serde_json::to_string_pretty(&status.doc(cfg)).expect("status serializes") + "\n"
     } else {
         table(&status)
     };
@@ -173,7 +181,7 @@ pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
 }
 
 /// Seconds as a short human duration.
-fn age(secs: Option<f64>) -> String {
+pub fn age(secs: Option<f64>) -> String {
     match secs {
         None => "-".into(),
         Some(s) if s < 120.0 => format!("{s:.1}s"),

@@ -215,6 +215,8 @@ fn metrics_counters_equal_the_ledger_and_healthz_follows_redis() {
     );
 
     assert_eq!(http_get(&addr, "/healthz").map(|r| r.0), Some(200));
+    // The same answer as a gauge, for alerting without a probe.
+    assert_eq!(sample(&text, "claimgate_healthy"), Some(1.0), "{text}");
     world.redis.kill();
     assert!(
         wait_for(
@@ -223,6 +225,8 @@ fn metrics_counters_equal_the_ledger_and_healthz_follows_redis() {
         ),
         "healthz stayed healthy with Redis down"
     );
+    let (_, text) = http_get(&addr, "/metrics").expect("metrics answer without Redis");
+    assert_eq!(sample(&text, "claimgate_healthy"), Some(0.0), "{text}");
     world.redis.restart().unwrap();
     assert!(
         wait_for(Duration::from_secs(30), || http_get(&addr, "/healthz")

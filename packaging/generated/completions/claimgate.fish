@@ -1,0 +1,287 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_claimgate_global_optspecs
+    string join \n redis-url= db= stream= group= log-format= audit-log= h/help V/version
+end
+
+function __fish_claimgate_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_claimgate_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_claimgate_using_subcommand
+    set -l cmd (__fish_claimgate_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_needs_command" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_needs_command" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_needs_command" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "run" -d 'Run the worker: read submissions, record each exactly once, acknowledge after commit'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "produce" -d 'Queue submissions: each line of a JSON-lines file (or stdin) becomes one stream entry'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "status" -d 'Show ledger counts and totals, stream length, pending entries and backlog'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "key" -d 'Print the idempotency key of a payload'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "relay" -d 'Publish unpublished outbox rows to the events stream, each event exactly once'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "audit" -d 'Export or verify the hash-chained audit trail'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "verify" -d 'Check the ledger against itself and the audit chain; exit 1 naming the first violation'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "retention" -d 'Purge records older than the retention window (exported first; never automatic)'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "hold" -d 'Place, lift or list legal holds on awards (held awards are never purged)'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "dlq" -d 'Inspect dead letters and replay one onto the submissions stream'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored)'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "backup" -d 'Copy the ledger consistently (while workers run) to a new file, mode 0600'
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 'This consumer\'s name in the group [default: host name and pid]' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l max-deliveries -d 'Dead-letter an entry delivered more than this many times' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l payload-bytes-max -d 'Refuse payloads larger than this many bytes (checked before parsing)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l amount-cents-max -d 'Dead-letter (`amount_too_large`) any submission whose amount_cents is over this. The default, 100000000000 cents ($1 billion), is above any single grant disbursement' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l batch-count-max -d 'Entries asked for per read' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l read-bytes-max -d 'Entry bytes one read aims for: each read\'s COUNT is this over the entry sizes seen so far (at most --batch-count-max), and at most 64 again right after an entry over --payload-bytes-max' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter-ttl-s -d 'Lifetime of a --fast-filter marker, in seconds' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l synchronous -d 'SQLite synchronous level: full (default; survives power loss) or normal' -r -f -a "full\t'fsync the WAL at every commit: a committed claim survives power loss'
+normal\t'fsync only at checkpoints: a power loss may roll back recent commits (never corrupts)'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l on-conflict -d 'What to do with a resubmission reusing an award\'s timestamp with a different payload: record (pay it and leave a conflict record) or hold (dead-letter it for review)' -r -f -a "record\t'Pay it (it is a distinct submission by design) and leave a `conflict` audit record'
+hold\t'Dead-letter it for review instead of paying'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l events-stream -d 'The events stream outbox rows are published to' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l ledger-pages-max -d 'Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker leaves entries pending and retries until room is made' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l metrics-addr -d 'Serve Prometheus /metrics and /healthz on this HOST:PORT' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l exit-when-idle -d 'Exit 0 once the stream has no undelivered entries and the group none pending'
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l per-message -d 'One transaction and one XACK per entry (the reference design\'s shape; slow, for comparison)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter -d 'Skip the claim lookup for entries Redis marks as already committed (markers are written only after their commit; a miss asks the ledger)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay -d 'Also run the outbox relay in this process (single-box setups)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l watch -d 'Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter rates per second, lag, oldest pending age, outbox backlog and commit p99' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l metrics-url -d 'The worker\'s /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99 [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set]' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l json -d 'Print JSON instead of a table (with --watch: one compact JSON line per interval)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 'The award id, exactly as in the payload' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the exact payload bytes (`-` for stdin). A trailing newline counts' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l events-stream -d 'The events stream outbox rows are published to' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l exit-when-idle -d 'Exit 0 once no outbox row is left unpublished'
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -f -a "export" -d 'Write the audit records as JSON lines, each with its prev_hash and hash'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -f -a "verify" -d 'Recompute the hash chain; exit 1 naming the first broken record'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l out -d 'Write here instead of stdout' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l since -d 'Only records from this seq, or written at or after this RFC 3339 time' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l file -d 'Verify an exported file instead of the ledger' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l continuing-from -d 'With --file: the hash the file\'s first record links to (an export made with --since)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -f -a "purge" -d 'Export, then delete, everything recorded before DATE (at least three years back)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l before -d 'A date (YYYY-MM-DD, midnight UTC) or RFC 3339 date-time' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l export -d 'The export file [default: next to the ledger, `<db>.purge-<time>.jsonl`]' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l batch-records-max -d 'Audit records removed per transaction, with the ledger rows they describe' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "add" -d 'Place an award under legal hold: nothing naming it will be purged'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "remove" -d 'Lift a legal hold'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "list" -d 'List awards under legal hold'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l reason -d 'Why (a case number, an auditor\'s request)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "list" -d 'List dead letters: id, time, award id where known, reason, and whether it was replayed'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "show" -d 'Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "replay" -d 'Put a dead letter\'s original fields back on the submissions stream, once'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array instead of a table'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON instead of text'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l seed -d 'Seed for the generated submissions' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s V -l version -d 'Print version'
