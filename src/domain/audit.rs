@@ -225,6 +225,12 @@ pub mod detail {
         format!("first claimed at {first_claimed_at}; claim purged at {purged_at} (tombstone)")
     }
 
+    /// A duplicate's detail (either of the above) when a fast-filter marker pointed at it and
+    /// the ledger confirmed it: the same facts, and the route they were found by.
+    pub fn via_fast_filter(duplicate_detail: &str) -> String {
+        format!("{duplicate_detail} (fast filter)")
+    }
+
     /// A legal hold placed.
     pub fn hold_added(reason: &str) -> String {
         format!("legal hold placed: {reason}")

@@ -386,7 +386,7 @@ fn a_mixed_batch_gets_one_outcome_per_item_in_item_order<L: Subject>() {
                 first_claimed_at: t.clone(),
                 purged_at: None,
             },
-            // A confirmed marker is recorded exactly as any duplicate.
+            // A confirmed marker is the same outcome as any duplicate.
             Outcome::Duplicate {
                 first_claimed_at: t.clone(),
                 purged_at: None,
@@ -412,7 +412,7 @@ fn a_mixed_batch_gets_one_outcome_per_item_in_item_order<L: Subject>() {
     );
     assert_eq!(
         recs[6].detail.as_deref(),
-        Some(format!("first claimed at {t}").as_str())
+        Some(format!("first claimed at {t} (fast filter)").as_str())
     );
     assert!(recs.iter().all(|r| r.recorded_at == t));
     let st = counts(&l);
@@ -961,7 +961,8 @@ fn a_purged_claim_stays_a_duplicate_forever_through_its_tombstone<L: Subject>() 
     );
     let cites = format!("first claimed at {claimed_at}; claim purged at {purged_at} (tombstone)");
     assert_eq!(recs[1].detail.as_deref(), Some(cites.as_str()));
-    assert_eq!(recs[2].detail.as_deref(), Some(cites.as_str()));
+    let vouched = format!("{cites} (fast filter)");
+    assert_eq!(recs[2].detail.as_deref(), Some(vouched.as_str()));
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements, st.tombstones), (1, 1, 2));
     assert_eq!(st.disbursed_cents_total, 103);

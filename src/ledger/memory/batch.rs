@@ -132,11 +132,14 @@ impl<'s> Staged<'s> {
                     entry_id,
                     delivery_count: *delivery_count,
                 };
-                if self.claimed_at(&submission.key).is_none()
-                    && !self.base.tombstones.contains_key(&submission.key)
-                {
-                    crate::ledger::warn_unconfirmed_marker(entry_id, &submission.key);
+                if let Some(first_claimed_at) = self.claimed_at(&submission.key) {
+                    return Ok(self.duplicate(&claim, first_claimed_at, None, true));
                 }
+                if let Some(t) = self.base.tombstones.get(&submission.key) {
+                    let (claimed, purged) = (t.claimed_at.clone(), t.purged_at.clone());
+                    return Ok(self.duplicate(&claim, claimed, Some(purged), true));
+                }
+                crate::ledger::warn_unconfirmed_marker(entry_id, &submission.key);
                 self.submission(&claim)
             }
             Item::DeadLetter {
@@ -192,7 +195,7 @@ impl<'s> Staged<'s> {
         let s = claim.submission;
         if let Some(t) = self.base.tombstones.get(&s.key) {
             let (first_claimed_at, purged_at) = (t.claimed_at.clone(), t.purged_at.clone());
-            return Ok(self.duplicate(claim, first_claimed_at, Some(purged_at)));
+            return Ok(self.duplicate(claim, first_claimed_at, Some(purged_at), false));
         }
         let held_conflict = match self.ctx.on_conflict {
             OnConflict::Hold => self.conflict(s),
@@ -204,7 +207,7 @@ impl<'s> Staged<'s> {
             }
         }
         if let Some(first_claimed_at) = self.claimed_at(&s.key) {
-            return Ok(self.duplicate(claim, first_claimed_at, None));
+            return Ok(self.duplicate(claim, first_claimed_at, None, false));
         }
 
         let claim_id = self.claim(s);
@@ -234,17 +237,24 @@ impl<'s> Staged<'s> {
         })
     }
 
-    /// Stages the `duplicate` record of a delivery of a claimed (or purged) key.
+    /// Stages the `duplicate` record of a delivery of a claimed (or purged) key, worded as
+    /// `sqlite/batch.rs` words it (`via_filter`: a confirmed fast-filter hit).
     fn duplicate(
         &mut self,
         claim: &Claim<'_>,
         first_claimed_at: String,
         purged_at: Option<String>,
+        via_filter: bool,
     ) -> Outcome {
         let mut r = self.claim_record(Kind::Duplicate, claim);
-        r.detail = Some(match &purged_at {
+        let text = match &purged_at {
             None => detail::duplicate(&first_claimed_at),
             Some(purged) => detail::duplicate_of_purged(&first_claimed_at, purged),
+        };
+        r.detail = Some(if via_filter {
+            detail::via_fast_filter(&text)
+        } else {
+            text
         });
         self.append(r);
         Outcome::Duplicate {

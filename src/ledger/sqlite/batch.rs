@@ -248,26 +248,33 @@ impl<'t, 'a> Batch<'t, 'a> {
     /// submission it is.
     fn known_duplicate(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
         if let Some(first_claimed_at) = claimed_at(self.tx, claim.submission)? {
-            return Ok(self.duplicate(claim, first_claimed_at, None));
+            return Ok(self.duplicate(claim, first_claimed_at, None, true));
         }
-        if let Some(outcome) = self.tombstoned(claim)? {
+        if let Some(outcome) = self.tombstoned(claim, true)? {
             return Ok(outcome);
         }
         crate::ledger::warn_unconfirmed_marker(claim.entry_id, &claim.submission.key);
         self.submission(claim)
     }
 
-    /// The `duplicate` record and outcome of a delivery of a claimed (or purged) key.
+    /// The `duplicate` record and outcome of a delivery of a claimed (or purged) key;
+    /// `via_filter` when a fast-filter marker pointed at it (the record says so).
     fn duplicate(
         &mut self,
         claim: &Claim<'a>,
         first_claimed_at: String,
         purged_at: Option<String>,
+        via_filter: bool,
     ) -> Outcome {
         let mut r = self.claim_record(Kind::Duplicate, claim);
-        r.detail = Some(match &purged_at {
+        let text = match &purged_at {
             None => detail::duplicate(&first_claimed_at),
             Some(purged) => detail::duplicate_of_purged(&first_claimed_at, purged),
+        };
+        r.detail = Some(if via_filter {
+            detail::via_fast_filter(&text)
+        } else {
+            text
         });
         self.append(r);
         Outcome::Duplicate {
@@ -278,7 +285,7 @@ impl<'t, 'a> Batch<'t, 'a> {
 
     /// The duplicate outcome of a submission whose claim was purged, if its key has a
     /// tombstone (recording its `duplicate` record).
-    fn tombstoned(&mut self, claim: &Claim<'a>) -> Result<Option<Outcome>> {
+    fn tombstoned(&mut self, claim: &Claim<'a>, via_filter: bool) -> Result<Option<Outcome>> {
         if !self.tombstones_exist {
             return Ok(None);
         }
@@ -291,14 +298,14 @@ impl<'t, 'a> Batch<'t, 'a> {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .optional()?;
-        Ok(found.map(|(claimed, purged)| self.duplicate(claim, claimed, Some(purged))))
+        Ok(found.map(|(claimed, purged)| self.duplicate(claim, claimed, Some(purged), via_filter)))
     }
 
     /// INSERT OR IGNORE the claim; if it took, queue its disbursement, outbox row and audit
     /// record; if not, look up when the key was first claimed. A key with a tombstone is a
     /// duplicate before anything else is asked: its claim was purged, and it stays paid.
     fn submission(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
-        if let Some(outcome) = self.tombstoned(claim)? {
+        if let Some(outcome) = self.tombstoned(claim, false)? {
             return Ok(outcome);
         }
         let s = claim.submission;
@@ -339,7 +346,7 @@ impl<'t, 'a> Batch<'t, 'a> {
                     s.key.to_hex()
                 ))
             })?;
-            return Ok(self.duplicate(claim, first_claimed_at, None));
+            return Ok(self.duplicate(claim, first_claimed_at, None, false));
         }
 
         let claim_id = self.tx.last_insert_rowid();
