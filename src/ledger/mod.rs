@@ -100,8 +100,9 @@ pub enum Item<'a> {
     },
     /// A submission the fast filter (`--fast-filter`) saw committed earlier. The marker is a
     /// hint, never evidence: the ledger confirms it inside the batch's transaction (a claim of
-    /// the key, or its tombstone) and then records exactly what [`Item::Submission`] would —
-    /// the same outcome, the same `duplicate` record. A marker the ledger cannot confirm (one
+    /// the key, or its tombstone) and then records what [`Item::Submission`] would — the same
+    /// outcome, and the same `duplicate` record with
+    /// [`crate::domain::audit::detail::via_fast_filter`] saying how it was found. A marker the ledger cannot confirm (one
     /// planted in Redis, or one that outlived a restored ledger) is logged at WARN, naming the
     /// entry and the key's prefix, and the item is recorded as the submission it is.
     KnownDuplicate {

@@ -448,6 +448,8 @@ fn a_restored_ledger_gets_every_disbursement_onto_the_events_stream_exactly_once
         stdout(&out)
     );
     assert_eq!(mode(&w.db), 0o600);
+    let lock = w.dir.path().join("ledger.db.lock");
+    assert_eq!(mode(&lock), 0o600, "the lock file is private too");
     assert_eq!(w.count("processed_messages"), 10);
     assert_eq!(
         w.sql_i64("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'"),
