@@ -57,13 +57,16 @@ fn try_flock(file: &File, operation: libc::c_int) -> std::io::Result<bool> {
 }
 
 /// The shared lock every open ledger holds. A restore under way is transient (the open is
-/// retried by long-running processes). A directory this process may not write to (a read-only
-/// `status` by another user) gets no lock: such a process cannot be harmed by a restore, which
-/// swaps the file's name, not the file it has open.
+/// retried by long-running processes). A missing directory gets no lock (there is no ledger,
+/// and the open fails naming the path); nor does a directory this process may not write to
+/// (a read-only `status` by another user): such a process cannot be harmed by a restore,
+/// which swaps the file's name, not the file it has open.
 pub(super) fn shared(db: &Path) -> Result<Option<LedgerLock>> {
     let file = match open(db) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
+        // No directory, so no ledger to protect: the open step's own error names the path.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::EROFS) => return Ok(None),
         Err(e) => return Err(Error::io(format!("opening {}", path(db).display()), e)),
     };
