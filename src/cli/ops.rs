@@ -1,5 +1,5 @@
-//! The operator's commands on the ledger as a whole: `status` (once, or `--watch`), `verify`
-//! and `backup`.
+//! The operator's commands on the ledger as a whole: `status` (once, or `--watch`), `verify`,
+//! `backup` and `restore`.
 
 use super::common::{open_existing, shutdown_flag};
 use crate::config::Config;
@@ -47,6 +47,16 @@ pub struct BackupArgs {
     pub out: PathBuf,
 }
 
+/// Flags of `claimgate restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The backup file to put in place of the ledger (made by `claimgate backup`; only read).
+    pub backup: PathBuf,
+    /// The events stream the relay publishes to (its mark tells which rows are published).
+    #[arg(long, env = "CLAIMGATE_EVENTS_STREAM", default_value = crate::config::EVENTS_STREAM_DEFAULT)]
+    pub events_stream: String,
+}
+
 /// `claimgate status`.
 pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
     let ledger = open_existing(cfg)?;
@@ -74,8 +84,8 @@ pub fn verify(cfg: &Config) -> Result<()> {
     let ledger = open_existing(cfg)?;
     let s = crate::ops::verify::ledger(&*ledger)?;
     println!(
-        "ledger verified: {} claims, {} disbursements, {} outbox rows, one each; {} audit records, chain intact (head {}); integrity ok",
-        s.claims, s.disbursements, s.outbox_rows, s.audit_records, s.head_hash
+        "ledger verified: {} claims, {} disbursements, {} outbox rows, one each; {} tombstones of purged claims; {} audit records, chain intact (head {}); integrity ok",
+        s.claims, s.disbursements, s.outbox_rows, s.tombstones, s.audit_records, s.head_hash
     );
     Ok(())
 }
@@ -84,4 +94,17 @@ pub fn verify(cfg: &Config) -> Result<()> {
 pub fn backup(cfg: &Config, args: BackupArgs) -> Result<()> {
     let ledger = open_existing(cfg)?;
     crate::ops::backup::run(&*ledger, &args.out)
+}
+
+/// `claimgate restore`.
+pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
+    let lcfg = crate::config::LedgerConfig::new(&cfg.db_path);
+    crate::ops::restore::run(
+        &lcfg,
+        &crate::ops::restore::Request {
+            backup: &args.backup,
+            redis_url: &cfg.redis_url,
+            events_stream: &args.events_stream,
+        },
+    )
 }

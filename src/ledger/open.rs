@@ -5,7 +5,7 @@
 //! PostgreSQL ledger, which this build cannot open yet: it is a configuration error (exit 2)
 //! that says so, rather than a file of that name.
 
-use super::{sqlite, Backend};
+use super::{sqlite, Backend, Restoring};
 use crate::config::LedgerConfig;
 use crate::error::{Error, Result};
 use std::sync::atomic::AtomicBool;
@@ -59,6 +59,16 @@ pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Box<
             Ok(sqlite::SqliteLedger::open_waiting(cfg, stop)?
                 .map(|l| Box::new(l) as Box<dyn Backend>))
         }
+        Location::Postgres => Err(postgres_not_built()),
+    }
+}
+
+/// Prepares `claimgate restore`: locks the ledger `cfg` names against every other claimgate
+/// process and copies `backup` beside it (see [`Restoring`]). A PostgreSQL ledger is restored
+/// with PostgreSQL's own tools, which this build does not drive: a configuration error.
+pub fn prepare_restore(cfg: &LedgerConfig, backup: &std::path::Path) -> Result<Box<dyn Restoring>> {
+    match Location::of(cfg) {
+        Location::File => Ok(Box::new(sqlite::prepare_restore(&cfg.path, backup)?)),
         Location::Postgres => Err(postgres_not_built()),
     }
 }

@@ -1,6 +1,6 @@
 //! The library side of the operator commands: status (and its live `--watch` view), dead
-//! letters, verification, retention, backup, and the evidence kept outside the ledger (keys,
-//! anchors).
+//! letters, verification, retention, backup and restore, and the evidence kept outside the
+//! ledger (keys, anchors).
 //!
 //! **Invariant:** nothing under `ops/` runs in the worker's hot path; every command here either
 //! only reads, or writes through the ledger's own transactions; beside the ledger it writes only
@@ -10,6 +10,7 @@ pub mod anchoring;
 pub mod backup;
 pub mod dlq;
 pub mod evidence;
+pub mod restore;
 pub mod retention;
 pub mod scrape;
 pub mod status;

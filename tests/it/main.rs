@@ -21,6 +21,7 @@ mod promises;
 mod package;
 mod relay;
 mod resilience;
+mod restore_and_tombstones;
 mod retry;
 mod security;
 mod worker;
