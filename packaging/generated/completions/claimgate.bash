@@ -40,6 +40,9 @@ _claimgate() {
             claimgate,relay)
                 cmd="claimgate__subcmd__relay"
                 ;;
+            claimgate,restore)
+                cmd="claimgate__subcmd__restore"
+                ;;
             claimgate,retention)
                 cmd="claimgate__subcmd__retention"
                 ;;
@@ -52,8 +55,14 @@ _claimgate() {
             claimgate,verify)
                 cmd="claimgate__subcmd__verify"
                 ;;
+            claimgate__subcmd__audit,anchor)
+                cmd="claimgate__subcmd__audit__subcmd__anchor"
+                ;;
             claimgate__subcmd__audit,export)
                 cmd="claimgate__subcmd__audit__subcmd__export"
+                ;;
+            claimgate__subcmd__audit,keygen)
+                cmd="claimgate__subcmd__audit__subcmd__keygen"
                 ;;
             claimgate__subcmd__audit,verify)
                 cmd="claimgate__subcmd__audit__subcmd__verify"
@@ -86,7 +95,7 @@ _claimgate() {
 
     case "${cmd}" in
         claimgate)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version run produce status key relay audit verify retention hold dlq demo backup"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version run produce status key relay audit verify retention hold dlq demo backup restore"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -124,12 +133,58 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version export verify"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version export verify anchor keygen"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        claimgate__subcmd__audit__subcmd__anchor)
+            opts="-h -V --out --signing-key --redis-url --db --stream --group --log-format --audit-log --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --signing-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -207,8 +262,50 @@ _claimgate() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        claimgate__subcmd__audit__subcmd__keygen)
+            opts="-h -V --out --redis-url --db --stream --group --log-format --audit-log --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         claimgate__subcmd__audit__subcmd__verify)
-            opts="-h -V --file --continuing-from --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --file --continuing-from --anchors --public-key --redis-url --db --stream --group --log-format --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -219,6 +316,14 @@ _claimgate() {
                     return 0
                     ;;
                 --continuing-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --anchors)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --public-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -779,6 +884,48 @@ _claimgate() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        claimgate__subcmd__restore)
+            opts="-h -V --events-stream --redis-url --db --stream --group --log-format --audit-log --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --events-stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         claimgate__subcmd__retention)
             opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version purge"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -818,7 +965,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__retention__subcmd__purge)
-            opts="-h -V --before --export --batch-records-max --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --before --export --batch-records-max --signing-key --redis-url --db --stream --group --log-format --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -833,6 +980,10 @@ _claimgate() {
                     return 0
                     ;;
                 --batch-records-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --signing-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -868,7 +1019,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__run)
-            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -931,6 +1082,22 @@ _claimgate() {
                     return 0
                     ;;
                 --metrics-addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --anchor-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --anchor-out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --anchor-stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --signing-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -45,6 +45,7 @@ complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "hold" -d 'Place
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "dlq" -d 'Inspect dead letters and replay one onto the submissions stream'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored)'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "backup" -d 'Copy the ledger consistently (while workers run) to a new file, mode 0600'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "restore" -d 'Put a backup in place of the ledger (no worker may have it open); the ledger replaced is kept beside it, and every disbursement in the backup reaches the events stream once'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 'This consumer\'s name in the group [default: host name and pid]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
@@ -62,6 +63,10 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l events-strea
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l ledger-pages-max -d 'Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker leaves entries pending and retries until room is made' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l metrics-addr -d 'Serve Prometheus /metrics and /healthz on this HOST:PORT' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-every -d 'Take an anchor of the audit chain this often (500ms, 30s, 5m, 1h) and once more on stopping; needs --anchor-out and/or --anchor-stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-out -d 'Append each anchor to this file (0600, created if absent)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-stream -d 'Add each anchor to this Redis stream (field `anchor`), e.g. grants:audit:anchors' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l signing-key -d 'Sign each anchor with this key file (`claimgate audit keygen`)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l db -d 'The SQLite ledger file' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l stream -d 'The submissions stream' -r
@@ -120,17 +125,19 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l audit-log 
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l exit-when-idle -d 'Exit 0 once no outbox row is left unpublished'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l db -d 'The SQLite ledger file' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l stream -d 'The submissions stream' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l group -d 'The consumer group' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -f -a "export" -d 'Write the audit records as JSON lines, each with its prev_hash and hash'
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify" -f -a "verify" -d 'Recompute the hash chain; exit 1 naming the first broken record'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "export" -d 'Write the audit records as JSON lines, each with its prev_hash and hash'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "verify" -d 'Recompute the hash chain; exit 1 naming the first broken record, or (with --anchors) every anchor the chain contradicts'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "anchor" -d 'Write one JSON line describing the chain\'s head now (seq, hash, records, time, ledger id), verified first; signed when a signing key is given'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "keygen" -d 'Make an Ed25519 key pair: the signing key at PATH, the public key at PATH.pub (both new 0600 files; existing files are never overwritten)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l out -d 'Write here instead of stdout' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l since -d 'Only records from this seq, or written at or after this RFC 3339 time' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
@@ -144,6 +151,8 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l file -d 'Verify an exported file instead of the ledger' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l continuing-from -d 'With --file: the hash the file\'s first record links to (an export made with --since)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l anchors -d 'Check the ledger against the anchors in this file (`claimgate audit anchor` lines)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l public-key -d 'Require every checkpoint (and every anchor) to be signed by this key\'s signing key (with --file: every checkpoint in the file)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l db -d 'The SQLite ledger file' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l stream -d 'The submissions stream' -r
@@ -153,6 +162,27 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l out -d 'Append the line to this file (created 0600 if absent) instead of printing it' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l signing-key -d 'Sign the anchor with this key file (`claimgate audit keygen`)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l out -d 'Where to write the signing key; the public key goes to the same path plus `.pub`' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l db -d 'The SQLite ledger file' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l stream -d 'The submissions stream' -r
@@ -175,6 +205,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not _
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l before -d 'A date (YYYY-MM-DD, midnight UTC) or RFC 3339 date-time' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l export -d 'The export file [default: next to the ledger, `<db>.purge-<time>.jsonl`]' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l batch-records-max -d 'Audit records removed per transaction, with the ledger rows they describe' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l signing-key -d 'Sign the checkpoint the purge leaves with this key file (`claimgate audit keygen`)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l db -d 'The SQLite ledger file' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
@@ -285,3 +316,13 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l events-stream -d 'The events stream the relay publishes to (its mark tells which rows are published)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s V -l version -d 'Print version'
