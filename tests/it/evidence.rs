@@ -695,8 +695,7 @@ fn a_worker_that_cannot_write_its_anchors_stops_with_exit_1() {
     ]);
     let status = support::wait_exit(&mut worker, std::time::Duration::from_secs(30));
     assert_eq!(status.code(), Some(1));
-    let mut err = String::new();
-    std::io::Read::read_to_string(worker.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let err = worker.log_text();
     assert!(err.contains("anchoring failed"), "{err}");
     assert!(err.contains("WRONGTYPE"), "{err}");
 
@@ -755,7 +754,7 @@ fn an_anchors_file_that_fails_for_a_while_is_one_episode_and_the_worker_stays_up
     logged.assert_one_episode("writing an anchor");
     assert!(support::wait_for(
         std::time::Duration::from_secs(30),
-        || { w.count("disbursements") == 5 }
+        || { w.count_once_made("disbursements") == 5 }
     ));
     assert_eq!(logged.stop().code(), Some(0));
     assert_eq!(verify_anchors(&w, &anchors, None).0, 0);

@@ -185,6 +185,23 @@ fn delivery_counts(w: &World) -> Vec<u64> {
     rows.into_iter().map(|(_, _, _, count)| count).collect()
 }
 
+/// True when every thread of process `pid` is in the stopped state (`T` in /proc).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                // The state follows the command name, which is in parentheses.
+                let after = stat.rsplit_once(") ")?.1;
+                after.chars().next()
+            })
+            .is_some_and(|state| state == 'T' || state == 't')
+    })
+}
+
 #[test]
 fn a_stopped_and_continued_worker_reads_on_at_once_without_calling_it_an_outage() {
     // 1. A worker (--claim-idle-ms 600000: no stale-entry scan can help it) has paid three
@@ -200,6 +217,13 @@ fn a_stopped_and_continued_worker_reads_on_at_once_without_calling_it_an_outage(
         && w.pending() == 0));
 
     crate::support::signal(&worker.child, libc::SIGSTOP);
+    // kill(2) returns before the threads have stopped: on a loaded box the entries below could
+    // otherwise reach the blocked read as data before the stop lands, and then no read is
+    // interrupted at all. Wait until every thread is seen stopped.
+    assert!(
+        wait_for(SOON, || all_threads_stopped(worker.child.id())),
+        "the worker never stopped"
+    );
     w.add(&(3..6).map(submission).collect::<Vec<_>>());
     // Long enough for the blocked read's BLOCK (200 ms) to end while the worker is stopped.
     std::thread::sleep(Duration::from_millis(1_000));

@@ -73,9 +73,9 @@ fn every_metric_the_rules_and_dashboard_use_is_served_by_a_live_worker() {
     let mut worker = world.spawn(&["run", "--relay", "--metrics-addr", &addr]);
     assert!(
         wait_for(Duration::from_secs(60), || world
-            .count("processed_messages")
+            .count_once_made("processed_messages")
             == 30
-            && world.count("dead_letters") == 1
+            && world.count_once_made("dead_letters") == 1
             && world.pending() == 0),
         "worker did not drain the stream"
     );

@@ -375,7 +375,8 @@ fn healthz_turns_503_when_the_worker_loop_stops_going_round_and_200_when_it_does
         "reported stale after only {after:?}"
     );
     assert!(
-        wait_for(SOON, || w.count("disbursements") == 60 && w.pending() == 0),
+        wait_for(SOON, || w.count_once_made("disbursements") == 60
+            && w.pending() == 0),
         "{}",
         worker.log_text()
     );
@@ -383,4 +384,36 @@ fn healthz_turns_503_when_the_worker_loop_stops_going_round_and_200_when_it_does
         == Some(200)));
     support::signal(&worker.child, libc::SIGTERM);
     assert!(support::wait_exit(&mut worker.child, SOON).success());
+}
+
+#[test]
+fn a_dead_letter_copied_before_a_crash_is_not_copied_again_on_redelivery() {
+    // 1. A malformed entry and a valid one arrive. The worker copies the malformed one to the
+    //    dead-letter stream (copies go out before the transaction that records them), then
+    //    dies at failpoint before_commit: nothing recorded, both entries still pending.
+    // 2. The redelivery dead-letters it again — and finds the first copy (the index hash
+    //    written with it in one script) instead of adding a second: one dead letter in the
+    //    stream, one row in the ledger, the valid entry paid once.
+    let w = World::new();
+    w.add_fields(&[("payload", b"{not json")]);
+    w.add(&[submission(1)]);
+    w.crash_at(w.cmd(&["run", "--consumer", "d"]), "before_commit");
+    assert_eq!(
+        w.xlen("grants:submissions:dead"),
+        1,
+        "copied before the crash"
+    );
+    assert_eq!(w.pending(), 2);
+    assert_eq!(w.count("dead_letters"), 0, "nothing committed");
+
+    w.drain(&["--consumer", "d"]);
+    assert_eq!(
+        w.xlen("grants:submissions:dead"),
+        1,
+        "copied once, not twice"
+    );
+    assert_eq!(w.count("dead_letters"), 1);
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(w.pending(), 0);
+    w.run_ok(&["verify"]);
 }

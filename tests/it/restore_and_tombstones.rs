@@ -523,7 +523,7 @@ fn a_ledger_copied_back_by_hand_stops_the_relay_and_restore_waits_for_the_worker
     let mut worker = w.spawn(&["run", "--claim-idle-ms", "200"]);
     w.add(&[submission(18)]);
     assert!(support::wait_for(Duration::from_secs(20), || w
-        .count("disbursements")
+        .count_once_made("disbursements")
         == 14));
     let refused = w.run(&["restore", backup.to_str().unwrap()]);
     assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));

@@ -149,7 +149,7 @@ fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_recla
         "the entries were not left idle (was the heartbeat off?): {deliveries:?}"
     );
     assert!(wait_for(Duration::from_secs(60), || world
-        .count("disbursements")
+        .count_once_made("disbursements")
         == 50
         && world.pending() == 0));
     assert_eq!(
