@@ -158,3 +158,84 @@ fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_recla
     );
     assert!(worker.stop().success());
 }
+
+/// Worker A holds 30 entries while the ledger's write lock is held from outside; worker B,
+/// holding nothing (so its scans do not pause), scans for stale entries every half second.
+/// Returns the pending entries' (owner, delivery count) just before the lock is released, and
+/// the number paid in the end (all 30, once, either way).
+fn stall_beside_an_idle_scanner(heartbeat_off: bool) -> (Vec<(String, i64)>, i64) {
+    let world = World::new();
+    claimgate::ledger::sqlite::SqliteLedger::open_path(&world.db).expect("create the ledger");
+    let lock = rusqlite::Connection::open(&world.db).unwrap();
+    lock.busy_timeout(Duration::from_secs(30)).unwrap();
+    let mut a_cmd = world.cmd(&["run", "--consumer", "a", "--claim-idle-ms", "1000"]);
+    if heartbeat_off {
+        a_cmd.env(claimgate::support::failpoint::ENV, "off:heartbeat");
+    }
+    let a = crate::support::Logged::spawn(a_cmd);
+    a.wait_log("reading");
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    world.add(&(0..30).map(submission).collect::<Vec<_>>());
+    assert!(
+        wait_for(Duration::from_secs(30), || world.pending() == 30),
+        "{}",
+        a.log_text()
+    );
+    let b = crate::support::Logged::spawn(world.cmd(&[
+        "run",
+        "--consumer",
+        "b",
+        "--claim-idle-ms",
+        "1000",
+    ]));
+    b.wait_log("reading");
+    // Four idle times under the 5 s busy timeout: long enough for B to scan several times.
+    std::thread::sleep(Duration::from_secs(4));
+    let pending: Vec<(String, String, i64, i64)> = redis::cmd("XPENDING")
+        .arg("grants:submissions")
+        .arg("grant-workers")
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query(&mut world.conn())
+        .unwrap();
+    lock.execute_batch("ROLLBACK").unwrap();
+    assert!(wait_for(Duration::from_secs(60), || world
+        .count_once_made("disbursements")
+        == 30
+        && world.pending() == 0));
+    let paid = world.count("disbursements");
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+    (
+        pending
+            .into_iter()
+            .map(|(_, owner, _, n)| (owner, n))
+            .collect(),
+        paid,
+    )
+}
+
+#[test]
+fn a_stalled_workers_heartbeat_keeps_its_entries_from_an_idle_worker_that_scans() {
+    // The heartbeat is what keeps a stalled worker's entries from looking abandoned; the scan
+    // pause cannot help here (B holds nothing, so it scans). With the heartbeat on, every one
+    // of A's 30 entries is still A's, delivered once, when the lock is released. The same run
+    // with A's heartbeat switched off shows the test can see the difference: B takes entries
+    // over, each take a delivery.
+    let (with_heartbeat, paid) = stall_beside_an_idle_scanner(false);
+    assert_eq!(paid, 30);
+    assert_eq!(with_heartbeat.len(), 30);
+    assert!(
+        with_heartbeat
+            .iter()
+            .all(|(owner, n)| owner == "a" && *n == 1),
+        "entries left A or were delivered again despite the heartbeat: {with_heartbeat:?}"
+    );
+    let (without, paid) = stall_beside_an_idle_scanner(true);
+    assert_eq!(paid, 30, "nothing is paid twice either way");
+    assert!(
+        without.iter().any(|(owner, n)| owner == "b" && *n >= 2),
+        "with A's heartbeat off, B should have taken stale entries over: {without:?}"
+    );
+}
