@@ -195,12 +195,17 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let relay = args.relay.then(|| args.relay_opts.config(cfg));
     let relay_failed = |e: &crate::Error| metrics.fail(format!("relay: {e}"));
     let anchoring_failed = |e: &crate::Error| metrics.fail(format!("anchoring: {e}"));
+    let anchored = || metrics.anchored();
+    if let Some(schedule) = &anchors {
+        metrics.anchoring_every(schedule.every);
+    }
     let work = || {
         anchoring::alongside(
             anchors.as_ref(),
             &*ledger,
             &shutdown,
             &anchoring_failed,
+            &anchored,
             || {
                 crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, &relay_failed, || {
                     crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics)

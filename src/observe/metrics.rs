@@ -31,6 +31,11 @@ pub struct Metrics {
     pub heartbeat_unix_ms: AtomicU64,
     /// Commit latencies at a resolution fine enough to quote p50/p99 from.
     pub commit_latency: crate::observe::latency::Histogram,
+    /// `run --anchor-every`'s interval in milliseconds; 0 when this process takes no anchors.
+    pub anchor_interval_ms: AtomicU64,
+    /// When the last anchor was written (or anchoring started, before the first), in
+    /// milliseconds since the Unix epoch; 0 when this process takes no anchors.
+    pub anchor_last_unix_ms: AtomicU64,
     /// Why the worker is stopping for good, once a stage has failed for a reason that will not
     /// clear by itself; `/healthz` is 503 from then on, however long the rest takes to stop.
     failure: Mutex<Option<String>>,
@@ -49,6 +54,18 @@ impl Metrics {
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.commit_latency.record(took);
+    }
+
+    /// Notes that this process anchors the audit chain every `every`, starting now.
+    pub fn anchoring_every(&self, every: Duration) {
+        self.anchor_interval_ms
+            .store(every.as_millis() as u64, Ordering::Relaxed);
+        self.anchored();
+    }
+
+    /// Notes that an anchor was just written.
+    pub fn anchored(&self) {
+        self.anchor_last_unix_ms.store(unix_ms(), Ordering::Relaxed);
     }
 
     /// Notes that the worker loop is alive and going round.

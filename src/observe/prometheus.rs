@@ -110,6 +110,18 @@ pub fn render(status: &Status, metrics: &Metrics, healthy: bool) -> String {
         "Age of the oldest unpublished outbox row, 0 when none.",
         l.outbox_oldest_age_s.unwrap_or(0.0),
     )];
+    // Anchoring: Prometheus compares the two (an alert fires when no anchor came for three
+    // intervals); both 0 on a process that takes no anchors.
+    ages.push((
+        "claimgate_audit_anchor_interval_seconds",
+        "run --anchor-every's interval, 0 when this process takes no anchors.",
+        Metrics::get(&metrics.anchor_interval_ms) as f64 / 1e3,
+    ));
+    ages.push((
+        "claimgate_audit_anchor_last_timestamp_seconds",
+        "Unix time of the last anchor written (of anchoring's start before the first), 0 when this process takes no anchors.",
+        Metrics::get(&metrics.anchor_last_unix_ms) as f64 / 1e3,
+    ));
     // Redis-side gauges are left out, not zeroed, when Redis did not answer: a missing series
     // is honest, a zero would claim nothing is pending.
     if let Ok(r) = &status.redis {
@@ -209,6 +221,37 @@ mod tests {
             !text.contains("claimgate_pending_entries"),
             "no pending gauge without Redis:\n{text}"
         );
+    }
+
+    #[test]
+    fn anchoring_gauges_are_zero_without_anchors_and_carry_the_interval_and_last_time_with() {
+        let status = Status {
+            db: "x.db".into(),
+            ledger: Stats::default(),
+            redis: Err("down".into()),
+        };
+        let metrics = Metrics::default();
+        let gauge = |text: &str, name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        };
+        let off = render(&status, &metrics, true);
+        assert_eq!(gauge(&off, "claimgate_audit_anchor_interval_seconds"), 0.0);
+        assert_eq!(
+            gauge(&off, "claimgate_audit_anchor_last_timestamp_seconds"),
+            0.0
+        );
+        metrics.anchoring_every(Duration::from_secs(300));
+        let on = render(&status, &metrics, true);
+        assert_eq!(gauge(&on, "claimgate_audit_anchor_interval_seconds"), 300.0);
+        let last = gauge(&on, "claimgate_audit_anchor_last_timestamp_seconds");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!((now - last).abs() < 60.0, "last {last}, now {now}");
     }
 
     #[test]

@@ -50,12 +50,14 @@ pub struct Schedule {
 
 /// Runs `work` (the worker) with anchors taken beside it on `schedule`, if any. A permanent
 /// anchoring failure calls `on_failure` and asks the worker to stop (`shutdown`); `run`
-/// then exits 1 with the anchoring error. When `work` returns, one last anchor is written.
+/// then exits 1 with the anchoring error. Every anchor written calls `on_anchor` (the
+/// metrics' "last anchor" time). When `work` returns, one last anchor is written.
 pub fn alongside<T>(
     schedule: Option<&Schedule>,
     ledger: &dyn Backend,
     shutdown: &AtomicBool,
     on_failure: &(dyn Fn(&Error) + Sync),
+    on_anchor: &(dyn Fn() + Sync),
     work: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     let Some(schedule) = schedule else {
@@ -64,7 +66,7 @@ pub fn alongside<T>(
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let anchors = s.spawn(|| {
-            let result = run(schedule, ledger, shutdown, &done);
+            let result = run(schedule, ledger, shutdown, &done, on_anchor);
             if let Err(e) = &result {
                 on_failure(e);
                 log::error!("anchoring failed: {e}; stopping the worker");
@@ -88,6 +90,7 @@ fn run(
     ledger: &dyn Backend,
     shutdown: &AtomicBool,
     done: &AtomicBool,
+    on_anchor: &(dyn Fn() + Sync),
 ) -> Result<()> {
     let mut conn = match &schedule.stream {
         Some(_) => Some(Conn::new(stream::client(&schedule.redis_url)?)),
@@ -120,6 +123,7 @@ fn run(
                     anchor.hash,
                     anchor.records
                 );
+                on_anchor();
                 retry_at = None;
                 last_written = Instant::now();
                 due = last_written + schedule.every;
