@@ -41,8 +41,9 @@ pub struct GlobalArgs {
     /// Redis URL (redis:// or rediss://, credentials allowed; never logged).
     #[arg(long, env = "REDIS_URL", global = true, default_value = config::REDIS_URL_DEFAULT, hide_env_values = true)]
     pub redis_url: String,
-    /// The SQLite ledger file.
-    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT)]
+    /// The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL
+    /// ledger (credentials allowed; never shown).
+    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT, hide_env_values = true)]
     pub db: PathBuf,
     /// The submissions stream.
     #[arg(long, env = "CLAIMGATE_STREAM", global = true, default_value = config::STREAM_DEFAULT)]
@@ -95,6 +96,8 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Copy the ledger consistently (while workers run) to a new file, mode 0600.
     Backup(ops::BackupArgs),
+    /// Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged.
+    Migrate(ops::MigrateArgs),
 }
 
 impl GlobalArgs {
@@ -130,6 +133,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             &*common::shutdown_flag()?,
         ),
         Command::Backup(args) => ops::backup(&cfg, args),
+        Command::Migrate(args) => ops::migrate(&cfg, args),
     }
 }
 

@@ -6,11 +6,13 @@
 //! verification), [`Inspect`] (verify, status, `/healthz`), [`Retention`] (purge and legal
 //! holds) and [`Backup`]. [`Backend`] is all of them together: what the one open step,
 //! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
-//! backend from the `--db` value. Implementations: [`sqlite`] (the embedded default) and
+//! backend from the `--db` value. Implementations: [`sqlite`] (the embedded default),
+//! [`postgres`] (the shared ledger of several nodes) and
 //! `MemoryLedger` (tests; it keeps the same contract, and the contract tests in
 //! `tests/it/contract.rs` run against both). `chain` is the audit-chain walk they share.
 //!
-//! Invariant: nothing outside `ledger/sqlite/` names SQLite; everything else holds a
+//! Invariant: nothing outside `ledger/sqlite/` names SQLite and nothing outside
+//! `ledger/postgres/` names PostgreSQL; everything else holds a
 //! `dyn Backend` (or the one trait it needs) from [`open`].
 //!
 //! # The contract every implementation keeps
@@ -47,19 +49,23 @@
 //!    never reused (not even after a purge). The relay's exactly-once argument rests on this:
 //!    it skips ids at or below a high-water mark, which is only safe if nothing can appear below
 //!    it. SQLite keeps it because it has one writer at a time and `outbox.id` is AUTOINCREMENT;
-//!    a backend with concurrent writers must serialize id assignment with commit order.
+//!    a backend with concurrent writers must serialize id assignment with commit order
+//!    (PostgreSQL numbers rows under the chain-head row lock it holds until COMMIT:
+//!    `ledger/postgres/outbox.rs`).
 //! 6. **Errors say whether to retry.** An error for which [`crate::Error::is_transient`] is
 //!    true (busy, locked, full, connection lost, serialization failure) changed nothing and may
 //!    succeed later; the worker backs off and retries the whole batch. Anything else is
 //!    permanent.
 
 pub(crate) mod chain;
+pub mod copy;
 mod memory;
 mod open;
+pub mod postgres;
 pub mod sqlite;
 
 pub use memory::MemoryLedger;
-pub use open::{open, open_waiting};
+pub use open::{migrate, open, open_waiting, Migrated};
 
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;

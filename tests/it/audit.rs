@@ -249,7 +249,7 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
 
 /// Moves the first `n` audit records (and the claims they describe) back to `old`, then re-seals
 /// the chain, as a ledger that has really been running that long would be.
-fn backdate(w: &World, n: i64, old: &str) {
+pub(crate) fn backdate(w: &World, n: i64, old: &str) {
     let db = rw(w);
     db.execute(
         "UPDATE audit_log SET recorded_at = ?1 WHERE seq <= ?2",

@@ -9,14 +9,25 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// One isolated world: its own redis-server, its own ledger file.
+/// Which ledger backend a world's ledger lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// A SQLite file in the world's temp dir.
+    Sqlite,
+    /// A fresh database on the test process's private PostgreSQL cluster (`pg.rs`).
+    Postgres,
+}
+
+/// One isolated world: its own redis-server, its own ledger (a file, or a database).
 pub struct World {
     /// The private server (killed on drop).
     pub redis: LocalRedis,
-    /// Holds the ledger and anything else the test writes.
+    /// Holds the ledger file and anything else the test writes.
     pub dir: tempfile::TempDir,
-    /// The ledger file.
+    /// The `--db` value: the ledger file, or the PostgreSQL database's URL.
     pub db: PathBuf,
+    /// Which backend `db` names.
+    pub store: Store,
 }
 
 impl World {
@@ -33,6 +44,25 @@ impl World {
         })
     }
 
+    /// A world with a throwaway Redis and its ledger in `store`.
+    pub fn on(store: Store) -> World {
+        let mut w = Self::with(Options::default());
+        if store == Store::Postgres {
+            w.db = PathBuf::from(crate::pg::fresh_database());
+            w.store = Store::Postgres;
+        }
+        w
+    }
+
+    /// A world whose ledger is the PostgreSQL database at `url` (a cluster the test started
+    /// itself, to stop and restart it); Redis persists with AOF.
+    pub fn on_postgres_url(url: &str) -> World {
+        let mut w = Self::persistent();
+        w.db = PathBuf::from(url);
+        w.store = Store::Postgres;
+        w
+    }
+
     /// A world with the given server options.
     pub fn with(options: Options) -> World {
         let redis = LocalRedis::start(options).unwrap_or_else(|e| {
@@ -43,7 +73,12 @@ impl World {
         });
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("ledger.db");
-        World { redis, dir, db }
+        World {
+            redis,
+            dir,
+            db,
+            store: Store::Sqlite,
+        }
     }
 
     /// The `claimgate` binary with this world's Redis and ledger in its environment.
@@ -132,8 +167,20 @@ impl World {
         cmd.query(&mut self.conn()).unwrap()
     }
 
-    /// An integer from SQL on the ledger (opened read-only, separately from any worker).
+    /// An integer from SQL on the ledger (opened read-only, separately from any worker). On
+    /// PostgreSQL the query is wrapped as `SELECT (sql)::int8`, so a SUM (NUMERIC there) reads
+    /// as an integer too.
     pub fn sql_i64(&self, sql: &str) -> i64 {
+        if self.store == Store::Postgres {
+            let url = self.db.to_str().expect("a URL");
+            let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            return match client.query_one(&format!("SELECT ({sql})::int8"), &[]) {
+                Ok(row) => row.get::<_, Option<i64>>(0).unwrap_or(0),
+                // The worker creates the schema when it starts: nothing recorded yet.
+                Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => 0,
+                Err(e) => panic!("{sql}: {e}"),
+            };
+        }
         if !self.db.exists() {
             return 0;
         }
