@@ -21,7 +21,7 @@ impl AuditLog for PgLedger {
         f: &mut dyn FnMut(Record) -> Result<()>,
     ) -> Result<()> {
         let mut conn = self.conn()?;
-        let mut tx = super::verify::snapshot(&mut conn.client)?;
+        let mut tx = super::snapshot(&mut conn.client)?;
         for_each(&mut tx, since, f)
     }
 }

@@ -347,6 +347,10 @@ fn decide<'a>(
         .collect()
 }
 
+/// A `dead_letters` row to insert: (entry id, item index, reason code, reason, award,
+/// deliveries).
+type DeadRow<'a> = (&'a str, usize, String, String, Option<String>, i64);
+
 /// Step 4a: dead letters and holds, once per stream entry. Returns the indexes of the items
 /// whose row this batch inserted (the first of the batch's items for an entry, and only if no
 /// earlier batch had dead-lettered it).
@@ -358,8 +362,7 @@ fn insert_dead_letters(
     decisions: &[Decision<'_>],
     now: &str,
 ) -> Result<HashSet<usize>> {
-    // (entry id, item index, reason code, reason, award, deliveries)
-    let mut rows: Vec<(&str, usize, String, String, Option<String>, i64)> = Vec::new();
+    let mut rows: Vec<DeadRow<'_>> = Vec::new();
     for (n, (item, d)) in items.iter().zip(decisions).enumerate() {
         match (item, d) {
             (

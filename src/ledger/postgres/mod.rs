@@ -126,6 +126,15 @@ impl r2d2::HandleError<postgres::Error> for QuietPool {
     }
 }
 
+/// A repeatable-read, read-only transaction: one snapshot for everything read in it.
+fn snapshot(client: &mut postgres::Client) -> Result<postgres::Transaction<'_>> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()?)
+}
+
 /// Whether the database holds a claimgate ledger already (its chain head table).
 fn has_schema(client: &mut postgres::Client) -> Result<bool> {
     Ok(client
@@ -165,12 +174,7 @@ impl Ledger for PgLedger {
 
 /// Counts and totals in one snapshot (a repeatable-read, read-only transaction).
 fn stats(conn: &mut Conn) -> Result<Stats> {
-    let mut tx = conn
-        .client
-        .build_transaction()
-        .isolation_level(postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()?;
+    let mut tx = snapshot(&mut conn.client)?;
     let row = tx.query_one(
         "SELECT (SELECT COUNT(*) FROM processed_messages),
                 (SELECT COUNT(*) FROM disbursements),

@@ -66,7 +66,7 @@ impl Retention for PgLedger {
         }
         let conn = session.as_mut().expect("set just above");
         index_claim_keys(&mut conn.client, cutoff)?;
-        let mut tx = super::verify::snapshot(&mut conn.client)?;
+        let mut tx = super::snapshot(&mut conn.client)?;
         let Some((first, last)) = prefix(&mut tx, cutoff)? else {
             return Ok(None);
         };

@@ -15,7 +15,7 @@ use crate::ledger::{chain, Inspect, Since, Summary};
 impl Inspect for PgLedger {
     fn verify(&self) -> Result<Summary> {
         let mut conn = self.conn()?;
-        let mut tx = snapshot(&mut conn.client)?;
+        let mut tx = super::snapshot(&mut conn.client)?;
         ledger(&mut tx)
     }
 
@@ -27,15 +27,6 @@ impl Inspect for PgLedger {
     fn describe(&self) -> String {
         self.redacted.clone()
     }
-}
-
-/// A repeatable-read, read-only transaction: one snapshot for everything read in it.
-pub(super) fn snapshot(client: &mut postgres::Client) -> Result<postgres::Transaction<'_>> {
-    Ok(client
-        .build_transaction()
-        .isolation_level(postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()?)
 }
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
