@@ -416,3 +416,96 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
         0
     );
 }
+
+/// Moves the first `n` audit records of a PostgreSQL ledger (and the claims they describe)
+/// back to `old`, re-seals the chain and moves the chain head with it, as a ledger that has
+/// really been running that long would be.
+fn backdate_postgres(w: &World, n: i64, old: &str) {
+    let url = w.db.to_str().unwrap();
+    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    db.execute("UPDATE audit_log SET recorded_at = $1 WHERE seq <= $2", &[&old, &n])
+        .unwrap();
+    db.execute(
+        "UPDATE processed_messages SET claimed_at = $1 WHERE encode(idempotency_key, 'hex') IN
+         (SELECT idempotency_key FROM audit_log WHERE seq <= $2 AND kind = 'processed')",
+        &[&old, &n],
+    )
+    .unwrap();
+    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let mut records = Vec::new();
+    ledger
+        .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
+            records.push(r);
+            Ok(())
+        })
+        .unwrap();
+    let mut prev = claimgate::domain::audit::GENESIS_HASH.to_owned();
+    for mut r in records {
+        r.seal(&prev);
+        db.execute(
+            "UPDATE audit_log SET prev_hash = $1, hash = $2 WHERE seq = $3",
+            &[&r.prev_hash, &r.hash, &r.seq],
+        )
+        .unwrap();
+        prev = r.hash;
+    }
+    db.execute("UPDATE chain_head SET hash = $1", &[&prev]).unwrap();
+}
+
+#[test]
+fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
+    // 1. 20 submissions and a malformed entry on PostgreSQL, published; the first 9 records
+    //    backdated to 2019.
+    // 2. A held award in the prefix refuses the purge (nothing removed); lifted, the purge runs
+    //    in batches of 4: records, claims, disbursements, outbox rows and the dead letter in
+    //    the prefix are gone, one checkpoint is left, verify and audit verify pass.
+    // 3. New work chains on after the checkpoint; verify passes again.
+    let w = World::on(Store::Postgres);
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    w.add_fields(&[("payload", b"[]")]);
+    w.add(&(5..20).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    backdate_postgres(&w, 9, "2019-03-01T12:00:00.000000Z");
+    w.run_ok(&["verify"]);
+    let export = w.dir.path().join("purge.jsonl");
+    let purge = |file: &std::path::Path| {
+        w.run(&[
+            "retention",
+            "purge",
+            "--before",
+            "2020-01-01",
+            "--batch-records-max",
+            "4",
+            "--export",
+            file.to_str().unwrap(),
+        ])
+    };
+    w.run_ok(&["hold", "add", "A-000002"]);
+    let refused = purge(&w.dir.path().join("refused.jsonl"));
+    assert!(!refused.status.success(), "a held award refuses the purge");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("A-000002"));
+    assert_eq!(w.count("audit_log"), 21, "a refused purge deletes nothing");
+    w.run_ok(&["hold", "remove", "A-000002"]);
+
+    let out = purge(&export);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(w.count("audit_log"), 21 - 9 + 1, "nine records out, one checkpoint in");
+    assert_eq!(w.sql_i64("SELECT MIN(seq) FROM audit_log"), 9);
+    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'"), 1);
+    assert_eq!(w.count("processed_messages"), 12, "eight claims went with their records");
+    assert_eq!(w.count("disbursements"), 12);
+    assert_eq!(w.count("outbox"), 12);
+    assert_eq!(w.count("dead_letters"), 0);
+    let exported = std::fs::read_to_string(&export).unwrap();
+    assert_eq!(exported.lines().filter(|l| l.contains("\"audit_log\"")).count(), 9);
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
+
+    w.add(&(20..25).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), 26);
+    assert_eq!(w.sql_i64("SELECT MAX(id) FROM outbox"), 25, "outbox ids are not reused");
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
+}

@@ -49,19 +49,23 @@ pub(super) struct Context<'a> {
 
 const LOCK_GROUPS: &str = "SELECT pg_advisory_xact_lock(g) FROM UNNEST($1::int8[]) AS g";
 
+// Both lookups probe an index once per element (LATERAL), whatever the planner believes about
+// the table's size: a plan made while the table was empty must not scan it once it is large.
 const CLAIMED: &str = "SELECT p.idempotency_key, p.claimed_at
      FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS k(ts, award, key)
-     JOIN processed_messages p
-       ON p.submission_timestamp = k.ts AND p.award_id = k.award AND p.idempotency_key = k.key";
+     CROSS JOIN LATERAL (
+         SELECT idempotency_key, claimed_at FROM processed_messages
+         WHERE submission_timestamp = k.ts AND award_id = k.award AND idempotency_key = k.key
+     ) p";
 
-const EARLIEST: &str = "SELECT submission_instant, award_id, idempotency_key, claimed_at FROM (
-         SELECT p.submission_instant, p.award_id, p.idempotency_key, p.claimed_at,
-                row_number() OVER (PARTITION BY p.submission_instant, p.award_id
-                                   ORDER BY p.claim_id) AS n
-         FROM processed_messages p
-         WHERE (p.submission_instant, p.award_id) IN
-               (SELECT * FROM UNNEST($1::text[], $2::text[]))) e
-     WHERE n <= 2 ORDER BY submission_instant, award_id, n";
+const EARLIEST: &str = "SELECT g.i, g.a, e.idempotency_key, e.claimed_at
+     FROM (SELECT DISTINCT i, a FROM UNNEST($1::text[], $2::text[]) AS u(i, a)) g
+     CROSS JOIN LATERAL (
+         SELECT idempotency_key, claimed_at, claim_id FROM processed_messages
+         WHERE submission_instant = g.i AND award_id = g.a
+         ORDER BY claim_id LIMIT 2
+     ) e
+     ORDER BY g.i, g.a, e.claim_id";
 
 const INSERT_DEAD: &str = "INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason,
          award_id, delivery_count, recorded_at)

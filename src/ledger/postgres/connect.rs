@@ -162,8 +162,12 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
+        let mut client = self.0.connect()?;
+        // Prepared statements get a plan per execution, from the table as it is now: a
+        // generic plan cached while the ledger was empty would keep scanning it as it grows.
+        client.batch_execute("SET plan_cache_mode = force_custom_plan")?;
         Ok(Conn {
-            client: self.0.connect()?,
+            client,
             prepared: HashMap::new(),
         })
     }

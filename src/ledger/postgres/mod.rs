@@ -145,6 +145,8 @@ fn has_schema(client: &mut postgres::Client) -> Result<bool> {
 /// The schema, in one transaction under [`SCHEMA_LOCK`].
 fn apply_schema(client: &mut postgres::Client) -> Result<()> {
     let mut tx = client.transaction()?;
+    // "already exists, skipping" notices on every open are noise in the operator's log.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
     tx.execute(
         "SELECT pg_advisory_xact_lock($1, $2)",
         &[&SCHEMA_LOCK.0, &SCHEMA_LOCK.1],
