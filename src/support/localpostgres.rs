@@ -41,12 +41,20 @@ pub struct LocalPostgres {
     dir: tempfile::TempDir,
     /// Whether the server is running (stopped by `stop_immediate`).
     running: bool,
+    /// Whether it also speaks TLS (`server.crt` and `server.key` in its directory).
+    tls: bool,
 }
 
 impl LocalPostgres {
     /// Makes a fresh cluster (`initdb`) and starts it. Fails with the install command when
     /// PostgreSQL is not installed.
     pub fn start() -> Result<Self> {
+        Self::start_with_tls(None)
+    }
+
+    /// Like [`LocalPostgres::start`]; with `Some((certificate_pem, key_pem))` the server also
+    /// accepts TLS (`ssl=on`) with that certificate.
+    pub fn start_with_tls(tls: Option<(&str, &str)>) -> Result<Self> {
         let bin = std::env::var_os("CLAIMGATE_PG_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(BIN_DIR_DEFAULT));
@@ -67,8 +75,13 @@ impl LocalPostgres {
             bin,
             dir,
             running: false,
+            tls: tls.is_some(),
         };
         pg.give_to_server_user(pg.dir.path())?;
+        if let Some((cert, key)) = tls {
+            pg.write_server_file("server.crt", cert)?;
+            pg.write_server_file("server.key", key)?;
+        }
         pg.init()?;
         let mut pg = pg;
         pg.start_server()?;
@@ -128,6 +141,16 @@ impl LocalPostgres {
         self.start_server()
     }
 
+    /// Writes a file the server reads (mode 0600, owned by the server's user).
+    fn write_server_file(&self, name: &str, text: &str) -> Result<()> {
+        use std::io::Write;
+        let path = self.dir.path().join(name);
+        crate::support::files::create_private(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        self.give_to_server_user(&path)
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -159,12 +182,17 @@ impl LocalPostgres {
     }
 
     fn start_server(&mut self) -> Result<()> {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on \
+        let dir = self.dir.path().display();
+        let mut options = format!(
+            "-p {} -k {dir} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on \
              -c max_connections=200",
-            self.port,
-            self.dir.path().display()
+            self.port
         );
+        if self.tls {
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"
+            ));
+        }
         let log = self.dir.path().join("server.log");
         let wait = START_WAIT_S_MAX.to_string();
         self.pg_ctl(&[

@@ -423,8 +423,11 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
 fn backdate_postgres(w: &World, n: i64, old: &str) {
     let url = w.db.to_str().unwrap();
     let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
-    db.execute("UPDATE audit_log SET recorded_at = $1 WHERE seq <= $2", &[&old, &n])
-        .unwrap();
+    db.execute(
+        "UPDATE audit_log SET recorded_at = $1 WHERE seq <= $2",
+        &[&old, &n],
+    )
+    .unwrap();
     db.execute(
         "UPDATE processed_messages SET claimed_at = $1 WHERE encode(idempotency_key, 'hex') IN
          (SELECT idempotency_key FROM audit_log WHERE seq <= $2 AND kind = 'processed')",
@@ -449,7 +452,8 @@ fn backdate_postgres(w: &World, n: i64, old: &str) {
         .unwrap();
         prev = r.hash;
     }
-    db.execute("UPDATE chain_head SET hash = $1", &[&prev]).unwrap();
+    db.execute("UPDATE chain_head SET hash = $1", &[&prev])
+        .unwrap();
 }
 
 #[test]
@@ -489,23 +493,105 @@ fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
     w.run_ok(&["hold", "remove", "A-000002"]);
 
     let out = purge(&export);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(w.count("audit_log"), 21 - 9 + 1, "nine records out, one checkpoint in");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        w.count("audit_log"),
+        21 - 9 + 1,
+        "nine records out, one checkpoint in"
+    );
     assert_eq!(w.sql_i64("SELECT MIN(seq) FROM audit_log"), 9);
-    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'"), 1);
-    assert_eq!(w.count("processed_messages"), 12, "eight claims went with their records");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'"),
+        1
+    );
+    assert_eq!(
+        w.count("processed_messages"),
+        12,
+        "eight claims went with their records"
+    );
     assert_eq!(w.count("disbursements"), 12);
     assert_eq!(w.count("outbox"), 12);
     assert_eq!(w.count("dead_letters"), 0);
     let exported = std::fs::read_to_string(&export).unwrap();
-    assert_eq!(exported.lines().filter(|l| l.contains("\"audit_log\"")).count(), 9);
+    assert_eq!(
+        exported
+            .lines()
+            .filter(|l| l.contains("\"audit_log\""))
+            .count(),
+        9
+    );
     w.run_ok(&["verify"]);
     w.run_ok(&["audit", "verify"]);
 
     w.add(&(20..25).map(submission).collect::<Vec<_>>());
     w.drain(&[]);
     assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), 26);
-    assert_eq!(w.sql_i64("SELECT MAX(id) FROM outbox"), 25, "outbox ids are not reused");
+    assert_eq!(
+        w.sql_i64("SELECT MAX(id) FROM outbox"),
+        25,
+        "outbox ids are not reused"
+    );
     w.run_ok(&["verify"]);
     w.run_ok(&["audit", "verify"]);
+}
+
+#[test]
+fn tls_with_sslrootcert_works_and_a_certificate_it_does_not_trust_is_exit_2() {
+    // 1. A cluster of the test's own speaking TLS with a certificate for 127.0.0.1.
+    // 2. sslmode=require&sslrootcert=<that certificate>: run drains 20 submissions, status
+    //    and verify pass; the server saw the connections as TLS.
+    // 3. sslrootcert=<another certificate>: exit 2 naming TLS, the password never shown.
+    let dir = tempfile::tempdir().unwrap();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let cert = dir.path().join("ca.pem");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    let stranger = dir.path().join("stranger.pem");
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    std::fs::write(&stranger, other.cert.pem()).unwrap();
+    let pg = claimgate::support::localpostgres::LocalPostgres::start_with_tls(Some((
+        &certified.cert.pem(),
+        &certified.signing_key.serialize_pem(),
+    )))
+    .unwrap();
+    let url = pg.create_database("tls").unwrap();
+    let with_ca =
+        |ca: &std::path::Path| format!("{url}?sslmode=require&sslrootcert={}", ca.display());
+    let w = World::on_postgres_url(&with_ca(&cert));
+    w.add(&(0..20).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 20);
+    w.run_ok(&["status"]);
+    w.run_ok(&["verify"]);
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let tls_seen: i64 = admin
+        .query_one("SELECT COUNT(*) FROM pg_stat_ssl WHERE ssl", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        tls_seen, 0,
+        "this admin connection is plain, so the check can fail"
+    );
+    let mut tls_client = w.cmd(&["relay"]).spawn().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || admin
+            .query_one("SELECT COUNT(*) FROM pg_stat_ssl WHERE ssl", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0),
+        "a relay connected over TLS"
+    );
+    signal(&tls_client, libc::SIGTERM);
+    assert!(wait_exit(&mut tls_client, Duration::from_secs(30)).success());
+
+    let (code, stderr) = with_db(&w, &["status"], &with_ca(&stranger));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("TLS") && !stderr.contains(pg.password()),
+        "{stderr}"
+    );
 }

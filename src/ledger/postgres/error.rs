@@ -50,6 +50,12 @@ pub(super) fn is_transient(e: &postgres::Error) -> bool {
 /// A failure to connect that an operator must fix, as a configuration error (exit 2): a
 /// wrong password or user, a database that does not exist. `None` for anything else.
 pub(super) fn config_fault(e: &postgres::Error, target: &str) -> Option<Error> {
+    if let Some(tls) = tls_refusal(e) {
+        return Some(Error::Config(format!(
+            "cannot open the PostgreSQL ledger {target}: TLS refused the server ({tls}); is \
+             sslrootcert the CA that signed the server's certificate, for this host name?"
+        )));
+    }
     let code = e.code()?;
     let what = if code == &SqlState::INVALID_PASSWORD
         || code == &SqlState::INVALID_AUTHORIZATION_SPECIFICATION
@@ -70,4 +76,24 @@ pub(super) fn config_fault(e: &postgres::Error, target: &str) -> Option<Error> {
     Some(Error::Config(format!(
         "cannot open the PostgreSQL ledger {target}: {what} ({detail})"
     )))
+}
+
+/// The TLS library's own refusal (a certificate not signed by `sslrootcert`, a name that does
+/// not match), found in the error's chain: retrying cannot change it.
+fn tls_refusal(e: &postgres::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<rustls::Error>() {
+            return Some(r.to_string());
+        }
+        if let Some(r) = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(r.to_string());
+        }
+        source = s.source();
+    }
+    None
 }
