@@ -194,16 +194,20 @@ fn postgres_restarted_under_a_running_worker_is_waited_out_and_everything_lands_
 }
 
 #[test]
-fn three_workers_and_two_relays_killed_at_random_leave_every_invariant_exact() {
+fn three_workers_and_two_relays_through_kills_failpoints_and_restarts_leave_every_invariant_exact()
+{
     // 1. Three workers and two relays on one consumer group and one database.
     // 2. Ten rounds: queue 200 new submissions and 50 resends, then SIGKILL one process at
     //    random and start it again under the same name, half the time armed to crash at a
     //    failpoint (a worker after its 3rd commit before XACK, a relay after its 2nd publish
     //    before marking); a process a failpoint ended is started again, unarmed.
+    //    After round 4 PostgreSQL is stopped at once (immediate shutdown) and started again a
+    //    second later; after round 7 Redis is killed and restarted from its AOF.
     // 3. Drain, then on PostgreSQL itself: each submission paid once (count and sum), one
     //    processed record each, the chain verifies, every event published exactly once with
     //    ids 1..=2000 in order, nothing pending, nothing unpublished.
-    let w = World::on(Store::Postgres);
+    let mut pg = crate::pg::own_cluster();
+    let mut w = World::on_postgres_url(&pg.create_database("chaos").unwrap());
     let per_round = 200;
     let rounds = 10;
     let unique = per_round * rounds;
@@ -225,7 +229,7 @@ fn three_workers_and_two_relays_killed_at_random_leave_every_invariant_exact() {
         vec!["relay", "--relay-batch-count-max", "25"],
         vec!["relay", "--relay-batch-count-max", "17"],
     ];
-    let spawn = |role: usize, armed: bool| {
+    let spawn = |w: &World, role: usize, armed: bool| {
         let mut cmd = w.cmd(&roles[role]);
         if armed {
             let point = if role < 3 {
@@ -240,7 +244,8 @@ fn three_workers_and_two_relays_killed_at_random_leave_every_invariant_exact() {
             .spawn()
             .unwrap()
     };
-    let mut procs: Vec<std::process::Child> = (0..roles.len()).map(|r| spawn(r, false)).collect();
+    let mut procs: Vec<std::process::Child> =
+        (0..roles.len()).map(|r| spawn(&w, r, false)).collect();
     let seed = std::env::var("CLAIMGATE_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -258,11 +263,19 @@ fn three_workers_and_two_relays_killed_at_random_leave_every_invariant_exact() {
         signal(&procs[victim], libc::SIGKILL);
         wait_exit(&mut procs[victim], Duration::from_secs(10));
         killed += 1;
-        procs[victim] = spawn(victim, rng.bool());
+        procs[victim] = spawn(&w, victim, rng.bool());
+        if round == 4 {
+            pg.stop_immediate().unwrap();
+            std::thread::sleep(Duration::from_secs(1));
+            pg.start_again().unwrap();
+        }
+        if round == 7 {
+            w.redis.restart().unwrap();
+        }
         for (role, p) in procs.iter_mut().enumerate() {
             if p.try_wait().unwrap().is_some() {
                 crashed += 1;
-                *p = spawn(role, false);
+                *p = spawn(&w, role, false);
             }
         }
     }
@@ -276,7 +289,7 @@ fn three_workers_and_two_relays_killed_at_random_leave_every_invariant_exact() {
         for (role, p) in procs.iter_mut().enumerate() {
             if p.try_wait().unwrap().is_some() {
                 crashed += 1;
-                *p = spawn(role, false);
+                *p = spawn(&w, role, false);
             }
         }
         done()
