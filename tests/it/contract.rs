@@ -1252,3 +1252,36 @@ impl Postgres {
         self.ledger.stats().unwrap().claims
     }
 }
+
+#[test]
+fn postgres_runs_one_retention_purge_at_a_time() {
+    // Two handles on one database (two nodes): while the first holds a purge session, the
+    // second's purge is refused, naming why; once the first handle is gone, it may run.
+    use claimgate::ledger::Retention;
+    let a = Postgres::fresh(OnConflict::Record);
+    let cfg = LedgerConfig::new(&a.url);
+    let b = PgLedger::open(&cfg).unwrap();
+    let cutoff = "2020-01-01T00:00:00.000000Z";
+    let mut admit = |_: &claimgate::ledger::PurgePlan| Ok(());
+    let mut row = |_: &serde_json::Value| Ok(());
+    assert_eq!(
+        a.ledger
+            .export_purge(cutoff, 10, &mut admit, &mut row)
+            .unwrap(),
+        None,
+        "nothing that old, but the session (and its lock) is held"
+    );
+    let refused = b
+        .export_purge(cutoff, 10, &mut admit, &mut row)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("another retention purge is running"),
+        "{refused}"
+    );
+    drop(a);
+    assert_eq!(
+        b.export_purge(cutoff, 10, &mut admit, &mut row).unwrap(),
+        None
+    );
+}
