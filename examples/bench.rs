@@ -10,6 +10,12 @@
 //! from wait4(2). Every run is verified against the ledger afterwards; a fast wrong answer
 //! aborts the benchmark.
 //!
+//! `--postgres` runs the PostgreSQL mode instead: a private PostgreSQL 15 cluster
+//! (`synchronous_commit=on`, fsync on), and per round on the same load (a) the SQLite worker,
+//! (p1) one worker and (p3) three workers on one consumer group, each on a fresh PostgreSQL
+//! database; reported: entries/s, worker and PostgreSQL CPU per entry, commit p50/p99, the
+//! chain-head lock's hold time p99 (from the workers' own exit lines) and WAL bytes per entry.
+//!
 //! Optional modes: `--backlog N` drains N entries once and reports peak RSS; `--prefill N`
 //! compares throughput on a ledger that already holds N disbursements, for new submissions and
 //! for back-dated ones that land among the history's; `--filter-dup F` compares
@@ -55,6 +61,8 @@ struct Opts {
     extra: Vec<String>,
     /// Keep (and reuse) the pre-filled ledger here instead of building a fresh one.
     template: Option<PathBuf>,
+    /// Run the PostgreSQL mode (see the module doc) instead of the others.
+    postgres: bool,
 }
 
 fn main() {
@@ -108,6 +116,7 @@ fn parse_opts(args: &[String]) -> Opts {
         dir: std::env::temp_dir(),
         extra: Vec::new(),
         template: None,
+        postgres: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -138,6 +147,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--dir" => o.dir = PathBuf::from(value()),
             "--template" => o.template = Some(PathBuf::from(value())),
             "--run-flag" => o.extra.push(value()),
+            "--postgres" => o.postgres = true,
             "--help" | "-h" => usage(""),
             other => usage(&format!("unknown flag {other}")),
         }
@@ -158,12 +168,15 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
-         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]..."
+         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }
 
 type Res<T> = Result<T, String>;
+
+#[path = "bench/pg_mode.rs"]
+mod pg_mode;
 
 fn bench(o: &Opts) -> Res<()> {
     let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
@@ -191,6 +204,9 @@ fn bench(o: &Opts) -> Res<()> {
     );
 
     let main_load = env.load("bench:main", o.n, o.dup, 1, Shape::Arrival)?;
+    if o.postgres {
+        return pg_mode::run(&env, o, &main_load);
+    }
     let shuffled_load = env.load("bench:shuffled", o.n, o.dup, 1, Shape::Shuffled)?;
     let pm_load = env.load("bench:pm", o.per_message_n, o.dup, 2, Shape::Arrival)?;
     let (mut a, mut s, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

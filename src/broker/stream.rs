@@ -6,6 +6,7 @@
 
 use crate::config::{REDIS_CONNECT_TIMEOUT_MS, REDIS_RESPONSE_TIMEOUT_MS};
 use crate::error::{Error, Result};
+use crate::support::redact as url_secrets;
 use redis::{Client, Connection, Value};
 use std::time::Duration;
 
@@ -68,14 +69,11 @@ pub fn client(url: &str) -> Result<Client> {
 /// an unencoded `/`, `?` or `#`) everything after the scheme is hidden: an unreadable URL in a
 /// log is better than a readable password.
 pub fn redact(url: &str) -> String {
-    redact_parsed(url).unwrap_or_else(|| redact_by_hand(url))
+    redact_parsed(url).unwrap_or_else(|| url_secrets::by_hand(url, &URL_QUERY_SHOWN))
 }
 
 /// Query parameters shown with their values: none of them is a secret.
 const URL_QUERY_SHOWN: [&str; 3] = ["db", "protocol", "user"];
-
-/// Query parameters whose name is shown but whose value is not.
-const URL_QUERY_SECRET: [&str; 4] = ["pass", "password", "passwd", "pwd"];
 
 /// [`redact`] for a URL redis-rs itself parses; `None` for anything else (including a parse in
 /// which an `@` lands after the authority, where the password's own characters may have been
@@ -101,7 +99,12 @@ fn redact_parsed(url: &str) -> Option<String> {
     let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
     let query = parsed
         .query()
-        .map(|_| format!("?{}", redact_query(parsed.query_pairs())))
+        .map(|_| {
+            format!(
+                "?{}",
+                url_secrets::query(parsed.query_pairs(), &URL_QUERY_SHOWN)
+            )
+        })
         .unwrap_or_default();
     let fragment = match parsed.fragment() {
         None => "",
@@ -113,62 +116,6 @@ fn redact_parsed(url: &str) -> Option<String> {
         parsed.scheme(),
         parsed.path()
     ))
-}
-
-/// Decoded query pairs, re-joined with every value that might be a secret hidden.
-fn redact_query<'a>(
-    pairs: impl Iterator<Item = (std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>)>,
-) -> String {
-    pairs
-        .map(|(name, value)| {
-            let lower = name.to_ascii_lowercase();
-            if URL_QUERY_SHOWN.contains(&lower.as_str()) {
-                format!("{name}={value}")
-            } else if URL_QUERY_SECRET.contains(&lower.as_str()) {
-                format!("{name}=***")
-            } else {
-                // An unknown name may itself be a piece of an unencoded password.
-                "***".to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-/// [`redact`] for what redis-rs does not parse: Sentinel URLs with several hosts, and
-/// malformed URLs quoted in error messages.
-fn redact_by_hand(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "***".to_owned();
-    };
-    let (userinfo, tail) = match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    };
-    let userinfo = match userinfo {
-        None => String::new(),
-        // The `@` may belong to a path or a query, or the password holds a delimiter: the
-        // boundary between secret and address is unknown, so show neither.
-        Some(info) if info.contains(['/', '?', '#']) => return format!("{scheme}://***"),
-        Some(info) => match info.split_once(':') {
-            Some((user, _)) => format!("{user}:***@"),
-            None => "***@".to_owned(),
-        },
-    };
-    let (address, query) = match tail.split_once(['?', '#']) {
-        Some((address, after)) => {
-            let pairs = after.split(['&', '#']).filter(|p| !p.is_empty()).map(|p| {
-                let (name, value) = p.split_once('=').unwrap_or((p, ""));
-                (
-                    std::borrow::Cow::Borrowed(name),
-                    std::borrow::Cow::Borrowed(value),
-                )
-            });
-            (address, format!("?{}", redact_query(pairs)))
-        }
-        None => (tail, String::new()),
-    };
-    format!("{scheme}://{userinfo}{address}{query}")
 }
 
 /// A connection that reconnects lazily after a failure.

@@ -42,8 +42,9 @@ pub struct GlobalArgs {
     /// Redis URL (redis:// or rediss://, credentials allowed; never logged).
     #[arg(long, env = "REDIS_URL", global = true, default_value = config::REDIS_URL_DEFAULT, hide_env_values = true)]
     pub redis_url: String,
-    /// The SQLite ledger file.
-    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT)]
+    /// The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL
+    /// ledger (credentials allowed; never shown).
+    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT, hide_env_values = true)]
     pub db: PathBuf,
     /// The submissions stream.
     #[arg(long, env = "CLAIMGATE_STREAM", global = true, default_value = config::STREAM_DEFAULT)]
@@ -99,6 +100,8 @@ pub enum Command {
     /// Put a backup in place of the ledger (no worker may have it open); the ledger replaced
     /// is kept beside it, and every disbursement in the backup reaches the events stream once.
     Restore(ops::RestoreArgs),
+    /// Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged.
+    Migrate(ops::MigrateArgs),
 }
 
 impl GlobalArgs {
@@ -135,6 +138,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         ),
         Command::Backup(args) => ops::backup(&cfg, args),
         Command::Restore(args) => ops::restore(&cfg, args),
+        Command::Migrate(args) => ops::migrate(&cfg, args),
     }
 }
 

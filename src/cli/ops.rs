@@ -1,8 +1,8 @@
 //! The operator's commands on the ledger as a whole: `status` (once, or `--watch`), `verify`,
-//! `backup` and `restore`.
+//! `backup`, `restore` and `migrate`.
 
 use super::common::{open_existing, shutdown_flag};
-use crate::config::Config;
+use crate::config::{Config, LedgerConfig};
 use crate::error::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -107,4 +107,26 @@ pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
             events_stream: &args.events_stream,
         },
     )
+}
+
+/// Flags of `claimgate migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the
+    /// password is never shown).
+    #[arg(long, env = "CLAIMGATE_MIGRATE_TO", hide_env_values = true)]
+    pub to: PathBuf,
+}
+
+/// `claimgate migrate --to URL`.
+pub fn migrate(cfg: &Config, args: MigrateArgs) -> Result<()> {
+    let mut from = LedgerConfig::new(&cfg.db_path);
+    from.create = false;
+    let m = crate::ledger::migrate(&from, &LedgerConfig::new(&args.to))?;
+    println!(
+        "migrated {} claims, {} disbursements, {} outbox rows, {} audit records; both ledgers \
+         verify with chain head {}",
+        m.to.claims, m.to.disbursements, m.to.outbox_rows, m.to.audit_records, m.to.head_hash
+    );
+    Ok(())
 }

@@ -7,11 +7,14 @@
 //! holds) and [`Backup`]. [`Backend`] is all of them together: what the one open step,
 //! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
 //! backend from the `--db` value. [`Restoring`] is `claimgate restore`'s, from
-//! [`prepare_restore`]: a backup put in place of the ledger, not a side of an open one. Implementations: [`sqlite`] (the embedded default) and
+//! [`prepare_restore`]: a backup put in place of the ledger, not a side of an open one.
+//! Implementations: [`sqlite`] (the embedded default), [`postgres`] (the shared ledger of
+//! several nodes) and
 //! `MemoryLedger` (tests; it keeps the same contract, and the contract tests in
 //! `tests/it/contract.rs` run against both). `chain` is the audit-chain walk they share.
 //!
-//! Invariant: nothing outside `ledger/sqlite/` names SQLite; everything else holds a
+//! Invariant: nothing outside `ledger/sqlite/` names SQLite and nothing outside
+//! `ledger/postgres/` names PostgreSQL; everything else holds a
 //! `dyn Backend` (or the one trait it needs) from [`open`].
 //!
 //! # The contract every implementation keeps
@@ -51,7 +54,9 @@
 //!    never reused (not even after a purge). The relay's exactly-once argument rests on this:
 //!    it skips ids at or below a high-water mark, which is only safe if nothing can appear below
 //!    it. SQLite keeps it because it has one writer at a time and `outbox.id` is AUTOINCREMENT;
-//!    a backend with concurrent writers must serialize id assignment with commit order.
+//!    a backend with concurrent writers must serialize id assignment with commit order
+//!    (PostgreSQL numbers rows under the chain-head row lock it holds until COMMIT:
+//!    `ledger/postgres/outbox.rs`).
 //! 6. **Purged claims still suppress.** A retention purge leaves a tombstone for every claim
 //!    it removes: the key and when it was claimed (plus when it was purged), no award, no
 //!    amount, nothing else. A submission whose key has a tombstone is a duplicate forever:
@@ -65,12 +70,14 @@
 //!    permanent.
 
 pub(crate) mod chain;
+pub mod copy;
 mod memory;
 mod open;
+pub mod postgres;
 pub mod sqlite;
 
 pub use memory::MemoryLedger;
-pub use open::{open, open_waiting, prepare_restore};
+pub use open::{migrate, open, open_waiting, prepare_restore, Migrated};
 
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;

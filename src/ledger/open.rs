@@ -1,13 +1,12 @@
 //! The one open step: the `--db` value chooses the backend, and the caller gets a
 //! [`Backend`] without ever naming it.
 //!
-//! A file path is the embedded SQLite ledger. A `postgres://` or `postgresql://` URL names a
-//! PostgreSQL ledger, which this build cannot open yet: it is a configuration error (exit 2)
-//! that says so, rather than a file of that name.
+//! A file path is the embedded SQLite ledger. A `postgres://` or `postgresql://` URL is the
+//! shared PostgreSQL ledger (`ledger/postgres/`), never a file of that name.
 
-use super::{sqlite, Backend, Restoring};
+use super::{postgres, sqlite, Backend, Restoring};
 use crate::config::LedgerConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use std::sync::atomic::AtomicBool;
 
 /// Which kind of ledger a `--db` value names.
@@ -32,22 +31,13 @@ impl Location {
     }
 }
 
-/// The refusal for a PostgreSQL URL. The URL itself is not repeated: it may hold a password.
-fn postgres_not_built() -> Error {
-    Error::Config(
-        "--db names a PostgreSQL ledger (postgres://…), but the PostgreSQL ledger is not built \
-         yet; give a file path for the embedded SQLite ledger"
-            .into(),
-    )
-}
-
 /// Opens the ledger `cfg` names (creating it if `cfg.create` and it does not exist), honouring
 /// every setting in `cfg`: the conflict policy, and background housekeeping for a long-running
 /// writer. A ledger that cannot be opened now fails at once; see [`open_waiting`].
 pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
     match Location::of(cfg) {
         Location::File => Ok(Box::new(sqlite::SqliteLedger::open(cfg)?)),
-        Location::Postgres => Err(postgres_not_built()),
+        Location::Postgres => Ok(Box::new(postgres::PgLedger::open(cfg)?)),
     }
 }
 
@@ -59,7 +49,10 @@ pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Box<
             Ok(sqlite::SqliteLedger::open_waiting(cfg, stop)?
                 .map(|l| Box::new(l) as Box<dyn Backend>))
         }
-        Location::Postgres => Err(postgres_not_built()),
+        Location::Postgres => {
+            Ok(postgres::PgLedger::open_waiting(cfg, stop)?
+                .map(|l| Box::new(l) as Box<dyn Backend>))
+        }
     }
 }
 
@@ -69,6 +62,55 @@ pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Box<
 pub fn prepare_restore(cfg: &LedgerConfig, backup: &std::path::Path) -> Result<Box<dyn Restoring>> {
     match Location::of(cfg) {
         Location::File => Ok(Box::new(sqlite::prepare_restore(&cfg.path, backup)?)),
-        Location::Postgres => Err(postgres_not_built()),
+        Location::Postgres => Err(crate::error::Error::Config(
+            "a PostgreSQL ledger is restored with PostgreSQL's own tools (pg_restore, a base backup \
+             and WAL); `claimgate restore` puts back the SQLite ledger's backups"
+                .into(),
+        )),
     }
+}
+
+/// What a migration copied: the source's and the target's `verify` summaries, equal in every
+/// count and in the chain's head hash.
+#[derive(Debug, Clone)]
+pub struct Migrated {
+    /// The SQLite ledger, verified before the copy.
+    pub from: super::Summary,
+    /// The PostgreSQL ledger, verified after it.
+    pub to: super::Summary,
+}
+
+/// Copies the SQLite ledger `from` into the empty PostgreSQL ledger `to` (`claimgate migrate`):
+/// the source must verify first; the copy is one transaction; the target must then verify with
+/// the same counts and the same chain head, or the command fails saying what differs (the
+/// copy stays, for inspection). A non-empty target is refused, nothing written.
+pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
+    use super::Inspect;
+    use crate::error::Error;
+    if !matches!(Location::of(from), Location::File) {
+        return Err(Error::Config(
+            "migrate copies a SQLite ledger: --db must name its file".into(),
+        ));
+    }
+    if !matches!(Location::of(to), Location::Postgres) {
+        return Err(Error::Config(
+            "migrate copies into a PostgreSQL ledger: --to must be a postgres:// or \
+             postgresql:// URL"
+                .into(),
+        ));
+    }
+    let source = sqlite::SqliteLedger::open(from)?;
+    let before = source.verify()?;
+    let target = postgres::PgLedger::open(to)?;
+    target.load(&mut |sink| source.dump(sink))?;
+    let after = target.verify()?;
+    if after != before {
+        return Err(Error::Invariant(format!(
+            "the copy differs from its source: source {before:?}, copy {after:?}"
+        )));
+    }
+    Ok(Migrated {
+        from: before,
+        to: after,
+    })
 }

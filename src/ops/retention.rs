@@ -199,6 +199,18 @@ fn refuse_if_held_or_unpublished(plan: &PurgePlan, cutoff: &str) -> Result<()> {
 /// `<ledger>.purge-<UTC time>.jsonl`, beside the ledger.
 fn default_export_path(db: &Path) -> PathBuf {
     let stamp = now_rfc3339().replace([':', '.'], "");
+    let text = db.to_string_lossy();
+    if let Some((_, rest)) = text.split_once("://") {
+        // A database URL (its description, password removed): the current directory, named
+        // after the database.
+        let name = rest
+            .split(['?', '#'])
+            .next()
+            .and_then(|r| r.rsplit('/').next())
+            .filter(|n| !n.is_empty() && !n.contains('@'))
+            .unwrap_or("ledger");
+        return PathBuf::from(format!("{name}.purge-{stamp}.jsonl"));
+    }
     let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(format!(".purge-{stamp}.jsonl"));
     db.with_file_name(name)

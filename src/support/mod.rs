@@ -7,4 +7,6 @@
 pub mod allocator;
 pub mod failpoint;
 pub(crate) mod files;
+pub mod localpostgres;
 pub mod localredis;
+pub mod redact;

@@ -14,6 +14,7 @@ use claimgate::domain::audit::{Kind, Record};
 use claimgate::domain::clock::now_rfc3339;
 use claimgate::domain::event::{self, DISBURSEMENT_RECORDED};
 use claimgate::domain::submission::{parse_payload, Limits, Submission};
+use claimgate::ledger::postgres::PgLedger;
 use claimgate::ledger::sqlite::SqliteLedger;
 use claimgate::ledger::{
     AuditLog, Inspect, Item, Ledger, MemoryLedger, Outbox, OutboxRow, Outcome, Since, Stats,
@@ -157,6 +158,108 @@ impl Inspect for Sqlite {
     }
 }
 
+/// The PostgreSQL ledger on a fresh database of the shared test cluster, shared between clones.
+#[derive(Clone)]
+struct Postgres {
+    /// The ledger under test.
+    ledger: Arc<PgLedger>,
+    /// Its URL, for a connection of the test's own.
+    url: String,
+}
+
+impl Postgres {
+    /// A connection of its own to the database, for planting triggers and faults.
+    fn raw(&self) -> ::postgres::Client {
+        ::postgres::Client::connect(&self.url, ::postgres::NoTls).unwrap()
+    }
+}
+
+impl Subject for Postgres {
+    fn fresh(on_conflict: OnConflict) -> Self {
+        let url = crate::pg::fresh_database();
+        let mut cfg = LedgerConfig::new(&url);
+        cfg.on_conflict = on_conflict;
+        Postgres {
+            ledger: Arc::new(PgLedger::open(&cfg).unwrap()),
+            url,
+        }
+    }
+    fn fail_on_award(&self, award_id: &str) {
+        // As on SQLite: disbursements are written after every claim of the batch, so the
+        // failure lands inside a transaction that has already written rows.
+        assert!(!award_id.contains('\''));
+        self.raw()
+            .batch_execute(&format!(
+                "CREATE FUNCTION contract_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF NEW.award_id = '{award_id}' THEN RAISE EXCEPTION 'forced failure'; END IF;
+                     RETURN NEW;
+                 END $$;
+                 CREATE TRIGGER contract_fault BEFORE INSERT ON disbursements
+                 FOR EACH ROW EXECUTE FUNCTION contract_fault();"
+            ))
+            .unwrap();
+    }
+    fn disarm(&self) {
+        self.raw()
+            .batch_execute(
+                "DROP TRIGGER contract_fault ON disbursements; DROP FUNCTION contract_fault();",
+            )
+            .unwrap();
+    }
+}
+
+/// Delegates every trait to the wrapped ledger (the subject wrappers add only the fault hook).
+macro_rules! delegate {
+    ($t:ty) => {
+        impl Ledger for $t {
+            fn record(
+                &self,
+                items: &[Item<'_>],
+                consumer: &str,
+                stream: &str,
+            ) -> Result<Vec<Outcome>> {
+                self.ledger.record(items, consumer, stream)
+            }
+            fn stats(&self) -> Result<Stats> {
+                self.ledger.stats()
+            }
+        }
+        impl Outbox for $t {
+            fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+                self.ledger.unpublished(limit)
+            }
+            fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
+                self.ledger.mark_published(upto_id, now)
+            }
+            fn ledger_id(&self) -> Result<String> {
+                self.ledger.ledger_id()
+            }
+        }
+        impl AuditLog for $t {
+            fn for_each_record(
+                &self,
+                since: &Since,
+                f: &mut dyn FnMut(Record) -> Result<()>,
+            ) -> Result<()> {
+                self.ledger.for_each_record(since, f)
+            }
+        }
+        impl Inspect for $t {
+            fn verify(&self) -> Result<Summary> {
+                self.ledger.verify()
+            }
+            fn ping(&self) -> Result<()> {
+                self.ledger.ping()
+            }
+            fn describe(&self) -> String {
+                self.ledger.describe()
+            }
+        }
+    };
+}
+delegate!(Postgres);
+
 /// Instantiates each generic contract test once per ledger.
 macro_rules! for_every_ledger {
     ($($test:ident),* $(,)?) => {
@@ -170,6 +273,12 @@ macro_rules! for_every_ledger {
             $(#[test]
             fn $test() {
                 super::$test::<super::Sqlite>();
+            })*
+        }
+        mod postgres {
+            $(#[test]
+            fn $test() {
+                super::$test::<super::Postgres>();
             })*
         }
     };
@@ -1036,7 +1145,7 @@ fn transcript<L: Subject>(on_conflict: OnConflict, script: &[Vec<Item<'_>>]) -> 
 }
 
 #[test]
-fn memory_and_sqlite_give_the_same_outcomes_and_records_for_the_same_batches() {
+fn memory_sqlite_and_postgres_give_the_same_outcomes_and_records_for_the_same_batches() {
     // Every kind of item, under both conflict policies: the two ledgers agree field for field.
     let s: Vec<Submission> = (0..4).map(sub).collect();
     let c: Vec<Submission> = (0..4).map(conflicting).collect();
@@ -1071,6 +1180,8 @@ fn memory_and_sqlite_give_the_same_outcomes_and_records_for_the_same_batches() {
         let memory = transcript::<MemoryLedger>(policy, &script);
         let sqlite = transcript::<Sqlite>(policy, &script);
         assert_eq!(memory, sqlite, "under {policy:?}");
+        let postgres = transcript::<Postgres>(policy, &script);
+        assert_eq!(memory, postgres, "PostgreSQL under {policy:?}");
         // Not agreement on nothing: every outcome kind the script aims at occurred.
         let all: Vec<&Outcome> = memory.outcomes.iter().flatten().collect();
         let has = |f: fn(&Outcome) -> bool| all.iter().any(|o| f(o));
@@ -1123,4 +1234,153 @@ fn sqlite_verify_names_a_planted_inconsistency() {
         .unwrap();
     let err = l.verify().unwrap_err().to_string();
     assert!(err.contains("audit chain broken at seq 2"), "{err}");
+}
+
+// ----- PostgreSQL only --------------------------------------------------------------------------
+
+#[test]
+fn postgres_verify_names_a_planted_inconsistency() {
+    // A deleted disbursement, an edited audit record, and a chain head moved behind the chain
+    // (the next batch would fork it) each make verify fail naming what is wrong.
+    let l = Postgres::fresh(OnConflict::Record);
+    let (s1, s2, s3) = (sub(1), sub(2), sub(3));
+    l.record(
+        &[
+            item(&s1, "1-0"),
+            item(&s2, "2-0"),
+            item(&s3, "3-0"),
+            item(&s1, "4-0"),
+        ],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    l.verify().unwrap();
+    l.raw()
+        .batch_execute(
+            "DELETE FROM disbursements WHERE claim_id = (SELECT MIN(claim_id) + 1 FROM processed_messages)",
+        )
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(err.contains("claim without a disbursement"), "{err}");
+
+    let l = Postgres::fresh(OnConflict::Record);
+    l.record(&[item(&s1, "1-0"), item(&s1, "2-0")], "c", STREAM)
+        .unwrap();
+    l.raw()
+        .batch_execute("UPDATE audit_log SET detail = 'first claimed never' WHERE seq = 2")
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(err.contains("audit chain broken at seq 2"), "{err}");
+
+    let l = Postgres::fresh(OnConflict::Record);
+    l.record(&[item(&s1, "1-0"), item(&s2, "2-0")], "c", STREAM)
+        .unwrap();
+    l.raw()
+        .batch_execute("UPDATE chain_head SET seq = 1")
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(err.contains("chain head"), "{err}");
+}
+
+#[test]
+fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
+    // Contract point 5 under real concurrency: eight writers commit batches while a reader
+    // polls `unpublished` the way a relay does (all rows above its mark). A row below the
+    // highest id the reader has seen must never appear later; a sequence-numbered outbox
+    // fails this within a few hundred batches.
+    const WRITERS: usize = 8;
+    const PER_WRITER: usize = 150;
+    let l = Postgres::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = (0..WRITERS * PER_WRITER).map(sub).collect();
+    let entries: Vec<String> = (0..subs.len()).map(|i| format!("{i}-0")).collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let late = std::thread::scope(|scope| {
+        for w in 0..WRITERS {
+            let (l, subs, entries) = (l.clone(), &subs, &entries);
+            scope.spawn(move || {
+                for i in (w * PER_WRITER..(w + 1) * PER_WRITER).step_by(3) {
+                    let items: Vec<Item<'_>> = (i..(i + 3).min((w + 1) * PER_WRITER))
+                        .map(|j| item(&subs[j], &entries[j]))
+                        .collect();
+                    l.record(&items, &format!("w{w}"), STREAM).unwrap();
+                }
+            });
+        }
+        let reader = {
+            let (l, done) = (l.clone(), &done);
+            scope.spawn(move || {
+                let mut seen_max = 0;
+                let mut seen = std::collections::HashSet::new();
+                let mut late = 0;
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                    for row in l.unpublished(100_000).unwrap() {
+                        if seen.insert(row.id) && row.id < seen_max {
+                            late += 1;
+                        }
+                        seen_max = seen_max.max(row.id);
+                    }
+                    if finished {
+                        return (late, seen.len());
+                    }
+                }
+            })
+        };
+        while l.counts_claims() < subs.len() as u64 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        reader.join().unwrap()
+    });
+    assert_eq!(late.1, subs.len(), "the reader saw every row");
+    assert_eq!(late.0, 0, "rows appeared below an id already seen");
+    let ids: Vec<i64> = l
+        .unpublished(100_000)
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, (1..=subs.len() as i64).collect::<Vec<_>>());
+    l.verify().unwrap();
+}
+
+impl Postgres {
+    /// Claims so far.
+    fn counts_claims(&self) -> u64 {
+        self.ledger.stats().unwrap().claims
+    }
+}
+
+#[test]
+fn postgres_runs_one_retention_purge_at_a_time() {
+    // Two handles on one database (two nodes): while the first holds a purge session, the
+    // second's purge is refused, naming why; once the first handle is gone, it may run.
+    use claimgate::ledger::Retention;
+    let a = Postgres::fresh(OnConflict::Record);
+    let cfg = LedgerConfig::new(&a.url);
+    let b = PgLedger::open(&cfg).unwrap();
+    let cutoff = "2020-01-01T00:00:00.000000Z";
+    let mut admit = |_: &claimgate::ledger::PurgePlan| Ok(());
+    let mut row = |_: &serde_json::Value| Ok(());
+    assert_eq!(
+        a.ledger
+            .export_purge(cutoff, 10, &mut admit, &mut row)
+            .unwrap(),
+        None,
+        "nothing that old, but the session (and its lock) is held"
+    );
+    let refused = b
+        .export_purge(cutoff, 10, &mut admit, &mut row)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("another retention purge is running"),
+        "{refused}"
+    );
+    drop(a);
+    assert_eq!(
+        b.export_purge(cutoff, 10, &mut admit, &mut row).unwrap(),
+        None
+    );
 }

@@ -1,6 +1,27 @@
 //! The integration suite: one test crate (builds once), a module per area.
-//! Every test starts its own redis-server and uses a real SQLite file.
+//! Every test starts its own redis-server and uses a real SQLite file or a real PostgreSQL
+//! database (`pg.rs`).
 
+/// Instantiates each end-to-end test `fn NAME(store: Store)` once per ledger backend, as
+/// `on_sqlite::NAME` and `on_postgres::NAME`: one suite, both backends.
+macro_rules! on_both_ledgers {
+    ($($test:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(#[test]
+            fn $test() {
+                super::$test(crate::support::Store::Sqlite);
+            })*
+        }
+        mod on_postgres {
+            $(#[test]
+            fn $test() {
+                super::$test(crate::support::Store::Postgres);
+            })*
+        }
+    };
+}
+
+mod pg;
 mod support;
 
 mod audit;
@@ -24,4 +45,5 @@ mod resilience;
 mod restore_and_tombstones;
 mod retry;
 mod security;
+mod shared_ledger;
 mod worker;

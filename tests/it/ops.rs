@@ -2,7 +2,7 @@
 //! credentials in Redis URLs, the ledger's file mode. Real redis-servers, real processes.
 
 use crate::support::RunWithDeadline;
-use crate::support::{signal, submission, wait_exit, wait_for, World};
+use crate::support::{signal, submission, wait_exit, wait_for, Store, World};
 use claimgate::support::localredis::{free_port, Options};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -164,14 +164,15 @@ fn demo_without_redis_server_on_path_exits_2_with_the_install_command() {
     assert!(is_empty_dir(empty.path()));
 }
 
-#[test]
-fn metrics_counters_equal_the_ledger_and_healthz_follows_redis() {
+on_both_ledgers!(metrics_counters_equal_the_ledger_and_healthz_follows_redis);
+
+fn metrics_counters_equal_the_ledger_and_healthz_follows_redis(store: Store) {
     // Plan:
     // 1. Queue 120 submissions, 6 byte-identical resends and 2 malformed entries.
     // 2. Run a worker with --metrics-addr; once it has drained the stream, scrape /metrics and
     //    compare each counter with SQL on the ledger.
     // 3. Kill Redis: /healthz turns 503. Restart it: /healthz is 200 again.
-    let mut world = World::new();
+    let mut world = World::on(store);
     let payloads: Vec<String> = (0..120).map(submission).collect();
     world.add(&payloads);
     world.add(&payloads[..6]);

@@ -2,7 +2,7 @@
 //! often the relay is killed.
 
 use crate::support::RunWithDeadline;
-use crate::support::{self, World};
+use crate::support::{self, Store, World};
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
@@ -33,14 +33,15 @@ fn events(w: &World) -> Vec<(i64, String, serde_json::Value)> {
         .collect()
 }
 
+on_both_ledgers!(a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order);
+
 fn relay_args(extra: &[&'static str]) -> Vec<&'static str> {
     let mut args = vec!["relay", "--relay-batch-count-max", "7"];
     args.extend_from_slice(extra);
     args
 }
 
-#[test]
-fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
+fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order(store: Store) {
     // Plan:
     // 1. Record 400 disbursements (worker only), so the outbox holds 400 unpublished rows.
     // 2. Twelve times: start a relay publishing 1 to 3 rows per round and kill it,
@@ -49,7 +50,7 @@ fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order() {
     //    events after it started publishing.
     // 3. Drain with two relays at once, with different batch sizes so their batches overlap
     //    partially, then check the events stream and the outbox.
-    let w = World::new();
+    let w = World::on(store);
     let n = 400;
     w.add(&(0..n).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);

@@ -9,14 +9,25 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// One isolated world: its own redis-server, its own ledger file.
+/// Which ledger backend a world's ledger lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// A SQLite file in the world's temp dir.
+    Sqlite,
+    /// A fresh database on the test process's private PostgreSQL cluster (`pg.rs`).
+    Postgres,
+}
+
+/// One isolated world: its own redis-server, its own ledger (a file, or a database).
 pub struct World {
     /// The private server (killed on drop).
     pub redis: LocalRedis,
-    /// Holds the ledger and anything else the test writes.
+    /// Holds the ledger file and anything else the test writes.
     pub dir: tempfile::TempDir,
-    /// The ledger file.
+    /// The `--db` value: the ledger file, or the PostgreSQL database's URL.
     pub db: PathBuf,
+    /// Which backend `db` names.
+    pub store: Store,
 }
 
 impl World {
@@ -33,6 +44,25 @@ impl World {
         })
     }
 
+    /// A world with a throwaway Redis and its ledger in `store`.
+    pub fn on(store: Store) -> World {
+        let mut w = Self::with(Options::default());
+        if store == Store::Postgres {
+            w.db = PathBuf::from(crate::pg::fresh_database());
+            w.store = Store::Postgres;
+        }
+        w
+    }
+
+    /// A world whose ledger is the PostgreSQL database at `url` (a cluster the test started
+    /// itself, to stop and restart it); Redis persists with AOF.
+    pub fn on_postgres_url(url: &str) -> World {
+        let mut w = Self::persistent();
+        w.db = PathBuf::from(url);
+        w.store = Store::Postgres;
+        w
+    }
+
     /// A world with the given server options.
     pub fn with(options: Options) -> World {
         let redis = LocalRedis::start(options).unwrap_or_else(|e| {
@@ -43,7 +73,12 @@ impl World {
         });
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("ledger.db");
-        World { redis, dir, db }
+        World {
+            redis,
+            dir,
+            db,
+            store: Store::Sqlite,
+        }
     }
 
     /// The `claimgate` binary with this world's Redis and ledger in its environment.
@@ -157,29 +192,44 @@ impl World {
     }
 
     /// An integer from SQL on the ledger (opened read-only, separately from any worker). A
-    /// missing ledger file or table fails the test: "nothing was written" must never pass
-    /// because the worker died before it made the ledger. [`World::sql_i64_once_made`] is for
-    /// polling a ledger a starting worker is still making.
+    /// missing ledger (file, database schema) or table fails the test: "nothing was written"
+    /// must never pass because the worker died before it made the ledger.
+    /// [`World::sql_i64_once_made`] is for polling a ledger a starting worker is still making.
+    /// On PostgreSQL the query is wrapped as `SELECT (sql)::int8`, so a SUM (NUMERIC there)
+    /// reads as an integer too.
     pub fn sql_i64(&self, sql: &str) -> i64 {
-        assert!(
-            self.db.exists(),
-            "{sql}: the ledger {} does not exist (did the worker start?)",
-            self.db.display()
-        );
-        let conn = rusqlite::Connection::open_with_flags(
-            &self.db,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap();
-        conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
-            .unwrap_or_else(|e| panic!("{sql} on {}: {e}", self.db.display()))
-            .unwrap_or(0)
+        self.query_i64(sql, false)
     }
 
     /// Like [`World::sql_i64`], but 0 while the ledger or its tables do not exist yet: for
     /// waiting on a worker that is starting.
     pub fn sql_i64_once_made(&self, sql: &str) -> i64 {
+        self.query_i64(sql, true)
+    }
+
+    fn query_i64(&self, sql: &str, zero_until_made: bool) -> i64 {
+        if self.store == Store::Postgres {
+            // The test's own plain connection: without the TLS parameters claimgate reads.
+            let url = self.db.to_str().expect("a URL").split('?').next().unwrap();
+            let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            return match client.query_one(&format!("SELECT ({sql})::int8"), &[]) {
+                Ok(row) => row.get::<_, Option<i64>>(0).unwrap_or(0),
+                // The worker creates the schema when it starts: nothing recorded yet.
+                Err(e)
+                    if zero_until_made
+                        && e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) =>
+                {
+                    0
+                }
+                Err(e) => panic!("{sql}: {e}"),
+            };
+        }
         if !self.db.exists() {
+            assert!(
+                zero_until_made,
+                "{sql}: the ledger {} does not exist (did the worker start?)",
+                self.db.display()
+            );
             return 0;
         }
         let conn = rusqlite::Connection::open_with_flags(
@@ -193,8 +243,8 @@ impl World {
         {
             Ok(v) => v.flatten().unwrap_or(0),
             // The worker creates the schema moments after the file: nothing recorded yet.
-            Err(e) if e.to_string().contains("no such table") => 0,
-            Err(e) => panic!("{sql}: {e}"),
+            Err(e) if zero_until_made && e.to_string().contains("no such table") => 0,
+            Err(e) => panic!("{sql} on {}: {e}", self.db.display()),
         }
     }
 

@@ -13,6 +13,7 @@ mod backup;
 mod batch;
 mod checkpoint;
 mod conflict;
+mod dump;
 mod error;
 mod lock;
 mod multirow;

@@ -1,0 +1,245 @@
+//! The benchmark's PostgreSQL mode (`--postgres`): the same load through (a) the SQLite
+//! worker, (p1) one worker on a PostgreSQL ledger and (p3) three workers on one consumer group
+//! and one PostgreSQL ledger, on a private PostgreSQL 15 cluster on this machine (worker,
+//! Redis and PostgreSQL share its cores). Every run is verified through the ledger's own
+//! `verify` and `stats` before its figures count.
+
+use super::{median, ms, wait4, Env, Load, Opts, Res};
+use claimgate::config::LedgerConfig;
+use claimgate::support::localpostgres::LocalPostgres;
+use std::time::{Duration, Instant};
+
+/// One PostgreSQL run's figures.
+struct PgRun {
+    /// Entries per second, wall clock, all workers together.
+    rate: f64,
+    /// Worker CPU (user + system, all workers) per entry, microseconds.
+    worker_cpu_us: f64,
+    /// PostgreSQL CPU (every server process) per entry, microseconds.
+    pg_cpu_us: f64,
+    /// Commit latency p50 and p99 (the worst worker's), microseconds.
+    commit_p50_us: u64,
+    commit_p99_us: u64,
+    /// Chain-head lock hold p99 (the worst worker's), microseconds.
+    head_p99_us: u64,
+    /// WAL bytes written per entry.
+    wal_per_entry: f64,
+}
+
+/// Runs the mode: `o.rounds` rounds of (a), (p1), (p3), then medians.
+pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
+    let pg = LocalPostgres::start().map_err(|e| e.to_string())?;
+    println!(
+        "postgres: private PostgreSQL 15 on port {} (fsync=on, synchronous_commit=on)",
+        pg.port()
+    );
+    let (mut a, mut p1, mut p3) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=o.rounds {
+        a.push(env.child_run(load, &format!("a{round}"), &[], None)?);
+        p1.push(pg_run(env, &pg, load, &format!("p1r{round}"), 1)?);
+        p3.push(pg_run(env, &pg, load, &format!("p3r{round}"), 3)?);
+        let (x, y) = (&p1[round - 1], &p3[round - 1]);
+        println!(
+            "round {round}: (a) sqlite {:>7.0}/s  (p1) {:>7.0}/s head p99 {}  (p3) {:>7.0}/s head p99 {}",
+            a[round - 1].rate,
+            x.rate,
+            ms(x.head_p99_us),
+            y.rate,
+            ms(y.head_p99_us)
+        );
+    }
+    println!(
+        "\nmedians over {} rounds ({} entries, {:.0}% duplicates)",
+        o.rounds,
+        load.n,
+        (1.0 - load.unique as f64 / load.n as f64) * 100.0
+    );
+    let ra = median(&a, |r| r.rate);
+    println!(
+        "  (a)  sqlite, 1 worker      {ra:>8.0} entries/s   commit p50 {} p99 {}   worker cpu {:.1} us/entry",
+        ms(median(&a, |r| r.commit_p50_us as f64) as u64),
+        ms(median(&a, |r| r.commit_p99_us as f64) as u64),
+        median(&a, |r| r.cpu_us_per_entry)
+    );
+    for (label, runs) in [
+        ("(p1) postgres, 1 worker   ", &p1),
+        ("(p3) postgres, 3 workers  ", &p3),
+    ] {
+        println!(
+            "  {label}{:>8.0} entries/s   commit p50 {} p99 {}   worker cpu {:.1} us/entry   postgres cpu {:.1} us/entry   head hold p99 {}   WAL {:.0} B/entry",
+            median(runs, |r| r.rate),
+            ms(median(runs, |r| r.commit_p50_us as f64) as u64),
+            ms(median(runs, |r| r.commit_p99_us as f64) as u64),
+            median(runs, |r| r.worker_cpu_us),
+            median(runs, |r| r.pg_cpu_us),
+            ms(median(runs, |r| r.head_p99_us as f64) as u64),
+            median(runs, |r| r.wal_per_entry),
+        );
+    }
+    println!(
+        "  p1/a = {:.2}   p3/p1 = {:.2}",
+        median(&p1, |r| r.rate) / ra,
+        median(&p3, |r| r.rate) / median(&p1, |r| r.rate)
+    );
+    Ok(())
+}
+
+/// `workers` child workers on one fresh database and one fresh group, run to idle.
+fn pg_run(env: &Env, pg: &LocalPostgres, load: &Load, label: &str, workers: usize) -> Res<PgRun> {
+    let url = pg.create_database(label).map_err(|e| e.to_string())?;
+    let db = std::path::PathBuf::from(&url);
+    let group = format!("bench-{label}");
+    // The schema first, so no worker's figures include creating it.
+    drop(claimgate::ledger::open(&LedgerConfig::new(&db)).map_err(|e| e.to_string())?);
+    let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
+        .map_err(|e| e.to_string())?;
+    let lsn = |c: &mut postgres::Client| -> Res<String> {
+        c.query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .map(|r| r.get(0))
+            .map_err(|e| e.to_string())
+    };
+    let wal_before = lsn(&mut admin)?;
+    let cpu_before = server_cpu_s(pg)?;
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for w in 0..workers {
+        let log = env.dir.join(format!("{label}-{w}.log"));
+        let child = env
+            .claimgate(&load.stream, &group, &db, &log)
+            .args([
+                "run",
+                "--exit-when-idle",
+                "--consumer",
+                &format!("{label}-{w}"),
+            ])
+            .args(&env.extra)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        children.push((child, log));
+    }
+    let mut worker_cpu_s = 0.0;
+    for (child, log) in &children {
+        let (status, _rss, cpu) = wait4(child.id())?;
+        if status != 0 {
+            return Err(format!("worker exited {status}; see {}", log.display()));
+        }
+        worker_cpu_s += cpu;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    // Backends exit when their worker's connections close; let the server reap them so their
+    // CPU is counted.
+    std::thread::sleep(Duration::from_millis(300));
+    let pg_cpu_s = server_cpu_s(pg)? - cpu_before;
+    let wal: f64 = admin
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::float8",
+            &[&wal_before],
+        )
+        .map(|r| r.get(0))
+        .map_err(|e| e.to_string())?;
+    verify(env, load, &group, &db)?;
+    let (mut p50, mut p99, mut head) = (0, 0, 0);
+    for (_, log) in &children {
+        let text = std::fs::read_to_string(log).map_err(|e| e.to_string())?;
+        p50 = p50.max(field(&text, "commit_p50_us="));
+        p99 = p99.max(field(&text, "commit_p99_us="));
+        head = head.max(field(&text, " us, p99 "));
+        if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+            std::fs::remove_file(log).ok();
+        }
+    }
+    admin
+        .batch_execute(&format!("DROP DATABASE {label}"))
+        .map_err(|e| e.to_string())?;
+    Ok(PgRun {
+        rate: load.n as f64 / secs,
+        worker_cpu_us: worker_cpu_s * 1e6 / load.n as f64,
+        pg_cpu_us: pg_cpu_s * 1e6 / load.n as f64,
+        commit_p50_us: p50,
+        commit_p99_us: p99,
+        head_p99_us: head,
+        wal_per_entry: wal / load.n as f64,
+    })
+}
+
+/// The number right after the last `marker` in a worker's log (0 if absent).
+fn field(text: &str, marker: &str) -> u64 {
+    text.rsplit(marker)
+        .next()
+        .filter(|_| text.contains(marker))
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The ledger's own verify, and counts and sums against the load; the group drained.
+fn verify(env: &Env, load: &Load, group: &str, db: &std::path::Path) -> Res<()> {
+    let mut cfg = LedgerConfig::new(db);
+    cfg.create = false;
+    let ledger = claimgate::ledger::open(&cfg).map_err(|e| e.to_string())?;
+    ledger.verify().map_err(|e| e.to_string())?;
+    let st = ledger.stats().map_err(|e| e.to_string())?;
+    let want = (
+        load.unique as u64,
+        load.cents_total as i128,
+        (load.n - load.unique) as u64,
+    );
+    let got = (
+        st.disbursements,
+        st.disbursed_cents_total,
+        st.duplicates_suppressed,
+    );
+    if got != want || st.claims != load.unique as u64 {
+        return Err(format!(
+            "postgres ledger is wrong: (disbursements, cents, duplicates) = {got:?}, expected {want:?}"
+        ));
+    }
+    let (read, pending) = super::group_progress(&mut env.conn()?, &load.stream, group)?;
+    if read != load.n as u64 || pending != 0 {
+        return Err(format!("group {group}: {read} read, {pending} pending"));
+    }
+    Ok(())
+}
+
+/// CPU seconds used by the server so far: the postmaster and its reaped children (utime,
+/// stime, cutime, cstime) plus every live child (utime, stime).
+fn server_cpu_s(pg: &LocalPostgres) -> Res<f64> {
+    let pid_file = pg.dir().join("data").join("postmaster.pid");
+    let text = std::fs::read_to_string(&pid_file).map_err(|e| e.to_string())?;
+    let postmaster: i32 = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or("no postmaster pid")?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut total = 0u64;
+    for entry in std::fs::read_dir("/proc")
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command name (which may hold spaces) start at field 3.
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| {
+            f.get(i - 3)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let ppid = num(4) as i32;
+        if pid == postmaster {
+            total += num(14) + num(15) + num(16) + num(17);
+        } else if ppid == postmaster {
+            total += num(14) + num(15);
+        }
+    }
+    Ok(total as f64 / ticks)
+}

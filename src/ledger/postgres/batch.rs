@@ -1,0 +1,781 @@
+//! [`Ledger::record`](crate::ledger::Ledger::record) on PostgreSQL: one transaction per batch,
+//! several nodes writing at once.
+//!
+//! The steps, each one statement over arrays (UNNEST), in one fixed lock order so concurrent
+//! batches cannot deadlock:
+//! 1. **Group locks.** A transaction advisory lock per (submission instant, award) the batch
+//!    claims for, taken in sorted order. Two batches that could claim the same key or conflict
+//!    with each other share a group, so one waits for the other's commit; batches on different
+//!    awards never wait. This makes what step 2 reads exact: no other transaction can claim a
+//!    key or a conflicting submission of these groups until we commit.
+//! 2. **Facts.** Which of the batch's keys are claimed already, and the two earliest claims of
+//!    each group (the earliest with another key is "the conflict").
+//! 3. **Decide**, in item order, in memory, exactly as `sqlite/batch.rs` and the memory ledger
+//!    do: an earlier item of the batch counts as claimed for every later one (contract point 3).
+//! 4. **Write** dead letters and holds (`ON CONFLICT DO NOTHING RETURNING`: once per entry),
+//!    the new claims (sorted by the claim index's own order; `ON CONFLICT DO NOTHING
+//!    RETURNING` — with the group locks held every one of them must take, which is asserted),
+//!    and their disbursements.
+//! 5. **Chain head, last.** `SELECT … FOR UPDATE` of the one `chain_head` row; seal the
+//!    batch's audit records after it and number its outbox rows after it; insert both and
+//!    advance the head in one statement; COMMIT. The head lock is held only for these two
+//!    statements and the commit, never while claims are written, and it orders every batch's
+//!    `seq`s and outbox ids by commit (contract points 4 and 5; ARCHITECTURE.md gives the
+//!    argument).
+
+use super::connect::Conn;
+use crate::config::OnConflict;
+use crate::domain::audit::{detail, Kind, Record};
+use crate::domain::event::{self, DISBURSEMENT_RECORDED};
+use crate::domain::key::IdempotencyKey;
+use crate::domain::submission::Submission;
+use crate::error::{Error, Result};
+use crate::ledger::{Item, Outcome};
+use crate::support::failpoint;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Who is recording, from where, under which conflict policy.
+pub(super) struct Context<'a> {
+    /// The consumer name, written into every audit record.
+    pub(super) consumer: &'a str,
+    /// The submissions stream (dead letters are keyed by stream and entry id).
+    pub(super) stream: &'a str,
+    /// What to do with a conflicting resubmission.
+    pub(super) on_conflict: OnConflict,
+}
+
+const LOCK_GROUPS: &str = "SELECT pg_advisory_xact_lock(g) FROM UNNEST($1::int8[]) AS g";
+
+// Both lookups probe an index once per element (LATERAL), whatever the planner believes about
+// the table's size: a plan made while the table was empty must not scan it once it is large.
+const CLAIMED: &str = "SELECT p.idempotency_key, p.claimed_at
+     FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS k(ts, award, key)
+     CROSS JOIN LATERAL (
+         SELECT idempotency_key, claimed_at FROM processed_messages
+         WHERE submission_timestamp = k.ts AND award_id = k.award AND idempotency_key = k.key
+     ) p";
+
+const EARLIEST: &str = "SELECT g.i, g.a, e.idempotency_key, e.claimed_at
+     FROM (SELECT DISTINCT i, a FROM UNNEST($1::text[], $2::text[]) AS u(i, a)) g
+     CROSS JOIN LATERAL (
+         SELECT idempotency_key, claimed_at, claim_id FROM processed_messages
+         WHERE submission_instant = g.i AND award_id = g.a
+         ORDER BY claim_id LIMIT 2
+     ) e
+     ORDER BY g.i, g.a, e.claim_id";
+
+const INSERT_DEAD: &str = "INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason,
+         award_id, delivery_count, recorded_at)
+     SELECT $1, e, c, r, a, n, $2
+     FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::int8[]) AS t(e, c, r, a, n)
+     ON CONFLICT DO NOTHING RETURNING stream_entry_id";
+
+const INSERT_CLAIMS: &str = "INSERT INTO processed_messages (idempotency_key, award_id,
+         submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+         submission_instant)
+     SELECT k, a, ts, amt, $1, e, $2, i
+     FROM UNNEST($3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::text[])
+          AS t(k, a, ts, amt, e, i)
+     ON CONFLICT DO NOTHING RETURNING idempotency_key, claim_id";
+
+const INSERT_DISBURSEMENTS: &str = "INSERT INTO disbursements (claim_id, idempotency_key,
+         award_id, amount_cents, recorded_at)
+     SELECT c, k, a, amt, $1 FROM UNNEST($2::int8[], $3::bytea[], $4::text[], $5::int8[])
+          AS t(c, k, a, amt)";
+
+const LOCK_HEAD: &str = "SELECT seq, hash, outbox_id_last FROM chain_head WHERE id = 1 FOR UPDATE";
+
+const WRITE_TAIL: &str = "WITH a AS (
+         INSERT INTO audit_log (seq, kind, idempotency_key, award_id, amount_cents,
+             stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash)
+         SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::int8[],
+             $6::text[], $7::text[], $8::int8[], $9::text[], $10::text[], $11::text[],
+             $12::text[])
+     ), o AS (
+         INSERT INTO outbox (id, claim_id, event_type, payload, created_at)
+         SELECT i, c, $13, p, $14 FROM UNNEST($15::int8[], $16::int8[], $17::text[]) AS t(i, c, p)
+     )
+     UPDATE chain_head SET seq = $18, hash = $19, outbox_id_last = $20 WHERE id = 1";
+
+/// The earlier claim a submission conflicts with.
+#[derive(Clone)]
+struct Other {
+    /// Its key, in hex.
+    key_hex: String,
+    /// When it was claimed.
+    claimed_at: String,
+}
+
+/// What step 3 decided for one item.
+enum Decision<'a> {
+    /// A new claim; `other` is the earlier conflicting claim, if any.
+    Claim {
+        s: &'a Submission,
+        other: Option<Other>,
+    },
+    /// Already claimed (before this batch, or by an earlier item of it).
+    Duplicate { first_claimed_at: String },
+    /// Held for review under `--on-conflict hold`: dead-lettered, not claimed.
+    Hold { other: Other },
+    /// An item whose outcome needs nothing from the database (a vanished entry, a fast-filter
+    /// duplicate), or a dead letter, settled by step 4's insert.
+    Direct,
+}
+
+/// What the batch found in the database in step 2.
+#[derive(Default)]
+struct Facts {
+    /// Claimed keys (before the batch, then the batch's own as they are decided) → claimed_at.
+    claimed: HashMap<IdempotencyKey, String>,
+    /// Claims by (instant, award), earliest first: up to two from before the batch, then the
+    /// batch's own in item order.
+    groups: HashMap<(String, String), Vec<(IdempotencyKey, String)>>,
+}
+
+impl Facts {
+    /// The earliest claim with `s`'s award and instant and another key.
+    fn conflict(&self, s: &Submission) -> Option<Other> {
+        let group = self
+            .groups
+            .get(&(s.submission_instant.clone(), s.award_id.clone()))?;
+        group
+            .iter()
+            .find(|(k, _)| *k != s.key)
+            .map(|(k, at)| Other {
+                key_hex: k.to_hex(),
+                claimed_at: at.clone(),
+            })
+    }
+}
+
+/// How long each batch held the chain-head row lock (from `SELECT … FOR UPDATE` to the end of
+/// COMMIT), in microseconds, for the summary [`head_hold`] gives: the benchmark's figure for
+/// "the lock is held only for the commit". Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest
+/// half is dropped.
+static HEAD_HOLDS_US: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Samples kept for [`head_hold`].
+const HEAD_HOLDS_MAX: usize = 1 << 20;
+
+/// The chain-head lock's hold time over the batches this process committed so far:
+/// `(batches, p50_us, p99_us, max_us)`, or `None` before the first.
+pub fn head_hold() -> Option<(usize, u32, u32, u32)> {
+    let mut v = HEAD_HOLDS_US
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    Some((v.len(), at(0.5), at(0.99), at(1.0)))
+}
+
+fn note_head_hold(held: Duration) {
+    let mut v = HEAD_HOLDS_US.lock().unwrap_or_else(|p| p.into_inner());
+    if v.len() >= HEAD_HOLDS_MAX {
+        v.drain(..HEAD_HOLDS_MAX / 2);
+    }
+    v.push(held.as_micros().min(u32::MAX as u128) as u32);
+}
+
+/// Records `items` in one transaction on `conn`; see the module doc for the steps.
+pub(super) fn record<'a>(
+    conn: &mut Conn,
+    ctx: &Context<'_>,
+    items: &[Item<'a>],
+) -> Result<Vec<Outcome>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let st = Statements::prepare(conn)?;
+    let now = crate::domain::clock::now_rfc3339();
+    let mut tx = conn.client.transaction()?;
+
+    let subs: Vec<&Submission> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Submission { submission, .. } => Some(*submission),
+            _ => None,
+        })
+        .collect();
+    let mut facts = Facts::default();
+    if !subs.is_empty() {
+        lock_groups(&mut tx, &st, &subs)?;
+        read_facts(&mut tx, &st, &subs, &mut facts)?;
+    }
+    let decisions = decide(items, ctx.on_conflict, &mut facts, &now);
+    let first_dead = insert_dead_letters(&mut tx, &st, ctx, items, &decisions, &now)?;
+    let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now)?;
+    let mut out = Written::default();
+    let outcomes: Vec<Outcome> = items
+        .iter()
+        .zip(&decisions)
+        .enumerate()
+        .map(|(n, (item, d))| out.item(ctx, &now, item, d, first_dead.contains(&n), &claim_ids))
+        .collect::<Result<_>>()?;
+    insert_disbursements(&mut tx, &st, &out, &now)?;
+    write_tail(tx, &st, out, &now)?;
+    Ok(outcomes)
+}
+
+/// The batch's statements, prepared once per connection.
+struct Statements {
+    lock_groups: postgres::Statement,
+    claimed: postgres::Statement,
+    earliest: postgres::Statement,
+    insert_dead: postgres::Statement,
+    insert_claims: postgres::Statement,
+    insert_disbursements: postgres::Statement,
+    lock_head: postgres::Statement,
+    write_tail: postgres::Statement,
+}
+
+impl Statements {
+    fn prepare(conn: &mut Conn) -> Result<Self> {
+        Ok(Statements {
+            lock_groups: conn.prepared(LOCK_GROUPS)?,
+            claimed: conn.prepared(CLAIMED)?,
+            earliest: conn.prepared(EARLIEST)?,
+            insert_dead: conn.prepared(INSERT_DEAD)?,
+            insert_claims: conn.prepared(INSERT_CLAIMS)?,
+            insert_disbursements: conn.prepared(INSERT_DISBURSEMENTS)?,
+            lock_head: conn.prepared(LOCK_HEAD)?,
+            write_tail: conn.prepared(WRITE_TAIL)?,
+        })
+    }
+}
+
+/// The advisory-lock number of a (instant, award) group: the first 8 bytes of a SHA-256 of
+/// both. Two groups sharing a number only wait for each other needlessly.
+fn group_lock(instant: &str, award_id: &str) -> i64 {
+    let mut h = Sha256::new();
+    h.update(instant.as_bytes());
+    h.update([0]);
+    h.update(award_id.as_bytes());
+    let d = h.finalize();
+    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// Step 1: the group locks, in sorted order.
+fn lock_groups(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    subs: &[&Submission],
+) -> Result<()> {
+    let mut locks: Vec<i64> = subs
+        .iter()
+        .map(|s| group_lock(&s.submission_instant, &s.award_id))
+        .collect();
+    locks.sort_unstable();
+    locks.dedup();
+    tx.execute(&st.lock_groups, &[&locks])?;
+    Ok(())
+}
+
+/// Step 2: what is claimed already, and each group's earliest claims.
+fn read_facts(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    subs: &[&Submission],
+    facts: &mut Facts,
+) -> Result<()> {
+    let ts: Vec<&str> = subs
+        .iter()
+        .map(|s| s.submission_timestamp.as_str())
+        .collect();
+    let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
+    let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
+    for row in tx.query(&st.claimed, &[&ts, &awards, &keys])? {
+        facts.claimed.insert(key_of(row.get(0))?, row.get(1));
+    }
+    let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
+    for row in tx.query(&st.earliest, &[&instants, &awards])? {
+        facts
+            .groups
+            .entry((row.get(0), row.get(1)))
+            .or_default()
+            .push((key_of(row.get(2))?, row.get(3)));
+    }
+    Ok(())
+}
+
+fn key_of(bytes: &[u8]) -> Result<IdempotencyKey> {
+    IdempotencyKey::from_slice(bytes)
+        .ok_or_else(|| Error::Invariant(format!("a stored key of {} bytes", bytes.len())))
+}
+
+/// Step 3: each item's fate, in item order, mirroring `sqlite/batch.rs` decision for decision.
+fn decide<'a>(
+    items: &[Item<'a>],
+    policy: OnConflict,
+    facts: &mut Facts,
+    now: &str,
+) -> Vec<Decision<'a>> {
+    items
+        .iter()
+        .map(|item| {
+            let Item::Submission { submission: s, .. } = item else {
+                return Decision::Direct;
+            };
+            let held = match policy {
+                OnConflict::Hold => facts.conflict(s),
+                OnConflict::Record => None,
+            };
+            if let Some(other) = held.clone() {
+                if !facts.claimed.contains_key(&s.key) {
+                    return Decision::Hold { other };
+                }
+            }
+            if let Some(at) = facts.claimed.get(&s.key) {
+                return Decision::Duplicate {
+                    first_claimed_at: at.clone(),
+                };
+            }
+            facts.claimed.insert(s.key, now.to_owned());
+            facts
+                .groups
+                .entry((s.submission_instant.clone(), s.award_id.clone()))
+                .or_default()
+                .push((s.key, now.to_owned()));
+            let other = match policy {
+                OnConflict::Hold => held,
+                OnConflict::Record => facts.conflict(s),
+            };
+            Decision::Claim { s, other }
+        })
+        .collect()
+}
+
+/// A `dead_letters` row to insert: (entry id, item index, reason code, reason, award,
+/// deliveries).
+type DeadRow<'a> = (&'a str, usize, String, String, Option<String>, i64);
+
+/// Step 4a: dead letters and holds, once per stream entry. Returns the indexes of the items
+/// whose row this batch inserted (the first of the batch's items for an entry, and only if no
+/// earlier batch had dead-lettered it).
+fn insert_dead_letters(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    ctx: &Context<'_>,
+    items: &[Item<'_>],
+    decisions: &[Decision<'_>],
+    now: &str,
+) -> Result<HashSet<usize>> {
+    let mut rows: Vec<DeadRow<'_>> = Vec::new();
+    for (n, (item, d)) in items.iter().zip(decisions).enumerate() {
+        match (item, d) {
+            (
+                Item::DeadLetter {
+                    entry_id,
+                    reason_code,
+                    reason,
+                    award_id,
+                    delivery_count,
+                    ..
+                },
+                _,
+            ) => rows.push((
+                entry_id,
+                n,
+                (*reason_code).to_owned(),
+                (*reason).to_owned(),
+                award_id.map(str::to_owned),
+                *delivery_count as i64,
+            )),
+            (
+                Item::Submission {
+                    submission,
+                    entry_id,
+                    delivery_count,
+                },
+                Decision::Hold { other },
+            ) => rows.push((
+                entry_id,
+                n,
+                "conflict_hold".to_owned(),
+                detail::hold_reason(&other.key_hex),
+                Some(submission.award_id.clone()),
+                *delivery_count as i64,
+            )),
+            _ => {}
+        }
+    }
+    if rows.is_empty() {
+        return Ok(HashSet::new());
+    }
+    // The first item for each entry is the one that may insert; sorted by entry id, the lock
+    // order every batch shares.
+    let mut seen = HashSet::new();
+    rows.retain(|r| seen.insert(r.0));
+    rows.sort_by(|a, b| a.0.cmp(b.0));
+    let entries: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    let codes: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
+    let awards: Vec<Option<&str>> = rows.iter().map(|r| r.4.as_deref()).collect();
+    let counts: Vec<i64> = rows.iter().map(|r| r.5).collect();
+    let inserted: HashSet<String> = tx
+        .query(
+            &st.insert_dead,
+            &[
+                &ctx.stream,
+                &now,
+                &entries,
+                &codes,
+                &reasons,
+                &awards,
+                &counts,
+            ],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(rows
+        .iter()
+        .filter(|r| inserted.contains(r.0))
+        .map(|r| r.1)
+        .collect())
+}
+
+/// Step 4b: the new claims, sorted as the claim index orders them; returns key → claim_id.
+fn insert_claims(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    ctx: &Context<'_>,
+    items: &[Item<'_>],
+    decisions: &[Decision<'_>],
+    now: &str,
+) -> Result<HashMap<IdempotencyKey, i64>> {
+    let mut new: Vec<(&Submission, &str)> = items
+        .iter()
+        .zip(decisions)
+        .filter_map(|(item, d)| match (item, d) {
+            (Item::Submission { entry_id, .. }, Decision::Claim { s, .. }) => Some((*s, *entry_id)),
+            _ => None,
+        })
+        .collect();
+    if new.is_empty() {
+        return Ok(HashMap::new());
+    }
+    new.sort_by(|(a, _), (b, _)| {
+        (&a.submission_timestamp, &a.award_id, a.key.as_bytes()).cmp(&(
+            &b.submission_timestamp,
+            &b.award_id,
+            b.key.as_bytes(),
+        ))
+    });
+    let keys: Vec<&[u8]> = new
+        .iter()
+        .map(|(s, _)| s.key.as_bytes().as_slice())
+        .collect();
+    let awards: Vec<&str> = new.iter().map(|(s, _)| s.award_id.as_str()).collect();
+    let ts: Vec<&str> = new
+        .iter()
+        .map(|(s, _)| s.submission_timestamp.as_str())
+        .collect();
+    let amounts: Vec<i64> = new.iter().map(|(s, _)| s.amount_cents).collect();
+    let entries: Vec<&str> = new.iter().map(|(_, e)| *e).collect();
+    let instants: Vec<&str> = new
+        .iter()
+        .map(|(s, _)| s.submission_instant.as_str())
+        .collect();
+    let rows = tx.query(
+        &st.insert_claims,
+        &[
+            &now,
+            &ctx.consumer,
+            &keys,
+            &awards,
+            &ts,
+            &amounts,
+            &entries,
+            &instants,
+        ],
+    )?;
+    let mut ids = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        ids.insert(key_of(row.get(0))?, row.get::<_, i64>(1));
+        failpoint::hit("after_claim");
+    }
+    // The group locks keep every other writer away from these keys until we commit, and the
+    // facts said none was claimed: a refusal here means the store and the decisions disagree.
+    if ids.len() != new.len() {
+        return Err(Error::Invariant(format!(
+            "{} of {} new claims were refused by the store although no claim of their keys was \
+             found under the group locks",
+            new.len() - ids.len(),
+            new.len()
+        )));
+    }
+    Ok(ids)
+}
+
+/// What step 4 and 5 write besides claims: collected in item order.
+#[derive(Default)]
+struct Written<'a> {
+    /// Unsealed audit records, in chain order.
+    audit: Vec<Record>,
+    /// New claims' (claim id, submission, event JSON), in item order.
+    paid: Vec<(i64, &'a Submission, String)>,
+}
+
+impl<'a> Written<'a> {
+    /// An unsealed record of `kind` by this batch's consumer at this batch's time.
+    fn record(ctx: &Context<'_>, now: &str, kind: Kind) -> Record {
+        Record {
+            seq: 0,
+            kind,
+            idempotency_key: None,
+            award_id: None,
+            amount_cents: None,
+            stream_entry_id: None,
+            consumer: Some(ctx.consumer.to_owned()),
+            delivery_count: None,
+            detail: None,
+            recorded_at: now.to_owned(),
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    /// A record of `kind` about a submission delivered in `entry_id`.
+    fn claim_record(
+        ctx: &Context<'_>,
+        now: &str,
+        kind: Kind,
+        s: &Submission,
+        entry_id: &str,
+        deliveries: u64,
+    ) -> Record {
+        let mut r = Self::record(ctx, now, kind);
+        r.idempotency_key = Some(s.key.to_hex());
+        r.award_id = Some(s.award_id.clone());
+        r.stream_entry_id = Some(entry_id.to_owned());
+        r.delivery_count = Some(deliveries as i64);
+        r
+    }
+
+    /// The records and outcome of one item, from its decision.
+    fn item(
+        &mut self,
+        ctx: &Context<'_>,
+        now: &str,
+        item: &Item<'a>,
+        decision: &Decision<'a>,
+        first_dead: bool,
+        claim_ids: &HashMap<IdempotencyKey, i64>,
+    ) -> Result<Outcome> {
+        match (item, decision) {
+            (
+                Item::Submission {
+                    submission: s,
+                    entry_id,
+                    delivery_count,
+                },
+                d,
+            ) => {
+                let rec = |kind| Self::claim_record(ctx, now, kind, s, entry_id, *delivery_count);
+                match d {
+                    Decision::Duplicate { first_claimed_at } => {
+                        let mut r = rec(Kind::Duplicate);
+                        r.detail = Some(detail::duplicate(first_claimed_at));
+                        self.audit.push(r);
+                        Ok(Outcome::Duplicate {
+                            first_claimed_at: first_claimed_at.clone(),
+                        })
+                    }
+                    Decision::Hold { other } => {
+                        if first_dead {
+                            let mut c = rec(Kind::Conflict);
+                            c.amount_cents = Some(s.amount_cents);
+                            c.detail =
+                                Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
+                            self.audit.push(c);
+                            let mut d = rec(Kind::DeadLetter);
+                            d.detail =
+                                Some(detail::conflict_hold(&detail::hold_reason(&other.key_hex)));
+                            self.audit.push(d);
+                        }
+                        Ok(Outcome::Held {
+                            other_key: other.key_hex.clone(),
+                            first: first_dead,
+                        })
+                    }
+                    Decision::Claim { other, .. } => {
+                        let claim_id = *claim_ids.get(&s.key).ok_or_else(|| {
+                            Error::Invariant(format!(
+                                "no claim id for new claim {}",
+                                s.key.to_hex()
+                            ))
+                        })?;
+                        let mut r = rec(Kind::Processed);
+                        let key_hex = s.key.to_hex();
+                        self.paid.push((claim_id, *s, event::payload(s, &key_hex)));
+                        r.amount_cents = Some(s.amount_cents);
+                        self.audit.push(r);
+                        let Some(other) = other else {
+                            return Ok(Outcome::Processed);
+                        };
+                        let mut c = rec(Kind::Conflict);
+                        c.amount_cents = Some(s.amount_cents);
+                        c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
+                        self.audit.push(c);
+                        Ok(Outcome::ProcessedConflicting {
+                            other_key: other.key_hex.clone(),
+                        })
+                    }
+                    Decision::Direct => unreachable!("a submission is always decided"),
+                }
+            }
+            (
+                Item::KnownDuplicate {
+                    submission: s,
+                    entry_id,
+                    delivery_count,
+                    committed_by,
+                },
+                _,
+            ) => {
+                let mut r =
+                    Self::claim_record(ctx, now, Kind::Duplicate, s, entry_id, *delivery_count);
+                r.detail = Some(detail::known_duplicate(committed_by));
+                self.audit.push(r);
+                Ok(Outcome::Duplicate {
+                    first_claimed_at: (*committed_by).to_owned(),
+                })
+            }
+            (
+                Item::DeadLetter {
+                    entry_id,
+                    reason_code,
+                    reason,
+                    award_id,
+                    key,
+                    delivery_count,
+                },
+                _,
+            ) => {
+                if !first_dead {
+                    return Ok(Outcome::AlreadyDeadLettered);
+                }
+                let mut r = Self::record(ctx, now, Kind::DeadLetter);
+                r.idempotency_key = key.map(|k| k.to_hex());
+                r.award_id = award_id.map(str::to_owned);
+                r.stream_entry_id = Some((*entry_id).to_owned());
+                r.delivery_count = Some(*delivery_count as i64);
+                r.detail = Some(detail::dead_letter(reason_code, reason));
+                self.audit.push(r);
+                Ok(Outcome::DeadLettered)
+            }
+            (Item::Vanished { entry_id, reason }, _) => {
+                let mut r = Self::record(ctx, now, Kind::Vanished);
+                r.stream_entry_id = Some((*entry_id).to_owned());
+                r.detail = Some(detail::vanished(ctx.stream, reason));
+                self.audit.push(r);
+                Ok(Outcome::Vanished)
+            }
+        }
+    }
+}
+
+/// Step 4c: the new claims' disbursements.
+fn insert_disbursements(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    out: &Written<'_>,
+    now: &str,
+) -> Result<()> {
+    if out.paid.is_empty() {
+        return Ok(());
+    }
+    let claims: Vec<i64> = out.paid.iter().map(|p| p.0).collect();
+    let keys: Vec<&[u8]> = out
+        .paid
+        .iter()
+        .map(|p| p.1.key.as_bytes().as_slice())
+        .collect();
+    let awards: Vec<&str> = out.paid.iter().map(|p| p.1.award_id.as_str()).collect();
+    let amounts: Vec<i64> = out.paid.iter().map(|p| p.1.amount_cents).collect();
+    tx.execute(
+        &st.insert_disbursements,
+        &[&now, &claims, &keys, &awards, &amounts],
+    )?;
+    Ok(())
+}
+
+/// Step 5: lock the chain head, seal and number after it, write, advance it, commit.
+fn write_tail(
+    mut tx: postgres::Transaction<'_>,
+    st: &Statements,
+    mut out: Written<'_>,
+    now: &str,
+) -> Result<()> {
+    if out.audit.is_empty() {
+        // Only possible for a batch of dead letters every one of which was recorded before.
+        failpoint::hit("before_commit");
+        tx.commit()?;
+        return Ok(());
+    }
+    let locked_at = Instant::now();
+    let head = tx.query_one(&st.lock_head, &[])?;
+    let (mut seq, mut hash, outbox_last): (i64, String, i64) =
+        (head.get(0), head.get(1), head.get(2));
+    for r in &mut out.audit {
+        seq += 1;
+        r.seq = seq;
+        r.seal(&hash);
+        hash.clone_from(&r.hash);
+    }
+    let a = &out.audit;
+    let seqs: Vec<i64> = a.iter().map(|r| r.seq).collect();
+    let kinds: Vec<&str> = a.iter().map(|r| r.kind.as_str()).collect();
+    let keys: Vec<Option<&str>> = a.iter().map(|r| r.idempotency_key.as_deref()).collect();
+    let awards: Vec<Option<&str>> = a.iter().map(|r| r.award_id.as_deref()).collect();
+    let amounts: Vec<Option<i64>> = a.iter().map(|r| r.amount_cents).collect();
+    let entries: Vec<Option<&str>> = a.iter().map(|r| r.stream_entry_id.as_deref()).collect();
+    let consumers: Vec<Option<&str>> = a.iter().map(|r| r.consumer.as_deref()).collect();
+    let deliveries: Vec<Option<i64>> = a.iter().map(|r| r.delivery_count).collect();
+    let details: Vec<Option<&str>> = a.iter().map(|r| r.detail.as_deref()).collect();
+    let times: Vec<&str> = a.iter().map(|r| r.recorded_at.as_str()).collect();
+    let prevs: Vec<&str> = a.iter().map(|r| r.prev_hash.as_str()).collect();
+    let hashes: Vec<&str> = a.iter().map(|r| r.hash.as_str()).collect();
+    let outbox_ids: Vec<i64> = (1..=out.paid.len() as i64)
+        .map(|i| outbox_last + i)
+        .collect();
+    let outbox_claims: Vec<i64> = out.paid.iter().map(|p| p.0).collect();
+    let payloads: Vec<&str> = out.paid.iter().map(|p| p.2.as_str()).collect();
+    let outbox_last_now = outbox_last + out.paid.len() as i64;
+    tx.execute(
+        &st.write_tail,
+        &[
+            &seqs,
+            &kinds,
+            &keys,
+            &awards,
+            &amounts,
+            &entries,
+            &consumers,
+            &deliveries,
+            &details,
+            &times,
+            &prevs,
+            &hashes,
+            &DISBURSEMENT_RECORDED,
+            &now,
+            &outbox_ids,
+            &outbox_claims,
+            &payloads,
+            &seq,
+            &hash,
+            &outbox_last_now,
+        ],
+    )?;
+    failpoint::hit("before_commit");
+    tx.commit()?;
+    note_head_hold(locked_at.elapsed());
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! From a `--db` URL to pooled connections: parsing (with the password redacted in every
+//! message), TLS, and the pool.
+//!
+//! # Why these crates
+//! The `postgres` crate (rust-postgres, the sync face of `tokio-postgres`) fits a synchronous
+//! worker: one blocking call per statement, no async runtime in our code, arrays for UNNEST
+//! and SQLSTATEs to classify errors. It is kept by the rust-postgres project with regular
+//! releases. The pool is `r2d2`, already in the tree for SQLite, with the small manager below
+//! rather than `r2d2_postgres`: that crate is a thin adapter whose releases have lagged
+//! `postgres` (0.18.2 is its latest), and the manager is ten lines we control (no
+//! checkout-time ping; a connection the server closed is dropped through `has_broken`).
+//! TLS is `tokio-postgres-rustls` on the `rustls` + `ring` already used for Redis, so no
+//! OpenSSL is linked.
+//!
+//! # TLS
+//! `sslmode=require` with `sslrootcert=FILE` (a PEM CA bundle): the server's certificate is
+//! verified against FILE, always (stricter than libpq's `require`, which does not verify).
+//! `sslmode=require` without `sslrootcert` is refused as a configuration error, since it would
+//! trust nothing. Without `sslmode`, or with `disable`/`prefer` and no CA, the connection is
+//! plain: for a server on the same host or a private network.
+
+use crate::error::{Error, Result};
+use crate::support::redact as url_secrets;
+use postgres::{Client, Config, NoTls, Statement};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Query parameters shown with their values in messages: none of them is a secret.
+const URL_QUERY_SHOWN: [&str; 7] = [
+    "sslmode",
+    "sslrootcert",
+    "user",
+    "dbname",
+    "application_name",
+    "connect_timeout",
+    "target_session_attrs",
+];
+
+/// How long a connection attempt may take before it counts as a (transient) failure.
+pub(super) const CONNECT_TIMEOUT_MS: u64 = 5_000;
+
+/// A PostgreSQL URL with every secret replaced by `***`, safe to log or print.
+pub fn redact(url: &str) -> String {
+    url_secrets::by_hand(url, &URL_QUERY_SHOWN)
+}
+
+/// Where and how to connect, parsed once from the `--db` URL.
+#[derive(Clone)]
+pub(super) struct Target {
+    /// The client configuration (the URL less `sslrootcert`).
+    config: Config,
+    /// The TLS connector, when `sslrootcert` is given.
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    /// The URL with its password removed, for messages.
+    pub(super) redacted: String,
+}
+
+impl Target {
+    /// Parses `url`; a URL that cannot be used is a configuration error naming it redacted.
+    pub(super) fn parse(url: &str) -> Result<Self> {
+        let redacted = redact(url);
+        let bad = |why: String| Error::Config(format!("bad PostgreSQL URL {redacted}: {why}"));
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut ca_file = None;
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("sslrootcert", file)) => ca_file = Some(file.to_owned()),
+                _ => kept.push(pair),
+            }
+        }
+        let rebuilt = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        // tokio-postgres's parse errors quote no part of the URL, so they are safe to show.
+        let mut config = Config::from_str(&rebuilt).map_err(|e| bad(e.to_string()))?;
+        config.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+        if config.get_application_name().is_none() {
+            config.application_name("claimgate");
+        }
+        let require = config.get_ssl_mode() == postgres::config::SslMode::Require;
+        let tls = match ca_file {
+            Some(file) => Some(tls_connector(&file).map_err(bad)?),
+            None if require => {
+                return Err(bad(
+                    "sslmode=require needs sslrootcert=FILE (the CA that signed the server's \
+                     certificate)"
+                        .into(),
+                ))
+            }
+            None => None,
+        };
+        Ok(Target {
+            config,
+            tls,
+            redacted,
+        })
+    }
+
+    /// One new connection.
+    pub(super) fn connect(&self) -> Result<Client, postgres::Error> {
+        match &self.tls {
+            Some(tls) => self.config.connect(tls.clone()),
+            None => self.config.connect(NoTls),
+        }
+    }
+}
+
+/// A rustls connector trusting exactly the certificates in the PEM file `file`.
+fn tls_connector(file: &str) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(file)
+        .map_err(|e| format!("cannot read sslrootcert {file}: {e}"))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("sslrootcert {file}: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("sslrootcert {file}: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("sslrootcert {file} holds no certificate"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// A pooled connection and the statements prepared on it so far.
+pub(super) struct Conn {
+    /// The connection.
+    pub(super) client: Client,
+    /// Prepared statements by their SQL, so a batch does not prepare its statements again.
+    prepared: HashMap<&'static str, Statement>,
+}
+
+impl Conn {
+    /// The statement for `sql`, prepared on this connection the first time it is asked for.
+    pub(super) fn prepared(&mut self, sql: &'static str) -> Result<Statement> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        self.prepared.insert(sql, s.clone());
+        Ok(s)
+    }
+}
+
+/// The r2d2 manager: connects through [`Target`].
+pub(super) struct Manager(pub(super) Target);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Conn, postgres::Error> {
+        let mut client = self.0.connect()?;
+        // Prepared statements get a plan per execution, from the table as it is now: a
+        // generic plan cached while the ledger was empty would keep scanning it as it grows.
+        client.batch_execute("SET plan_cache_mode = force_custom_plan")?;
+        Ok(Conn {
+            client,
+            prepared: HashMap::new(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+// A pool that hands out no connection in time is `Error::Ledger`, transient, through the one
+// `From<r2d2::Error>` in `ledger/sqlite/error.rs` (both backends pool with r2d2).

@@ -1,0 +1,196 @@
+//! Taking a whole ledger in, for `claimgate migrate` (`ledger/copy.rs`): every row as it was,
+//! ids and audit records unchanged, into an empty PostgreSQL ledger, in one transaction that
+//! holds the chain head from the start (no worker can write meanwhile), then the chain head and
+//! the id sequences set to continue after what was copied.
+
+use super::PgLedger;
+use crate::domain::audit::{Kind, GENESIS_HASH};
+use crate::error::{Error, Result};
+use crate::ledger::copy::{Counters, Row, Sink};
+
+/// Rows buffered before they are written (claims always reach the database before the
+/// disbursements and outbox rows that refer to them: the dump sends every claim first).
+const LOAD_BATCH_ROWS: usize = 1_000;
+
+impl PgLedger {
+    /// Loads what `dump` sends into this ledger, which must be empty (otherwise
+    /// [`Error::Config`], nothing written). All or nothing: one transaction.
+    pub fn load(&self, dump: &mut dyn FnMut(&mut Sink<'_>) -> Result<Counters>) -> Result<()> {
+        let mut conn = self.conn()?;
+        let mut tx = conn.client.transaction()?;
+        tx.query_one("SELECT 1 FROM chain_head WHERE id = 1 FOR UPDATE", &[])?;
+        let rows: i64 = tx
+            .query_one(
+                "SELECT (SELECT COUNT(*) FROM processed_messages) + (SELECT COUNT(*) FROM outbox)
+                      + (SELECT COUNT(*) FROM dead_letters) + (SELECT COUNT(*) FROM audit_log)
+                      + (SELECT COUNT(*) FROM legal_holds) + (SELECT COUNT(*) FROM ledger_meta)
+                      + (SELECT seq FROM chain_head WHERE id = 1)",
+                &[],
+            )?
+            .get(0);
+        if rows > 0 {
+            return Err(Error::Config(format!(
+                "the target ledger {} is not empty; migrate copies into an empty PostgreSQL \
+                 ledger only (a fresh database)",
+                self.redacted
+            )));
+        }
+        let mut buf: Vec<Row> = Vec::with_capacity(LOAD_BATCH_ROWS);
+        let counters = {
+            let mut sink = |row: Row| -> Result<()> {
+                buf.push(row);
+                if buf.len() >= LOAD_BATCH_ROWS {
+                    flush(&mut tx, &mut buf)?;
+                }
+                Ok(())
+            };
+            dump(&mut sink)?
+        };
+        flush(&mut tx, &mut buf)?;
+        continue_after(&mut tx, counters)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// Inserts the buffered rows in the order they came, one prepared statement each (a
+/// migration runs once; simplicity over speed).
+fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
+    for row in buf.drain(..) {
+        match row {
+            Row::Claim {
+                claim_id,
+                key,
+                award_id,
+                submission_timestamp,
+                amount_cents,
+                claimed_at,
+                stream_entry_id,
+                consumer,
+                submission_instant,
+            } => tx.execute(
+                "INSERT INTO processed_messages (claim_id, idempotency_key, award_id,
+                     submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+                     submission_instant) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    &claim_id,
+                    &key.as_bytes().as_slice(),
+                    &award_id,
+                    &submission_timestamp,
+                    &amount_cents,
+                    &claimed_at,
+                    &stream_entry_id,
+                    &consumer,
+                    &submission_instant,
+                ],
+            )?,
+            Row::Disbursement {
+                id,
+                claim_id,
+                key,
+                award_id,
+                amount_cents,
+                recorded_at,
+            } => tx.execute(
+                "INSERT INTO disbursements (id, claim_id, idempotency_key, award_id,
+                     amount_cents, recorded_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &id,
+                    &claim_id,
+                    &key.as_bytes().as_slice(),
+                    &award_id,
+                    &amount_cents,
+                    &recorded_at,
+                ],
+            )?,
+            Row::Outbox {
+                id,
+                claim_id,
+                event_type,
+                payload,
+                created_at,
+                published_at,
+            } => tx.execute(
+                "INSERT INTO outbox (id, claim_id, event_type, payload, created_at, published_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &id,
+                    &claim_id,
+                    &event_type,
+                    &payload,
+                    &created_at,
+                    &published_at,
+                ],
+            )?,
+            Row::DeadLetter {
+                stream,
+                stream_entry_id,
+                reason_code,
+                reason,
+                award_id,
+                delivery_count,
+                recorded_at,
+            } => tx.execute(
+                "INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason,
+                     award_id, delivery_count, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &stream,
+                    &stream_entry_id,
+                    &reason_code,
+                    &reason,
+                    &award_id,
+                    &delivery_count,
+                    &recorded_at,
+                ],
+            )?,
+            Row::Audit(r) => {
+                super::audit_store::insert(tx, &r)?;
+                1
+            }
+            Row::Hold(h) => tx.execute(
+                "INSERT INTO legal_holds (award_id, reason, held_at) VALUES ($1, $2, $3)",
+                &[&h.award_id, &h.reason, &h.held_at],
+            )?,
+            Row::Meta { name, value } => tx.execute(
+                "INSERT INTO ledger_meta (name, value) VALUES ($1, $2)",
+                &[&name, &value],
+            )?,
+        };
+    }
+    Ok(())
+}
+
+/// Points the chain head at the copied chain's end (a checkpoint there is transparent, as on
+/// SQLite) and past the highest outbox id ever used; moves the identity sequences past the
+/// copied ids.
+fn continue_after(tx: &mut postgres::Transaction<'_>, counters: Counters) -> Result<()> {
+    let last = tx.query_opt(
+        "SELECT seq, kind, prev_hash, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
+        &[],
+    )?;
+    let (seq, hash) = match last {
+        None => (0, GENESIS_HASH.to_owned()),
+        Some(r) => {
+            let kind: String = r.get(1);
+            let hash = if kind == Kind::Checkpoint.as_str() {
+                r.get(2)
+            } else {
+                r.get(3)
+            };
+            (r.get::<_, i64>(0), hash)
+        }
+    };
+    tx.execute(
+        "UPDATE chain_head SET seq = $1, hash = $2, outbox_id_last = $3 WHERE id = 1",
+        &[&seq, &hash, &counters.outbox_id_last],
+    )?;
+    tx.batch_execute(
+        "SELECT setval(pg_get_serial_sequence('processed_messages', 'claim_id'),
+                       GREATEST(MAX(claim_id), 1), MAX(claim_id) IS NOT NULL)
+         FROM processed_messages;
+         SELECT setval(pg_get_serial_sequence('disbursements', 'id'),
+                       GREATEST(MAX(id), 1), MAX(id) IS NOT NULL)
+         FROM disbursements;",
+    )?;
+    Ok(())
+}

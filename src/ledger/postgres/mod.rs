@@ -1,0 +1,239 @@
+//! The shared PostgreSQL ledger: [`PgLedger`] implements every trait in `ledger/mod.rs` for
+//! several nodes writing one database — `batch` for [`Ledger::record`], `outbox`,
+//! `audit_store` ([`crate::ledger::AuditLog`]), `verify` ([`crate::ledger::Inspect`]),
+//! `retention` ([`crate::ledger::Retention`]) and [`Backup`] (which it leaves to PostgreSQL's
+//! own tools); `connect` parses the URL, sets up TLS and pools connections, and `error` turns
+//! PostgreSQL's errors into [`Error::Ledger`].
+//!
+//! The schema (`schema_postgres.sql`) is applied at every open inside one transaction holding
+//! an advisory lock, so nodes starting together neither race on `CREATE TABLE` nor see a
+//! half-made schema.
+
+mod audit_store;
+mod batch;
+pub mod connect;
+mod error;
+mod load;
+mod outbox;
+mod retention;
+mod verify;
+
+pub use batch::head_hold;
+
+use crate::config::{LedgerConfig, OnConflict};
+use crate::domain::clock::age_seconds;
+use crate::error::{Error, Result};
+use crate::ledger::{Backup, BackupCopied, Item, Ledger, Outcome, Stats};
+use connect::{Conn, Manager, Target};
+use r2d2::{Pool, PooledConnection};
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The schema, applied idempotently at every open.
+pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");
+
+/// The advisory lock (two-key form, so it never meets a batch's one-key group locks) held
+/// while the schema is applied.
+const SCHEMA_LOCK: (i32, i32) = (0x636c_6169, 1);
+
+/// The advisory lock a retention purge holds for as long as it runs: one node at a time.
+pub(super) const PURGE_LOCK: (i32, i32) = (0x636c_6169, 2);
+
+/// A pool of connections to one PostgreSQL ledger.
+pub struct PgLedger {
+    /// Connections.
+    pool: Pool<Manager>,
+    /// The URL with its password removed, for messages.
+    redacted: String,
+    /// What `record` does with a conflicting resubmission.
+    on_conflict: OnConflict,
+    /// The retention purge under way: its connection, holding the purge lock (`retention.rs`).
+    purge: Mutex<Option<PooledConnection<Manager>>>,
+}
+
+impl PgLedger {
+    /// Connects to the ledger `cfg.path` names (a `postgres://` URL) and applies the schema.
+    /// A wrong password, unknown user or missing database is [`Error::Config`]; an unreachable
+    /// or restarting server is a transient [`Error::Ledger`] (see [`PgLedger::open_waiting`]).
+    pub fn open(cfg: &LedgerConfig) -> Result<Self> {
+        let url = cfg.path.to_string_lossy();
+        let target = Target::parse(&url)?;
+        let redacted = target.redacted.clone();
+        // The first connection is made here, not by the pool, so its error can be classified.
+        let mut first = target
+            .connect()
+            .map_err(|e| error::config_fault(&e, &redacted).unwrap_or_else(|| Error::from(e)))?;
+        if !cfg.create && !has_schema(&mut first)? {
+            return Err(Error::Config(format!(
+                "no claimgate ledger in the PostgreSQL database {redacted} (only run and relay \
+                 create one)"
+            )));
+        }
+        apply_schema(&mut first).map_err(|e| match e {
+            Error::Ledger {
+                source,
+                transient: false,
+                ..
+            } => Error::Config(format!(
+                "cannot apply the schema to the PostgreSQL ledger {redacted}: {source}"
+            )),
+            other => other,
+        })?;
+        drop(first);
+        let pool = Pool::builder()
+            .max_size(cfg.pool_size_max)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(Duration::from_millis(
+                cfg.busy_timeout_ms.max(connect::CONNECT_TIMEOUT_MS),
+            ))
+            .error_handler(Box::new(QuietPool))
+            .build_unchecked(Manager(target));
+        Ok(PgLedger {
+            pool,
+            redacted,
+            on_conflict: cfg.on_conflict,
+            purge: Mutex::new(None),
+        })
+    }
+
+    /// Opens like [`PgLedger::open`], waiting out an unreachable or restarting server with the
+    /// shared retry policy (`crate::retry`), as `run` and `relay` must. `None` if `stop` is set
+    /// while waiting.
+    pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Self>> {
+        match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
+            Ok(ledger) => Ok(Some(ledger)),
+            Err(e) if e.is_transient() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A pooled connection.
+    fn conn(&self) -> Result<PooledConnection<Manager>> {
+        Ok(self.pool.get()?)
+    }
+}
+
+/// r2d2 logs every failed connection attempt at ERROR by default; the caller's retry policy
+/// already reports an outage once, as an episode, so the pool's own lines are DEBUG.
+#[derive(Debug)]
+struct QuietPool;
+
+impl r2d2::HandleError<postgres::Error> for QuietPool {
+    fn handle_error(&self, error: postgres::Error) {
+        log::debug!("ledger connection pool: {error}");
+    }
+}
+
+/// A repeatable-read, read-only transaction: one snapshot for everything read in it.
+fn snapshot(client: &mut postgres::Client) -> Result<postgres::Transaction<'_>> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()?)
+}
+
+/// Whether the database holds a claimgate ledger already (its chain head table).
+fn has_schema(client: &mut postgres::Client) -> Result<bool> {
+    Ok(client
+        .query_one("SELECT to_regclass('chain_head') IS NOT NULL", &[])?
+        .get(0))
+}
+
+/// The schema, in one transaction under [`SCHEMA_LOCK`].
+fn apply_schema(client: &mut postgres::Client) -> Result<()> {
+    let mut tx = client.transaction()?;
+    // "already exists, skipping" notices on every open are noise in the operator's log.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&SCHEMA_LOCK.0, &SCHEMA_LOCK.1],
+    )?;
+    tx.batch_execute(SCHEMA)?;
+    tx.commit()?;
+    Ok(())
+}
+
+impl Ledger for PgLedger {
+    fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
+        let mut conn = self.conn()?;
+        let ctx = batch::Context {
+            consumer,
+            stream,
+            on_conflict: self.on_conflict,
+        };
+        let outcomes = batch::record(&mut conn, &ctx, items)?;
+        assert_eq!(outcomes.len(), items.len(), "one outcome per item");
+        Ok(outcomes)
+    }
+
+    fn stats(&self) -> Result<Stats> {
+        stats(&mut *self.conn()?)
+    }
+}
+
+/// Counts and totals in one snapshot (a repeatable-read, read-only transaction).
+fn stats(conn: &mut Conn) -> Result<Stats> {
+    let mut tx = snapshot(&mut conn.client)?;
+    let row = tx.query_one(
+        "SELECT (SELECT COUNT(*) FROM processed_messages),
+                (SELECT COUNT(*) FROM disbursements),
+                (SELECT COALESCE(SUM(amount_cents), 0)::text FROM disbursements),
+                (SELECT COUNT(*) FROM outbox WHERE published_at IS NULL),
+                (SELECT MIN(created_at) FROM outbox WHERE published_at IS NULL),
+                (SELECT COUNT(*) FROM dead_letters),
+                (SELECT COUNT(*) FILTER (WHERE kind = 'duplicate') FROM audit_log),
+                (SELECT COUNT(*) FILTER (WHERE kind = 'conflict') FROM audit_log),
+                (SELECT COUNT(*) FILTER (WHERE kind = 'vanished') FROM audit_log),
+                (SELECT COUNT(*) FROM audit_log)",
+        &[],
+    )?;
+    tx.commit()?;
+    let n = |i: usize| row.get::<_, i64>(i) as u64;
+    // SUM over BIGINT is NUMERIC in PostgreSQL: exact at any size; read as text into an i128.
+    let total: String = row.get(2);
+    let oldest: Option<String> = row.get(4);
+    Ok(Stats {
+        claims: n(0),
+        disbursements: n(1),
+        disbursed_cents_total: total.parse().map_err(|_| {
+            Error::Invariant(format!("the disbursed total {total} is not an integer"))
+        })?,
+        outbox_backlog: n(3),
+        outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
+        dead_letters: n(5),
+        duplicates_suppressed: n(6),
+        conflicts: n(7),
+        vanished: n(8),
+        audit_records: n(9),
+    })
+}
+
+impl Backup for PgLedger {
+    /// PostgreSQL's own tools make consistent copies of a live database; a copy through this
+    /// process would be neither faster nor safer.
+    fn backup(&self, _out: &std::path::Path) -> Result<BackupCopied> {
+        Err(Error::Config(format!(
+            "claimgate backup copies SQLite ledgers; {} is a PostgreSQL ledger: use pg_dump \
+             (e.g. pg_dump --format=custom) for a logical copy, or pg_basebackup with WAL \
+             archiving for point-in-time recovery",
+            self.redacted
+        )))
+    }
+}
+
+impl Drop for PgLedger {
+    /// Says how long batches held the chain head (the one lock all nodes share), and releases
+    /// the purge lock.
+    fn drop(&mut self) {
+        if let Some((n, p50, p99, max)) = batch::head_hold() {
+            log::info!(
+                "chain head lock held per batch over {n} batches: p50 {p50} us, p99 {p99} us, \
+                 max {max} us"
+            );
+        }
+        self.end_purge();
+    }
+}

@@ -1,0 +1,380 @@
+//! [`Retention`] for PostgreSQL: legal holds, and the purge batches of `claimgate retention
+//! purge`, with the same rules as `sqlite/purge.rs` (read it for the shape of a purge).
+//!
+//! One node at a time: `export_purge` takes the session advisory lock [`super::PURGE_LOCK`]
+//! (without waiting: a second purge is refused, naming the reason) on a connection kept for
+//! the purge's `purge_batch` calls, and it is released when the ledger handle is dropped. Two
+//! interleaved purges of one prefix would each leave a checkpoint, and the second would
+//! continue from the first's hash instead of the purged record's, breaking the chain.
+//!
+//! Each batch is one transaction that removes records `first..=last` with the rows they
+//! describe and leaves a checkpoint at `last`; the chain head is not touched (a checkpoint
+//! at the very end continues from the hash the head already holds).
+
+use super::{audit_store, connect::Manager, PgLedger, PURGE_LOCK};
+use crate::domain::audit::{Kind, Record};
+use crate::error::{Error, Result};
+use crate::ledger::{Hold, PurgePlan, Removed, Retention};
+use postgres::GenericClient;
+use r2d2::PooledConnection;
+
+impl Retention for PgLedger {
+    fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool> {
+        let n = self.conn()?.client.execute(
+            "INSERT INTO legal_holds (award_id, reason, held_at) VALUES ($1, $2, $3)
+             ON CONFLICT (award_id) DO NOTHING",
+            &[&award_id, &reason, &now],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn hold_remove(&self, award_id: &str) -> Result<bool> {
+        let n = self
+            .conn()?
+            .client
+            .execute("DELETE FROM legal_holds WHERE award_id = $1", &[&award_id])?;
+        Ok(n == 1)
+    }
+
+    fn holds(&self) -> Result<Vec<Hold>> {
+        Ok(self
+            .conn()?
+            .client
+            .query(
+                "SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id",
+                &[],
+            )?
+            .iter()
+            .map(|r| Hold {
+                award_id: r.get(0),
+                reason: r.get(1),
+                held_at: r.get(2),
+            })
+            .collect())
+    }
+
+    fn export_purge(
+        &self,
+        cutoff: &str,
+        batch_records_max: usize,
+        admit: &mut dyn FnMut(&PurgePlan) -> Result<()>,
+        row: &mut dyn FnMut(&serde_json::Value) -> Result<()>,
+    ) -> Result<Option<(PurgePlan, Vec<i64>)>> {
+        let mut session = self.purge.lock().unwrap_or_else(|p| p.into_inner());
+        if session.is_none() {
+            *session = Some(self.purge_session()?);
+        }
+        let conn = session.as_mut().expect("set just above");
+        index_claim_keys(&mut conn.client, cutoff)?;
+        let mut tx = super::snapshot(&mut conn.client)?;
+        let Some((first, last)) = prefix(&mut tx, cutoff)? else {
+            return Ok(None);
+        };
+        let plan = PurgePlan {
+            first,
+            last,
+            held: held_in(&mut tx, first, last)?,
+            unpublished: unpublished_in(&mut tx, first, last)?,
+        };
+        admit(&plan)?;
+        let mut ends = Vec::new();
+        let mut lo = first;
+        loop {
+            let hi = batch_end(&mut tx, lo, last, batch_records_max)?;
+            for value in export_rows(&mut tx, lo, hi)? {
+                row(&value)?;
+            }
+            ends.push(hi);
+            if hi >= last {
+                break;
+            }
+            lo = hi + 1;
+        }
+        Ok(Some((plan, ends)))
+    }
+
+    fn purge_batch(
+        &self,
+        first: i64,
+        last: i64,
+        cutoff: &str,
+        detail: &str,
+        now: &str,
+    ) -> Result<Removed> {
+        let mut session = self.purge.lock().unwrap_or_else(|p| p.into_inner());
+        if session.is_none() {
+            let mut conn = self.purge_session()?;
+            index_claim_keys(&mut conn.client, cutoff)?;
+            *session = Some(conn);
+        }
+        let conn = session.as_mut().expect("set just above");
+        match purge_batch(&mut conn.client, first, last, detail, now) {
+            // Claims made since the map was built (before `cutoff` all the same) are not in it
+            // yet: the batch rolled back; build it again and look once more.
+            Err(Error::Invariant(_)) => {
+                index_claim_keys(&mut conn.client, cutoff)?;
+                purge_batch(&mut conn.client, first, last, detail, now)
+            }
+            done => done,
+        }
+    }
+}
+
+impl PgLedger {
+    /// A connection holding the purge lock, or a refusal when another purge holds it.
+    fn purge_session(&self) -> Result<PooledConnection<Manager>> {
+        let mut conn = self.conn()?;
+        let got: bool = conn
+            .client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, $2)",
+                &[&PURGE_LOCK.0, &PURGE_LOCK.1],
+            )?
+            .get(0);
+        if !got {
+            return Err(Error::Other(format!(
+                "another retention purge is running on {} (it holds the purge lock); run one at \
+                 a time",
+                self.redacted
+            )));
+        }
+        Ok(conn)
+    }
+}
+
+impl PgLedger {
+    /// Releases the purge lock, if this handle took it: it is a session lock on a pooled
+    /// connection, so it must never outlive the purge inside a pool that lives on.
+    pub(super) fn end_purge(&mut self) {
+        if let Some(mut conn) = self.purge.get_mut().ok().and_then(Option::take) {
+            let _ = conn.client.simple_query("SELECT pg_advisory_unlock_all()");
+        }
+    }
+}
+
+/// Builds `claim_keys` (a temporary table, on this connection only): key → claim id for every
+/// claim made before `cutoff`, the only claims a purge can reach; audit records name claims by
+/// key, and the claim index leads with time and award (see `sqlite/purge.rs`).
+fn index_claim_keys(client: &mut postgres::Client, cutoff: &str) -> Result<()> {
+    client.batch_execute(
+        "CREATE TEMP TABLE IF NOT EXISTS claim_keys (
+             idempotency_key BYTEA PRIMARY KEY, claim_id BIGINT NOT NULL);
+         TRUNCATE claim_keys;",
+    )?;
+    client.execute(
+        "INSERT INTO claim_keys (idempotency_key, claim_id)
+         SELECT idempotency_key, claim_id FROM processed_messages WHERE claimed_at < $1
+         ON CONFLICT DO NOTHING",
+        &[&cutoff],
+    )?;
+    client.batch_execute("ANALYZE claim_keys")?;
+    Ok(())
+}
+
+/// Claims whose `processed` record lies in `$1..=$2`.
+const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
+     JOIN claim_keys k ON k.idempotency_key = decode(a.idempotency_key, 'hex')
+     WHERE a.kind = 'processed' AND a.seq BETWEEN $1 AND $2";
+
+/// Dead-letter entries whose `dead_letter` record lies in `$1..=$2`.
+const DEAD_IN: &str = "SELECT stream_entry_id FROM audit_log
+     WHERE kind = 'dead_letter' AND seq BETWEEN $1 AND $2";
+
+/// The audit prefix a purge before `cutoff` may remove, as in `sqlite/purge.rs`.
+fn prefix(client: &mut impl GenericClient, cutoff: &str) -> Result<Option<(i64, i64)>> {
+    let row = client.query_one(
+        "SELECT (SELECT MIN(seq) FROM audit_log),
+                (SELECT MAX(seq) FROM audit_log WHERE seq < COALESCE(
+                    (SELECT MIN(seq) FROM audit_log WHERE recorded_at >= $1 AND kind <> 'checkpoint'),
+                    9223372036854775807))",
+        &[&cutoff],
+    )?;
+    let (Some(first), Some(last)): (Option<i64>, Option<i64>) = (row.get(0), row.get(1)) else {
+        return Ok(None);
+    };
+    let only_checkpoint = client
+        .query_opt(
+            "SELECT 1 FROM audit_log WHERE seq BETWEEN $1 AND $2 AND kind <> 'checkpoint' LIMIT 1",
+            &[&first, &last],
+        )?
+        .is_none();
+    Ok(if last < first || only_checkpoint {
+        None
+    } else {
+        Some((first, last))
+    })
+}
+
+/// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
+fn batch_end(client: &mut impl GenericClient, first: i64, last: i64, count: usize) -> Result<i64> {
+    let end: Option<i64> = client
+        .query_one(
+            "SELECT MAX(seq) FROM (SELECT seq FROM audit_log WHERE seq BETWEEN $1 AND $2
+                                   ORDER BY seq LIMIT $3) b",
+            &[&first, &last, &(count as i64)],
+        )?
+        .get(0);
+    Ok(end.unwrap_or(last))
+}
+
+/// Held awards named by any record in `first..=last`.
+fn held_in(client: &mut impl GenericClient, first: i64, last: i64) -> Result<Vec<String>> {
+    Ok(client
+        .query(
+            "SELECT DISTINCT a.award_id FROM audit_log a JOIN legal_holds h ON h.award_id = a.award_id
+             WHERE a.seq BETWEEN $1 AND $2 ORDER BY a.award_id",
+            &[&first, &last],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// Outbox rows not yet published among the claims of `first..=last`.
+fn unpublished_in(client: &mut impl GenericClient, first: i64, last: i64) -> Result<u64> {
+    let n: i64 = client
+        .query_one(
+            &format!(
+                "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
+            ),
+            &[&first, &last],
+        )?
+        .get(0);
+    Ok(n as u64)
+}
+
+/// Every row a batch would remove, as `{"table": .., "row": ..}`, audit records first; keys in
+/// hex, columns in the same order and with the same names as the SQLite export.
+fn export_rows(
+    client: &mut impl GenericClient,
+    first: i64,
+    last: i64,
+) -> Result<Vec<serde_json::Value>> {
+    let mut out: Vec<serde_json::Value> = audit_store::range(client, first, last)?
+        .into_iter()
+        .map(|r| serde_json::json!({ "table": "audit_log", "row": r }))
+        .collect();
+    let tables = [
+        (
+            "processed_messages",
+            format!(
+                "SELECT claim_id, encode(idempotency_key, 'hex') AS idempotency_key, award_id,
+                        submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+                        submission_instant
+                 FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"
+            ),
+        ),
+        (
+            "disbursements",
+            format!(
+                "SELECT id, claim_id, encode(idempotency_key, 'hex') AS idempotency_key, award_id,
+                        amount_cents, recorded_at
+                 FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"
+            ),
+        ),
+        (
+            "outbox",
+            format!(
+                "SELECT id, claim_id, event_type, payload, created_at, published_at
+                 FROM outbox WHERE claim_id IN ({CLAIMS_IN})"
+            ),
+        ),
+        (
+            "dead_letters",
+            format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+        ),
+    ];
+    for (table, sql) in tables {
+        let json_sql = format!("SELECT row_to_json(t)::text FROM ({sql}) t");
+        for r in client.query(&json_sql, &[&first, &last])? {
+            let row: serde_json::Value = serde_json::from_str(r.get(0))
+                .map_err(|e| Error::Other(format!("exporting {table}: {e}")))?;
+            out.push(serde_json::json!({ "table": table, "row": row }));
+        }
+    }
+    Ok(out)
+}
+
+/// Removes batch `first..=last` and leaves a checkpoint at `last`, in one transaction.
+fn purge_batch(
+    client: &mut postgres::Client,
+    first: i64,
+    last: i64,
+    detail: &str,
+    now: &str,
+) -> Result<Removed> {
+    let mut tx = client.transaction()?;
+    // Holds placed since the plan. A hold committed after this read is missed, as one
+    // committed after SQLite's check would be: a hold stops the purges that start after it.
+    let held = held_in(&mut tx, first, last)?;
+    if !held.is_empty() {
+        return Err(Error::Other(format!(
+            "award {} came under legal hold during the purge; stopped",
+            held.join(", ")
+        )));
+    }
+    let continues_from: String = tx
+        .query_one("SELECT hash FROM audit_log WHERE seq = $1", &[&last])?
+        .get(0);
+    let claims = delete_claims(&mut tx, first, last)?;
+    let dead_letters = tx.execute(
+        &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+        &[&first, &last],
+    )?;
+    let records = tx.execute(
+        "DELETE FROM audit_log WHERE seq BETWEEN $1 AND $2",
+        &[&first, &last],
+    )?;
+    let mut checkpoint = Record {
+        seq: last,
+        kind: Kind::Checkpoint,
+        idempotency_key: None,
+        award_id: None,
+        amount_cents: None,
+        stream_entry_id: None,
+        consumer: None,
+        delivery_count: None,
+        detail: Some(detail.to_owned()),
+        recorded_at: now.to_owned(),
+        prev_hash: String::new(),
+        hash: String::new(),
+    };
+    checkpoint.seal(&continues_from);
+    audit_store::insert(&mut tx, &checkpoint)?;
+    tx.commit()?;
+    Ok(Removed {
+        records,
+        claims,
+        dead_letters,
+    })
+}
+
+/// Deletes the claims (with their disbursements and outbox rows) of the batch's `processed`
+/// records; refuses, as an invariant violation, when a record's claim is not found.
+fn delete_claims(tx: &mut postgres::Transaction<'_>, first: i64, last: i64) -> Result<u64> {
+    let ids: Vec<i64> = tx
+        .query(CLAIMS_IN, &[&first, &last])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let records: i64 = tx
+        .query_one(
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND seq BETWEEN $1 AND $2",
+            &[&first, &last],
+        )?
+        .get(0);
+    if ids.len() as i64 != records {
+        return Err(Error::Invariant(format!(
+            "{records} processed records in seq {first}..={last} but only {} of their claims \
+             were found among the claims made before the cutoff; nothing was purged",
+            ids.len()
+        )));
+    }
+    for table in ["outbox", "disbursements", "processed_messages"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE claim_id = ANY($1)"),
+            &[&ids],
+        )?;
+    }
+    Ok(ids.len() as u64)
+}

@@ -1,0 +1,131 @@
+//! Every row of a SQLite ledger, in one read transaction, for `claimgate migrate`
+//! (`ledger/copy.rs`). Claims come before the rows that refer to them.
+
+use super::{audit_store, SqliteLedger};
+use crate::domain::key::IdempotencyKey;
+use crate::error::{Error, Result};
+use crate::ledger::copy::{Counters, Row, Sink};
+use crate::ledger::{Hold, Since};
+use rusqlite::OptionalExtension;
+
+impl SqliteLedger {
+    /// Sends every row to `sink` (claims, disbursements, outbox, dead letters, audit records
+    /// in seq order, holds, meta) from one snapshot; returns the counters.
+    pub fn dump(&self, sink: &mut Sink<'_>) -> Result<Counters> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let key = |bytes: Vec<u8>| {
+            IdempotencyKey::from_slice(&bytes)
+                .ok_or_else(|| Error::Invariant(format!("a stored key of {} bytes", bytes.len())))
+        };
+        {
+            let mut st = tx.prepare(
+                "SELECT claim_id, idempotency_key, award_id, submission_timestamp, amount_cents,
+                        claimed_at, stream_entry_id, consumer, submission_instant
+                 FROM processed_messages ORDER BY claim_id",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::Claim {
+                    claim_id: r.get(0)?,
+                    key: key(r.get(1)?)?,
+                    award_id: r.get(2)?,
+                    submission_timestamp: r.get(3)?,
+                    amount_cents: r.get(4)?,
+                    claimed_at: r.get(5)?,
+                    stream_entry_id: r.get(6)?,
+                    consumer: r.get(7)?,
+                    submission_instant: r.get::<_, Option<String>>(8)?.ok_or_else(|| {
+                        Error::Invariant("a claim without its submission instant".into())
+                    })?,
+                })?;
+            }
+        }
+        {
+            let mut st = tx.prepare(
+                "SELECT id, claim_id, idempotency_key, award_id, amount_cents, recorded_at
+                 FROM disbursements ORDER BY id",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::Disbursement {
+                    id: r.get(0)?,
+                    claim_id: r.get(1)?,
+                    key: key(r.get(2)?)?,
+                    award_id: r.get(3)?,
+                    amount_cents: r.get(4)?,
+                    recorded_at: r.get(5)?,
+                })?;
+            }
+        }
+        {
+            let mut st = tx.prepare(
+                "SELECT id, claim_id, event_type, payload, created_at, published_at
+                 FROM outbox ORDER BY id",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::Outbox {
+                    id: r.get(0)?,
+                    claim_id: r.get(1)?,
+                    event_type: r.get(2)?,
+                    payload: r.get(3)?,
+                    created_at: r.get(4)?,
+                    published_at: r.get(5)?,
+                })?;
+            }
+        }
+        {
+            let mut st = tx.prepare(
+                "SELECT stream, stream_entry_id, reason_code, reason, award_id, delivery_count,
+                        recorded_at FROM dead_letters ORDER BY stream, stream_entry_id",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::DeadLetter {
+                    stream: r.get(0)?,
+                    stream_entry_id: r.get(1)?,
+                    reason_code: r.get(2)?,
+                    reason: r.get(3)?,
+                    award_id: r.get(4)?,
+                    delivery_count: r.get(5)?,
+                    recorded_at: r.get(6)?,
+                })?;
+            }
+        }
+        audit_store::for_each(&tx, &Since::All, |r| sink(Row::Audit(r)))?;
+        {
+            let mut st = tx.prepare("SELECT award_id, reason, held_at FROM legal_holds")?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::Hold(Hold {
+                    award_id: r.get(0)?,
+                    reason: r.get(1)?,
+                    held_at: r.get(2)?,
+                }))?;
+            }
+        }
+        {
+            let mut st = tx.prepare("SELECT name, value FROM ledger_meta")?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::Meta {
+                    name: r.get(0)?,
+                    value: r.get(1)?,
+                })?;
+            }
+        }
+        // AUTOINCREMENT's high-water mark survives a purge of the top rows; MAX(id) may not.
+        let seq: Option<i64> = tx
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let max: Option<i64> = tx.query_row("SELECT MAX(id) FROM outbox", [], |r| r.get(0))?;
+        Ok(Counters {
+            outbox_id_last: seq.unwrap_or(0).max(max.unwrap_or(0)),
+        })
+    }
+}

@@ -1,0 +1,610 @@
+//! The shared PostgreSQL ledger, end to end, where it differs from SQLite: bad URLs, every
+//! command against a PostgreSQL URL, a server restarted under a running worker, and several
+//! workers and relays on one database killed at random. The suites that run on both backends
+//! are in `worker.rs`, `relay.rs` and `contract.rs`.
+
+use crate::support::{self, amount_sum, signal, submission, wait_exit, wait_for, Store, World};
+use std::time::Duration;
+
+/// Runs `claimgate ARGS --db URL` and returns (exit code, stderr).
+fn with_db(w: &World, args: &[&str], url: &str) -> (Option<i32>, String) {
+    let mut all = args.to_vec();
+    all.extend(["--db", url]);
+    let out = w.run(&all);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_wrong_password_or_a_missing_database_exits_2_without_showing_the_password() {
+    // Every command that opens the ledger: exit 2, one clear line, the password never echoed.
+    let w = World::on(Store::Postgres);
+    let good = w.db.to_str().unwrap().to_owned();
+    let (base, _) = good.rsplit_once('/').unwrap();
+    let user_and_host = base.split_once('@').unwrap().1;
+    let wrong_pw = format!("postgres://claimgate:s3cret-wrong-pw@{user_and_host}/postgres");
+    let password = good
+        .split_once("claimgate:")
+        .unwrap()
+        .1
+        .split_once('@')
+        .unwrap()
+        .0;
+    let missing_db = format!("{base}/no_such_ledger");
+    let commands: [&[&str]; 6] = [
+        &["status"],
+        &["verify"],
+        &["hold", "list"],
+        &["audit", "verify"],
+        &["run", "--exit-when-idle"],
+        &["relay", "--exit-when-idle"],
+    ];
+    for command in commands {
+        let (code, stderr) = with_db(&w, command, &wrong_pw);
+        assert_eq!(code, Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("refused the user name or password")
+                && !stderr.contains("s3cret-wrong-pw"),
+            "{command:?}: {stderr}"
+        );
+        let (code, stderr) = with_db(&w, command, &missing_db);
+        assert_eq!(code, Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("does not exist") && !stderr.contains(password),
+            "{command:?}: {stderr}"
+        );
+    }
+    // sslmode=require without a CA file trusts nothing: refused before connecting.
+    let (code, stderr) = with_db(&w, &["status"], &format!("{good}?sslmode=require"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sslrootcert") && !stderr.contains(password),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn every_command_works_against_a_postgres_ledger() {
+    // 1. Queue 60 submissions, 10 resent, one malformed; drain with `run`, publish with `relay`.
+    // 2. status --json, verify, audit export/verify, hold add/list/remove, retention purge
+    //    (nothing three years old: nothing removed) all succeed and agree with SQL.
+    // 3. backup says to use pg_dump, exit 2.
+    let w = World::on(Store::Postgres);
+    let payloads: Vec<String> = (0..60).map(submission).collect();
+    w.add(&payloads);
+    w.add(&payloads[..10]);
+    w.add_fields(&[("payload", b"not json")]);
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.count("disbursements"), 60);
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(60)
+    );
+    assert_eq!(w.count("dead_letters"), 1);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    assert_eq!(w.xlen("grants:events"), 60);
+
+    let status = w.run_ok(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["ledger"]["claims"], 60);
+    assert_eq!(v["ledger"]["disbursed_cents_total"], amount_sum(60));
+    assert_eq!(v["ledger"]["duplicates_suppressed"], 10);
+    assert_eq!(v["ledger"]["dead_letters"], 1);
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        !shown.contains(&password_of(&w)),
+        "status shows the password: {shown}"
+    );
+
+    let verify = w.run_ok(&["verify"]);
+    assert!(
+        String::from_utf8_lossy(&verify.stdout).contains("71"),
+        "71 audit records"
+    );
+    let export = w.dir.path().join("audit.jsonl");
+    w.run_ok(&["audit", "export", "--out", export.to_str().unwrap()]);
+    let lines = std::fs::read_to_string(&export).unwrap().lines().count();
+    assert_eq!(lines as i64, w.count("audit_log"));
+    w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
+
+    w.run_ok(&["hold", "add", "A-000001", "--reason", "case 7"]);
+    let held = w.run_ok(&["hold", "list"]);
+    assert!(String::from_utf8_lossy(&held.stdout).contains("A-000001"));
+    assert_eq!(w.count("legal_holds"), 1);
+    w.run_ok(&["hold", "remove", "A-000001"]);
+    assert_eq!(w.count("legal_holds"), 0);
+
+    let purge_export = w.dir.path().join("purge.jsonl");
+    w.run_ok(&[
+        "retention",
+        "purge",
+        "--before",
+        "2020-01-01",
+        "--export",
+        purge_export.to_str().unwrap(),
+    ]);
+    assert_eq!(w.count("audit_log"), 71, "nothing was old enough to purge");
+
+    let out = w.run(&["backup", w.dir.path().join("b.db").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pg_dump") && !stderr.contains(&password_of(&w)),
+        "{stderr}"
+    );
+}
+
+/// The password in a world's PostgreSQL URL.
+fn password_of(w: &World) -> String {
+    let url = w.db.to_str().unwrap();
+    url.split_once("claimgate:")
+        .unwrap()
+        .1
+        .split_once('@')
+        .unwrap()
+        .0
+        .to_owned()
+}
+
+#[test]
+fn postgres_restarted_under_a_running_worker_is_waited_out_and_everything_lands_once() {
+    // 1. A cluster of the test's own; a worker running against it; 300 submissions processed.
+    // 2. PostgreSQL stopped at once (immediate shutdown: connections cut, no checkpoint) while
+    //    300 more arrive; started again after two seconds.
+    // 3. The worker retries and finishes: 600 disbursements exactly, each paid once, nothing
+    //    pending, the chain verifies.
+    let mut pg = crate::pg::own_cluster();
+    let url = pg.create_database("restart").unwrap();
+    let w = World::on_postgres_url(&url);
+    let mut worker = support::Logged::spawn(w.cmd(&["run", "--consumer", "w1"]));
+    w.add(&(0..300).map(submission).collect::<Vec<_>>());
+    assert!(
+        wait_for(Duration::from_secs(60), || w.count("disbursements") == 300),
+        "{}",
+        worker.log_text()
+    );
+    pg.stop_immediate().unwrap();
+    w.add(&(300..600).map(submission).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(worker.alive(), "the worker waits; it does not exit");
+    pg.start_again().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(90), || w.count("disbursements") == 600
+            && w.pending() == 0),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(600)
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'"),
+        600
+    );
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn three_workers_and_two_relays_through_kills_failpoints_and_restarts_leave_every_invariant_exact()
+{
+    // 1. Three workers and two relays on one consumer group and one database.
+    // 2. Ten rounds: queue 200 new submissions and 50 resends, then SIGKILL one process at
+    //    random and start it again under the same name, half the time armed to crash at a
+    //    failpoint (a worker after its 3rd commit before XACK, a relay after its 2nd publish
+    //    before marking); a process a failpoint ended is started again, unarmed.
+    //    After round 4 PostgreSQL is stopped at once (immediate shutdown) and started again a
+    //    second later; after round 7 Redis is killed and restarted from its AOF.
+    // 3. Drain, then on PostgreSQL itself: each submission paid once (count and sum), one
+    //    processed record each, the chain verifies, every event published exactly once with
+    //    ids 1..=2000 in order, nothing pending, nothing unpublished.
+    let mut pg = crate::pg::own_cluster();
+    let mut w = World::on_postgres_url(&pg.create_database("chaos").unwrap());
+    let per_round = 200;
+    let rounds = 10;
+    let unique = per_round * rounds;
+    let worker = |name: &'static str| -> Vec<&'static str> {
+        vec![
+            "run",
+            "--consumer",
+            name,
+            "--batch-count-max",
+            "40",
+            "--claim-idle-ms",
+            "500",
+        ]
+    };
+    let roles: [Vec<&str>; 5] = [
+        worker("w1"),
+        worker("w2"),
+        worker("w3"),
+        vec!["relay", "--relay-batch-count-max", "25"],
+        vec!["relay", "--relay-batch-count-max", "17"],
+    ];
+    let spawn = |w: &World, role: usize, armed: bool| {
+        let mut cmd = w.cmd(&roles[role]);
+        if armed {
+            let point = if role < 3 {
+                "after_commit:3"
+            } else {
+                "relay_after_publish:2"
+            };
+            cmd.env("CLAIMGATE_FAILPOINT", point);
+        }
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut procs: Vec<std::process::Child> =
+        (0..roles.len()).map(|r| spawn(&w, r, false)).collect();
+    let seed = std::env::var("CLAIMGATE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("postgres kill test seed: {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let (mut killed, mut crashed) = (0, 0);
+    for round in 0..rounds {
+        let first = round * per_round;
+        let mut load: Vec<String> = (first..first + per_round).map(submission).collect();
+        load.extend((0..50).map(|_| submission(rng.usize(0..first + per_round))));
+        w.add(&load);
+        std::thread::sleep(Duration::from_millis(rng.u64(50..300)));
+        let victim = rng.usize(0..roles.len());
+        signal(&procs[victim], libc::SIGKILL);
+        wait_exit(&mut procs[victim], Duration::from_secs(10));
+        killed += 1;
+        procs[victim] = spawn(&w, victim, rng.bool());
+        if round == 4 {
+            pg.stop_immediate().unwrap();
+            std::thread::sleep(Duration::from_secs(1));
+            pg.start_again().unwrap();
+        }
+        if round == 7 {
+            w.redis.restart().unwrap();
+        }
+        for (role, p) in procs.iter_mut().enumerate() {
+            if p.try_wait().unwrap().is_some() {
+                crashed += 1;
+                *p = spawn(&w, role, false);
+            }
+        }
+    }
+    let done = || {
+        w.count("disbursements") == unique as i64
+            && w.pending() == 0
+            && w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL") == 0
+            && w.xlen("grants:events") >= unique as u64
+    };
+    let drained = wait_for(Duration::from_secs(180), || {
+        for (role, p) in procs.iter_mut().enumerate() {
+            if p.try_wait().unwrap().is_some() {
+                crashed += 1;
+                *p = spawn(&w, role, false);
+            }
+        }
+        done()
+    });
+    assert!(drained, "did not drain (seed {seed})");
+    eprintln!("{killed} SIGKILLs, {crashed} failpoint crashes");
+    for p in &mut procs {
+        signal(p, libc::SIGTERM);
+        assert!(wait_exit(p, Duration::from_secs(60)).success());
+    }
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(unique)
+    );
+    assert_eq!(w.count("processed_messages"), unique as i64);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'"),
+        unique as i64
+    );
+    assert!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'") >= 50 * rounds as i64
+    );
+    assert_eq!(
+        w.xlen("grants:events"),
+        unique as u64,
+        "each event published once"
+    );
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("grants:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut w.conn())
+        .unwrap();
+    let event_ids: Vec<i64> = entries
+        .iter()
+        .map(|(_, f)| {
+            f.iter()
+                .find(|(k, _)| k == "event_id")
+                .unwrap()
+                .1
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        event_ids,
+        (1..=unique as i64).collect::<Vec<_>>(),
+        "ids in order, once each"
+    );
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
+}
+
+#[test]
+fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_target() {
+    // 1. A SQLite ledger with every kind of row: 30 submissions (5 resent), two malformed
+    //    entries, a conflicting resubmission, a legal hold, the first 8 records purged (a
+    //    checkpoint), published and unpublished outbox rows.
+    // 2. migrate --to an empty PostgreSQL database: both verify, same counts, same chain head,
+    //    same published states.
+    // 3. A second migrate into the same target is refused (exit 2), nothing changed.
+    // 4. A worker on the PostgreSQL ledger chains new records after the copied head.
+    let w = World::new();
+    w.add(&(0..20).map(submission).collect::<Vec<_>>());
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    w.add_fields(&[("payload", b"[]")]);
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    crate::audit::backdate(&w, 8, "2019-03-01T12:00:00.000000Z");
+    let export = w.dir.path().join("purge.jsonl");
+    w.run_ok(&[
+        "retention",
+        "purge",
+        "--before",
+        "2020-01-01",
+        "--export",
+        export.to_str().unwrap(),
+    ]);
+    w.add(&(20..30).map(submission).collect::<Vec<_>>());
+    w.add(&[r#"{"award_id":"A-000021","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":999}"#.to_owned()]);
+    w.add_fields(&[("nothing", b"x")]);
+    w.drain(&[]);
+    w.run_ok(&["hold", "add", "A-000003", "--reason", "audit 12"]);
+    let source = String::from_utf8_lossy(&w.run_ok(&["verify"]).stdout).into_owned();
+    let head = |text: &str| {
+        text.split("(head ")
+            .nth(1)
+            .unwrap()
+            .split(')')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'") == 1);
+    assert!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'") == 1);
+
+    let url = crate::pg::fresh_database();
+    let out = w.run_ok(&["migrate", "--to", &url]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&head(&source)), "{said}");
+    let pg = World::on_postgres_url(&url);
+    let copied = String::from_utf8_lossy(&pg.run_ok(&["verify"]).stdout).into_owned();
+    assert_eq!(head(&copied), head(&source));
+    for sql in [
+        "SELECT COUNT(*) FROM processed_messages",
+        "SELECT SUM(amount_cents) FROM disbursements",
+        "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL",
+        "SELECT MAX(id) FROM outbox",
+        "SELECT COUNT(*) FROM dead_letters",
+        "SELECT COUNT(*) FROM audit_log",
+        "SELECT MIN(seq) FROM audit_log",
+        "SELECT COUNT(*) FROM legal_holds",
+    ] {
+        assert_eq!(pg.sql_i64(sql), w.sql_i64(sql), "{sql}");
+    }
+
+    let again = w.run(&["migrate", "--to", &url]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not empty") && !stderr.contains(&password_of(&pg)),
+        "{stderr}"
+    );
+    assert_eq!(
+        pg.sql_i64("SELECT COUNT(*) FROM audit_log"),
+        w.sql_i64("SELECT COUNT(*) FROM audit_log")
+    );
+
+    let records = pg.count("audit_log");
+    pg.add(&(40..45).map(submission).collect::<Vec<_>>());
+    pg.drain(&[]);
+    assert_eq!(pg.count("audit_log"), records + 5);
+    pg.run_ok(&["verify"]);
+    pg.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(
+        pg.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+}
+
+/// Moves the first `n` audit records of a PostgreSQL ledger (and the claims they describe)
+/// back to `old`, re-seals the chain and moves the chain head with it, as a ledger that has
+/// really been running that long would be.
+fn backdate_postgres(w: &World, n: i64, old: &str) {
+    let url = w.db.to_str().unwrap();
+    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    db.execute(
+        "UPDATE audit_log SET recorded_at = $1 WHERE seq <= $2",
+        &[&old, &n],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE processed_messages SET claimed_at = $1 WHERE encode(idempotency_key, 'hex') IN
+         (SELECT idempotency_key FROM audit_log WHERE seq <= $2 AND kind = 'processed')",
+        &[&old, &n],
+    )
+    .unwrap();
+    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let mut records = Vec::new();
+    ledger
+        .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
+            records.push(r);
+            Ok(())
+        })
+        .unwrap();
+    let mut prev = claimgate::domain::audit::GENESIS_HASH.to_owned();
+    for mut r in records {
+        r.seal(&prev);
+        db.execute(
+            "UPDATE audit_log SET prev_hash = $1, hash = $2 WHERE seq = $3",
+            &[&r.prev_hash, &r.hash, &r.seq],
+        )
+        .unwrap();
+        prev = r.hash;
+    }
+    db.execute("UPDATE chain_head SET hash = $1", &[&prev])
+        .unwrap();
+}
+
+#[test]
+fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
+    // 1. 20 submissions and a malformed entry on PostgreSQL, published; the first 9 records
+    //    backdated to 2019.
+    // 2. A held award in the prefix refuses the purge (nothing removed); lifted, the purge runs
+    //    in batches of 4: records, claims, disbursements, outbox rows and the dead letter in
+    //    the prefix are gone, one checkpoint is left, verify and audit verify pass.
+    // 3. New work chains on after the checkpoint; verify passes again.
+    let w = World::on(Store::Postgres);
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    w.add_fields(&[("payload", b"[]")]);
+    w.add(&(5..20).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    backdate_postgres(&w, 9, "2019-03-01T12:00:00.000000Z");
+    w.run_ok(&["verify"]);
+    let export = w.dir.path().join("purge.jsonl");
+    let purge = |file: &std::path::Path| {
+        w.run(&[
+            "retention",
+            "purge",
+            "--before",
+            "2020-01-01",
+            "--batch-records-max",
+            "4",
+            "--export",
+            file.to_str().unwrap(),
+        ])
+    };
+    w.run_ok(&["hold", "add", "A-000002"]);
+    let refused = purge(&w.dir.path().join("refused.jsonl"));
+    assert!(!refused.status.success(), "a held award refuses the purge");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("A-000002"));
+    assert_eq!(w.count("audit_log"), 21, "a refused purge deletes nothing");
+    w.run_ok(&["hold", "remove", "A-000002"]);
+
+    let out = purge(&export);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        w.count("audit_log"),
+        21 - 9 + 1,
+        "nine records out, one checkpoint in"
+    );
+    assert_eq!(w.sql_i64("SELECT MIN(seq) FROM audit_log"), 9);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'"),
+        1
+    );
+    assert_eq!(
+        w.count("processed_messages"),
+        12,
+        "eight claims went with their records"
+    );
+    assert_eq!(w.count("disbursements"), 12);
+    assert_eq!(w.count("outbox"), 12);
+    assert_eq!(w.count("dead_letters"), 0);
+    let exported = std::fs::read_to_string(&export).unwrap();
+    assert_eq!(
+        exported
+            .lines()
+            .filter(|l| l.contains("\"audit_log\""))
+            .count(),
+        9
+    );
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
+
+    w.add(&(20..25).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), 26);
+    assert_eq!(
+        w.sql_i64("SELECT MAX(id) FROM outbox"),
+        25,
+        "outbox ids are not reused"
+    );
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
+}
+
+#[test]
+fn tls_with_sslrootcert_works_and_a_certificate_it_does_not_trust_is_exit_2() {
+    // 1. A cluster of the test's own speaking TLS with a certificate for 127.0.0.1.
+    // 2. sslmode=require&sslrootcert=<that certificate>: run drains 20 submissions, status
+    //    and verify pass; the server saw the connections as TLS.
+    // 3. sslrootcert=<another certificate>: exit 2 naming TLS, the password never shown.
+    let dir = tempfile::tempdir().unwrap();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let cert = dir.path().join("ca.pem");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    let stranger = dir.path().join("stranger.pem");
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    std::fs::write(&stranger, other.cert.pem()).unwrap();
+    let pg = claimgate::support::localpostgres::LocalPostgres::start_with_tls(Some((
+        &certified.cert.pem(),
+        &certified.signing_key.serialize_pem(),
+    )))
+    .unwrap();
+    let url = pg.create_database("tls").unwrap();
+    let with_ca =
+        |ca: &std::path::Path| format!("{url}?sslmode=require&sslrootcert={}", ca.display());
+    let w = World::on_postgres_url(&with_ca(&cert));
+    w.add(&(0..20).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 20);
+    w.run_ok(&["status"]);
+    w.run_ok(&["verify"]);
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let tls_seen: i64 = admin
+        .query_one("SELECT COUNT(*) FROM pg_stat_ssl WHERE ssl", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        tls_seen, 0,
+        "this admin connection is plain, so the check can fail"
+    );
+    let mut tls_client = w.cmd(&["relay"]).spawn().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || admin
+            .query_one("SELECT COUNT(*) FROM pg_stat_ssl WHERE ssl", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0),
+        "a relay connected over TLS"
+    );
+    signal(&tls_client, libc::SIGTERM);
+    assert!(wait_exit(&mut tls_client, Duration::from_secs(30)).success());
+
+    let (code, stderr) = with_db(&w, &["status"], &with_ca(&stranger));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("TLS") && !stderr.contains(pg.password()),
+        "{stderr}"
+    );
+}
