@@ -45,6 +45,26 @@ CREATE TABLE IF NOT EXISTS processed_messages (
 CREATE INDEX IF NOT EXISTS claim_instant
     ON processed_messages (submission_instant, award_id, idempotency_key);
 
+-- Tombstones: one per claim a retention purge removed, so a purged submission is a duplicate
+-- forever (src/ledger/mod.rs, contract point 6). Only the key and when it was claimed (and
+-- purged): no award, no amount, nothing personal.
+--
+-- Why a table of its own rather than a row left in processed_messages: the claim's unique
+-- index is (submission_timestamp, award_id, idempotency_key), so a row kept there keeps the
+-- award and time, which a purge must remove, and the worker's insert-heavy index would carry
+-- every purged key for ever. Here the key alone is the primary key (WITHOUT ROWID: one B-tree,
+-- no second lookup). It is random-keyed, which the claim index must never be, but this table
+-- is written only by purges, never on the worker's path; the worker only reads it, one probe
+-- per submission and only in a ledger that has any tombstone at all (src/ledger/sqlite/batch.rs
+-- asks once per batch), so a ledger never purged pays one cheap read per batch.
+-- A ledger from before this table gets it on open, and tombstones rebuilt from the duplicate
+-- records its earlier purges left behind (src/ledger/sqlite/upgrade.rs).
+CREATE TABLE IF NOT EXISTS claim_tombstones (
+    idempotency_key BLOB NOT NULL PRIMARY KEY CHECK (length(idempotency_key) = 32),
+    claimed_at      TEXT NOT NULL,
+    purged_at       TEXT NOT NULL
+) WITHOUT ROWID;
+
 -- The business side effect. UNIQUE (claim_id) is what makes a second disbursement for one claim
 -- impossible whatever the code does.
 CREATE TABLE IF NOT EXISTS disbursements (

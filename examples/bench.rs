@@ -826,7 +826,7 @@ impl Env {
 }
 
 fn remove_ledger(db: &Path) {
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", ".lock"] {
         let mut p = db.as_os_str().to_owned();
         p.push(suffix);
         std::fs::remove_file(PathBuf::from(p)).ok();
@@ -926,6 +926,7 @@ impl Ledger for NullLedger {
                 Item::Submission { .. } => Outcome::Processed,
                 Item::KnownDuplicate { committed_by, .. } => Outcome::Duplicate {
                     first_claimed_at: committed_by.to_string(),
+                    purged_at: None,
                 },
                 Item::DeadLetter { .. } => Outcome::DeadLettered,
                 Item::Vanished { .. } => Outcome::Vanished,

@@ -18,6 +18,19 @@
 //! The mark carries the ledger's random `ledger_id`: a relay pointed at a fresh ledger but an
 //! old events stream stops with an error instead of mistaking new rows for published ones.
 //!
+//! # A ledger put back behind the events stream
+//!
+//! A copy of this very ledger put back by hand (same `ledger_id`, an older state) has assigned
+//! fewer outbox ids than the mark covers: its next rows would get ids at or below the mark, and
+//! the script would skip them as published — new disbursements marked published that never
+//! reached the stream. So before each round the relay reads the mark, then the ledger's highest
+//! id ever assigned ([`Outbox::outbox_id_max`]), and stops with an error (exit 1) if the mark
+//! for this ledger is above it. The order matters: any mark a relay legitimately set covers
+//! ids that were assigned before it was set, so an id maximum read after the mark is at least
+//! the mark, however many relays run. `claimgate restore` is the way to put a backup back: it
+//! moves the restored ledger's id sequence past the mark and marks the restored rows at or
+//! below it published (they are on the stream), so this check passes and nothing is skipped.
+//!
 //! Invariant: this module reads and writes the ledger only through [`Outbox`] (plus
 //! `Inspect::describe` for its log line), and marks rows published only for ids the Redis mark
 //! already covers.
@@ -51,7 +64,7 @@ pub struct RelayConfig {
 impl RelayConfig {
     /// The Redis hash holding the high-water mark and the ledger it belongs to.
     pub fn mark_key(&self) -> String {
-        format!("{}:published_upto", self.events_stream)
+        crate::broker::mark::key(&self.events_stream)
     }
 }
 
@@ -153,6 +166,7 @@ fn step(
     ledger_id: &str,
     last_marked: i64,
 ) -> Result<Round> {
+    behind_the_stream(rcfg, ledger, conn, ledger_id)?;
     let rows = ledger.unpublished(rcfg.batch_count_max)?;
     let Some(last) = rows.last() else {
         return Ok(Round {
@@ -186,6 +200,38 @@ fn step(
         marked,
         marked_upto,
     })
+}
+
+/// Refuses to go on when the events stream's mark for this ledger covers ids this ledger has
+/// never assigned (see "A ledger put back behind the events stream" above): a permanent error,
+/// so the relay stops and says why instead of marking unpublished rows published.
+fn behind_the_stream(
+    rcfg: &RelayConfig,
+    ledger: &dyn Outbox,
+    conn: &mut Conn,
+    ledger_id: &str,
+) -> Result<()> {
+    // The mark first, then the ledger: see the ordering argument above.
+    let Some(mark) = crate::broker::mark::read(conn, &rcfg.events_stream)? else {
+        return Ok(());
+    };
+    if mark.ledger_id != ledger_id {
+        // Another ledger's mark: the script refuses it (LEDGERMISMATCH).
+        return Ok(());
+    }
+    let id_max = ledger.outbox_id_max()?;
+    if mark.upto > id_max {
+        return Err(Error::Other(format!(
+            "{} says outbox ids up to {} of ledger {ledger_id} were published, but this ledger \
+             has only ever assigned ids up to {id_max}: it is an older copy of that ledger, put \
+             back without `claimgate restore`. Publishing from it would skip its new rows as \
+             already published, so the relay stops. Put the copy back with \
+             `claimgate restore BACKUP` (it keeps the events stream and the ledger in step)",
+            rcfg.mark_key(),
+            mark.upto
+        )));
+    }
+    Ok(())
 }
 
 /// Runs the publish script; returns the new mark and how many rows it added.

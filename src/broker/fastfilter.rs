@@ -5,8 +5,11 @@
 //! redelivery look like a duplicate, and the disbursement is never made. Here a marker is
 //! written only *after* the ledger transaction covering its key has committed, so:
 //!
-//! - a hit means "certainly committed": the entry is recorded as a duplicate (its audit record
-//!   is still written, in the same kind of transaction) without probing the claim index;
+//! - a hit is a hint that the key was committed: the ledger confirms it inside the batch
+//!   transaction (a claim or a tombstone of the key: one lookup instead of an attempted insert)
+//!   and records the duplicate; a hit it cannot confirm — a marker planted by someone who can
+//!   write Redis, or one left from a ledger since lost — is logged at WARN and the submission is
+//!   processed normally (`ledger::Item::KnownDuplicate`);
 //! - a miss, an expired marker, or any Redis error means "ask the ledger", which stays the
 //!   only authority. The filter can make the worker faster or slower, never wrong.
 //!
@@ -14,10 +17,8 @@
 //! the stream's own key (`<stream>:committed:<group>:<key>`, like `<stream>:dead`), so the key
 //! pattern that lets an ACL user read the stream (`~grants:*`) covers them too. Markers written
 //! by releases before this naming (`claimgate:committed:*`) are never read again: each is at
-//! worst a miss, answered by the ledger, until its TTL removes it. Whoever restores the ledger
-//! from a backup must delete the markers (`<stream>:committed:*`) or run without the filter
-//! until they expire: a marker outliving the commit it vouches for is the one way to make this
-//! filter lie.
+//! worst a miss, answered by the ledger, until its TTL removes it. A marker outliving the commit
+//! it vouches for (after a restore from a backup) is caught the same way as a planted one.
 //!
 //! Invariant: no marker is written before the transaction covering its key has committed;
 //! a Redis failure here never fails a batch.

@@ -3,7 +3,7 @@
 //! Every flag can also come from the environment variable named beside it. This file holds the
 //! global flags and the dispatch; each command group's flags and body live in a file of its
 //! own (`run`, `relay`, `produce`, `key`, `audit`, `retention` with `hold`, `ops` for
-//! `status`, `verify` and `backup`), and what they share — the shutdown flag and the ways to
+//! `status`, `verify`, `backup` and `restore`), and what they share — the shutdown flag and the ways to
 //! open the ledger — in `common`. Dependencies point one way: this file uses the children, the
 //! children use `common` (and `run` uses `relay`'s settings), never this file. Command bodies
 //! stay thin: they build configs, open what they need through the one open step and call into
@@ -98,6 +98,9 @@ pub enum Command {
     Backup(ops::BackupArgs),
     /// Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged.
     Migrate(ops::MigrateArgs),
+    /// Put a backup in place of the ledger (no worker may have it open); the ledger replaced
+    /// is kept beside it, and every disbursement in the backup reaches the events stream once.
+    Restore(ops::RestoreArgs),
 }
 
 impl GlobalArgs {
@@ -134,6 +137,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         ),
         Command::Backup(args) => ops::backup(&cfg, args),
         Command::Migrate(args) => ops::migrate(&cfg, args),
+        Command::Restore(args) => ops::restore(&cfg, args),
     }
 }
 

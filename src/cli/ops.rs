@@ -1,5 +1,5 @@
-//! The operator's commands on the ledger as a whole: `status`, `verify`, `backup` and
-//! `migrate`.
+//! The operator's commands on the ledger as a whole: `status`, `verify`, `backup`, `migrate`
+//! and `restore`.
 
 use super::common::open_existing;
 use crate::config::{Config, LedgerConfig};
@@ -22,6 +22,16 @@ pub struct BackupArgs {
     pub out: PathBuf,
 }
 
+/// Flags of `claimgate restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The backup file to put in place of the ledger (made by `claimgate backup`; only read).
+    pub backup: PathBuf,
+    /// The events stream the relay publishes to (its mark tells which rows are published).
+    #[arg(long, env = "CLAIMGATE_EVENTS_STREAM", default_value = crate::config::EVENTS_STREAM_DEFAULT)]
+    pub events_stream: String,
+}
+
 /// `claimgate status`.
 pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
     let ledger = open_existing(cfg)?;
@@ -33,8 +43,8 @@ pub fn verify(cfg: &Config) -> Result<()> {
     let ledger = open_existing(cfg)?;
     let s = crate::ops::verify::ledger(&*ledger)?;
     println!(
-        "ledger verified: {} claims, {} disbursements, {} outbox rows, one each; {} audit records, chain intact (head {}); integrity ok",
-        s.claims, s.disbursements, s.outbox_rows, s.audit_records, s.head_hash
+        "ledger verified: {} claims, {} disbursements, {} outbox rows, one each; {} tombstones of purged claims; {} audit records, chain intact (head {}); integrity ok",
+        s.claims, s.disbursements, s.outbox_rows, s.tombstones, s.audit_records, s.head_hash
     );
     Ok(())
 }
@@ -65,4 +75,17 @@ pub fn migrate(cfg: &Config, args: MigrateArgs) -> Result<()> {
         m.to.claims, m.to.disbursements, m.to.outbox_rows, m.to.audit_records, m.to.head_hash
     );
     Ok(())
+}
+
+/// `claimgate restore`.
+pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
+    let lcfg = crate::config::LedgerConfig::new(&cfg.db_path);
+    crate::ops::restore::run(
+        &lcfg,
+        &crate::ops::restore::Request {
+            backup: &args.backup,
+            redis_url: &cfg.redis_url,
+            events_stream: &args.events_stream,
+        },
+    )
 }

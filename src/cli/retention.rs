@@ -107,7 +107,7 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
             );
         }
         HoldCommand::Remove { award_id } => {
-            let lifted = ledger.hold_remove(&award_id)?;
+            let lifted = ledger.hold_remove(&award_id, &now_rfc3339())?;
             println!(
                 "{award_id}: {}",
                 if lifted {

@@ -69,7 +69,12 @@ impl Trail {
                     duplicate_entries.extend(entry.clone());
                 }
                 Kind::DeadLetter => trail.dead_letter(r.detail.as_deref().unwrap_or_default()),
-                Kind::Conflict | Kind::Checkpoint | Kind::Vanished => return Ok(()),
+                Kind::Conflict
+                | Kind::Checkpoint
+                | Kind::Vanished
+                | Kind::HoldAdded
+                | Kind::HoldRemoved
+                | Kind::Restored => return Ok(()),
             }
             accounted.extend(entry);
             Ok(())

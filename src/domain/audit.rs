@@ -33,6 +33,15 @@ pub enum Kind {
     /// and was acknowledged out of the pending list: nothing was paid or dead-lettered for it.
     /// Carries the entry id, the consumer that acknowledged it and when.
     Vanished,
+    /// An award was placed under legal hold (`claimgate hold add`). Carries the award and the
+    /// reason; written in the same transaction as the hold.
+    HoldAdded,
+    /// A legal hold was lifted (`claimgate hold remove`). Carries the award and the reason the
+    /// hold had; written in the same transaction as the removal.
+    HoldRemoved,
+    /// The ledger was put in place from a backup by `claimgate restore`: which backup, and
+    /// which outbox rows were marked published because the events stream already held them.
+    Restored,
 }
 
 impl Kind {
@@ -45,6 +54,9 @@ impl Kind {
             Kind::Conflict => "conflict",
             Kind::Checkpoint => "checkpoint",
             Kind::Vanished => "vanished",
+            Kind::HoldAdded => "hold_added",
+            Kind::HoldRemoved => "hold_removed",
+            Kind::Restored => "restored",
         }
     }
 
@@ -57,6 +69,9 @@ impl Kind {
             Kind::Conflict,
             Kind::Checkpoint,
             Kind::Vanished,
+            Kind::HoldAdded,
+            Kind::HoldRemoved,
+            Kind::Restored,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -204,9 +219,37 @@ pub mod detail {
         format!("first claimed at {first_claimed_at}")
     }
 
-    /// A delivery the fast filter saw committed earlier.
-    pub fn known_duplicate(committed_by: &str) -> String {
-        format!("already claimed; seen committed by {committed_by} (fast filter)")
+    /// A delivery of a key whose claim a retention purge removed: its tombstone still
+    /// suppresses it. Says when the key was claimed and when the claim was purged.
+    pub fn duplicate_of_purged(first_claimed_at: &str, purged_at: &str) -> String {
+        format!("first claimed at {first_claimed_at}; claim purged at {purged_at} (tombstone)")
+    }
+
+    /// A duplicate's detail (either of the above) when a fast-filter marker pointed at it and
+    /// the ledger confirmed it: the same facts, and the route they were found by.
+    pub fn via_fast_filter(duplicate_detail: &str) -> String {
+        format!("{duplicate_detail} (fast filter)")
+    }
+
+    /// A legal hold placed.
+    pub fn hold_added(reason: &str) -> String {
+        format!("legal hold placed: {reason}")
+    }
+
+    /// A legal hold lifted; `reason` is the reason the hold had.
+    pub fn hold_removed(reason: &str, held_at: &str) -> String {
+        format!("legal hold lifted (placed at {held_at}: {reason})")
+    }
+
+    /// A ledger restored from `backup`, with the outbox rows at or below `mark_upto` (the
+    /// events stream's high-water mark for this ledger) marked published, `marked` of them
+    /// newly, and outbox ids continuing above `next_id_after`.
+    pub fn restored(backup: &str, mark_upto: i64, marked: u64, next_id_after: i64) -> String {
+        format!(
+            "restored from backup {backup}; events stream mark at outbox id {mark_upto}: \
+             {marked} restored rows at or below it marked published (already on the stream); \
+             new outbox ids continue after {next_id_after}"
+        )
     }
 
     /// A dead letter.

@@ -44,6 +44,9 @@
 //!    writers (two concurrent batches never interleave or share a `seq`), and each record's
 //!    `hash = sha256(prev_hash || canonical JSON)` as [`crate::domain::audit::Record::seal`]
 //!    computes it: the fields hashed are exactly the record's columns, byte for byte as stored.
+//!    Outside `record`, [`Retention::hold_add`], [`Retention::hold_remove`] and a restore
+//!    ([`Restoring::adopt_mark`]) append `hold_added`, `hold_removed` and `restored` records to
+//!    the same chain under the same rules, in the transaction that makes the change.
 //! 5. **Outbox rows become visible in id order.** Once [`Outbox::unpublished`] has returned a
 //!    row with id `n`, no row with an id below `n` can ever become visible later, and ids are
 //!    never reused (not even after a purge). The relay's exactly-once argument rests on this:
@@ -52,7 +55,14 @@
 //!    a backend with concurrent writers must serialize id assignment with commit order
 //!    (PostgreSQL numbers rows under the chain-head row lock it holds until COMMIT:
 //!    `ledger/postgres/outbox.rs`).
-//! 6. **Errors say whether to retry.** An error for which [`crate::Error::is_transient`] is
+//! 6. **Purged claims still suppress.** A retention purge leaves a tombstone for every claim
+//!    it removes: the key and when it was claimed (plus when it was purged), no award, no
+//!    amount, nothing else. A submission whose key has a tombstone is a duplicate forever:
+//!    [`Outcome::Duplicate`] with `purged_at`, and a `duplicate` record worded by
+//!    [`crate::domain::audit::detail::duplicate_of_purged`]; it is never claimed or paid again.
+//!    A key is never both claimed and tombstoned. The fast filter's markers are confirmed
+//!    against claims and tombstones alike ([`Item::KnownDuplicate`]).
+//! 7. **Errors say whether to retry.** An error for which [`crate::Error::is_transient`] is
 //!    true (busy, locked, full, connection lost, serialization failure) changed nothing and may
 //!    succeed later; the worker backs off and retries the whole batch. Anything else is
 //!    permanent.
@@ -65,11 +75,22 @@ pub mod postgres;
 pub mod sqlite;
 
 pub use memory::MemoryLedger;
-pub use open::{migrate, open, open_waiting, Migrated};
+pub use open::{migrate, open, open_waiting, prepare_restore, Migrated};
 
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;
 use crate::error::Result;
+
+/// Logs a fast-filter marker the ledger could not confirm (neither a claim nor a tombstone
+/// of its key): every backend says it in these words, before recording the submission.
+pub(crate) fn warn_unconfirmed_marker(entry_id: &str, key: &IdempotencyKey) {
+    log::warn!(
+        "fast filter: entry {entry_id} has a marker for key {} but the ledger holds no claim \
+         or tombstone of it; the marker is not trusted and the submission is processed normally \
+         (a planted marker, or one left from before a restore)",
+        key.short()
+    );
+}
 
 /// One thing the worker asks the ledger to record, with where it came from.
 #[derive(Debug, Clone)]
@@ -83,8 +104,13 @@ pub enum Item<'a> {
         /// How many times the entry has been delivered (1 on first delivery).
         delivery_count: u64,
     },
-    /// A submission the fast filter (`--fast-filter`) saw committed earlier: leave its
-    /// `duplicate` audit record without probing the claim index.
+    /// A submission the fast filter (`--fast-filter`) saw committed earlier. The marker is a
+    /// hint, never evidence: the ledger confirms it inside the batch's transaction (a claim of
+    /// the key, or its tombstone) and then records what [`Item::Submission`] would — the same
+    /// outcome, and the same `duplicate` record with
+    /// [`crate::domain::audit::detail::via_fast_filter`] saying how it was found. A marker the ledger cannot confirm (one
+    /// planted in Redis, or one that outlived a restored ledger) is logged at WARN, naming the
+    /// entry and the key's prefix, and the item is recorded as the submission it is.
     KnownDuplicate {
         /// The validated submission.
         submission: &'a Submission,
@@ -126,12 +152,14 @@ pub enum Item<'a> {
 pub enum Outcome {
     /// The claim was new: disbursement, outbox row and audit record written.
     Processed,
-    /// The key was already claimed; nothing but a `duplicate` audit record was written.
+    /// The key was already claimed (or its claim was purged and its tombstone remains);
+    /// nothing but a `duplicate` audit record was written.
     Duplicate {
-        /// When the key was first claimed: the evidence of why nothing was paid twice. For an
-        /// [`Item::KnownDuplicate`] it is the fast filter's `committed_by`, a time at or after
-        /// the claim; such an item claims nothing, so it never makes a claim of its own.
+        /// When the key was first claimed: the evidence of why nothing was paid twice.
         first_claimed_at: String,
+        /// When a retention purge removed that claim, leaving its tombstone; `None` while the
+        /// claim itself is in the ledger.
+        purged_at: Option<String>,
     },
     /// The dead letter's audit record was written (first time this entry was dead-lettered).
     DeadLettered,
@@ -182,6 +210,8 @@ pub struct Stats {
     pub vanished: u64,
     /// All audit records.
     pub audit_records: u64,
+    /// Tombstones: keys whose claims a retention purge removed, which still suppress.
+    pub tombstones: u64,
 }
 
 /// The worker's side: record batches, read counts.
@@ -219,6 +249,12 @@ pub trait Outbox: Send + Sync {
     /// This ledger's random identity, created on first call and never changed after, so two
     /// ledgers (or a ledger and its fresh replacement) are never mistaken for each other.
     fn ledger_id(&self) -> Result<String>;
+
+    /// The highest outbox id this ledger has ever assigned (0 before the first row), whether
+    /// or not the row still exists (a purge removes rows, never the sequence). The relay
+    /// compares the events stream's mark with it: a mark above it means the stream holds events
+    /// this ledger never made, the sign of a ledger copied back by hand (see `relay.rs`).
+    fn outbox_id_max(&self) -> Result<i64>;
 }
 
 /// Which audit records to read.
@@ -257,6 +293,9 @@ pub struct Summary {
     pub outbox_rows: u64,
     /// Audit records, all links and hashes checked.
     pub audit_records: u64,
+    /// Tombstones of purged claims (each key neither claimed again nor missing behind a
+    /// `duplicate` record).
+    pub tombstones: u64,
     /// The chain's head: the hash the next record will link to.
     pub head_hash: String,
 }
@@ -267,8 +306,10 @@ pub trait Inspect: Send + Sync {
     /// backend-specific — `PRAGMA integrity_check` on SQLite, its indexes agreeing with its rows
     /// in memory; one claim and one
     /// outbox row per disbursement and agreeing with it, every `processed` record matching its
-    /// disbursement, no key claimed or processed twice, the audit chain). Returns the summary,
-    /// or [`crate::Error::Invariant`] naming the first violation.
+    /// disbursement, no key claimed or processed twice, no key both claimed and tombstoned,
+    /// every `duplicate` record's key claimed or tombstoned, `dead_letters` rows and
+    /// `dead_letter` records one to one by stream entry id, the audit chain). Returns the
+    /// summary, or [`crate::Error::Invariant`] naming the first violation.
     fn verify(&self) -> Result<Summary>;
 
     /// Answers one trivial query: `Ok` means the ledger is reachable now.
@@ -281,7 +322,9 @@ pub trait Inspect: Send + Sync {
 /// Backup, where the backend can make one itself.
 pub trait Backup: Send + Sync {
     /// Writes a consistent copy (the ledger as of one commit) to `out`, a new 0600 file that
-    /// must not exist; a failed copy is removed. A backend whose backups are made by other
+    /// must not exist; a failed copy is removed. The copy carries the ledger's `ledger_id`
+    /// (created first if no relay has asked for it yet), which `restore` matches against the
+    /// events stream's mark. A backend whose backups are made by other
     /// tools returns [`crate::Error::Config`] saying which.
     fn backup(&self, out: &std::path::Path) -> Result<BackupCopied>;
 }
@@ -336,11 +379,15 @@ pub struct Removed {
 /// describes. Nothing here decides *whether* a purge is allowed (the retention window is
 /// `ops::retention`'s business); it only does what it is asked, atomically per batch.
 pub trait Retention: Send + Sync {
-    /// Places a hold at `now`; false if the award was already held.
+    /// Places a hold at `now` and, in the same transaction, appends a `hold_added` audit record
+    /// (award, `detail::hold_added(reason)`) to the chain; false, writing nothing, if the award
+    /// was already held.
     fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool>;
 
-    /// Lifts a hold; false if there was none.
-    fn hold_remove(&self, award_id: &str) -> Result<bool>;
+    /// Lifts a hold and, in the same transaction, appends a `hold_removed` audit record
+    /// (award, `detail::hold_removed(reason, held_at)`) at `now`; false, writing nothing, if
+    /// there was none.
+    fn hold_remove(&self, award_id: &str, now: &str) -> Result<bool>;
 
     /// Every hold, by award.
     fn holds(&self) -> Result<Vec<Hold>>;
@@ -360,9 +407,10 @@ pub trait Retention: Send + Sync {
     ) -> Result<Option<(PurgePlan, Vec<i64>)>>;
 
     /// Removes records `first..=last` with the claims, disbursements, outbox rows and
-    /// dead-letter rows they describe, and leaves one checkpoint record at `last` carrying
-    /// `detail` and continuing from record `last`'s hash — in one transaction, so `verify`
-    /// passes after every batch. `cutoff` is the one the plan was made for: only claims made
+    /// dead-letter rows they describe, leaves a tombstone (key, `claimed_at`, `purged_at` =
+    /// `now`; nothing else) for every claim removed, and leaves one checkpoint record at `last`
+    /// carrying `detail` and continuing from record `last`'s hash — in one transaction, so
+    /// `verify` passes after every batch. Tombstones are never removed. `cutoff` is the one the plan was made for: only claims made
     /// before it are removed. Refuses, removing nothing, if an award in the batch has come
     /// under hold since the plan ([`crate::Error::Other`]), or if a `processed` record in the
     /// batch has no claim made before `cutoff` to take with it, as in a hand-edited or
@@ -375,6 +423,29 @@ pub trait Retention: Send + Sync {
         detail: &str,
         now: &str,
     ) -> Result<Removed>;
+}
+
+/// A backup being put in place of a ledger by `claimgate restore`: prepared beside the
+/// ledger, adjusted, then swapped in whole. Dropped before [`Restoring::commit`], it leaves the
+/// ledger as it was and removes its own copy.
+pub trait Restoring {
+    /// The backup's `ledger_id`, if it has one (a backup made before any relay ran may not).
+    fn ledger_id(&self) -> Option<String>;
+
+    /// The highest outbox id the backup had ever assigned.
+    fn outbox_id_max(&self) -> i64;
+
+    /// Prepares the copy for an events stream whose mark says ids up to `upto` of this very
+    /// ledger were published: marks the copy's unpublished rows at or below `upto` published
+    /// at `now` (they are on the stream: same ledger, same ids, same rows), moves its outbox
+    /// id sequence to at least `upto` (so new rows get ids the relay has never skipped), and
+    /// appends a `restored` audit record saying so, in one transaction. Returns how many rows
+    /// it marked. Call at most once.
+    fn adopt_mark(&mut self, upto: i64, now: &str) -> Result<u64>;
+
+    /// Puts the copy in place of the ledger. The ledger it replaces (if any) is kept beside
+    /// it under a new name, which is returned; at no moment is the ledger's path half-written.
+    fn commit(self: Box<Self>) -> Result<Option<std::path::PathBuf>>;
 }
 
 /// Every side of a ledger at once: what the CLI's open step returns.

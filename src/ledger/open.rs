@@ -4,7 +4,7 @@
 //! A file path is the embedded SQLite ledger. A `postgres://` or `postgresql://` URL is the
 //! shared PostgreSQL ledger (`ledger/postgres/`), never a file of that name.
 
-use super::{postgres, sqlite, Backend};
+use super::{postgres, sqlite, Backend, Restoring};
 use crate::config::LedgerConfig;
 use crate::error::Result;
 use std::sync::atomic::AtomicBool;
@@ -99,4 +99,18 @@ pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
         from: before,
         to: after,
     })
+}
+
+/// Prepares `claimgate restore`: locks the ledger `cfg` names against every other claimgate
+/// process and copies `backup` beside it (see [`Restoring`]). A PostgreSQL ledger is restored
+/// with PostgreSQL's own tools, which this build does not drive: a configuration error.
+pub fn prepare_restore(cfg: &LedgerConfig, backup: &std::path::Path) -> Result<Box<dyn Restoring>> {
+    match Location::of(cfg) {
+        Location::File => Ok(Box::new(sqlite::prepare_restore(&cfg.path, backup)?)),
+        Location::Postgres => Err(crate::error::Error::Config(
+            "a PostgreSQL ledger is restored with PostgreSQL's own tools (pg_restore, a base backup \
+             and WAL); `claimgate restore` puts back the SQLite ledger's backups"
+                .into(),
+        )),
+    }
 }

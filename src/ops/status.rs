@@ -188,6 +188,10 @@ pub fn table(s: &Status) -> String {
     let mut rows: Vec<(String, String)> = vec![
         ("ledger".into(), s.db.clone()),
         ("  claims".into(), l.claims.to_string()),
+        (
+            "  purged claims (tombstones)".into(),
+            l.tombstones.to_string(),
+        ),
         ("  disbursements".into(), l.disbursements.to_string()),
         (
             "  total disbursed".into(),

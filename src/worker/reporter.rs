@@ -51,9 +51,19 @@ fn report(p: &Parsed, outcome: &Outcome, shared: &Shared<'_>) {
             m.processed.fetch_add(1, Ordering::Relaxed);
             info!(target: audit::LOG_TARGET, "processed key={} award={} amount_cents={} entry={}", s.key.short(), s.award_id, s.amount_cents, p.id);
         }
-        (Verdict::Valid(s), Outcome::Duplicate { first_claimed_at }) => {
+        (
+            Verdict::Valid(s),
+            Outcome::Duplicate {
+                first_claimed_at,
+                purged_at,
+            },
+        ) => {
             m.duplicates.fetch_add(1, Ordering::Relaxed);
-            info!(target: audit::LOG_TARGET, "duplicate key={} award={} entry={} deliveries={} first_claimed_at={first_claimed_at}; skipped", s.key.short(), s.award_id, p.id, p.delivery_count);
+            let purged = purged_at
+                .as_deref()
+                .map(|at| format!(" claim_purged_at={at}"))
+                .unwrap_or_default();
+            info!(target: audit::LOG_TARGET, "duplicate key={} award={} entry={} deliveries={} first_claimed_at={first_claimed_at}{purged}; skipped", s.key.short(), s.award_id, p.id, p.delivery_count);
         }
         (Verdict::Valid(s), Outcome::ProcessedConflicting { other_key }) => {
             m.processed.fetch_add(1, Ordering::Relaxed);

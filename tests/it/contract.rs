@@ -38,6 +38,9 @@ trait Subject: Ledger + Outbox + AuditLog + Inspect + Clone + 'static {
     fn fail_on_award(&self, award_id: &str);
     /// Undoes `fail_on_award`.
     fn disarm(&self);
+    /// Purges the audit chain from its first record through `last` with the rows they
+    /// describe, at `now` (SQLite: `Retention::purge_batch`, as `retention purge` runs it).
+    fn purge_through(&self, last: i64, now: &str) -> claimgate::ledger::Removed;
 }
 
 impl Subject for MemoryLedger {
@@ -49,6 +52,9 @@ impl Subject for MemoryLedger {
     }
     fn disarm(&self) {
         self.clear_fault().unwrap();
+    }
+    fn purge_through(&self, last: i64, now: &str) -> claimgate::ledger::Removed {
+        MemoryLedger::purge_through(self, last, "contract purge", now).unwrap()
     }
 }
 
@@ -96,6 +102,14 @@ impl Subject for Sqlite {
             .execute_batch("DROP TRIGGER contract_fault")
             .unwrap();
     }
+    fn purge_through(&self, last: i64, now: &str) -> claimgate::ledger::Removed {
+        use claimgate::ledger::Retention;
+        let first = records(self, &Since::All)[0].seq;
+        let cutoff = "9999-12-31T23:59:59.999999Z";
+        self.ledger
+            .purge_batch(first, last, cutoff, "contract purge", now)
+            .unwrap()
+    }
 }
 
 impl Ledger for Sqlite {
@@ -116,6 +130,9 @@ impl Outbox for Sqlite {
     }
     fn ledger_id(&self) -> Result<String> {
         self.ledger.ledger_id()
+    }
+    fn outbox_id_max(&self) -> Result<i64> {
+        self.ledger.outbox_id_max()
     }
 }
 
@@ -283,6 +300,7 @@ for_every_ledger!(
     one_instant_spelled_four_ways_is_one_conflict_each_under_record,
     one_instant_spelled_four_ways_is_held_after_the_first_under_hold,
     a_vanished_entry_leaves_a_record_and_nothing_else,
+    a_purged_claim_stays_a_duplicate_forever_through_its_tombstone,
 );
 
 // ----- Building items ---------------------------------------------------------------------------
@@ -382,7 +400,8 @@ fn duplicates_inside_one_batch_are_decided_in_batch_order<L: Subject>() {
         vec![
             Outcome::Processed,
             Outcome::Duplicate {
-                first_claimed_at: first_claimed_at.clone()
+                first_claimed_at: first_claimed_at.clone(),
+                purged_at: None,
             }
         ]
     );
@@ -413,6 +432,7 @@ fn a_duplicate_in_a_later_batch_names_the_first_claim_and_pays_nothing<L: Subjec
         .unwrap();
     let duplicate = Outcome::Duplicate {
         first_claimed_at: claimed_at.clone(),
+        purged_at: None,
     };
     assert_eq!(out, vec![duplicate.clone(), duplicate]);
     assert_eq!(
@@ -450,6 +470,7 @@ fn a_mixed_batch_gets_one_outcome_per_item_in_item_order<L: Subject>() {
                 dead("4-0"),
                 known(&s3, "5-0", by),
                 item(&s3, "6-0"),
+                known(&s1, "7-0", by),
             ],
             "c",
             STREAM,
@@ -463,25 +484,32 @@ fn a_mixed_batch_gets_one_outcome_per_item_in_item_order<L: Subject>() {
             Outcome::Processed,
             Outcome::Processed,
             Outcome::Duplicate {
-                first_claimed_at: t.clone()
+                first_claimed_at: t.clone(),
+                purged_at: None,
             },
             Outcome::DeadLettered,
             Outcome::AlreadyDeadLettered,
-            Outcome::Duplicate {
-                first_claimed_at: by.into()
-            },
-            // A known duplicate claims nothing, so the key is still new here.
+            // A marker the ledger cannot confirm is not trusted: the submission is paid.
             Outcome::Processed,
+            Outcome::Duplicate {
+                first_claimed_at: t.clone(),
+                purged_at: None,
+            },
+            // A confirmed marker is the same outcome as any duplicate.
+            Outcome::Duplicate {
+                first_claimed_at: t.clone(),
+                purged_at: None,
+            },
         ]
     );
-    assert_eq!(seqs(&recs), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(seqs(&recs), [1, 2, 3, 4, 5, 6, 7]);
     use Kind::*;
     assert_eq!(
         kinds(&recs),
-        [Processed, Processed, Duplicate, DeadLetter, Duplicate, Processed]
+        [Processed, Processed, Duplicate, DeadLetter, Processed, Duplicate, Duplicate]
     );
     let entries: Vec<_> = recs.iter().map(|r| r.stream_entry_id.as_deref()).collect();
-    let expected = ["1-0", "2-0", "3-0", "4-0", "5-0", "6-0"];
+    let expected = ["1-0", "2-0", "3-0", "4-0", "5-0", "6-0", "7-0"];
     assert_eq!(entries, expected.map(Some));
     assert_eq!(
         recs[3].detail.as_deref(),
@@ -492,14 +520,14 @@ fn a_mixed_batch_gets_one_outcome_per_item_in_item_order<L: Subject>() {
         (Some("A-BAD"), Some(3))
     );
     assert_eq!(
-        recs[4].detail.as_deref(),
-        Some(format!("already claimed; seen committed by {by} (fast filter)").as_str())
+        recs[6].detail.as_deref(),
+        Some(format!("first claimed at {t} (fast filter)").as_str())
     );
     assert!(recs.iter().all(|r| r.recorded_at == t));
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements, st.dead_letters), (3, 3, 1));
     assert_eq!(st.disbursed_cents_total, 101 + 102 + 103);
-    assert_eq!(st.duplicates_suppressed, 2);
+    assert_eq!(st.duplicates_suppressed, 3);
     // A later delivery of the dead letter writes nothing more.
     assert_eq!(
         l.record(&[dead("4-0")], "c", STREAM).unwrap(),
@@ -552,7 +580,8 @@ fn a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later<L: Subjec
             Outcome::Processed,
             Outcome::DeadLettered,
             Outcome::Duplicate {
-                first_claimed_at: claimed_at
+                first_claimed_at: claimed_at,
+                purged_at: None,
             },
             Outcome::Processed,
             Outcome::Processed,
@@ -784,7 +813,8 @@ fn a_conflicting_resubmission_is_held_once_per_entry_under_hold<L: Subject>() {
             held(false),
             held(true),
             Outcome::Duplicate {
-                first_claimed_at: t1.clone()
+                first_claimed_at: t1.clone(),
+                purged_at: None,
             }
         ]
     );
@@ -979,10 +1009,74 @@ fn verify_summarises_a_clean_ledger<L: Subject>() {
             disbursements: 2,
             outbox_rows: 2,
             audit_records: 4,
+            tombstones: 0,
             head_hash: recs[3].hash.clone(),
         }
     );
     assert_eq!(claimgate::domain::audit::verify_chain(&recs), Ok(4));
+}
+
+fn a_purged_claim_stays_a_duplicate_forever_through_its_tombstone<L: Subject>() {
+    // A purge leaves a key-only tombstone per claim; a later delivery of a purged submission,
+    // plain or as a fast-filter hit, is a duplicate citing it and pays nothing.
+    // 1. Two submissions and a dead letter; purge all three records.
+    // 2. Claims, disbursements and the dead-letter row are gone; two tombstones remain; verify
+    //    passes and counts them.
+    // 3. Both purged submissions again (one as a known duplicate) and a new one: two
+    //    duplicates naming the claim time and the purge time, one payment.
+    let l = L::fresh(OnConflict::Record);
+    let (s1, s2, s3) = (sub(1), sub(2), sub(3));
+    l.record(
+        &[item(&s1, "1-0"), item(&s2, "2-0"), dead("3-0")],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    let claimed_at = records(&l, &Since::All)[0].recorded_at.clone();
+    let purged_at = "2026-11-30T00:00:00.000000Z";
+    let removed = l.purge_through(3, purged_at);
+    assert_eq!((removed.claims, removed.dead_letters), (2, 1));
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.dead_letters), (0, 0, 0));
+    assert_eq!(st.tombstones, 2);
+    assert_eq!(l.verify().unwrap().tombstones, 2);
+
+    tick();
+    let out = l
+        .record(
+            &[
+                item(&s1, "4-0"),
+                known(&s2, "5-0", "2026-07-01T10:00:00.000000Z"),
+                item(&s3, "6-0"),
+            ],
+            "c",
+            STREAM,
+        )
+        .unwrap();
+    let purged = Outcome::Duplicate {
+        first_claimed_at: claimed_at.clone(),
+        purged_at: Some(purged_at.into()),
+    };
+    assert_eq!(out, vec![purged.clone(), purged, Outcome::Processed]);
+    let recs = records(&l, &Since::All);
+    assert_eq!(
+        kinds(&recs),
+        [
+            Kind::Checkpoint,
+            Kind::Duplicate,
+            Kind::Duplicate,
+            Kind::Processed
+        ]
+    );
+    let cites = format!("first claimed at {claimed_at}; claim purged at {purged_at} (tombstone)");
+    assert_eq!(recs[1].detail.as_deref(), Some(cites.as_str()));
+    let vouched = format!("{cites} (fast filter)");
+    assert_eq!(recs[2].detail.as_deref(), Some(vouched.as_str()));
+    let st = counts(&l);
+    assert_eq!((st.claims, st.disbursements, st.tombstones), (1, 1, 2));
+    assert_eq!(st.disbursed_cents_total, 103);
+    let summary = l.verify().unwrap();
+    assert_eq!((summary.claims, summary.tombstones), (1, 2));
 }
 
 // ----- Memory and SQLite side by side -----------------------------------------------------------
@@ -1022,8 +1116,13 @@ fn transcript<L: Subject>(on_conflict: OnConflict, script: &[Vec<Item<'_>>]) -> 
         s
     };
     for o in outcomes.iter_mut().flatten() {
-        if let Outcome::Duplicate { first_claimed_at } = o {
+        if let Outcome::Duplicate {
+            first_claimed_at,
+            purged_at,
+        } = o
+        {
             *first_claimed_at = name(first_claimed_at);
+            *purged_at = purged_at.as_deref().map(name);
         }
     }
     let records = records(&l, &Since::All)

@@ -29,6 +29,7 @@ mod batching;
 mod chaos;
 mod contract;
 mod errors;
+mod evidence;
 mod fuzz;
 mod identity;
 mod layers;

@@ -123,19 +123,24 @@ impl<'s> Staged<'s> {
                 submission,
                 entry_id,
                 delivery_count,
-                committed_by,
+                committed_by: _,
             } => {
+                // Confirmed as `sqlite/batch.rs` confirms it: claim, then tombstone, else a
+                // warning and the submission recorded as what it is.
                 let claim = Claim {
                     submission,
                     entry_id,
                     delivery_count: *delivery_count,
                 };
-                let mut r = self.claim_record(Kind::Duplicate, &claim);
-                r.detail = Some(detail::known_duplicate(committed_by));
-                self.append(r);
-                Ok(Outcome::Duplicate {
-                    first_claimed_at: (*committed_by).to_owned(),
-                })
+                if let Some(first_claimed_at) = self.claimed_at(&submission.key) {
+                    return Ok(self.duplicate(&claim, first_claimed_at, None, true));
+                }
+                if let Some(t) = self.base.tombstones.get(&submission.key) {
+                    let (claimed, purged) = (t.claimed_at.clone(), t.purged_at.clone());
+                    return Ok(self.duplicate(&claim, claimed, Some(purged), true));
+                }
+                crate::ledger::warn_unconfirmed_marker(entry_id, &submission.key);
+                self.submission(&claim)
             }
             Item::DeadLetter {
                 entry_id,
@@ -188,6 +193,10 @@ impl<'s> Staged<'s> {
     /// before claiming; under record, only after a new claim.
     fn submission(&mut self, claim: &Claim<'_>) -> Result<Outcome> {
         let s = claim.submission;
+        if let Some(t) = self.base.tombstones.get(&s.key) {
+            let (first_claimed_at, purged_at) = (t.claimed_at.clone(), t.purged_at.clone());
+            return Ok(self.duplicate(claim, first_claimed_at, Some(purged_at), false));
+        }
         let held_conflict = match self.ctx.on_conflict {
             OnConflict::Hold => self.conflict(s),
             OnConflict::Record => None,
@@ -198,10 +207,7 @@ impl<'s> Staged<'s> {
             }
         }
         if let Some(first_claimed_at) = self.claimed_at(&s.key) {
-            let mut r = self.claim_record(Kind::Duplicate, claim);
-            r.detail = Some(detail::duplicate(&first_claimed_at));
-            self.append(r);
-            return Ok(Outcome::Duplicate { first_claimed_at });
+            return Ok(self.duplicate(claim, first_claimed_at, None, false));
         }
 
         let claim_id = self.claim(s);
@@ -229,6 +235,32 @@ impl<'s> Staged<'s> {
         Ok(Outcome::ProcessedConflicting {
             other_key: other.key_hex,
         })
+    }
+
+    /// Stages the `duplicate` record of a delivery of a claimed (or purged) key, worded as
+    /// `sqlite/batch.rs` words it (`via_filter`: a confirmed fast-filter hit).
+    fn duplicate(
+        &mut self,
+        claim: &Claim<'_>,
+        first_claimed_at: String,
+        purged_at: Option<String>,
+        via_filter: bool,
+    ) -> Outcome {
+        let mut r = self.claim_record(Kind::Duplicate, claim);
+        let text = match &purged_at {
+            None => detail::duplicate(&first_claimed_at),
+            Some(purged) => detail::duplicate_of_purged(&first_claimed_at, purged),
+        };
+        r.detail = Some(if via_filter {
+            detail::via_fast_filter(&text)
+        } else {
+            text
+        });
+        self.append(r);
+        Outcome::Duplicate {
+            first_claimed_at,
+            purged_at,
+        }
     }
 
     /// Stages a new claim of `s` (its key is known to be unclaimed) and returns its id.

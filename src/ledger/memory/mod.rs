@@ -4,7 +4,9 @@
 //! `tests/it/contract.rs` runs against it and against SQLite alike, so the two must agree on
 //! every outcome and every audit record. It implements [`Ledger`], [`Outbox`], [`AuditLog`] and
 //! [`Inspect`], but not [`crate::ledger::Retention`] or [`crate::ledger::Backup`]: it is not a
-//! [`crate::ledger::Backend`], and the CLI never opens one. Nothing survives the process.
+//! [`crate::ledger::Backend`], and the CLI never opens one. Of retention it has only what the
+//! contract's tombstone point needs, [`MemoryLedger::purge_through`] (`purge.rs`). Nothing
+//! survives the process.
 //!
 //! How it keeps the contract:
 //! - **Atomic batches.** `record` stages the whole batch in an overlay over the committed state
@@ -19,6 +21,7 @@
 //!   panic (an [`Error::Invariant`]: the state can no longer be trusted).
 
 mod batch;
+mod purge;
 mod verify;
 
 use crate::config::OnConflict;
@@ -57,6 +60,15 @@ struct ClaimRow {
     amount_cents: i64,
     /// When the claim was taken: the batch's time.
     claimed_at: String,
+}
+
+/// What a purge leaves of a claim: one row of `claim_tombstones`.
+#[derive(Debug, Clone)]
+struct Tombstone {
+    /// When the claim was taken.
+    claimed_at: String,
+    /// When the purge removed it.
+    purged_at: String,
 }
 
 /// A disbursement: one row of `disbursements`.
@@ -109,6 +121,8 @@ struct State {
     outbox_id_last: i64,
     /// Dead-lettered entries as (stream, entry id): one row per entry, as in `dead_letters`.
     dead_letters: HashSet<(String, String)>,
+    /// Tombstones of purged claims, by key: `claim_tombstones`.
+    tombstones: HashMap<IdempotencyKey, Tombstone>,
     /// The audit chain, in `seq` order.
     audit: Vec<Record>,
     /// This ledger's random identity, once the first caller asked for it.
@@ -125,6 +139,19 @@ impl State {
             None => (0, GENESIS_HASH.to_owned()),
             Some(r) if r.kind == Kind::Checkpoint => (r.seq, r.prev_hash.clone()),
             Some(r) => (r.seq, r.hash.clone()),
+        }
+    }
+
+    /// Rebuilds the claim indexes from `claims`, after a purge removed some.
+    fn reindex(&mut self) {
+        self.claim_by_key.clear();
+        self.claims_by_award_time.clear();
+        for (i, c) in self.claims.iter().enumerate() {
+            self.claim_by_key.insert(c.key, i);
+            self.claims_by_award_time
+                .entry((c.submission_instant.clone(), c.award_id.clone()))
+                .or_default()
+                .push(i);
         }
     }
 
@@ -216,6 +243,7 @@ impl Ledger for MemoryLedger {
             conflicts: kind_count(Kind::Conflict),
             vanished: kind_count(Kind::Vanished),
             audit_records: state.audit.len() as u64,
+            tombstones: state.tombstones.len() as u64,
         })
     }
 }
@@ -246,6 +274,10 @@ impl Outbox for MemoryLedger {
             }
         }
         Ok(changed)
+    }
+
+    fn outbox_id_max(&self) -> Result<i64> {
+        Ok(self.lock()?.outbox_id_last)
     }
 
     fn ledger_id(&self) -> Result<String> {

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 type Check = (&'static str, fn(&State) -> Option<String>);
 
 /// Ordered so the most basic faults are named first, as in `ops/verify.rs`.
-const CHECKS: [Check; 12] = [
+const CHECKS: [Check; 15] = [
     ("in-memory indexes disagree", indexes),
     ("key claimed twice", key_claimed_twice),
     ("disbursement without a claim", disbursement_without_claim),
@@ -37,6 +37,18 @@ const CHECKS: [Check; 12] = [
         processed_unmatched,
     ),
     ("key processed twice in the audit log", processed_twice),
+    (
+        "key claimed after its claim was purged",
+        claimed_and_tombstoned,
+    ),
+    (
+        "duplicate record without a claim or tombstone",
+        duplicate_unfounded,
+    ),
+    (
+        "dead letters and dead_letter records disagree",
+        dead_letters_disagree,
+    ),
 ];
 
 /// Checks everything; returns the summary, or `Error::Invariant` naming the first violation.
@@ -71,6 +83,7 @@ pub(super) fn state(state: &State) -> Result<Summary> {
         disbursements: state.disbursements.len() as u64,
         outbox_rows: state.outbox.len() as u64,
         audit_records: v.count,
+        tombstones: state.tombstones.len() as u64,
         head_hash: v.head().to_owned(),
     })
 }
@@ -264,4 +277,61 @@ fn processed_unmatched(state: &State) -> Option<String> {
 fn processed_twice(state: &State) -> Option<String> {
     let (key, n) = processed_keys(state).into_iter().find(|(_, n)| *n > 1)?;
     Some(format!("key {key} has {n} processed records"))
+}
+
+fn claimed_and_tombstoned(state: &State) -> Option<String> {
+    let c = state
+        .claims
+        .iter()
+        .find(|c| state.tombstones.contains_key(&c.key))?;
+    Some(format!(
+        "key {} is claimed (claim {}) and has a tombstone",
+        c.key.to_hex(),
+        c.id
+    ))
+}
+
+fn duplicate_unfounded(state: &State) -> Option<String> {
+    let duplicates = state.audit.iter().filter(|r| r.kind == Kind::Duplicate);
+    duplicates.into_iter().find_map(|r| {
+        let key_hex = r.idempotency_key.as_deref().unwrap_or_default();
+        let founded = crate::domain::key::IdempotencyKey::from_hex(key_hex)
+            .is_some_and(|k| state.claim(&k).is_some() || state.tombstones.contains_key(&k));
+        (!founded).then(|| {
+            format!(
+                "audit record {} (duplicate, key {key_hex}) names a key with no claim and no tombstone",
+                r.seq
+            )
+        })
+    })
+}
+
+/// Dead-letter rows and `dead_letter` records, counted per stream entry id, must be equal:
+/// one record per row, as `record` writes them (records carry no stream name, so entry ids
+/// are what both sides share).
+fn dead_letters_disagree(state: &State) -> Option<String> {
+    let mut rows: BTreeMap<&str, i64> = BTreeMap::new();
+    for (_, entry) in &state.dead_letters {
+        *rows.entry(entry.as_str()).or_insert(0) += 1;
+    }
+    let mut records: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in state.audit.iter().filter(|r| r.kind == Kind::DeadLetter) {
+        *records
+            .entry(r.stream_entry_id.as_deref().unwrap_or_default())
+            .or_insert(0) += 1;
+    }
+    let entries: std::collections::BTreeSet<&str> =
+        rows.keys().chain(records.keys()).copied().collect();
+    entries.into_iter().find_map(|e| {
+        let (n_rows, n_records) = (
+            rows.get(e).copied().unwrap_or(0),
+            records.get(e).copied().unwrap_or(0),
+        );
+        (n_rows != n_records).then(|| dead_letter_mismatch(e, n_rows, n_records))
+    })
+}
+
+/// The words for a dead-letter mismatch, as SQLite's check spells them.
+fn dead_letter_mismatch(entry: &str, rows: i64, records: i64) -> String {
+    format!("stream entry {entry} has {rows} dead_letters rows but {records} dead_letter records")
 }

@@ -104,6 +104,28 @@ pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
     Ok(())
 }
 
+/// Seals `r` after the chain's current tail and inserts it, inside the caller's write
+/// transaction (which must hold the write lock, so no batch can take the same `seq`): for the
+/// records written outside a batch — holds, a restore. Returns the record as sealed.
+pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
+    use rusqlite::OptionalExtension;
+    let (seq, prev_hash): (i64, String) = conn
+        // A checkpoint is transparent, as in `batch.rs`: what follows links to the hash it
+        // continues from.
+        .query_row(
+            "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
+             FROM audit_log ORDER BY seq DESC LIMIT 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?
+        .unwrap_or((0, crate::domain::audit::GENESIS_HASH.to_owned()));
+    r.seq = seq + 1;
+    r.seal(&prev_hash);
+    insert(conn, &r)?;
+    Ok(r)
+}
+
 /// Inserts records exactly as given, many per statement (a batch's records, in chain order).
 pub fn insert_many(conn: &Connection, records: &[Record]) -> Result<()> {
     super::multirow::insert(

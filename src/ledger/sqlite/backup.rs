@@ -25,6 +25,9 @@ impl Backup for SqliteLedger {
 
 impl SqliteLedger {
     fn copy(&self, out: &Path) -> Result<BackupCopied> {
+        // The copy must say which ledger it is, so `restore` can match it with the events
+        // stream's mark: a ledger no relay has run on yet gets its id now.
+        crate::ledger::Outbox::ledger_id(self)?;
         let target = out
             .to_str()
             .ok_or_else(|| Error::Config(format!("backup path {} is not UTF-8", out.display())))?;

@@ -94,6 +94,10 @@ pub(super) struct Batch<'t, 'a> {
     outbox: Vec<(i64, String)>,
     /// Sealed audit records in chain order, written by `finish`.
     audit: Vec<Record>,
+    /// Whether the ledger has any tombstone, read once when the batch starts: a ledger never
+    /// purged then pays one read per batch instead of one probe per submission. Tombstones are
+    /// written only by purges, which take the write lock this transaction holds.
+    tombstones_exist: bool,
 }
 
 impl<'t, 'a> Batch<'t, 'a> {
@@ -104,7 +108,13 @@ impl<'t, 'a> Batch<'t, 'a> {
         capacity: usize,
     ) -> Result<Self> {
         let tail = ChainTail::read(tx)?;
+        let tombstones_exist = tx
+            .prepare_cached("SELECT 1 FROM claim_tombstones LIMIT 1")?
+            .query_row([], |_| Ok(()))
+            .optional()?
+            .is_some();
         Ok(Batch {
+            tombstones_exist,
             tx,
             ctx,
             now: crate::domain::clock::now_rfc3339(),
@@ -169,20 +179,12 @@ impl<'t, 'a> Batch<'t, 'a> {
                 submission,
                 entry_id,
                 delivery_count,
-                committed_by,
-            } => {
-                let claim = Claim {
-                    submission,
-                    entry_id,
-                    delivery_count: *delivery_count,
-                };
-                let mut r = self.claim_record(Kind::Duplicate, &claim);
-                r.detail = Some(detail::known_duplicate(committed_by));
-                self.append(r);
-                Ok(Outcome::Duplicate {
-                    first_claimed_at: (*committed_by).to_owned(),
-                })
-            }
+                committed_by: _,
+            } => self.known_duplicate(&Claim {
+                submission,
+                entry_id,
+                delivery_count: *delivery_count,
+            }),
             Item::DeadLetter {
                 entry_id,
                 reason_code,
@@ -240,9 +242,72 @@ impl<'t, 'a> Batch<'t, 'a> {
         r
     }
 
+    /// A fast-filter hit, confirmed here: the claim (one probe of its unique index, instead of
+    /// an attempted insert) or the tombstone is found and the duplicate recorded as any
+    /// duplicate is; a marker with neither behind it is logged and the item recorded as the
+    /// submission it is.
+    fn known_duplicate(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
+        if let Some(first_claimed_at) = claimed_at(self.tx, claim.submission)? {
+            return Ok(self.duplicate(claim, first_claimed_at, None, true));
+        }
+        if let Some(outcome) = self.tombstoned(claim, true)? {
+            return Ok(outcome);
+        }
+        crate::ledger::warn_unconfirmed_marker(claim.entry_id, &claim.submission.key);
+        self.submission(claim)
+    }
+
+    /// The `duplicate` record and outcome of a delivery of a claimed (or purged) key;
+    /// `via_filter` when a fast-filter marker pointed at it (the record says so).
+    fn duplicate(
+        &mut self,
+        claim: &Claim<'a>,
+        first_claimed_at: String,
+        purged_at: Option<String>,
+        via_filter: bool,
+    ) -> Outcome {
+        let mut r = self.claim_record(Kind::Duplicate, claim);
+        let text = match &purged_at {
+            None => detail::duplicate(&first_claimed_at),
+            Some(purged) => detail::duplicate_of_purged(&first_claimed_at, purged),
+        };
+        r.detail = Some(if via_filter {
+            detail::via_fast_filter(&text)
+        } else {
+            text
+        });
+        self.append(r);
+        Outcome::Duplicate {
+            first_claimed_at,
+            purged_at,
+        }
+    }
+
+    /// The duplicate outcome of a submission whose claim was purged, if its key has a
+    /// tombstone (recording its `duplicate` record).
+    fn tombstoned(&mut self, claim: &Claim<'a>, via_filter: bool) -> Result<Option<Outcome>> {
+        if !self.tombstones_exist {
+            return Ok(None);
+        }
+        let found: Option<(String, String)> = self
+            .tx
+            .prepare_cached(
+                "SELECT claimed_at, purged_at FROM claim_tombstones WHERE idempotency_key = ?1",
+            )?
+            .query_row([claim.submission.key.as_bytes().as_slice()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        Ok(found.map(|(claimed, purged)| self.duplicate(claim, claimed, Some(purged), via_filter)))
+    }
+
     /// INSERT OR IGNORE the claim; if it took, queue its disbursement, outbox row and audit
-    /// record; if not, look up when the key was first claimed.
+    /// record; if not, look up when the key was first claimed. A key with a tombstone is a
+    /// duplicate before anything else is asked: its claim was purged, and it stays paid.
     fn submission(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
+        if let Some(outcome) = self.tombstoned(claim, false)? {
+            return Ok(outcome);
+        }
         let s = claim.submission;
         // Under hold, a conflict must be known before claiming; under record (the default) it
         // is looked up only for new claims, after the claim, so duplicates pay nothing for it.
@@ -281,10 +346,7 @@ impl<'t, 'a> Batch<'t, 'a> {
                     s.key.to_hex()
                 ))
             })?;
-            let mut r = self.claim_record(Kind::Duplicate, claim);
-            r.detail = Some(detail::duplicate(&first_claimed_at));
-            self.append(r);
-            return Ok(Outcome::Duplicate { first_claimed_at });
+            return Ok(self.duplicate(claim, first_claimed_at, None, false));
         }
 
         let claim_id = self.tx.last_insert_rowid();

@@ -15,13 +15,16 @@ mod checkpoint;
 mod conflict;
 mod dump;
 mod error;
+mod lock;
 mod multirow;
 mod outbox;
 mod purge;
+mod restore;
 mod upgrade;
 mod verify;
 
 pub use checkpoint::Checkpointer;
+pub(crate) use restore::prepare as prepare_restore;
 
 use crate::config::{LedgerConfig, OnConflict, WAL_AUTOCHECKPOINT_PAGES_DEFAULT};
 use crate::domain::clock::age_seconds;
@@ -57,6 +60,9 @@ pub struct SqliteLedger {
     /// The retention purge under way: the connection holding its claim-key map, kept from
     /// `export_purge` to the `purge_batch` calls that follow it (see `purge.rs`).
     purge: Mutex<Option<purge::Session>>,
+    /// The shared lock on `<ledger>.lock` (`lock.rs`) that tells `restore` this ledger is in
+    /// use; declared last, so it is released after the connections close.
+    _lock: Option<lock::LedgerLock>,
 }
 
 impl SqliteLedger {
@@ -69,6 +75,8 @@ impl SqliteLedger {
                 cfg.path.display()
             )));
         }
+        // Before the file may be created: a restore holding the lock is putting a file here.
+        let lock = lock::shared(&cfg.path)?;
         create_private(&cfg.path)?;
         let mut first = Connection::open(&cfg.path).map_err(|e| {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
@@ -90,6 +98,7 @@ impl SqliteLedger {
             path: cfg.path.clone(),
             on_conflict: cfg.on_conflict,
             purge: Mutex::new(None),
+            _lock: lock,
         })
     }
 
@@ -177,7 +186,11 @@ fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
             }
             // A ledger from an earlier release gets today's columns first (see `upgrade.rs`).
             upgrade::before_schema(conn)?;
+            let needs_tombstones = upgrade::needs_tombstones(conn)?;
             conn.execute_batch(SCHEMA)?;
+            if needs_tombstones {
+                upgrade::backfill_tombstones(conn)?;
+            }
             upgrade::after_schema(conn)
         })();
         match result {
@@ -306,5 +319,6 @@ fn stats(conn: &Connection) -> Result<Stats> {
         conflicts: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'")?,
         vanished: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'")?,
         audit_records: count("SELECT COUNT(*) FROM audit_log")?,
+        tombstones: count("SELECT COUNT(*) FROM claim_tombstones")?,
     })
 }

@@ -43,6 +43,10 @@ impl Outbox for SqliteLedger {
         Ok(n as u64)
     }
 
+    fn outbox_id_max(&self) -> Result<i64> {
+        outbox_id_max(&*self.conn()?)
+    }
+
     fn ledger_id(&self) -> Result<String> {
         let conn = self.conn()?;
         if let Some(id) = read_ledger_id(&conn)? {
@@ -65,4 +69,26 @@ fn read_ledger_id(conn: &Connection) -> Result<Option<String>> {
             |r| r.get(0),
         )
         .optional()?)
+}
+
+/// The highest outbox id ever assigned: AUTOINCREMENT keeps it in `sqlite_sequence`, which
+/// has no row for `outbox` until the first one (and none at all in a ledger that never had an
+/// AUTOINCREMENT row).
+pub(super) fn outbox_id_max(conn: &Connection) -> Result<i64> {
+    let has_sequence: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_sequence {
+        return Ok(0);
+    }
+    Ok(conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
 }

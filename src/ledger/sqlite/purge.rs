@@ -11,7 +11,7 @@
 //! connection, in a [`Session`] for the `purge_batch` calls that follow.
 
 use super::{audit_store, SqliteLedger};
-use crate::domain::audit::{Kind, Record};
+use crate::domain::audit::{detail, Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
 use crate::ledger::{Hold, PurgePlan, Removed, Retention};
@@ -46,8 +46,8 @@ impl Retention for SqliteLedger {
         hold_add(&mut *self.conn()?, award_id, reason, now)
     }
 
-    fn hold_remove(&self, award_id: &str) -> Result<bool> {
-        hold_remove(&mut *self.conn()?, award_id)
+    fn hold_remove(&self, award_id: &str, now: &str) -> Result<bool> {
+        hold_remove(&mut *self.conn()?, award_id, now)
     }
 
     fn holds(&self) -> Result<Vec<Hold>> {
@@ -118,23 +118,59 @@ impl Retention for SqliteLedger {
     }
 }
 
-/// Places a hold; returns false if the award was already held.
+/// Places a hold with its `hold_added` record; returns false (nothing written) if the award
+/// was already held.
 fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let n = tx.execute(
         "INSERT OR IGNORE INTO legal_holds (award_id, reason, held_at) VALUES (?1, ?2, ?3)",
         params![award_id, reason, now],
     )?;
+    if n == 1 {
+        audit_store::append(
+            &tx,
+            hold_record(Kind::HoldAdded, award_id, detail::hold_added(reason), now),
+        )?;
+    }
     tx.commit()?;
     Ok(n == 1)
 }
 
-/// Lifts a hold; returns false if there was none.
-fn hold_remove(conn: &mut Connection, award_id: &str) -> Result<bool> {
+/// Lifts a hold with its `hold_removed` record; returns false (nothing written) if there was
+/// none.
+fn hold_remove(conn: &mut Connection, award_id: &str, now: &str) -> Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let n = tx.execute("DELETE FROM legal_holds WHERE award_id = ?1", [award_id])?;
+    let held: Option<(String, String)> = tx
+        .query_row(
+            "DELETE FROM legal_holds WHERE award_id = ?1 RETURNING reason, held_at",
+            [award_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    if let Some((reason, held_at)) = &held {
+        let text = detail::hold_removed(reason, held_at);
+        audit_store::append(&tx, hold_record(Kind::HoldRemoved, award_id, text, now))?;
+    }
     tx.commit()?;
-    Ok(n == 1)
+    Ok(held.is_some())
+}
+
+/// A hold's audit record, unsealed.
+fn hold_record(kind: Kind, award_id: &str, detail: String, now: &str) -> Record {
+    Record {
+        seq: 0,
+        kind,
+        idempotency_key: None,
+        award_id: Some(award_id.to_owned()),
+        amount_cents: None,
+        stream_entry_id: None,
+        consumer: None,
+        delivery_count: None,
+        detail: Some(detail),
+        recorded_at: now.to_owned(),
+        prev_hash: String::new(),
+        hash: String::new(),
+    }
 }
 
 /// Every hold, by award.
@@ -316,7 +352,7 @@ fn purge_batch(
         tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| {
             r.get(0)
         })?;
-    let claims = delete_claims(&tx, first, last)?;
+    let claims = delete_claims(&tx, first, last, now)?;
     let dead_letters = tx.execute(
         &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
         [first, last],
@@ -349,7 +385,9 @@ fn purge_batch(
     })
 }
 
-fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64) -> Result<u64> {
+/// Deletes the claims of the batch's `processed` records with their disbursements and outbox
+/// rows, leaving each claim's tombstone (key, claimed_at, purged at `now`) first.
+fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64, now: &str) -> Result<u64> {
     tx.execute(
         "CREATE TEMP TABLE IF NOT EXISTS purge_claims (claim_id INTEGER PRIMARY KEY)",
         [],
@@ -373,6 +411,14 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64) -> Result<u64> {
              were found among the claims made before the cutoff; nothing was purged"
         )));
     }
+    // OR IGNORE: a hand-edited ledger could hold a tombstone of a key that is also claimed
+    // (`verify` names that); the purge keeps the earlier tombstone and removes the claim.
+    tx.execute(
+        "INSERT OR IGNORE INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
+         SELECT p.idempotency_key, p.claimed_at, ?1 FROM processed_messages p
+         WHERE p.claim_id IN (SELECT claim_id FROM temp.purge_claims)",
+        [now],
+    )?;
     for table in ["outbox", "disbursements", "processed_messages"] {
         tx.execute(
             &format!(

@@ -8,8 +8,11 @@
 //! stays read-only — and only then changes anything, in a `BEGIN IMMEDIATE` transaction that
 //! looks again: two processes opening one old ledger at once upgrade it once.
 //!
-//! The one upgrade today: `processed_messages.submission_instant`, the UTC instant of the
-//! submission's timestamp, which conflict detection compares (`conflict.rs`).
+//! The upgrades today:
+//! - `processed_messages.submission_instant`, the UTC instant of the submission's timestamp,
+//!   which conflict detection compares (`conflict.rs`);
+//! - `claim_tombstones` (created by `schema.sql`), filled for a ledger that an earlier release
+//!   purged: see [`backfill_tombstones`].
 
 use crate::domain::clock::instant_utc;
 use crate::error::Result;
@@ -65,6 +68,60 @@ pub(super) fn after_schema(conn: &mut Connection) -> Result<()> {
     }
     tx.commit()?;
     log::info!("upgraded the ledger: recorded the submission instant of {upgraded} claims");
+    Ok(())
+}
+
+/// True for a ledger made before tombstones: it has claims but no `claim_tombstones` table.
+/// Asked before the schema runs (which creates the table), so the backfill after it runs once.
+pub(super) fn needs_tombstones(conn: &Connection) -> Result<bool> {
+    let tables = |name: &str| -> Result<i64> {
+        Ok(conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [name],
+            |r| r.get(0),
+        )?)
+    };
+    Ok(tables("processed_messages")? == 1 && tables("claim_tombstones")? == 0)
+}
+
+/// Rebuilds tombstones in a ledger an earlier release purged (its chain starts with a
+/// checkpoint), which removed claims without leaving any. What survives of each removed claim
+/// is the `duplicate` records written after it, whose detail `first claimed at T` the ledger
+/// wrote only after finding the claim: each such record whose key has no claim gets a
+/// tombstone (key, T, purged at the leading checkpoint's time), so the purged submission stays
+/// a duplicate and `verify`'s duplicate check holds. Records left by the old fast filter
+/// ("seen committed by …") are not trusted for this — a planted marker wrote them for keys
+/// never claimed — so `verify` names any of them whose claim is gone, for an operator to
+/// review against the purge export. A claim purged with no later duplicate left no trace in
+/// the ledger; its row is in that purge's export file. Idempotent: two processes opening one
+/// old ledger at once insert each tombstone once.
+pub(super) fn backfill_tombstones(conn: &mut Connection) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS upgrade_claim_keys (
+             idempotency_key BLOB PRIMARY KEY) WITHOUT ROWID;
+         DELETE FROM temp.upgrade_claim_keys;
+         INSERT OR IGNORE INTO temp.upgrade_claim_keys SELECT idempotency_key FROM processed_messages;",
+    )?;
+    let rebuilt = tx.execute(
+        "INSERT OR IGNORE INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
+         SELECT unhex(a.idempotency_key), substr(a.detail, 18), c.recorded_at
+         FROM audit_log a,
+              (SELECT kind, recorded_at FROM audit_log ORDER BY seq LIMIT 1) c
+         WHERE c.kind = 'checkpoint' AND a.kind = 'duplicate'
+           AND a.detail LIKE 'first claimed at %' AND length(a.idempotency_key) = 64
+           AND unhex(a.idempotency_key) IS NOT NULL
+           AND unhex(a.idempotency_key) NOT IN (SELECT idempotency_key FROM temp.upgrade_claim_keys)
+         ORDER BY a.seq",
+        [],
+    )?;
+    tx.execute_batch("DROP TABLE temp.upgrade_claim_keys")?;
+    tx.commit()?;
+    if rebuilt > 0 {
+        log::info!(
+            "upgraded the ledger: rebuilt {rebuilt} tombstones of claims an earlier release purged"
+        );
+    }
     Ok(())
 }
 

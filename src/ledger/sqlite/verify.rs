@@ -29,7 +29,7 @@ impl Inspect for SqliteLedger {
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
 /// nothing. Ordered so the most basic faults are named first.
-const CHECKS: [(&str, &str); 9] = [
+const CHECKS: [(&str, &str); 12] = [
     (
         // The schema makes a claim unique on (time, award, key), which is uniqueness of the key
         // because the key is derived from that time and award (`schema.sql`); checked here
@@ -103,6 +103,42 @@ const CHECKS: [(&str, &str); 9] = [
         "SELECT 'key ' || idempotency_key || ' has ' || COUNT(*) || ' processed records'
          FROM audit_log WHERE kind = 'processed' GROUP BY idempotency_key HAVING COUNT(*) > 1 LIMIT 1",
     ),
+    (
+        // A purged key claimed again would be a second payment of one submission.
+        "key claimed after its claim was purged",
+        "SELECT 'key ' || lower(hex(p.idempotency_key)) || ' is claimed (claim ' || p.claim_id
+                || ') and has a tombstone'
+         FROM claim_tombstones t JOIN processed_messages p ON p.idempotency_key = t.idempotency_key
+         ORDER BY p.claim_id LIMIT 1",
+    ),
+    (
+        // A duplicate record is evidence that something was paid before: it must name a claim
+        // still here, or one a purge removed and tombstoned. Deleting a claim (and re-sealing
+        // the chain) leaves its duplicate records pointing at nothing.
+        "duplicate record without a claim or tombstone",
+        "SELECT 'audit record ' || a.seq || ' (duplicate, key ' || ifnull(a.idempotency_key, 'none')
+                || ') names a key with no claim and no tombstone'
+         FROM audit_log a
+         LEFT JOIN processed_messages p ON p.idempotency_key = unhex(a.idempotency_key)
+         LEFT JOIN claim_tombstones t ON t.idempotency_key = unhex(a.idempotency_key)
+         WHERE a.kind = 'duplicate' AND p.claim_id IS NULL AND t.idempotency_key IS NULL
+         ORDER BY a.seq LIMIT 1",
+    ),
+    (
+        // One `dead_letters` row per `dead_letter` record, counted per stream entry id (the
+        // records carry no stream name; the entry id is what both sides share).
+        "dead letters and dead_letter records disagree",
+        "WITH r AS (SELECT ifnull(stream_entry_id, '') AS e, COUNT(*) AS n FROM audit_log
+                    WHERE kind = 'dead_letter' GROUP BY 1),
+              d AS (SELECT stream_entry_id AS e, COUNT(*) AS n FROM dead_letters GROUP BY 1)
+         SELECT 'stream entry ' || e || ' has ' || rows || ' dead_letters rows but ' || records
+                || ' dead_letter records'
+         FROM (SELECT d.e AS e, d.n AS rows, ifnull(r.n, 0) AS records
+               FROM d LEFT JOIN r ON r.e = d.e WHERE r.n IS NOT d.n
+               UNION ALL
+               SELECT r.e, 0, r.n FROM r LEFT JOIN d ON d.e = r.e WHERE d.e IS NULL)
+         ORDER BY e LIMIT 1",
+    ),
 ];
 
 /// Checks everything; returns the summary, or `Error::Invariant` naming the first violation.
@@ -143,6 +179,7 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
         disbursements,
         outbox_rows: count("SELECT COUNT(*) FROM outbox")?,
         audit_records: links.count,
+        tombstones: count("SELECT COUNT(*) FROM claim_tombstones")?,
         head_hash: links.head().to_owned(),
     })
 }

@@ -1,0 +1,88 @@
+//! `claimgate restore BACKUP`: a backup put in place of the ledger so that every disbursement
+//! in it reaches the events stream exactly once.
+//!
+//! # Why a file copy is not enough, and what this does instead
+//!
+//! The relay skips outbox ids at or below the events stream's mark (`relay.rs`). A backup of
+//! this ledger has the same `ledger_id` and a lower highest outbox id than the mark: put back
+//! by hand, its new rows would get ids the mark already covers and be marked published without
+//! ever being published. Here, with the ledger locked against every other claimgate process:
+//!
+//! - the mark is read from Redis (the restore refuses to go on without it);
+//! - if it belongs to the backup's ledger, the restored rows at or below it are marked
+//!   published — they are on the stream already: same ledger, same ids, same rows, since a
+//!   backup is an earlier state of the very ledger whose rows were published — and the outbox
+//!   id sequence is moved to the mark, so new rows get ids above it and are published;
+//! - rows above the mark were never published and stay unpublished, so the relay sends them;
+//! - a mark of another ledger, or a backup with no ledger id (made before any relay ran), is
+//!   left alone: nothing is marked, and the relay refuses that events stream
+//!   (`LEDGERMISMATCH`) rather than guess, as it would for any other ledger;
+//! - a `restored` audit record says all this, in the same transaction.
+//!
+//! The ledger replaced is kept whole beside the restored one, never overwritten.
+
+use crate::broker::{mark, stream};
+use crate::config::LedgerConfig;
+use crate::domain::clock::now_rfc3339;
+use crate::error::Result;
+use std::path::Path;
+
+/// What `restore` needs besides the ledger.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The backup file (only read).
+    pub backup: &'a Path,
+    /// Redis, where the events stream's mark is.
+    pub redis_url: &'a str,
+    /// The events stream the relay publishes to.
+    pub events_stream: &'a str,
+}
+
+/// Restores `req.backup` in place of the ledger `lcfg` names, and says what it did.
+pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
+    let mut restoring = crate::ledger::prepare_restore(lcfg, req.backup)?;
+    let mut conn = stream::Conn::new(stream::client(req.redis_url)?);
+    let found = mark::read(&mut conn, req.events_stream)?;
+    let backup_id = restoring.ledger_id();
+    let (upto, note) = match (&found, &backup_id) {
+        (Some(m), Some(id)) if &m.ledger_id == id => (m.upto, None),
+        (None, _) => (0, None),
+        (Some(m), Some(id)) => (
+            0,
+            Some(format!(
+                "{} belongs to ledger {}, not to this backup's ledger {id}: nothing was marked \
+                 published, and the relay will refuse that events stream for this ledger",
+                mark::key(req.events_stream),
+                m.ledger_id
+            )),
+        ),
+        (Some(m), None) => (
+            0,
+            Some(format!(
+                "the backup carries no ledger id (it was made before any relay ran) and {} \
+                 belongs to ledger {}: nothing was marked published, and the relay will refuse \
+                 that events stream for this ledger",
+                mark::key(req.events_stream),
+                m.ledger_id
+            )),
+        ),
+    };
+    let marked = restoring.adopt_mark(upto, &now_rfc3339())?;
+    let id_max = restoring.outbox_id_max();
+    let aside = restoring.commit()?;
+    println!(
+        "restored {} from {}: {marked} outbox rows at or below the events mark ({upto}) marked \
+         published (already on {}); new outbox ids continue after {id_max}",
+        lcfg.path.display(),
+        req.backup.display(),
+        req.events_stream
+    );
+    match aside {
+        Some(old) => println!("the ledger it replaced is kept as {}", old.display()),
+        None => println!("there was no ledger at {} before", lcfg.path.display()),
+    }
+    if let Some(note) = note {
+        println!("note: {note}");
+    }
+    Ok(())
+}
