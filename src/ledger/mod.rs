@@ -6,8 +6,10 @@
 //! verification), [`Inspect`] (verify, status, `/healthz`), [`Retention`] (purge and legal
 //! holds) and [`Backup`]. [`Backend`] is all of them together: what the one open step,
 //! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
-//! backend from the `--db` value. Implementations: [`sqlite`] (the embedded default),
-//! [`postgres`] (the shared ledger of several nodes) and
+//! backend from the `--db` value. [`Restoring`] is `claimgate restore`'s, from
+//! [`prepare_restore`]: a backup put in place of the ledger, not a side of an open one.
+//! Implementations: [`sqlite`] (the embedded default), [`postgres`] (the shared ledger of
+//! several nodes) and
 //! `MemoryLedger` (tests; it keeps the same contract, and the contract tests in
 //! `tests/it/contract.rs` run against both). `chain` is the audit-chain walk they share.
 //!

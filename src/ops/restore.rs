@@ -42,7 +42,13 @@ pub struct Request<'a> {
 pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
     let mut restoring = crate::ledger::prepare_restore(lcfg, req.backup)?;
     let mut conn = stream::Conn::new(stream::client(req.redis_url)?);
-    let found = mark::read(&mut conn, req.events_stream)?;
+    let found = mark::read(&mut conn, req.events_stream).map_err(|e| {
+        crate::error::Error::Other(format!(
+            "cannot read {} from Redis ({e}); restore needs it to keep the events stream \
+             exactly-once, so nothing was changed",
+            mark::key(req.events_stream)
+        ))
+    })?;
     let backup_id = restoring.ledger_id();
     let (upto, note) = match (&found, &backup_id) {
         (Some(m), Some(id)) if &m.ledger_id == id => (m.upto, None),

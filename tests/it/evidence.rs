@@ -617,6 +617,8 @@ fn a_backup_of_another_ledger_is_not_matched_with_this_events_stream() {
 
 #[test]
 fn restore_refuses_a_file_that_is_not_a_ledger_backup_and_changes_nothing() {
+    // Junk, the ledger itself and (with a real backup) an unreachable Redis are each refused;
+    // the ledger is untouched and no copy or replaced ledger is left behind.
     let w = World::new();
     w.add(&[submission(1)]);
     w.drain(&[]);
@@ -627,7 +629,24 @@ fn restore_refuses_a_file_that_is_not_a_ledger_backup_and_changes_nothing() {
     assert!(stderr(&out).contains("junk.db"), "{}", stderr(&out));
     let out = w.run(&["restore", w.db.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert_eq!(w.count("processed_messages"), 1);
+    // A real backup, but Redis (and so the events mark) out of reach: refused, nothing swapped.
+    let backup = w.dir.path().join("backup.db");
+    w.run_ok(&["backup", backup.to_str().unwrap()]);
+    w.add(&[submission(2)]);
+    w.drain(&[]);
+    let out = w.run(&[
+        "restore",
+        backup.to_str().unwrap(),
+        "--redis-url",
+        "redis://127.0.0.1:1",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("restore needs it"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(w.count("processed_messages"), 2);
     let names: Vec<String> = std::fs::read_dir(w.dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
