@@ -48,7 +48,12 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
             ms(y.head_p99_us)
         );
     }
-    println!("\nmedians over {} rounds ({} entries, {:.0}% duplicates)", o.rounds, load.n, (1.0 - load.unique as f64 / load.n as f64) * 100.0);
+    println!(
+        "\nmedians over {} rounds ({} entries, {:.0}% duplicates)",
+        o.rounds,
+        load.n,
+        (1.0 - load.unique as f64 / load.n as f64) * 100.0
+    );
     let ra = median(&a, |r| r.rate);
     println!(
         "  (a)  sqlite, 1 worker      {ra:>8.0} entries/s   commit p50 {} p99 {}   worker cpu {:.1} us/entry",
@@ -56,7 +61,10 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
         ms(median(&a, |r| r.commit_p99_us as f64) as u64),
         median(&a, |r| r.cpu_us_per_entry)
     );
-    for (label, runs) in [("(p1) postgres, 1 worker   ", &p1), ("(p3) postgres, 3 workers  ", &p3)] {
+    for (label, runs) in [
+        ("(p1) postgres, 1 worker   ", &p1),
+        ("(p3) postgres, 3 workers  ", &p3),
+    ] {
         println!(
             "  {label}{:>8.0} entries/s   commit p50 {} p99 {}   worker cpu {:.1} us/entry   postgres cpu {:.1} us/entry   head hold p99 {}   WAL {:.0} B/entry",
             median(runs, |r| r.rate),
@@ -98,7 +106,12 @@ fn pg_run(env: &Env, pg: &LocalPostgres, load: &Load, label: &str, workers: usiz
         let log = env.dir.join(format!("{label}-{w}.log"));
         let child = env
             .claimgate(&load.stream, &group, &db, &log)
-            .args(["run", "--exit-when-idle", "--consumer", &format!("{label}-{w}")])
+            .args([
+                "run",
+                "--exit-when-idle",
+                "--consumer",
+                &format!("{label}-{w}"),
+            ])
             .args(&env.extra)
             .spawn()
             .map_err(|e| e.to_string())?;
@@ -166,8 +179,16 @@ fn verify(env: &Env, load: &Load, group: &str, db: &std::path::Path) -> Res<()> 
     let ledger = claimgate::ledger::open(&cfg).map_err(|e| e.to_string())?;
     ledger.verify().map_err(|e| e.to_string())?;
     let st = ledger.stats().map_err(|e| e.to_string())?;
-    let want = (load.unique as u64, load.cents_total as i128, (load.n - load.unique) as u64);
-    let got = (st.disbursements, st.disbursed_cents_total, st.duplicates_suppressed);
+    let want = (
+        load.unique as u64,
+        load.cents_total as i128,
+        (load.n - load.unique) as u64,
+    );
+    let got = (
+        st.disbursements,
+        st.disbursed_cents_total,
+        st.duplicates_suppressed,
+    );
     if got != want || st.claims != load.unique as u64 {
         return Err(format!(
             "postgres ledger is wrong: (disbursements, cents, duplicates) = {got:?}, expected {want:?}"
@@ -193,7 +214,10 @@ fn server_cpu_s(pg: &LocalPostgres) -> Res<f64> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let mut total = 0u64;
-    for entry in std::fs::read_dir("/proc").map_err(|e| e.to_string())?.flatten() {
+    for entry in std::fs::read_dir("/proc")
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
@@ -205,7 +229,11 @@ fn server_cpu_s(pg: &LocalPostgres) -> Res<f64> {
             continue;
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
-        let num = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let num = |i: usize| {
+            f.get(i - 3)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         let ppid = num(4) as i32;
         if pid == postmaster {
             total += num(14) + num(15) + num(16) + num(17);

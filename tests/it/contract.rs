@@ -207,6 +207,14 @@ impl Subject for Postgres {
             )
             .unwrap();
     }
+    fn purge_through(&self, last: i64, now: &str) -> claimgate::ledger::Removed {
+        use claimgate::ledger::Retention;
+        let first = records(self, &Since::All)[0].seq;
+        let cutoff = "9999-12-31T23:59:59.999999Z";
+        self.ledger
+            .purge_batch(first, last, cutoff, "contract purge", now)
+            .unwrap()
+    }
 }
 
 /// Delegates every trait to the wrapped ledger (the subject wrappers add only the fault hook).
@@ -234,6 +242,9 @@ macro_rules! delegate {
             }
             fn ledger_id(&self) -> Result<String> {
                 self.ledger.ledger_id()
+            }
+            fn outbox_id_max(&self) -> Result<i64> {
+                self.ledger.outbox_id_max()
             }
         }
         impl AuditLog for $t {
