@@ -71,7 +71,7 @@ fn every_command_works_against_a_postgres_ledger() {
     // 2. status --json, verify, audit export/verify, hold add/list/remove (one hold_added and
     //    one hold_removed record, chained: verify passes), retention purge (nothing three
     //    years old: nothing removed) all succeed and agree with SQL.
-    // 3. backup says to use pg_dump, exit 2.
+    // 3. backup says to use pg_dump, restore to use pg_restore, exit 2, nothing changed.
     let w = World::on(Store::Postgres);
     let payloads: Vec<String> = (0..60).map(submission).collect();
     w.add(&payloads);
@@ -148,6 +148,14 @@ fn every_command_works_against_a_postgres_ledger() {
         stderr.contains("pg_dump") && !stderr.contains(&password_of(&w)),
         "{stderr}"
     );
+    let out = w.run(&["restore", w.dir.path().join("b.db").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pg_restore") && !stderr.contains(&password_of(&w)),
+        "{stderr}"
+    );
+    assert_eq!(w.count("audit_log"), 73, "restore changed nothing");
 }
 
 /// The password in a world's PostgreSQL URL.
