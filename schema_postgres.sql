@@ -32,6 +32,18 @@ CREATE TABLE IF NOT EXISTS processed_messages (
 CREATE INDEX IF NOT EXISTS claim_instant
     ON processed_messages (submission_instant, award_id, idempotency_key);
 
+-- Tombstones: one per claim a retention purge removed, so a purged submission is a duplicate
+-- forever (src/ledger/mod.rs, contract point 6); key and times only, as in schema.sql (which
+-- gives the reasons for a table of its own). Written only by purge batches, in the transaction
+-- that deletes the claim, and never deleted. The worker reads it in the same statement that
+-- reads the claims (src/ledger/postgres/batch.rs, step 2), so one snapshot shows a purged key
+-- either still claimed or tombstoned, never neither.
+CREATE TABLE IF NOT EXISTS claim_tombstones (
+    idempotency_key BYTEA PRIMARY KEY CHECK (octet_length(idempotency_key) = 32),
+    claimed_at      TEXT  NOT NULL,
+    purged_at       TEXT  NOT NULL
+);
+
 -- The business side effect; UNIQUE (claim_id) makes a second disbursement for one claim
 -- impossible whatever the code does.
 CREATE TABLE IF NOT EXISTS disbursements (

@@ -79,8 +79,19 @@ pub enum Row {
         /// When.
         recorded_at: String,
     },
-    /// `audit_log`, exactly as sealed.
+    /// `audit_log`, exactly as sealed (hold and restore records included: they are chain
+    /// records like any other).
     Audit(Record),
+    /// `claim_tombstones`: a purged claim's key and times, which must keep suppressing the key
+    /// in the copy.
+    Tombstone {
+        /// The key.
+        key: IdempotencyKey,
+        /// When its claim was made.
+        claimed_at: String,
+        /// When a purge removed the claim.
+        purged_at: String,
+    },
     /// `legal_holds`.
     Hold(Hold),
     /// `ledger_meta` (the ledger's identity, which the relay's high-water mark names).

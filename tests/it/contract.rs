@@ -10,15 +10,15 @@
 use crate::support::submission;
 use claimgate::config::LedgerConfig;
 use claimgate::config::OnConflict;
-use claimgate::domain::audit::{Kind, Record};
+use claimgate::domain::audit::{detail, Kind, Record};
 use claimgate::domain::clock::now_rfc3339;
 use claimgate::domain::event::{self, DISBURSEMENT_RECORDED};
 use claimgate::domain::submission::{parse_payload, Limits, Submission};
 use claimgate::ledger::postgres::PgLedger;
 use claimgate::ledger::sqlite::SqliteLedger;
 use claimgate::ledger::{
-    AuditLog, Inspect, Item, Ledger, MemoryLedger, Outbox, OutboxRow, Outcome, Since, Stats,
-    Summary,
+    AuditLog, Inspect, Item, Ledger, MemoryLedger, Outbox, OutboxRow, Outcome, Retention, Since,
+    Stats, Summary,
 };
 use claimgate::Result;
 use std::sync::Arc;
@@ -207,6 +207,14 @@ impl Subject for Postgres {
             )
             .unwrap();
     }
+    fn purge_through(&self, last: i64, now: &str) -> claimgate::ledger::Removed {
+        use claimgate::ledger::Retention;
+        let first = records(self, &Since::All)[0].seq;
+        let cutoff = "9999-12-31T23:59:59.999999Z";
+        self.ledger
+            .purge_batch(first, last, cutoff, "contract purge", now)
+            .unwrap()
+    }
 }
 
 /// Delegates every trait to the wrapped ledger (the subject wrappers add only the fault hook).
@@ -234,6 +242,9 @@ macro_rules! delegate {
             }
             fn ledger_id(&self) -> Result<String> {
                 self.ledger.ledger_id()
+            }
+            fn outbox_id_max(&self) -> Result<i64> {
+                self.ledger.outbox_id_max()
             }
         }
         impl AuditLog for $t {
@@ -1382,5 +1393,229 @@ fn postgres_runs_one_retention_purge_at_a_time() {
     assert_eq!(
         b.export_purge(cutoff, 10, &mut admit, &mut row).unwrap(),
         None
+
+// ----- Legal holds' records: SQLite and PostgreSQL (the memory ledger has no holds) ----------
+
+/// Holds leave chained records (contract point 4): a placed and a lifted hold each append one
+/// record in the transaction that changes the hold, a repeated one writes nothing, batches
+/// continue the chain after them, and a purge of them leaves the outbox id counter alone.
+fn holds_leave_chained_records<L: Subject>(l: &L, holds: &dyn Retention) {
+    // 1. Two payments, then hold add (twice) and hold remove (twice) on award A-000001.
+    // 2. Exactly two records, hold_added and hold_removed, worded by `detail`, seq 3 and 4;
+    //    the repeats return false and add nothing.
+    // 3. A third payment chains after them (seq 5); the chain and `verify` pass.
+    // 4. Purge through seq 4: outbox_id_max is still 3, only id 3 is unpublished.
+    let (s1, s2, s3) = (sub(1), sub(2), sub(3));
+    l.record(&[item(&s1, "1-0"), item(&s2, "2-0")], "c", STREAM)
+        .unwrap();
+    let (placed, lifted) = ("2026-11-01T00:00:00.000000Z", "2026-11-02T00:00:00.000000Z");
+    assert!(holds.hold_add("A-000001", "case 7", placed).unwrap());
+    assert!(!holds.hold_add("A-000001", "case 8", lifted).unwrap());
+    assert_eq!(holds.holds().unwrap().len(), 1);
+    assert!(holds.hold_remove("A-000001", lifted).unwrap());
+    assert!(!holds.hold_remove("A-000001", lifted).unwrap());
+    assert!(holds.holds().unwrap().is_empty());
+    let recs = records(l, &Since::All);
+    assert_eq!(
+        kinds(&recs),
+        [
+            Kind::Processed,
+            Kind::Processed,
+            Kind::HoldAdded,
+            Kind::HoldRemoved
+        ]
+    );
+    assert_eq!(seqs(&recs), [1, 2, 3, 4]);
+    let (added, removed) = (&recs[2], &recs[3]);
+    assert_eq!(added.award_id.as_deref(), Some("A-000001"));
+    assert_eq!(added.detail, Some(detail::hold_added("case 7")));
+    assert_eq!(added.recorded_at, placed);
+    assert_eq!(removed.detail, Some(detail::hold_removed("case 7", placed)));
+    assert_eq!(removed.recorded_at, lifted);
+
+    l.record(&[item(&s3, "3-0")], "c", STREAM).unwrap();
+    let recs = records(l, &Since::All);
+    assert_eq!(recs[4].seq, 5);
+    assert_eq!(recs[4].prev_hash, recs[3].hash);
+    assert_eq!(claimgate::domain::audit::verify_chain(&recs), Ok(5));
+    assert_eq!(l.verify().unwrap().audit_records, 5);
+
+    assert_eq!(l.outbox_id_max().unwrap(), 3);
+    l.purge_through(4, "2026-11-30T00:00:00.000000Z");
+    assert_eq!(
+        l.outbox_id_max().unwrap(),
+        3,
+        "a purge leaves the id counter"
+    );
+    let ids: Vec<i64> = l.unpublished(10).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(ids, [3]);
+    assert_eq!(l.verify().unwrap().tombstones, 2);
+}
+
+#[test]
+fn sqlite_holds_leave_chained_records() {
+    let l = Sqlite::fresh(OnConflict::Record);
+    holds_leave_chained_records(&l, &*l.ledger.clone());
+}
+
+#[test]
+fn postgres_holds_leave_chained_records() {
+    let l = Postgres::fresh(OnConflict::Record);
+    holds_leave_chained_records(&l, &*l.ledger.clone());
+}
+
+// ----- PostgreSQL: tombstones under concurrency, and verify's evidence checks ----------------
+
+#[test]
+fn postgres_a_purge_racing_resubmissions_never_lets_a_key_be_claimed_again() {
+    // Contract point 6 with several writers: while one connection purges every claim (one
+    // purge batch: claims deleted, tombstones written, in one transaction), four writers keep
+    // resubmitting the same submissions. Each read of a key sees its claim or its tombstone,
+    // never neither, so every resubmission is a duplicate and nothing is claimed or paid
+    // again. Writers stop only after seeing tombstones, so the race window is crossed. Four
+    // rounds, each on a fresh ledger: reading claims and tombstones in two statements instead
+    // of one failed this test in one run of three with a single round.
+    for _ in 0..4 {
+        purge_race_round();
+    }
+}
+
+/// One round of the test above.
+fn purge_race_round() {
+    const KEYS: usize = 300;
+    const WRITERS: usize = 4;
+    let l = Postgres::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = (0..KEYS).map(sub).collect();
+    for (n, chunk) in subs.chunks(50).enumerate() {
+        let entries: Vec<String> = (0..chunk.len()).map(|i| format!("{n}-{i}")).collect();
+        let items: Vec<Item<'_>> = chunk
+            .iter()
+            .zip(&entries)
+            .map(|(s, e)| item(s, e))
+            .collect();
+        l.record(&items, "c", STREAM).unwrap();
+    }
+    let last = records(&l, &Since::All).last().unwrap().seq;
+    let purged = std::sync::atomic::AtomicBool::new(false);
+    let (before, after) = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (l, subs, purged) = (l.clone(), &subs, &purged);
+                scope.spawn(move || {
+                    let (mut cited_claim, mut cited_tombstone) = (0, 0);
+                    let mut round = 0;
+                    // Rounds of 25 keys, each writer starting elsewhere, until two whole
+                    // rounds after the purge committed.
+                    let mut rounds_after = 0;
+                    while rounds_after < 2 {
+                        if purged.load(std::sync::atomic::Ordering::SeqCst) {
+                            rounds_after += 1;
+                        }
+                        let start = (w * 75 + round * 25) % KEYS;
+                        let entries: Vec<String> =
+                            (0..25).map(|i| format!("w{w}r{round}-{i}")).collect();
+                        let items: Vec<Item<'_>> = (0..25)
+                            .map(|i| item(&subs[(start + i) % KEYS], &entries[i]))
+                            .collect();
+                        for o in l.record(&items, &format!("w{w}"), STREAM).unwrap() {
+                            match o {
+                                Outcome::Duplicate {
+                                    purged_at: None, ..
+                                } => cited_claim += 1,
+                                Outcome::Duplicate {
+                                    purged_at: Some(_), ..
+                                } => cited_tombstone += 1,
+                                other => panic!("a purged key was {other:?}"),
+                            }
+                        }
+                        round += 1;
+                    }
+                    (cited_claim, cited_tombstone)
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let removed = l.purge_through(last, "2026-11-30T00:00:00.000000Z");
+        assert_eq!(removed.claims, KEYS as u64);
+        purged.store(true, std::sync::atomic::Ordering::SeqCst);
+        writers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    });
+    assert!(before > 0, "writers ran before the purge committed");
+    assert!(after > 0, "writers ran after it");
+    let st = counts(&l);
+    assert_eq!(
+        (st.claims, st.disbursements),
+        (0, 0),
+        "nothing claimed again"
+    );
+    assert_eq!(st.tombstones, KEYS as u64);
+    assert_eq!(
+        l.outbox_id_max().unwrap(),
+        KEYS as i64,
+        "nothing paid again"
+    );
+    let summary = l.verify().unwrap();
+    assert_eq!((summary.claims, summary.tombstones), (0, KEYS as u64));
+}
+
+#[test]
+fn postgres_verify_names_a_claimed_tombstone_an_unbacked_duplicate_and_a_lost_dead_letter() {
+    // The three evidence checks, each on a fresh ledger with one planted fault, in SQLite's
+    // words: a tombstone planted for a claimed key; a claim (with its payment and processed
+    // record) deleted behind its duplicate record; a dead_letters row deleted.
+    let (s1, s2) = (sub(1), sub(2));
+
+    let l = Postgres::fresh(OnConflict::Record);
+    l.record(&[item(&s1, "1-0"), item(&s2, "2-0")], "c", STREAM)
+        .unwrap();
+    l.raw()
+        .batch_execute(&format!(
+            "INSERT INTO claim_tombstones VALUES ('\\x{}', 'then', 'now')",
+            s2.key.to_hex()
+        ))
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "key claimed after its claim was purged: key {} is claimed",
+            s2.key.to_hex()
+        )),
+        "{err}"
+    );
+
+    let l = Postgres::fresh(OnConflict::Record);
+    l.record(&[item(&s1, "1-0"), item(&s1, "2-0")], "c", STREAM)
+        .unwrap();
+    l.raw()
+        .batch_execute(
+            "DELETE FROM outbox; DELETE FROM disbursements; DELETE FROM processed_messages;
+             DELETE FROM audit_log WHERE kind = 'processed';",
+        )
+        .unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "duplicate record without a claim or tombstone: audit record 2 (duplicate, key {}) \
+             names a key with no claim and no tombstone",
+            s1.key.to_hex()
+        )),
+        "{err}"
+    );
+
+    let l = Postgres::fresh(OnConflict::Record);
+    l.record(&[item(&s1, "1-0"), dead("3-0")], "c", STREAM)
+        .unwrap();
+    l.verify().unwrap();
+    l.raw().batch_execute("DELETE FROM dead_letters").unwrap();
+    let err = l.verify().unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "dead letters and dead_letter records disagree: stream entry 3-0 has 0 \
+             dead_letters rows but 1 dead_letter records"
+        ),
+        "{err}"
     );
 }

@@ -68,9 +68,10 @@ fn a_wrong_password_or_a_missing_database_exits_2_without_showing_the_password()
 #[test]
 fn every_command_works_against_a_postgres_ledger() {
     // 1. Queue 60 submissions, 10 resent, one malformed; drain with `run`, publish with `relay`.
-    // 2. status --json, verify, audit export/verify, hold add/list/remove, retention purge
-    //    (nothing three years old: nothing removed) all succeed and agree with SQL.
-    // 3. backup says to use pg_dump, exit 2.
+    // 2. status --json, verify, audit export/verify, hold add/list/remove (one hold_added and
+    //    one hold_removed record, chained: verify passes), retention purge (nothing three
+    //    years old: nothing removed) all succeed and agree with SQL.
+    // 3. backup says to use pg_dump, restore to use pg_restore, exit 2, nothing changed.
     let w = World::on(Store::Postgres);
     let payloads: Vec<String> = (0..60).map(submission).collect();
     w.add(&payloads);
@@ -120,6 +121,14 @@ fn every_command_works_against_a_postgres_ledger() {
     assert_eq!(w.count("legal_holds"), 1);
     w.run_ok(&["hold", "remove", "A-000001"]);
     assert_eq!(w.count("legal_holds"), 0);
+    for kind in ["hold_added", "hold_removed"] {
+        let sql = format!(
+            "SELECT COUNT(*) FROM audit_log WHERE kind = '{kind}' AND award_id = 'A-000001'"
+        );
+        assert_eq!(w.sql_i64(&sql), 1, "{kind}");
+    }
+    assert_eq!(w.count("audit_log"), 73);
+    w.run_ok(&["verify"]);
 
     let purge_export = w.dir.path().join("purge.jsonl");
     w.run_ok(&[
@@ -130,7 +139,7 @@ fn every_command_works_against_a_postgres_ledger() {
         "--export",
         purge_export.to_str().unwrap(),
     ]);
-    assert_eq!(w.count("audit_log"), 71, "nothing was old enough to purge");
+    assert_eq!(w.count("audit_log"), 73, "nothing was old enough to purge");
 
     let out = w.run(&["backup", w.dir.path().join("b.db").to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -139,6 +148,14 @@ fn every_command_works_against_a_postgres_ledger() {
         stderr.contains("pg_dump") && !stderr.contains(&password_of(&w)),
         "{stderr}"
     );
+    let out = w.run(&["restore", w.dir.path().join("b.db").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pg_restore") && !stderr.contains(&password_of(&w)),
+        "{stderr}"
+    );
+    assert_eq!(w.count("audit_log"), 73, "restore changed nothing");
 }
 
 /// The password in a world's PostgreSQL URL.
@@ -346,12 +363,15 @@ fn three_workers_and_two_relays_through_kills_failpoints_and_restarts_leave_ever
 #[test]
 fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_target() {
     // 1. A SQLite ledger with every kind of row: 30 submissions (5 resent), two malformed
-    //    entries, a conflicting resubmission, a legal hold, the first 8 records purged (a
-    //    checkpoint), published and unpublished outbox rows.
+    //    entries, a conflicting resubmission, a legal hold (and its hold_added record), the
+    //    first 8 records purged (a checkpoint, and tombstones of the claims it removed),
+    //    published and unpublished outbox rows.
     // 2. migrate --to an empty PostgreSQL database: both verify, same counts, same chain head,
     //    same published states.
     // 3. A second migrate into the same target is refused (exit 2), nothing changed.
     // 4. A worker on the PostgreSQL ledger chains new records after the copied head.
+    // 5. The purged submissions sent again to it are duplicates citing their copied
+    //    tombstones: nothing claimed or paid again.
     let w = World::new();
     w.add(&(0..20).map(submission).collect::<Vec<_>>());
     w.add(&(0..5).map(submission).collect::<Vec<_>>());
@@ -385,6 +405,8 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     };
     assert!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'checkpoint'") == 1);
     assert!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'") == 1);
+    let tombstones = w.count("claim_tombstones");
+    assert!(tombstones > 0, "the purge removed claims");
 
     let url = crate::pg::fresh_database();
     let out = w.run_ok(&["migrate", "--to", &url]);
@@ -402,6 +424,8 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
         "SELECT COUNT(*) FROM audit_log",
         "SELECT MIN(seq) FROM audit_log",
         "SELECT COUNT(*) FROM legal_holds",
+        "SELECT COUNT(*) FROM claim_tombstones",
+        "SELECT COUNT(*) FROM audit_log WHERE kind = 'hold_added'",
     ] {
         assert_eq!(pg.sql_i64(sql), w.sql_i64(sql), "{sql}");
     }
@@ -428,6 +452,25 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
         pg.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
         0
     );
+
+    let (claims, paid) = (pg.count("processed_messages"), pg.count("disbursements"));
+    pg.add(&(0..20).map(submission).collect::<Vec<_>>());
+    pg.drain(&[]);
+    assert_eq!(
+        pg.count("processed_messages"),
+        claims,
+        "nothing claimed again"
+    );
+    assert_eq!(pg.count("disbursements"), paid, "nothing paid again");
+    assert_eq!(
+        pg.sql_i64(
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'
+             AND detail LIKE '%(tombstone)'"
+        ),
+        tombstones,
+        "each purged submission cites its tombstone"
+    );
+    pg.run_ok(&["verify"]);
 }
 
 /// Moves the first `n` audit records of a PostgreSQL ledger (and the claims they describe)

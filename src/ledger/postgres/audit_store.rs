@@ -1,5 +1,6 @@
 //! Reading the audit log back out of PostgreSQL in chain order, one record at a time
-//! ([`AuditLog`]), and writing one record exactly as sealed (a purge's checkpoint, migrate).
+//! ([`AuditLog`]), writing one record exactly as sealed (a purge's checkpoint, migrate), and
+//! appending one record at the chain head outside a batch (legal holds).
 
 use super::PgLedger;
 use crate::domain::audit::{Kind, Record};
@@ -59,6 +60,28 @@ pub(super) fn range(client: &mut impl GenericClient, first: i64, last: i64) -> R
         .iter()
         .map(record_of)
         .collect()
+}
+
+/// Appends `r` to the chain inside the caller's transaction, exactly as a batch appends its
+/// records (`batch.rs`, step 5): locks the chain head row (`SELECT … FOR UPDATE`, held until
+/// the caller commits), seals `r` at the next `seq` after the head's hash, inserts it and
+/// advances the head. The head is the last lock every writer takes, so the caller must have
+/// made its other changes already and commit right after; concurrent batches then wait for
+/// this commit and continue the chain after `r`. Returns the sealed record.
+pub(super) fn append(tx: &mut postgres::Transaction<'_>, mut r: Record) -> Result<Record> {
+    let head = tx.query_one(
+        "SELECT seq, hash FROM chain_head WHERE id = 1 FOR UPDATE",
+        &[],
+    )?;
+    let (seq, hash): (i64, String) = (head.get(0), head.get(1));
+    r.seq = seq + 1;
+    r.seal(&hash);
+    insert(tx, &r)?;
+    tx.execute(
+        "UPDATE chain_head SET seq = $1, hash = $2 WHERE id = 1",
+        &[&r.seq, &r.hash],
+    )?;
+    Ok(r)
 }
 
 /// Inserts a record exactly as given (seq included).

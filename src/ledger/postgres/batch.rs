@@ -8,10 +8,15 @@
 //!    with each other share a group, so one waits for the other's commit; batches on different
 //!    awards never wait. This makes what step 2 reads exact: no other transaction can claim a
 //!    key or a conflicting submission of these groups until we commit.
-//! 2. **Facts.** Which of the batch's keys are claimed already, and the two earliest claims of
-//!    each group (the earliest with another key is "the conflict").
+//! 2. **Facts.** Which of the batch's keys are claimed already or tombstoned (one statement,
+//!    so one snapshot: a purge deletes a claim and writes its tombstone in one transaction, so
+//!    a purged key is seen either still claimed or tombstoned, never neither), and the two
+//!    earliest claims of each group (the earliest with another key is "the conflict").
 //! 3. **Decide**, in item order, in memory, exactly as `sqlite/batch.rs` and the memory ledger
-//!    do: an earlier item of the batch counts as claimed for every later one (contract point 3).
+//!    do: an earlier item of the batch counts as claimed for every later one (contract point 3);
+//!    a tombstoned key is a duplicate before anything else is asked (point 6); a fast-filter
+//!    marker is confirmed against the claims and tombstones read in step 2, or warned about and
+//!    decided as the submission it is.
 //! 4. **Write** dead letters and holds (`ON CONFLICT DO NOTHING RETURNING`: once per entry),
 //!    the new claims (sorted by the claim index's own order; `ON CONFLICT DO NOTHING
 //!    RETURNING` — with the group locks held every one of them must take, which is asserted),
@@ -49,14 +54,19 @@ pub(super) struct Context<'a> {
 
 const LOCK_GROUPS: &str = "SELECT pg_advisory_xact_lock(g) FROM UNNEST($1::int8[]) AS g";
 
+/// Claims and tombstones of the batch's keys, in one statement (one snapshot; see step 2).
 // Both lookups probe an index once per element (LATERAL), whatever the planner believes about
-// the table's size: a plan made while the table was empty must not scan it once it is large.
-const CLAIMED: &str = "SELECT p.idempotency_key, p.claimed_at
+// the tables' sizes: a plan made while a table was empty must not scan it once it is large.
+const CLAIMED: &str = "SELECT k.key, p.claimed_at, t.claimed_at, t.purged_at
      FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS k(ts, award, key)
-     CROSS JOIN LATERAL (
-         SELECT idempotency_key, claimed_at FROM processed_messages
+     LEFT JOIN LATERAL (
+         SELECT claimed_at FROM processed_messages
          WHERE submission_timestamp = k.ts AND award_id = k.award AND idempotency_key = k.key
-     ) p";
+     ) p ON true
+     LEFT JOIN LATERAL (
+         SELECT claimed_at, purged_at FROM claim_tombstones WHERE idempotency_key = k.key
+     ) t ON true
+     WHERE p.claimed_at IS NOT NULL OR t.claimed_at IS NOT NULL";
 
 const EARLIEST: &str = "SELECT g.i, g.a, e.idempotency_key, e.claimed_at
      FROM (SELECT DISTINCT i, a FROM UNNEST($1::text[], $2::text[]) AS u(i, a)) g
@@ -116,12 +126,18 @@ enum Decision<'a> {
         s: &'a Submission,
         other: Option<Other>,
     },
-    /// Already claimed (before this batch, or by an earlier item of it).
-    Duplicate { first_claimed_at: String },
+    /// Already claimed (before this batch, or by an earlier item of it), or tombstoned.
+    Duplicate {
+        first_claimed_at: String,
+        /// When the claim was purged, for a key found by its tombstone.
+        purged_at: Option<String>,
+        /// A confirmed fast-filter marker (the record says so).
+        via_filter: bool,
+    },
     /// Held for review under `--on-conflict hold`: dead-lettered, not claimed.
     Hold { other: Other },
-    /// An item whose outcome needs nothing from the database (a vanished entry, a fast-filter
-    /// duplicate), or a dead letter, settled by step 4's insert.
+    /// An item that carries no submission: a vanished entry, which needs nothing from the
+    /// database, or a dead letter, settled by step 4's insert.
     Direct,
 }
 
@@ -130,6 +146,8 @@ enum Decision<'a> {
 struct Facts {
     /// Claimed keys (before the batch, then the batch's own as they are decided) → claimed_at.
     claimed: HashMap<IdempotencyKey, String>,
+    /// Tombstoned keys → (claimed_at, purged_at).
+    tombstones: HashMap<IdempotencyKey, (String, String)>,
     /// Claims by (instant, award), earliest first: up to two from before the batch, then the
     /// batch's own in item order.
     groups: HashMap<(String, String), Vec<(IdempotencyKey, String)>>,
@@ -196,12 +214,10 @@ pub(super) fn record<'a>(
     let now = crate::domain::clock::now_rfc3339();
     let mut tx = conn.client.transaction()?;
 
+    // A fast-filter hit may turn out unconfirmed and be claimed: its group is locked too.
     let subs: Vec<&Submission> = items
         .iter()
-        .filter_map(|i| match i {
-            Item::Submission { submission, .. } => Some(*submission),
-            _ => None,
-        })
+        .filter_map(|i| delivered(i).map(|d| d.0))
         .collect();
     let mut facts = Facts::default();
     if !subs.is_empty() {
@@ -291,7 +307,13 @@ fn read_facts(
     let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
     let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
     for row in tx.query(&st.claimed, &[&ts, &awards, &keys])? {
-        facts.claimed.insert(key_of(row.get(0))?, row.get(1));
+        let key = key_of(row.get(0))?;
+        if let Some(at) = row.get::<_, Option<String>>(1) {
+            facts.claimed.insert(key, at);
+        }
+        if let (Some(claimed), Some(purged)) = (row.get(2), row.get(3)) {
+            facts.tombstones.insert(key, (claimed, purged));
+        }
     }
     let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
     for row in tx.query(&st.earliest, &[&instants, &awards])? {
@@ -302,6 +324,25 @@ fn read_facts(
             .push((key_of(row.get(2))?, row.get(3)));
     }
     Ok(())
+}
+
+/// The submission, entry id and delivery count of an item that carries a submission (a plain
+/// one, or a fast-filter hit).
+fn delivered<'a>(item: &Item<'a>) -> Option<(&'a Submission, &'a str, u64)> {
+    match item {
+        Item::Submission {
+            submission,
+            entry_id,
+            delivery_count,
+        }
+        | Item::KnownDuplicate {
+            submission,
+            entry_id,
+            delivery_count,
+            ..
+        } => Some((*submission, *entry_id, *delivery_count)),
+        _ => None,
+    }
 }
 
 fn key_of(bytes: &[u8]) -> Result<IdempotencyKey> {
@@ -318,37 +359,80 @@ fn decide<'a>(
 ) -> Vec<Decision<'a>> {
     items
         .iter()
-        .map(|item| {
-            let Item::Submission { submission: s, .. } = item else {
-                return Decision::Direct;
-            };
-            let held = match policy {
-                OnConflict::Hold => facts.conflict(s),
-                OnConflict::Record => None,
-            };
-            if let Some(other) = held.clone() {
-                if !facts.claimed.contains_key(&s.key) {
-                    return Decision::Hold { other };
+        .map(|item| match item {
+            Item::Submission { submission: s, .. } => decide_submission(s, policy, facts, now),
+            Item::KnownDuplicate {
+                submission: s,
+                entry_id,
+                ..
+            } => {
+                // Confirmed as `sqlite/batch.rs` confirms it: claim (this batch's own earlier
+                // items included), then tombstone; else a warning and the submission decided as
+                // what it is.
+                if let Some(at) = facts.claimed.get(&s.key) {
+                    return Decision::Duplicate {
+                        first_claimed_at: at.clone(),
+                        purged_at: None,
+                        via_filter: true,
+                    };
                 }
+                if let Some((claimed, purged)) = facts.tombstones.get(&s.key) {
+                    return Decision::Duplicate {
+                        first_claimed_at: claimed.clone(),
+                        purged_at: Some(purged.clone()),
+                        via_filter: true,
+                    };
+                }
+                crate::ledger::warn_unconfirmed_marker(entry_id, &s.key);
+                decide_submission(s, policy, facts, now)
             }
-            if let Some(at) = facts.claimed.get(&s.key) {
-                return Decision::Duplicate {
-                    first_claimed_at: at.clone(),
-                };
-            }
-            facts.claimed.insert(s.key, now.to_owned());
-            facts
-                .groups
-                .entry((s.submission_instant.clone(), s.award_id.clone()))
-                .or_default()
-                .push((s.key, now.to_owned()));
-            let other = match policy {
-                OnConflict::Hold => held,
-                OnConflict::Record => facts.conflict(s),
-            };
-            Decision::Claim { s, other }
+            _ => Decision::Direct,
         })
         .collect()
+}
+
+/// One submission's fate: tombstone, then (under hold) conflict, then claim, as in
+/// `sqlite/batch.rs`; a new claim is added to `facts` for the items after it.
+fn decide_submission<'a>(
+    s: &'a Submission,
+    policy: OnConflict,
+    facts: &mut Facts,
+    now: &str,
+) -> Decision<'a> {
+    if let Some((claimed, purged)) = facts.tombstones.get(&s.key) {
+        return Decision::Duplicate {
+            first_claimed_at: claimed.clone(),
+            purged_at: Some(purged.clone()),
+            via_filter: false,
+        };
+    }
+    let held = match policy {
+        OnConflict::Hold => facts.conflict(s),
+        OnConflict::Record => None,
+    };
+    if let Some(other) = held.clone() {
+        if !facts.claimed.contains_key(&s.key) {
+            return Decision::Hold { other };
+        }
+    }
+    if let Some(at) = facts.claimed.get(&s.key) {
+        return Decision::Duplicate {
+            first_claimed_at: at.clone(),
+            purged_at: None,
+            via_filter: false,
+        };
+    }
+    facts.claimed.insert(s.key, now.to_owned());
+    facts
+        .groups
+        .entry((s.submission_instant.clone(), s.award_id.clone()))
+        .or_default()
+        .push((s.key, now.to_owned()));
+    let other = match policy {
+        OnConflict::Hold => held,
+        OnConflict::Record => facts.conflict(s),
+    };
+    Decision::Claim { s, other }
 }
 
 /// A `dead_letters` row to insert: (entry id, item index, reason code, reason, award,
@@ -387,21 +471,18 @@ fn insert_dead_letters(
                 award_id.map(str::to_owned),
                 *delivery_count as i64,
             )),
-            (
-                Item::Submission {
-                    submission,
+            (item, Decision::Hold { other }) => {
+                let (submission, entry_id, delivery_count) =
+                    delivered(item).expect("only a submission is held");
+                rows.push((
                     entry_id,
-                    delivery_count,
-                },
-                Decision::Hold { other },
-            ) => rows.push((
-                entry_id,
-                n,
-                "conflict_hold".to_owned(),
-                detail::hold_reason(&other.key_hex),
-                Some(submission.award_id.clone()),
-                *delivery_count as i64,
-            )),
+                    n,
+                    "conflict_hold".to_owned(),
+                    detail::hold_reason(&other.key_hex),
+                    Some(submission.award_id.clone()),
+                    delivery_count as i64,
+                ))
+            }
             _ => {}
         }
     }
@@ -454,7 +535,7 @@ fn insert_claims(
         .iter()
         .zip(decisions)
         .filter_map(|(item, d)| match (item, d) {
-            (Item::Submission { entry_id, .. }, Decision::Claim { s, .. }) => Some((*s, *entry_id)),
+            (item, Decision::Claim { s, .. }) => delivered(item).map(|(_, e, _)| (*s, e)),
             _ => None,
         })
         .collect();
@@ -569,96 +650,91 @@ impl<'a> Written<'a> {
         first_dead: bool,
         claim_ids: &HashMap<IdempotencyKey, i64>,
     ) -> Result<Outcome> {
-        match (item, decision) {
-            (
-                Item::Submission {
-                    submission: s,
-                    entry_id,
-                    delivery_count,
-                },
-                d,
-            ) => {
-                let rec = |kind| Self::claim_record(ctx, now, kind, s, entry_id, *delivery_count);
-                match d {
-                    Decision::Duplicate { first_claimed_at } => {
-                        let mut r = rec(Kind::Duplicate);
-                        r.detail = Some(detail::duplicate(first_claimed_at));
-                        self.audit.push(r);
-                        Ok(Outcome::Duplicate {
-                            first_claimed_at: first_claimed_at.clone(),
-                        })
-                    }
-                    Decision::Hold { other } => {
-                        if first_dead {
-                            let mut c = rec(Kind::Conflict);
-                            c.amount_cents = Some(s.amount_cents);
-                            c.detail =
-                                Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
-                            self.audit.push(c);
-                            let mut d = rec(Kind::DeadLetter);
-                            d.detail =
-                                Some(detail::conflict_hold(&detail::hold_reason(&other.key_hex)));
-                            self.audit.push(d);
-                        }
-                        Ok(Outcome::Held {
-                            other_key: other.key_hex.clone(),
-                            first: first_dead,
-                        })
-                    }
-                    Decision::Claim { other, .. } => {
-                        let claim_id = *claim_ids.get(&s.key).ok_or_else(|| {
-                            Error::Invariant(format!(
-                                "no claim id for new claim {}",
-                                s.key.to_hex()
-                            ))
-                        })?;
-                        let mut r = rec(Kind::Processed);
-                        let key_hex = s.key.to_hex();
-                        self.paid.push((claim_id, *s, event::payload(s, &key_hex)));
-                        r.amount_cents = Some(s.amount_cents);
-                        self.audit.push(r);
-                        let Some(other) = other else {
-                            return Ok(Outcome::Processed);
-                        };
-                        let mut c = rec(Kind::Conflict);
-                        c.amount_cents = Some(s.amount_cents);
-                        c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
-                        self.audit.push(c);
-                        Ok(Outcome::ProcessedConflicting {
-                            other_key: other.key_hex.clone(),
-                        })
-                    }
-                    Decision::Direct => unreachable!("a submission is always decided"),
-                }
-            }
-            (
-                Item::KnownDuplicate {
-                    submission: s,
-                    entry_id,
-                    delivery_count,
-                    committed_by,
-                },
-                _,
-            ) => {
-                let mut r =
-                    Self::claim_record(ctx, now, Kind::Duplicate, s, entry_id, *delivery_count);
-                r.detail = Some(detail::known_duplicate(committed_by));
+        let Some((s, entry_id, delivery_count)) = delivered(item) else {
+            return self.direct(ctx, now, item, first_dead);
+        };
+        let rec = |kind| Self::claim_record(ctx, now, kind, s, entry_id, delivery_count);
+        match decision {
+            Decision::Duplicate {
+                first_claimed_at,
+                purged_at,
+                via_filter,
+            } => {
+                let mut r = rec(Kind::Duplicate);
+                let text = match purged_at {
+                    None => detail::duplicate(first_claimed_at),
+                    Some(purged) => detail::duplicate_of_purged(first_claimed_at, purged),
+                };
+                r.detail = Some(if *via_filter {
+                    detail::via_fast_filter(&text)
+                } else {
+                    text
+                });
                 self.audit.push(r);
                 Ok(Outcome::Duplicate {
-                    first_claimed_at: (*committed_by).to_owned(),
+                    first_claimed_at: first_claimed_at.clone(),
+                    purged_at: purged_at.clone(),
                 })
             }
-            (
-                Item::DeadLetter {
-                    entry_id,
-                    reason_code,
-                    reason,
-                    award_id,
-                    key,
-                    delivery_count,
-                },
-                _,
-            ) => {
+            Decision::Hold { other } => {
+                if first_dead {
+                    let mut c = rec(Kind::Conflict);
+                    c.amount_cents = Some(s.amount_cents);
+                    c.detail = Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
+                    self.audit.push(c);
+                    let mut d = rec(Kind::DeadLetter);
+                    d.detail = Some(detail::conflict_hold(&detail::hold_reason(&other.key_hex)));
+                    self.audit.push(d);
+                }
+                Ok(Outcome::Held {
+                    other_key: other.key_hex.clone(),
+                    first: first_dead,
+                })
+            }
+            Decision::Claim { other, .. } => {
+                let claim_id = *claim_ids.get(&s.key).ok_or_else(|| {
+                    Error::Invariant(format!("no claim id for new claim {}", s.key.to_hex()))
+                })?;
+                let mut r = rec(Kind::Processed);
+                let key_hex = s.key.to_hex();
+                self.paid.push((claim_id, s, event::payload(s, &key_hex)));
+                r.amount_cents = Some(s.amount_cents);
+                self.audit.push(r);
+                let Some(other) = other else {
+                    return Ok(Outcome::Processed);
+                };
+                let mut c = rec(Kind::Conflict);
+                c.amount_cents = Some(s.amount_cents);
+                c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
+                self.audit.push(c);
+                Ok(Outcome::ProcessedConflicting {
+                    other_key: other.key_hex.clone(),
+                })
+            }
+            Decision::Direct => unreachable!("a submission is always decided"),
+        }
+    }
+
+    /// The records and outcome of an item that carries no submission.
+    fn direct(
+        &mut self,
+        ctx: &Context<'_>,
+        now: &str,
+        item: &Item<'a>,
+        first_dead: bool,
+    ) -> Result<Outcome> {
+        match item {
+            Item::Submission { .. } | Item::KnownDuplicate { .. } => {
+                unreachable!("a submission is decided, not direct")
+            }
+            Item::DeadLetter {
+                entry_id,
+                reason_code,
+                reason,
+                award_id,
+                key,
+                delivery_count,
+            } => {
                 if !first_dead {
                     return Ok(Outcome::AlreadyDeadLettered);
                 }
@@ -671,7 +747,7 @@ impl<'a> Written<'a> {
                 self.audit.push(r);
                 Ok(Outcome::DeadLettered)
             }
-            (Item::Vanished { entry_id, reason }, _) => {
+            Item::Vanished { entry_id, reason } => {
                 let mut r = Self::record(ctx, now, Kind::Vanished);
                 r.stream_entry_id = Some((*entry_id).to_owned());
                 r.detail = Some(detail::vanished(ctx.stream, reason));

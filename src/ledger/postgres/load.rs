@@ -24,6 +24,7 @@ impl PgLedger {
                 "SELECT (SELECT COUNT(*) FROM processed_messages) + (SELECT COUNT(*) FROM outbox)
                       + (SELECT COUNT(*) FROM dead_letters) + (SELECT COUNT(*) FROM audit_log)
                       + (SELECT COUNT(*) FROM legal_holds) + (SELECT COUNT(*) FROM ledger_meta)
+                      + (SELECT COUNT(*) FROM claim_tombstones)
                       + (SELECT seq FROM chain_head WHERE id = 1)",
                 &[],
             )?
@@ -147,6 +148,15 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 super::audit_store::insert(tx, &r)?;
                 1
             }
+            Row::Tombstone {
+                key,
+                claimed_at,
+                purged_at,
+            } => tx.execute(
+                "INSERT INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
+                 VALUES ($1, $2, $3)",
+                &[&key.as_bytes().as_slice(), &claimed_at, &purged_at],
+            )?,
             Row::Hold(h) => tx.execute(
                 "INSERT INTO legal_holds (award_id, reason, held_at) VALUES ($1, $2, $3)",
                 &[&h.award_id, &h.reason, &h.held_at],

@@ -187,7 +187,8 @@ fn stats(conn: &mut Conn) -> Result<Stats> {
                 (SELECT COUNT(*) FILTER (WHERE kind = 'duplicate') FROM audit_log),
                 (SELECT COUNT(*) FILTER (WHERE kind = 'conflict') FROM audit_log),
                 (SELECT COUNT(*) FILTER (WHERE kind = 'vanished') FROM audit_log),
-                (SELECT COUNT(*) FROM audit_log)",
+                (SELECT COUNT(*) FROM audit_log),
+                (SELECT COUNT(*) FROM claim_tombstones)",
         &[],
     )?;
     tx.commit()?;
@@ -208,6 +209,7 @@ fn stats(conn: &mut Conn) -> Result<Stats> {
         conflicts: n(7),
         vanished: n(8),
         audit_records: n(9),
+        tombstones: n(10),
     })
 }
 

@@ -60,4 +60,16 @@ impl Outbox for PgLedger {
         )?;
         Ok(row.get(0))
     }
+
+    /// The head's counter, not `MAX(id)`: ids are numbered from it under the head lock and it
+    /// only grows, so it still counts rows a purge removed. Read without the lock: a batch
+    /// that has numbered rows but not committed has not advanced it for anyone else yet, and
+    /// its rows are not visible either.
+    fn outbox_id_max(&self) -> Result<i64> {
+        let mut conn = self.conn()?;
+        let row = conn
+            .client
+            .query_one("SELECT outbox_id_last FROM chain_head WHERE id = 1", &[])?;
+        Ok(row.get(0))
+    }
 }

@@ -8,11 +8,16 @@
 //! continue from the first's hash instead of the purged record's, breaking the chain.
 //!
 //! Each batch is one transaction that removes records `first..=last` with the rows they
-//! describe and leaves a checkpoint at `last`; the chain head is not touched (a checkpoint
-//! at the very end continues from the hash the head already holds).
+//! describe, leaves a tombstone for every claim it removes and a checkpoint at `last`; the
+//! chain head is not touched (a checkpoint at the very end continues from the hash the head
+//! already holds).
+//!
+//! A hold placed or lifted leaves its `hold_added` / `hold_removed` record in the same
+//! transaction, appended at the chain head under the head's row lock like a batch's records
+//! (`audit_store::append`): the `legal_holds` row is written first, the head locked last.
 
 use super::{audit_store, connect::Manager, PgLedger, PURGE_LOCK};
-use crate::domain::audit::{Kind, Record};
+use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Hold, PurgePlan, Removed, Retention};
 use postgres::GenericClient;
@@ -20,20 +25,36 @@ use r2d2::PooledConnection;
 
 impl Retention for PgLedger {
     fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool> {
-        let n = self.conn()?.client.execute(
+        let mut conn = self.conn()?;
+        let mut tx = conn.client.transaction()?;
+        // A concurrent hold of the same award waits on this row's unique index entry, then
+        // finds it and writes nothing: one hold, one record.
+        let n = tx.execute(
             "INSERT INTO legal_holds (award_id, reason, held_at) VALUES ($1, $2, $3)
              ON CONFLICT (award_id) DO NOTHING",
             &[&award_id, &reason, &now],
         )?;
+        if n == 1 {
+            let text = detail::hold_added(reason);
+            audit_store::append(&mut tx, hold_record(Kind::HoldAdded, award_id, text, now))?;
+        }
+        tx.commit()?;
         Ok(n == 1)
     }
 
-    fn hold_remove(&self, award_id: &str) -> Result<bool> {
-        let n = self
-            .conn()?
-            .client
-            .execute("DELETE FROM legal_holds WHERE award_id = $1", &[&award_id])?;
-        Ok(n == 1)
+    fn hold_remove(&self, award_id: &str, now: &str) -> Result<bool> {
+        let mut conn = self.conn()?;
+        let mut tx = conn.client.transaction()?;
+        let held = tx.query_opt(
+            "DELETE FROM legal_holds WHERE award_id = $1 RETURNING reason, held_at",
+            &[&award_id],
+        )?;
+        if let Some(row) = &held {
+            let text = detail::hold_removed(row.get(0), row.get(1));
+            audit_store::append(&mut tx, hold_record(Kind::HoldRemoved, award_id, text, now))?;
+        }
+        tx.commit()?;
+        Ok(held.is_some())
     }
 
     fn holds(&self) -> Result<Vec<Hold>> {
@@ -149,6 +170,24 @@ impl PgLedger {
         if let Some(mut conn) = self.purge.get_mut().ok().and_then(Option::take) {
             let _ = conn.client.simple_query("SELECT pg_advisory_unlock_all()");
         }
+    }
+}
+
+/// A hold's audit record, unsealed: the same fields as `sqlite/purge.rs` gives it.
+fn hold_record(kind: Kind, award_id: &str, detail: String, now: &str) -> Record {
+    Record {
+        seq: 0,
+        kind,
+        idempotency_key: None,
+        award_id: Some(award_id.to_owned()),
+        amount_cents: None,
+        stream_entry_id: None,
+        consumer: None,
+        delivery_count: None,
+        detail: Some(detail),
+        recorded_at: now.to_owned(),
+        prev_hash: String::new(),
+        hash: String::new(),
     }
 }
 
@@ -316,7 +355,7 @@ fn purge_batch(
     let continues_from: String = tx
         .query_one("SELECT hash FROM audit_log WHERE seq = $1", &[&last])?
         .get(0);
-    let claims = delete_claims(&mut tx, first, last)?;
+    let claims = delete_claims(&mut tx, first, last, now)?;
     let dead_letters = tx.execute(
         &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
         &[&first, &last],
@@ -350,8 +389,18 @@ fn purge_batch(
 }
 
 /// Deletes the claims (with their disbursements and outbox rows) of the batch's `processed`
-/// records; refuses, as an invariant violation, when a record's claim is not found.
-fn delete_claims(tx: &mut postgres::Transaction<'_>, first: i64, last: i64) -> Result<u64> {
+/// records, leaving each claim's tombstone (key, claimed_at, purged at `now`) first; refuses,
+/// as an invariant violation, when a record's claim is not found.
+///
+/// The tombstone and the claim's deletion commit together, so a worker's read of a key (claims
+/// and tombstones in one statement, `batch.rs` step 2) sees one or the other, never neither:
+/// a purge racing a claim of the same key cannot let the key be claimed again.
+fn delete_claims(
+    tx: &mut postgres::Transaction<'_>,
+    first: i64,
+    last: i64,
+    now: &str,
+) -> Result<u64> {
     let ids: Vec<i64> = tx
         .query(CLAIMS_IN, &[&first, &last])?
         .iter()
@@ -370,6 +419,14 @@ fn delete_claims(tx: &mut postgres::Transaction<'_>, first: i64, last: i64) -> R
             ids.len()
         )));
     }
+    // ON CONFLICT DO NOTHING, as SQLite's OR IGNORE: a hand-edited ledger could hold a
+    // tombstone of a key that is also claimed (`verify` names that); the earlier one is kept.
+    tx.execute(
+        "INSERT INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
+         SELECT idempotency_key, claimed_at, $2 FROM processed_messages WHERE claim_id = ANY($1)
+         ON CONFLICT DO NOTHING",
+        &[&ids, &now],
+    )?;
     for table in ["outbox", "disbursements", "processed_messages"] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE claim_id = ANY($1)"),

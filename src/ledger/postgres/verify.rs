@@ -31,7 +31,7 @@ impl Inspect for PgLedger {
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
 /// nothing; the same checks, in the same order, as `sqlite/verify.rs`.
-const CHECKS: [(&str, &str); 9] = [
+const CHECKS: [(&str, &str); 12] = [
     (
         "key claimed twice",
         "SELECT 'key ' || encode(idempotency_key, 'hex') || ' has ' || COUNT(*) || ' claims'
@@ -105,6 +105,46 @@ const CHECKS: [(&str, &str); 9] = [
         "SELECT 'key ' || idempotency_key || ' has ' || COUNT(*) || ' processed records'
          FROM audit_log WHERE kind = 'processed' GROUP BY idempotency_key HAVING COUNT(*) > 1 LIMIT 1",
     ),
+    (
+        // A purged key claimed again would be a second payment of one submission.
+        "key claimed after its claim was purged",
+        "SELECT 'key ' || encode(p.idempotency_key, 'hex') || ' is claimed (claim ' || p.claim_id
+                || ') and has a tombstone'
+         FROM claim_tombstones t JOIN processed_messages p ON p.idempotency_key = t.idempotency_key
+         ORDER BY p.claim_id LIMIT 1",
+    ),
+    (
+        // A duplicate record is evidence that something was paid before: it must name a claim
+        // still here, or one a purge removed and tombstoned. Keys are compared as hex text (as
+        // the processed check above does), so an edited key that is not hex is named, not an
+        // error.
+        "duplicate record without a claim or tombstone",
+        "SELECT 'audit record ' || a.seq || ' (duplicate, key ' || COALESCE(a.idempotency_key, 'none')
+                || ') names a key with no claim and no tombstone'
+         FROM audit_log a
+         WHERE a.kind = 'duplicate'
+           AND NOT EXISTS (SELECT 1 FROM processed_messages p
+                           WHERE encode(p.idempotency_key, 'hex') = a.idempotency_key)
+           AND NOT EXISTS (SELECT 1 FROM claim_tombstones t
+                           WHERE encode(t.idempotency_key, 'hex') = a.idempotency_key)
+         ORDER BY a.seq LIMIT 1",
+    ),
+    (
+        // One `dead_letters` row per `dead_letter` record, counted per stream entry id (the
+        // records carry no stream name; the entry id is what both sides share). Ordered by
+        // bytes, as SQLite orders text, so both name the same entry first.
+        "dead letters and dead_letter records disagree",
+        "WITH r AS (SELECT COALESCE(stream_entry_id, '') AS e, COUNT(*) AS n FROM audit_log
+                    WHERE kind = 'dead_letter' GROUP BY 1),
+              d AS (SELECT stream_entry_id AS e, COUNT(*) AS n FROM dead_letters GROUP BY 1)
+         SELECT 'stream entry ' || e || ' has ' || rows || ' dead_letters rows but ' || records
+                || ' dead_letter records'
+         FROM (SELECT d.e AS e, d.n AS rows, COALESCE(r.n, 0) AS records
+               FROM d LEFT JOIN r ON r.e = d.e WHERE r.n IS DISTINCT FROM d.n
+               UNION ALL
+               SELECT r.e, 0, r.n FROM r LEFT JOIN d ON d.e = r.e WHERE d.e IS NULL) x
+         ORDER BY e COLLATE \"C\" LIMIT 1",
+    ),
 ];
 
 /// Checks everything inside the caller's snapshot; the summary, or the first violation.
@@ -124,11 +164,13 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     let counts = tx.query_one(
         "SELECT (SELECT COUNT(*) FROM processed_messages), (SELECT COUNT(*) FROM disbursements),
                 (SELECT COUNT(*) FROM outbox),
-                (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed')",
+                (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'),
+                (SELECT COUNT(*) FROM claim_tombstones)",
         &[],
     )?;
     let n = |i: usize| counts.get::<_, i64>(i) as u64;
-    let (claims, disbursements, outbox_rows, processed) = (n(0), n(1), n(2), n(3));
+    let (claims, disbursements, outbox_rows, processed, tombstones) =
+        (n(0), n(1), n(2), n(3), n(4));
     if processed != disbursements {
         let found: String = tx.query_one(
             "SELECT 'disbursement ' || d.id || ' (key ' || encode(d.idempotency_key, 'hex') || ') has no processed audit record'
@@ -153,6 +195,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
         disbursements,
         outbox_rows,
         audit_records: links.count,
+        tombstones,
         head_hash: links.head().to_owned(),
     })
 }

@@ -10,7 +10,7 @@ use rusqlite::OptionalExtension;
 
 impl SqliteLedger {
     /// Sends every row to `sink` (claims, disbursements, outbox, dead letters, audit records
-    /// in seq order, holds, meta) from one snapshot; returns the counters.
+    /// in seq order, tombstones, holds, meta) from one snapshot; returns the counters.
     pub fn dump(&self, sink: &mut Sink<'_>) -> Result<Counters> {
         let mut conn = self.conn()?;
         let tx = conn.transaction()?;
@@ -94,6 +94,20 @@ impl SqliteLedger {
             }
         }
         audit_store::for_each(&tx, &Since::All, |r| sink(Row::Audit(r)))?;
+        {
+            let mut st = tx.prepare(
+                "SELECT idempotency_key, claimed_at, purged_at FROM claim_tombstones
+                 ORDER BY idempotency_key",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(Row::Tombstone {
+                    key: key(r.get(0)?)?,
+                    claimed_at: r.get(1)?,
+                    purged_at: r.get(2)?,
+                })?;
+            }
+        }
         {
             let mut st = tx.prepare("SELECT award_id, reason, held_at FROM legal_holds")?;
             let mut rows = st.query([])?;
