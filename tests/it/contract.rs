@@ -1393,6 +1393,8 @@ fn postgres_runs_one_retention_purge_at_a_time() {
     assert_eq!(
         b.export_purge(cutoff, 10, &mut admit, &mut row).unwrap(),
         None
+    );
+}
 
 // ----- Legal holds' records: SQLite and PostgreSQL (the memory ledger has no holds) ----------
 

@@ -34,6 +34,9 @@ _claimgate() {
             claimgate,key)
                 cmd="claimgate__subcmd__key"
                 ;;
+            claimgate,migrate)
+                cmd="claimgate__subcmd__migrate"
+                ;;
             claimgate,produce)
                 cmd="claimgate__subcmd__produce"
                 ;;
@@ -95,7 +98,7 @@ _claimgate() {
 
     case "${cmd}" in
         claimgate)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version run produce status key relay audit verify retention hold dlq demo backup restore"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version run produce status key relay audit verify retention hold dlq demo backup restore migrate"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -766,6 +769,48 @@ _claimgate() {
                     return 0
                     ;;
                 --payload-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        claimgate__subcmd__migrate)
+            opts="-h -V --to --redis-url --db --stream --group --log-format --audit-log --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --to)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -25,7 +25,7 @@ function __fish_claimgate_using_subcommand
 end
 
 complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_needs_command" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_needs_command" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_needs_command" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -46,6 +46,7 @@ complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "dlq" -d 'Inspec
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored)'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "backup" -d 'Copy the ledger consistently (while workers run) to a new file, mode 0600'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "restore" -d 'Put a backup in place of the ledger (no worker may have it open); the ledger replaced is kept beside it, and every disbursement in the backup reaches the events stream once'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "migrate" -d 'Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 'This consumer\'s name in the group [default: host name and pid]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
@@ -68,7 +69,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-out -
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-stream -d 'Add each anchor to this Redis stream (field `anchor`), e.g. grants:audit:anchors' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l signing-key -d 'Sign each anchor with this key file (`claimgate audit keygen`)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -81,7 +82,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay -d 'Al
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -92,7 +93,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l ver
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l watch -d 'Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter rates per second, lag, oldest pending age, outbox backlog and commit p99' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l metrics-url -d 'The worker\'s /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99 [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -105,7 +106,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the exact payload bytes (`-` for stdin). A trailing newline counts' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -116,7 +117,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l events-stream -d 'The events stream outbox rows are published to' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -126,7 +127,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l exit-when-
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -141,7 +142,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l out -d 'Write here instead of stdout' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l since -d 'Only records from this seq, or written at or after this RFC 3339 time' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -154,7 +155,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l anchors -d 'Check the ledger against the anchors in this file (`claimgate audit anchor` lines)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l public-key -d 'Require every checkpoint (and every anchor) to be signed by this key\'s signing key (with --file: every checkpoint in the file)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -165,7 +166,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l out -d 'Append the line to this file (created 0600 if absent) instead of printing it' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l signing-key -d 'Sign the anchor with this key file (`claimgate audit keygen`)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -175,7 +176,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l out -d 'Where to write the signing key; the public key goes to the same path plus `.pub`' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -184,7 +185,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -193,7 +194,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l audit-log
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -207,7 +208,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l batch-records-max -d 'Audit records removed per transaction, with the ledger rows they describe' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l signing-key -d 'Sign the checkpoint the purge leaves with this key file (`claimgate audit keygen`)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -216,7 +217,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -229,7 +230,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "list" -d 'List awards under legal hold'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l reason -d 'Why (a case number, an auditor\'s request)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -238,7 +239,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_see
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -247,7 +248,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_see
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -256,7 +257,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_see
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -268,7 +269,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "show" -d 'Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "replay" -d 'Put a dead letter\'s original fields back on the submissions stream, once'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -278,7 +279,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -288,7 +289,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -299,7 +300,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l seed -d 'Seed for the generated submissions' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -308,7 +309,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l audit-log -
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -318,7 +319,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s h -l help
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l events-stream -d 'The events stream the relay publishes to (its mark tells which rows are published)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l db -d 'The SQLite ledger file' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
@@ -326,3 +327,13 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l to -d 'The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the password is never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s V -l version -d 'Print version'
