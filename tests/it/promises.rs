@@ -417,3 +417,37 @@ fn a_dead_letter_copied_before_a_crash_is_not_copied_again_on_redelivery() {
     assert_eq!(w.pending(), 0);
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn a_lock_held_shorter_than_the_busy_timeout_is_waited_out_inside_sqlite_without_an_episode() {
+    // The busy timeout (5 s) is what lets a commit wait out a short lock — an operator's
+    // `sqlite3` write, a backup's checkpoint — inside SQLite, without failing the batch.
+    // 1. The write lock is held from outside for 1.5 s while ten submissions arrive.
+    // 2. All ten are paid once, and the worker logged no "committing to the ledger failed"
+    //    episode: it never saw the lock. (Without the busy timeout, SQLITE_BUSY comes back at
+    //    once and every short lock becomes a retry episode.)
+    let w = World::new();
+    make_ledger(&w);
+    let worker = Logged::spawn(w.cmd(&["run", "--consumer", "b"]));
+    worker.wait_log("reading");
+    let locker = rw(&w);
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    w.add(&(0..10).map(submission).collect::<Vec<_>>());
+    assert!(wait_for(SOON, || w.pending() == 10));
+    std::thread::sleep(Duration::from_millis(1_500));
+    locker.execute_batch("ROLLBACK").unwrap();
+    assert!(
+        wait_for(SOON, || w.count_once_made("disbursements") == 10
+            && w.pending() == 0),
+        "{}",
+        worker.log_text()
+    );
+    assert!(
+        worker
+            .lines_with("committing to the ledger failed")
+            .is_empty(),
+        "a lock shorter than the busy timeout became a retry episode:\n{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+}
