@@ -6,6 +6,7 @@
 
 use crate::config::{REDIS_CONNECT_TIMEOUT_MS, REDIS_RESPONSE_TIMEOUT_MS};
 use crate::error::{Error, Result};
+use super::sentinel::{Primary, Sentinels};
 use redis::{Client, Connection, Value};
 use std::time::Duration;
 
@@ -50,10 +51,50 @@ pub struct AutoClaimed {
     pub deleted: Vec<String>,
 }
 
-/// Opens a client for `url`, turning a malformed URL into a configuration error that never
-/// echoes the URL's password.
-pub fn client(url: &str) -> Result<Client> {
-    Client::open(url).map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
+/// Where a [`Conn`] connects: one Redis named by its URL, or whichever node the sentinels of a
+/// `redis+sentinel://` URL name as the primary at the time (see `broker/sentinel.rs`). Cheap to
+/// clone; clones share what they learnt about the primary.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A plain `redis://`, `rediss://` or unix-socket URL.
+    Direct(Client),
+    /// A `redis+sentinel://` or `rediss+sentinel://` URL.
+    Sentinel(std::sync::Arc<Sentinels>),
+}
+
+impl Target {
+    /// A new connection, with replies waited for at most `response_timeout`.
+    fn connect(&self, response_timeout: Duration) -> Result<Connection> {
+        let connect_timeout = Duration::from_millis(REDIS_CONNECT_TIMEOUT_MS);
+        match self {
+            Target::Direct(client) => {
+                let conn = client.get_connection_with_timeout(connect_timeout)?;
+                conn.set_read_timeout(Some(response_timeout))?;
+                conn.set_write_timeout(Some(response_timeout))?;
+                Ok(conn)
+            }
+            Target::Sentinel(sentinels) => sentinels.connect(connect_timeout, response_timeout),
+        }
+    }
+
+    /// Through Sentinel: the primary last connected to and the sentinel that named it.
+    pub fn primary(&self) -> Option<Primary> {
+        match self {
+            Target::Direct(_) => None,
+            Target::Sentinel(sentinels) => sentinels.last_primary(),
+        }
+    }
+}
+
+/// Opens a client for `url` (every command's way to Redis, Sentinel URLs included), turning a
+/// malformed URL into a configuration error that never echoes the URL's password.
+pub fn client(url: &str) -> Result<Target> {
+    if super::sentinel::is_sentinel_url(url) {
+        return Ok(Target::Sentinel(std::sync::Arc::new(Sentinels::parse(url)?)));
+    }
+    Client::open(url)
+        .map(Target::Direct)
+        .map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
 }
 
 /// A Redis URL with every secret replaced by `***`, safe to log or print.
@@ -174,7 +215,7 @@ fn redact_by_hand(url: &str) -> String {
 /// A connection that reconnects lazily after a failure.
 pub struct Conn {
     /// Where to reconnect to.
-    client: Client,
+    client: Target,
     /// The live connection, if any.
     conn: Option<Connection>,
     /// Response timeout: for a blocking reader, longer than its BLOCK.
@@ -183,12 +224,12 @@ pub struct Conn {
 
 impl Conn {
     /// A connection for ordinary commands.
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Target) -> Self {
         Self::with_timeout(client, Duration::from_millis(REDIS_RESPONSE_TIMEOUT_MS))
     }
 
     /// A connection whose replies may take up to `response_timeout` (for blocking reads).
-    pub fn with_timeout(client: Client, response_timeout: Duration) -> Self {
+    pub fn with_timeout(client: Target, response_timeout: Duration) -> Self {
         Conn {
             client,
             conn: None,
@@ -199,17 +240,19 @@ impl Conn {
     /// The connection, opened if needed.
     pub fn get(&mut self) -> Result<&mut Connection> {
         if self.conn.is_none() {
-            let conn = self
-                .client
-                .get_connection_with_timeout(Duration::from_millis(REDIS_CONNECT_TIMEOUT_MS))?;
-            conn.set_read_timeout(Some(self.response_timeout))?;
-            conn.set_write_timeout(Some(self.response_timeout))?;
-            self.conn = Some(conn);
+            self.conn = Some(self.client.connect(self.response_timeout)?);
         }
         Ok(self.conn.as_mut().expect("just set"))
     }
 
-    /// Drops the connection so the next call reconnects; used after any transient error.
+    /// Where this connection goes (for `status`: the primary behind a Sentinel URL).
+    pub fn target(&self) -> &Target {
+        &self.client
+    }
+
+    /// Drops the connection so the next call reconnects; used after any transient error. Through
+    /// Sentinel the reconnect asks the sentinels again, which is how a promotion is followed
+    /// (a `READONLY` reply from a demoted primary is transient too).
     pub fn reset(&mut self) {
         self.conn = None;
     }
