@@ -83,7 +83,9 @@ impl Sentinels {
             Some(_) => return Err(bad("the only fragment a sentinel URL takes is #insecure")),
         };
         if rest.contains('?') {
-            return Err(bad("a sentinel URL takes no query (put credentials before the @)"));
+            return Err(bad(
+                "a sentinel URL takes no query (put credentials before the @)",
+            ));
         }
         let (userinfo, rest) = match rest.rsplit_once('@') {
             Some((info, rest)) => (Some(info.to_owned()), rest),
@@ -96,7 +98,9 @@ impl Sentinels {
             .split_once('/')
             .ok_or_else(|| bad("no master name: end it with /MASTER_NAME"))?;
         if master.is_empty() || master.contains('/') {
-            return Err(bad("the path must be exactly one master name: /MASTER_NAME"));
+            return Err(bad(
+                "the path must be exactly one master name: /MASTER_NAME",
+            ));
         }
         let mut sentinels = Vec::new();
         for host in hosts.split(',') {
@@ -209,7 +213,9 @@ impl Sentinels {
         let role = super::stream::array(role)?.into_iter().next();
         let role = super::stream::string(role.unwrap_or(Value::Nil))?;
         if role != "master" {
-            return Err(Error::Other(format!("says it is a {role}, not the primary")));
+            return Err(Error::Other(format!(
+                "says it is a {role}, not the primary"
+            )));
         }
         Ok(conn)
     }
@@ -308,7 +314,10 @@ mod tests {
             "redis+sentinel://u:s3/cret@h1:1/m",
         ] {
             let e = Sentinels::parse(url).expect_err(url).to_string();
-            assert!(e.starts_with("configuration: bad --redis-url"), "{url}: {e}");
+            assert!(
+                e.starts_with("configuration: bad --redis-url"),
+                "{url}: {e}"
+            );
             assert!(!e.contains("s3cret") && !e.contains("cret@"), "{url}: {e}");
         }
         assert_eq!(sentinel_address("h:0"), None);

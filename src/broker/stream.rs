@@ -4,9 +4,9 @@
 //! that matter most are the unusual ones: a pending entry whose body was trimmed away comes
 //! back as `[id, nil]`, and XAUTOCLAIM on Redis 7 adds a third element listing deleted ids.
 
+use super::sentinel::{Primary, Sentinels};
 use crate::config::{REDIS_CONNECT_TIMEOUT_MS, REDIS_RESPONSE_TIMEOUT_MS};
 use crate::error::{Error, Result};
-use super::sentinel::{Primary, Sentinels};
 use redis::{Client, Connection, Value};
 use std::time::Duration;
 
@@ -86,11 +86,19 @@ impl Target {
     }
 }
 
+impl From<Client> for Target {
+    fn from(client: Client) -> Self {
+        Target::Direct(client)
+    }
+}
+
 /// Opens a client for `url` (every command's way to Redis, Sentinel URLs included), turning a
 /// malformed URL into a configuration error that never echoes the URL's password.
 pub fn client(url: &str) -> Result<Target> {
     if super::sentinel::is_sentinel_url(url) {
-        return Ok(Target::Sentinel(std::sync::Arc::new(Sentinels::parse(url)?)));
+        return Ok(Target::Sentinel(std::sync::Arc::new(Sentinels::parse(
+            url,
+        )?)));
     }
     Client::open(url)
         .map(Target::Direct)
@@ -224,14 +232,14 @@ pub struct Conn {
 
 impl Conn {
     /// A connection for ordinary commands.
-    pub fn new(client: Target) -> Self {
+    pub fn new(client: impl Into<Target>) -> Self {
         Self::with_timeout(client, Duration::from_millis(REDIS_RESPONSE_TIMEOUT_MS))
     }
 
     /// A connection whose replies may take up to `response_timeout` (for blocking reads).
-    pub fn with_timeout(client: Target, response_timeout: Duration) -> Self {
+    pub fn with_timeout(client: impl Into<Target>, response_timeout: Duration) -> Self {
         Conn {
-            client,
+            client: client.into(),
             conn: None,
             response_timeout,
         }

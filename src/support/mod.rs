@@ -8,3 +8,4 @@ pub mod allocator;
 pub mod failpoint;
 pub(crate) mod files;
 pub mod localredis;
+pub mod localsentinels;

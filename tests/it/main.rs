@@ -19,4 +19,5 @@ mod relay;
 mod resilience;
 mod retry;
 mod security;
+mod sentinel;
 mod worker;
