@@ -61,6 +61,76 @@ enum Answer {
     Unknown,
 }
 
+/// What `status` shows of a Sentinel set-up: who the primary is, who named it, and how far
+/// behind each replica is.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct View {
+    /// The master name.
+    pub master: String,
+    /// The primary the command talked to (`host:port`).
+    pub primary: String,
+    /// The sentinel that named it (`host:port`).
+    pub sentinel: String,
+    /// The primary's replicas, from its `INFO replication`.
+    pub replicas: Vec<Replica>,
+}
+
+/// One replica as its primary sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Replica {
+    /// `host:port`.
+    pub address: String,
+    /// `online`, or a sync state such as `wait_bgsave`.
+    pub state: String,
+    /// Replication bytes the primary has that the replica has not acknowledged.
+    pub lag_bytes: u64,
+    /// Seconds since the replica last acknowledged.
+    pub lag_s: u64,
+}
+
+/// The [`View`] for a connection made through `sentinels`, asking the primary on `conn`.
+pub fn view(sentinels: &Sentinels, conn: &mut Connection) -> Result<Option<View>> {
+    let Some(primary) = sentinels.last_primary() else {
+        return Ok(None);
+    };
+    let info: String = redis::cmd("INFO").arg("replication").query(conn)?;
+    Ok(Some(View {
+        master: sentinels.master.clone(),
+        primary: primary.address,
+        sentinel: primary.sentinel,
+        replicas: replicas_of(&info),
+    }))
+}
+
+/// The replicas listed in an `INFO replication` reply (`slaveN:ip=…,port=…,state=…,offset=…,
+/// lag=…`), with their lag against `master_repl_offset`.
+fn replicas_of(info: &str) -> Vec<Replica> {
+    let offset: u64 = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("master_repl_offset:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains(":ip="))
+        .filter_map(|l| {
+            let fields: std::collections::HashMap<&str, &str> = l
+                .trim()
+                .split_once(':')?
+                .1
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .collect();
+            let acked: u64 = fields.get("offset")?.parse().ok()?;
+            Some(Replica {
+                address: join_host_port(fields.get("ip")?, fields.get("port")?),
+                state: fields.get("state")?.to_string(),
+                lag_bytes: offset.saturating_sub(acked),
+                lag_s: fields.get("lag").and_then(|n| n.parse().ok()).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
 /// True for the schemes this module takes.
 pub fn is_sentinel_url(url: &str) -> bool {
     url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
@@ -286,7 +356,23 @@ fn join_host_port(host: &str, port: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{sentinel_address, Sentinels};
+    use super::{replicas_of, sentinel_address, Replica, Sentinels};
+
+    #[test]
+    fn replica_lag_is_read_from_info_replication() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\n\
+                    slave0:ip=127.0.0.1,port=7001,state=online,offset=90,lag=1\r\n\
+                    master_repl_offset:100\r\n";
+        assert_eq!(
+            replicas_of(info),
+            [Replica {
+                address: "127.0.0.1:7001".into(),
+                state: "online".into(),
+                lag_bytes: 10,
+                lag_s: 1,
+            }]
+        );
+    }
 
     #[test]
     fn sentinel_urls_parse_into_hosts_master_and_credentials() {

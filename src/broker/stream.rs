@@ -253,9 +253,13 @@ impl Conn {
         Ok(self.conn.as_mut().expect("just set"))
     }
 
-    /// Where this connection goes (for `status`: the primary behind a Sentinel URL).
-    pub fn target(&self) -> &Target {
-        &self.client
+    /// Through Sentinel: which primary this connection talks to, through which sentinel, and
+    /// its replicas' lag; `None` for a plain URL.
+    pub fn sentinel_view(&mut self) -> Result<Option<super::sentinel::View>> {
+        let Target::Sentinel(sentinels) = self.client.clone() else {
+            return Ok(None);
+        };
+        super::sentinel::view(&sentinels, self.get()?)
     }
 
     /// Drops the connection so the next call reconnects; used after any transient error. Through

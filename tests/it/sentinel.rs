@@ -296,9 +296,86 @@ fn a_primary_killed_under_load_fails_over_with_every_submission_paid_once() {
         assert_alive(w, &format!("worker {i}"));
     }
     assert_alive(&mut relay, "relay");
+    assert_status_names_primary(&cluster, new_primary);
     assert!(
         workers[0].log_text().contains("redis primary for")
             || workers[1].log_text().contains("redis primary for"),
         "the workers name the primary they follow"
     );
+}
+
+/// A master name no sentinel monitors is a configuration error: exit 2, naming the name, for
+/// the worker and for a one-shot command alike, and no password in the message.
+#[test]
+fn a_wrong_master_name_is_exit_2_with_a_clear_message() {
+    let cluster = Cluster::start();
+    let ports = cluster.set.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://u:s3cret@127.0.0.1:{},127.0.0.1:{}/no-such-master",
+        ports[0], ports[1]
+    );
+    for args in [&["run", "--exit-when-idle"][..], &["status"][..]] {
+        let out = cluster
+            .world
+            .cmd(args)
+            .env("REDIS_URL", &url)
+            .run_with_deadline();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("monitors a master named \"no-such-master\""),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
+}
+
+/// With every sentinel down when the worker starts, it waits (like Redis being down) and
+/// processes what is queued once they are back.
+#[test]
+fn all_sentinels_down_at_start_is_waited_out() {
+    let mut cluster = Cluster::start();
+    let primary_url = cluster.set.nodes[0].url();
+    cluster.set.kill_sentinels();
+    produce(&cluster.world, &primary_url, &chunk(0), &[]);
+    let mut worker = cluster.spawn(&["run"]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_alive(&mut worker, "worker");
+    assert_eq!(cluster.world.count_once_made("disbursements"), 0);
+    cluster.set.restart_sentinels().unwrap();
+    assert!(
+        wait_for(SETTLE, || cluster.world.count_once_made("disbursements")
+            == 10),
+        "{}",
+        worker.log_text()
+    );
+    assert_alive(&mut worker, "worker");
+}
+
+/// `status --json` through the sentinels names the primary it talked to, the sentinel that
+/// named it, and the one replica.
+fn assert_status_names_primary(cluster: &Cluster, primary_port: u16) {
+    let out = cluster.cmd(&["status", "--json"]).run_with_deadline();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let view = &doc["redis"]["sentinel"];
+    assert_eq!(
+        view["primary"],
+        format!("127.0.0.1:{primary_port}"),
+        "{doc}"
+    );
+    let named_by = view["sentinel"].as_str().unwrap();
+    assert!(
+        cluster
+            .set
+            .sentinel_ports()
+            .iter()
+            .any(|p| named_by == format!("127.0.0.1:{p}")),
+        "{doc}"
+    );
+    assert_eq!(view["replicas"].as_array().unwrap().len(), 1, "{doc}");
 }
