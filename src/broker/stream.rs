@@ -253,6 +253,31 @@ impl Conn {
         Ok(self.conn.as_mut().expect("just set"))
     }
 
+    /// Waits until `wait.replicas` replicas have every write this connection made (WAIT); an
+    /// error, transient, when fewer confirm within `wait.timeout_ms`. No-op for 0 replicas.
+    /// A write re-sent on a new connection must be re-sent before this is called again: WAIT
+    /// covers only what the connection it is sent on wrote.
+    pub fn wait_replicated(&mut self, wait: crate::config::RedisWait) -> Result<()> {
+        if wait.replicas == 0 {
+            return Ok(());
+        }
+        let acked: i64 = self.query(
+            redis::cmd("WAIT")
+                .arg(wait.replicas)
+                .arg(wait.timeout_ms),
+        )?;
+        if acked < i64::from(wait.replicas) {
+            return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "WAIT: {acked} of {} replicas confirmed the write within {} ms",
+                    wait.replicas, wait.timeout_ms
+                ),
+            ))));
+        }
+        Ok(())
+    }
+
     /// Through Sentinel: which primary this connection talks to, through which sentinel, and
     /// its replicas' lag; `None` for a plain URL.
     pub fn sentinel_view(&mut self) -> Result<Option<super::sentinel::View>> {
