@@ -114,7 +114,8 @@ impl RedisWait {
     /// The policy for `url` when `--redis-wait-replicas` is `replicas`: when not given, one
     /// replica behind a Sentinel URL (a failover is what the set-up is for) and none otherwise.
     pub fn for_url(url: &str, replicas: Option<u32>, timeout_ms: u64) -> Self {
-        let sentinel = url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://");
+        let sentinel =
+            url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://");
         RedisWait {
             replicas: replicas.unwrap_or(u32::from(sentinel)),
             timeout_ms,

@@ -261,11 +261,7 @@ impl Conn {
         if wait.replicas == 0 {
             return Ok(());
         }
-        let acked: i64 = self.query(
-            redis::cmd("WAIT")
-                .arg(wait.replicas)
-                .arg(wait.timeout_ms),
-        )?;
+        let acked: i64 = self.query(redis::cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms))?;
         if acked < i64::from(wait.replicas) {
             return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,

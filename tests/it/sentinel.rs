@@ -379,3 +379,140 @@ fn assert_status_names_primary(cluster: &Cluster, primary_port: u16) {
     );
     assert_eq!(view["replicas"].as_array().unwrap().len(), 1, "{doc}");
 }
+
+/// Sends `sig` to process `pid` (a redis-server or claimgate this test started).
+fn send(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a pid this test spawned and still holds.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Closes the primary's links to its replicas (CLIENT KILL TYPE replica); returns the
+/// primary's replication offset just before, the most any replica can have until it
+/// reconnects.
+fn cut_replicas(port: u16) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let offset = repl_offset(port, "master_repl_offset");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(killed, 1, "one replica link cut");
+    offset
+}
+
+/// `master_repl_offset` (or a replica's `slave_repl_offset`) of the node on `port`.
+fn repl_offset(port: u16, field: &str) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{field}:")))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The lossy case: the replica is frozen while the workers read, commit and acknowledge, so
+/// the promotion really loses writes the old primary had acknowledged (XACKs, the group's
+/// position, dead-letter copies, published events and the relay's mark). Same invariants:
+/// paid once to the cent, nothing pending, every event and dead letter once, nobody exits.
+#[test]
+fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() {
+    // 1. Workers and relay warm up on chunk 0.
+    // 2. Freeze them (SIGSTOP), produce chunks 1..7 (confirmed on the replica by WAIT), then
+    //    freeze the replica and let the workers and relay run against the primary alone.
+    // 3. SIGKILL the primary, thaw the replica: what the primary did since is gone (checked by
+    //    replication offsets). A sentinel promotes the replica; the old primary rejoins.
+    // 4. More load; the pipeline settles; check everything.
+    let mut cluster = Cluster::start();
+    // The workers do not WAIT for their dead-letter copies, so they commit and acknowledge
+    // freely while the replica is cut off, and all of that is lost: the ledger and redelivery
+    // must make up for it alone. The relay does WAIT (its events are not redelivered).
+    let run = [
+        "run",
+        "--claim-idle-ms",
+        "1000",
+        "--max-deliveries",
+        "50",
+        "--redis-wait-replicas",
+        "0",
+    ];
+    let mut workers = [cluster.spawn(&run), cluster.spawn(&run)];
+    let mut relay = cluster.spawn(&["relay"]);
+    cluster.produce(&chunk(0), &[]);
+    assert!(wait_for(SETTLE, || cluster
+        .world
+        .count_once_made("disbursements")
+        == 10));
+    let pids: Vec<u32> = workers
+        .iter()
+        .map(|w| w.child.id())
+        .chain([relay.child.id()])
+        .collect();
+    pids.iter().for_each(|&p| send(p, libc::SIGSTOP));
+    for c in 1..7 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    let old = cluster.set.primary_port().unwrap();
+    let old_index = cluster.set.node_on(old).unwrap();
+    let replica = &cluster.set.nodes[1 - old_index];
+    let (replica_port, replica_pid) = (replica.port(), replica.pid().unwrap());
+    // Frozen, the replica cannot reconnect; its link cut, nothing more reaches it (what the
+    // kernel had buffered before the cut still does, so the cut's offset is the bound).
+    send(replica_pid, libc::SIGSTOP);
+    let cut_offset = cut_replicas(old);
+    pids.iter().for_each(|&p| send(p, libc::SIGCONT));
+    // Well under down-after (1000 ms), so the sentinels still count the replica as healthy.
+    std::thread::sleep(Duration::from_millis(600));
+    let primary_offset = repl_offset(old, "master_repl_offset");
+    let committed_before_kill = cluster.world.count_once_made("disbursements");
+    cluster.set.nodes[old_index].kill();
+    send(replica_pid, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(200));
+    let replica_offset = repl_offset(replica_port, "slave_repl_offset");
+    assert!(
+        replica_offset <= cut_offset && cut_offset < primary_offset,
+        "nothing was lost: replica at {replica_offset}, cut at {cut_offset}, primary was at \
+         {primary_offset}"
+    );
+    assert!(
+        committed_before_kill > 30,
+        "the workers did little while the replica was cut off: {committed_before_kill}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || cluster
+            .set
+            .primary_port()
+            .is_ok_and(|p| p == replica_port)),
+        "no sentinel promoted the replica (logs in {})",
+        cluster.set.dir().display()
+    );
+    cluster.set.nodes[old_index]
+        .restart_as_replica_of(replica_port)
+        .unwrap();
+    for c in 7..12 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    assert_exactly_once(&cluster, 12, 0);
+    println!(
+        "lossy promotion: {} replication bytes lost; {committed_before_kill} submissions \
+         committed before the kill",
+        primary_offset - replica_offset
+    );
+    for (i, w) in workers.iter_mut().enumerate() {
+        assert_alive(w, &format!("worker {i}"));
+    }
+    assert_alive(&mut relay, "relay");
+}
