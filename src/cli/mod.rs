@@ -136,6 +136,9 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Verify => ops::verify(&cfg),
         Command::Retention(args) => retention::retention(&cfg, args),
         Command::Hold(args) => retention::hold(&cfg, args),
+        Command::Dlq(crate::ops::dlq::DlqArgs {
+            command: crate::ops::dlq::DlqCommand::Reconcile,
+        }) => ops::dlq_reconcile(&cfg),
         Command::Dlq(args) => crate::ops::dlq::run(&cfg, args),
         Command::Demo(args) => crate::demo::run(
             &cfg,

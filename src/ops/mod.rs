@@ -6,6 +6,7 @@
 
 pub mod backup;
 pub mod dlq;
+pub mod reconcile;
 pub mod retention;
 pub mod status;
 pub mod verify;

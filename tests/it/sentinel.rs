@@ -516,3 +516,83 @@ fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() 
     }
     assert_alive(&mut relay, "relay");
 }
+
+/// Dead letters the ledger records but the dead-letter stream lost (as a lossy promotion can
+/// make it) are copied again by `dlq reconcile`, each once, with the reason the ledger kept;
+/// one whose entry was trimmed meanwhile still comes back, without its fields; a second run
+/// copies nothing.
+#[test]
+fn dlq_reconcile_recopies_lost_dead_letters_once() {
+    let world = World::new();
+    let bad = world.add(&[malformed(0), malformed(1), malformed(2)]);
+    world.add(&[submission(0)]);
+    world.drain(&[]);
+    assert_eq!(world.dead_letters().len(), 3);
+    let mut conn = world.conn();
+    redis::cmd("DEL")
+        .arg("grants:submissions:dead")
+        .arg("grants:submissions:dead:index")
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("XDEL")
+        .arg("grants:submissions")
+        .arg(&bad[2])
+        .query::<()>(&mut conn)
+        .unwrap();
+    let out = world.run_ok(&["dlq", "reconcile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("3 dead letters recorded in the ledger; 3 were missing")
+            && stdout.contains("(1 without original fields)"),
+        "{stdout}"
+    );
+    let letters = world.dead_letters();
+    let originals: HashSet<String> = letters
+        .iter()
+        .map(|f| String::from_utf8(f["original_id"].clone()).unwrap())
+        .collect();
+    assert_eq!(originals, bad.iter().cloned().collect::<HashSet<_>>());
+    assert_eq!(letters.len(), 3);
+    for f in &letters {
+        assert_eq!(f["reason_code"], b"reconciled");
+        assert!(
+            String::from_utf8_lossy(&f["reason"]).contains("JSON"),
+            "{f:?}"
+        );
+    }
+    let with_payload = letters
+        .iter()
+        .filter(|f| f.contains_key("original.payload"))
+        .count();
+    assert_eq!(with_payload, 2);
+    let again = world.run_ok(&["dlq", "reconcile"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("; 0 were missing"));
+    assert_eq!(world.dead_letters().len(), 3);
+}
+
+/// `--redis-wait-replicas 1` against a Redis with no replica: `produce` adds the lines but
+/// reports that no replica confirmed them (exit 1), never success.
+#[test]
+fn a_write_no_replica_confirms_is_reported_not_treated_as_success() {
+    let world = World::new();
+    let file = world.dir.path().join("lines.jsonl");
+    std::fs::write(&file, submission(0)).unwrap();
+    let out = world
+        .cmd(&[
+            "produce",
+            file.to_str().unwrap(),
+            "--redis-wait-replicas",
+            "1",
+            "--redis-wait-ms",
+            "200",
+        ])
+        .run_with_deadline();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not confirmed on a replica")
+            && stderr.contains("0 of 1 replicas confirmed the write within 200 ms"),
+        "{stderr}"
+    );
+    assert_eq!(world.xlen("grants:submissions"), 1);
+}
