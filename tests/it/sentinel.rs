@@ -596,3 +596,25 @@ fn a_write_no_replica_confirms_is_reported_not_treated_as_success() {
     );
     assert_eq!(world.xlen("grants:submissions"), 1);
 }
+
+/// A worker started behind Sentinel copies again the dead letters the ledger records but the
+/// dead-letter stream lacks, before it reads.
+#[test]
+fn a_worker_started_behind_sentinel_restores_lost_dead_letters() {
+    let cluster = Cluster::start();
+    cluster.produce(&chunk(0), &[]);
+    let drain = |c: &Cluster| {
+        let out = c.cmd(&["run", "--exit-when-idle"]).run_with_deadline();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    drain(&cluster);
+    let mut primary = cluster.primary();
+    redis::cmd("DEL")
+        .arg("grants:submissions:dead")
+        .arg("grants:submissions:dead:index")
+        .query::<()>(&mut primary)
+        .unwrap();
+    drain(&cluster);
+    assert_dead_letters_once(&mut primary, 1);
+    assert_eq!(cluster.world.count_once_made("disbursements"), 10);
+}
