@@ -605,7 +605,11 @@ fn a_worker_started_behind_sentinel_restores_lost_dead_letters() {
     cluster.produce(&chunk(0), &[]);
     let drain = |c: &Cluster| {
         let out = c.cmd(&["run", "--exit-when-idle"]).run_with_deadline();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     drain(&cluster);
     let mut primary = cluster.primary();
