@@ -56,8 +56,8 @@ pub struct AutoClaimed {
 /// clone; clones share what they learnt about the primary.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// A plain `redis://`, `rediss://` or unix-socket URL.
-    Direct(Client),
+    /// A plain `redis://`, `rediss://` or unix-socket URL (boxed: a `Client` is large).
+    Direct(Box<Client>),
     /// A `redis+sentinel://` or `rediss+sentinel://` URL.
     Sentinel(std::sync::Arc<Sentinels>),
 }
@@ -88,7 +88,7 @@ impl Target {
 
 impl From<Client> for Target {
     fn from(client: Client) -> Self {
-        Target::Direct(client)
+        Target::Direct(Box::new(client))
     }
 }
 
@@ -101,7 +101,7 @@ pub fn client(url: &str) -> Result<Target> {
         )?)));
     }
     Client::open(url)
-        .map(Target::Direct)
+        .map(Target::from)
         .map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
 }
 

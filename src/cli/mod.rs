@@ -38,7 +38,8 @@ pub struct Cli {
 /// Flags every subcommand understands.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Redis URL (redis:// or rediss://, credentials allowed; never logged).
+    /// Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER;
+    /// credentials allowed; never logged).
     #[arg(long, env = "REDIS_URL", global = true, default_value = config::REDIS_URL_DEFAULT, hide_env_values = true)]
     pub redis_url: String,
     /// The SQLite ledger file.
