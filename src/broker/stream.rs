@@ -96,9 +96,9 @@ impl From<Client> for Target {
 /// malformed URL into a configuration error that never echoes the URL's password.
 pub fn client(url: &str) -> Result<Target> {
     if super::sentinel::is_sentinel_url(url) {
-        return Ok(Target::Sentinel(std::sync::Arc::new(Sentinels::parse(
-            url,
-        )?)));
+        let sentinels = Sentinels::parse(url)
+            .map_err(|why| Error::Config(format!("bad --redis-url {}: {why}", redact(url))))?;
+        return Ok(Target::Sentinel(std::sync::Arc::new(sentinels)));
     }
     Client::open(url)
         .map(Target::from)
@@ -987,6 +987,27 @@ mod tests {
             "cret",
             "redis+sentinel://***",
         );
+    }
+
+    #[test]
+    fn malformed_sentinel_urls_are_config_errors_that_hide_the_password() {
+        for url in [
+            "redis+sentinel://u:s3cret@h1:26379",
+            "redis+sentinel://u:s3cret@h1:26379/",
+            "redis+sentinel://u:s3cret@h1:x/m",
+            "redis+sentinel://u:s3cret@h1:1,,h2:2/m",
+            "redis+sentinel://u:s3cret@h1:1/m/extra",
+            "redis+sentinel://u:s3cret@h1:1/m?password=s3cret",
+            "redis+sentinel://u:s3cret@h1:1/m#nope",
+            "redis+sentinel://u:s3/cret@h1:1/m",
+        ] {
+            let e = super::client(url).expect_err(url).to_string();
+            assert!(
+                e.starts_with("configuration: bad --redis-url"),
+                "{url}: {e}"
+            );
+            assert!(!e.contains("s3cret") && !e.contains("cret@"), "{url}: {e}");
+        }
     }
 
     #[test]
