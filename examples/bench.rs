@@ -624,6 +624,7 @@ impl Env {
             db_path: self.dir.join("unused.db"),
             stream: load.stream.clone(),
             group: group.clone(),
+            redis_wait: Default::default(),
         };
         let mut wcfg = WorkerConfig::new(label);
         wcfg.exit_when_idle = true;

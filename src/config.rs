@@ -87,6 +87,40 @@ pub struct Config {
     pub stream: String,
     /// The consumer group name.
     pub group: String,
+    /// Which writes wait for a replica (`--redis-wait-replicas`, `--redis-wait-ms`).
+    pub redis_wait: RedisWait,
+}
+
+/// `WAIT replicas ms` after the writes that should survive a Redis failover: dead-letter copies,
+/// `produce`, and the relay's publish before it marks rows published. A WAIT that times out
+/// short of `replicas` is an error (transient: the write is there, its copy is not confirmed),
+/// never a success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RedisWait {
+    /// Replicas that must acknowledge; 0 waits for none (no WAIT is sent).
+    pub replicas: u32,
+    /// How long to wait for them, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// Longest `--redis-wait-ms`: WAIT blocks the connection, and a reply later than
+/// [`REDIS_RESPONSE_TIMEOUT_MS`] would read as a dead connection.
+pub const REDIS_WAIT_MS_MAX: u64 = REDIS_RESPONSE_TIMEOUT_MS - 1_000;
+
+/// `--redis-wait-ms` when not given.
+pub const REDIS_WAIT_MS_DEFAULT: u64 = 1_000;
+
+impl RedisWait {
+    /// The policy for `url` when `--redis-wait-replicas` is `replicas`: when not given, one
+    /// replica behind a Sentinel URL (a failover is what the set-up is for) and none otherwise.
+    pub fn for_url(url: &str, replicas: Option<u32>, timeout_ms: u64) -> Self {
+        let sentinel =
+            url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://");
+        RedisWait {
+            replicas: replicas.unwrap_or(u32::from(sentinel)),
+            timeout_ms,
+        }
+    }
 }
 
 impl Config {

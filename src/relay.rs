@@ -59,6 +59,8 @@ pub struct RelayConfig {
     pub events_stream: String,
     /// Rows per publish round.
     pub batch_count_max: usize,
+    /// Replicas that must have a batch before its rows are marked published.
+    pub redis_wait: crate::config::RedisWait,
 }
 
 impl RelayConfig {
@@ -190,6 +192,9 @@ fn step(
         "{} reads {upto}, below {last_marked}, which this relay already marked published",
         rcfg.mark_key()
     );
+    // Marked published only once a replica has the events too: a failover would otherwise
+    // lose events the ledger says were sent. The retry republishes nothing (the mark skips).
+    conn.wait_replicated(rcfg.redis_wait)?;
     failpoint::hit("relay_after_publish");
     // Rows above our batch may be covered by another relay's mark; we mark only what we read.
     let marked_upto = upto.min(last_id);

@@ -4,6 +4,7 @@
 //! that matter most are the unusual ones: a pending entry whose body was trimmed away comes
 //! back as `[id, nil]`, and XAUTOCLAIM on Redis 7 adds a third element listing deleted ids.
 
+use super::sentinel::{Primary, Sentinels};
 use crate::config::{REDIS_CONNECT_TIMEOUT_MS, REDIS_RESPONSE_TIMEOUT_MS};
 use crate::error::{Error, Result};
 use crate::support::redact as url_secrets;
@@ -51,10 +52,58 @@ pub struct AutoClaimed {
     pub deleted: Vec<String>,
 }
 
-/// Opens a client for `url`, turning a malformed URL into a configuration error that never
-/// echoes the URL's password.
-pub fn client(url: &str) -> Result<Client> {
-    Client::open(url).map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
+/// Where a [`Conn`] connects: one Redis named by its URL, or whichever node the sentinels of a
+/// `redis+sentinel://` URL name as the primary at the time (see `broker/sentinel.rs`). Cheap to
+/// clone; clones share what they learnt about the primary.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A plain `redis://`, `rediss://` or unix-socket URL (boxed: a `Client` is large).
+    Direct(Box<Client>),
+    /// A `redis+sentinel://` or `rediss+sentinel://` URL.
+    Sentinel(std::sync::Arc<Sentinels>),
+}
+
+impl Target {
+    /// A new connection, with replies waited for at most `response_timeout`.
+    fn connect(&self, response_timeout: Duration) -> Result<Connection> {
+        let connect_timeout = Duration::from_millis(REDIS_CONNECT_TIMEOUT_MS);
+        match self {
+            Target::Direct(client) => {
+                let conn = client.get_connection_with_timeout(connect_timeout)?;
+                conn.set_read_timeout(Some(response_timeout))?;
+                conn.set_write_timeout(Some(response_timeout))?;
+                Ok(conn)
+            }
+            Target::Sentinel(sentinels) => sentinels.connect(connect_timeout, response_timeout),
+        }
+    }
+
+    /// Through Sentinel: the primary last connected to and the sentinel that named it.
+    pub fn primary(&self) -> Option<Primary> {
+        match self {
+            Target::Direct(_) => None,
+            Target::Sentinel(sentinels) => sentinels.last_primary(),
+        }
+    }
+}
+
+impl From<Client> for Target {
+    fn from(client: Client) -> Self {
+        Target::Direct(Box::new(client))
+    }
+}
+
+/// Opens a client for `url` (every command's way to Redis, Sentinel URLs included), turning a
+/// malformed URL into a configuration error that never echoes the URL's password.
+pub fn client(url: &str) -> Result<Target> {
+    if super::sentinel::is_sentinel_url(url) {
+        let sentinels = Sentinels::parse(url)
+            .map_err(|why| Error::Config(format!("bad --redis-url {}: {why}", redact(url))))?;
+        return Ok(Target::Sentinel(std::sync::Arc::new(sentinels)));
+    }
+    Client::open(url)
+        .map(Target::from)
+        .map_err(|e| Error::Config(format!("bad --redis-url {}: {e}", redact(url))))
 }
 
 /// A Redis URL with every secret replaced by `***`, safe to log or print.
@@ -121,7 +170,7 @@ fn redact_parsed(url: &str) -> Option<String> {
 /// A connection that reconnects lazily after a failure.
 pub struct Conn {
     /// Where to reconnect to.
-    client: Client,
+    client: Target,
     /// The live connection, if any.
     conn: Option<Connection>,
     /// Response timeout: for a blocking reader, longer than its BLOCK.
@@ -130,14 +179,14 @@ pub struct Conn {
 
 impl Conn {
     /// A connection for ordinary commands.
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: impl Into<Target>) -> Self {
         Self::with_timeout(client, Duration::from_millis(REDIS_RESPONSE_TIMEOUT_MS))
     }
 
     /// A connection whose replies may take up to `response_timeout` (for blocking reads).
-    pub fn with_timeout(client: Client, response_timeout: Duration) -> Self {
+    pub fn with_timeout(client: impl Into<Target>, response_timeout: Duration) -> Self {
         Conn {
-            client,
+            client: client.into(),
             conn: None,
             response_timeout,
         }
@@ -146,17 +195,44 @@ impl Conn {
     /// The connection, opened if needed.
     pub fn get(&mut self) -> Result<&mut Connection> {
         if self.conn.is_none() {
-            let conn = self
-                .client
-                .get_connection_with_timeout(Duration::from_millis(REDIS_CONNECT_TIMEOUT_MS))?;
-            conn.set_read_timeout(Some(self.response_timeout))?;
-            conn.set_write_timeout(Some(self.response_timeout))?;
-            self.conn = Some(conn);
+            self.conn = Some(self.client.connect(self.response_timeout)?);
         }
         Ok(self.conn.as_mut().expect("just set"))
     }
 
-    /// Drops the connection so the next call reconnects; used after any transient error.
+    /// Waits until `wait.replicas` replicas have every write this connection made (WAIT); an
+    /// error, transient, when fewer confirm within `wait.timeout_ms`. No-op for 0 replicas.
+    /// A write re-sent on a new connection must be re-sent before this is called again: WAIT
+    /// covers only what the connection it is sent on wrote.
+    pub fn wait_replicated(&mut self, wait: crate::config::RedisWait) -> Result<()> {
+        if wait.replicas == 0 {
+            return Ok(());
+        }
+        let acked: i64 = self.query(redis::cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms))?;
+        if acked < i64::from(wait.replicas) {
+            return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "WAIT: {acked} of {} replicas confirmed the write within {} ms",
+                    wait.replicas, wait.timeout_ms
+                ),
+            ))));
+        }
+        Ok(())
+    }
+
+    /// Through Sentinel: which primary this connection talks to, through which sentinel, and
+    /// its replicas' lag; `None` for a plain URL.
+    pub fn sentinel_view(&mut self) -> Result<Option<super::sentinel::View>> {
+        let Target::Sentinel(sentinels) = self.client.clone() else {
+            return Ok(None);
+        };
+        super::sentinel::view(&sentinels, self.get()?)
+    }
+
+    /// Drops the connection so the next call reconnects; used after any transient error. Through
+    /// Sentinel the reconnect asks the sentinels again, which is how a promotion is followed
+    /// (a `READONLY` reply from a demoted primary is transient too).
     pub fn reset(&mut self) {
         self.conn = None;
     }
@@ -858,6 +934,27 @@ mod tests {
             "cret",
             "redis+sentinel://***",
         );
+    }
+
+    #[test]
+    fn malformed_sentinel_urls_are_config_errors_that_hide_the_password() {
+        for url in [
+            "redis+sentinel://u:s3cret@h1:26379",
+            "redis+sentinel://u:s3cret@h1:26379/",
+            "redis+sentinel://u:s3cret@h1:x/m",
+            "redis+sentinel://u:s3cret@h1:1,,h2:2/m",
+            "redis+sentinel://u:s3cret@h1:1/m/extra",
+            "redis+sentinel://u:s3cret@h1:1/m?password=s3cret",
+            "redis+sentinel://u:s3cret@h1:1/m#nope",
+            "redis+sentinel://u:s3/cret@h1:1/m",
+        ] {
+            let e = super::client(url).expect_err(url).to_string();
+            assert!(
+                e.starts_with("configuration: bad --redis-url"),
+                "{url}: {e}"
+            );
+            assert!(!e.contains("s3cret") && !e.contains("cret@"), "{url}: {e}");
+        }
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub struct Cli {
 /// Flags every subcommand understands.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Redis URL (redis:// or rediss://, credentials allowed; never logged).
+    /// Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER;
+    /// credentials allowed; never logged).
     #[arg(long, env = "REDIS_URL", global = true, default_value = config::REDIS_URL_DEFAULT, hide_env_values = true)]
     pub redis_url: String,
     /// The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL
@@ -64,6 +65,15 @@ pub struct GlobalArgs {
     /// Append audit lines (target claimgate::audit) to this file instead of stderr.
     #[arg(long, env = "CLAIMGATE_AUDIT_LOG", global = true)]
     pub audit_log: Option<PathBuf>,
+    /// Writes that should survive a Redis failover (dead-letter copies, produce, the relay's
+    /// publish) wait until this many replicas have them (WAIT); default 1 with a
+    /// redis+sentinel:// URL, 0 (no wait) otherwise.
+    #[arg(long, env = "CLAIMGATE_REDIS_WAIT_REPLICAS", global = true)]
+    pub redis_wait_replicas: Option<u32>,
+    /// How long such a write waits for its replicas before it is reported as failed.
+    #[arg(long, env = "CLAIMGATE_REDIS_WAIT_MS", global = true, default_value_t = config::REDIS_WAIT_MS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=config::REDIS_WAIT_MS_MAX))]
+    pub redis_wait_ms: u64,
     /// Whether --redis-url was given on the command line (not inherited from REDIS_URL).
     #[arg(skip)]
     pub redis_url_explicit: bool,
@@ -112,6 +122,11 @@ impl GlobalArgs {
             db_path: self.db.clone(),
             stream: self.stream.clone(),
             group: self.group.clone(),
+            redis_wait: config::RedisWait::for_url(
+                &self.redis_url,
+                self.redis_wait_replicas,
+                self.redis_wait_ms,
+            ),
         }
     }
 }
@@ -129,6 +144,9 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Verify => ops::verify(&cfg),
         Command::Retention(args) => retention::retention(&cfg, args),
         Command::Hold(args) => retention::hold(&cfg, args),
+        Command::Dlq(crate::ops::dlq::DlqArgs {
+            command: crate::ops::dlq::DlqCommand::Reconcile,
+        }) => ops::dlq_reconcile(&cfg),
         Command::Dlq(args) => crate::ops::dlq::run(&cfg, args),
         Command::Demo(args) => crate::demo::run(
             &cfg,

@@ -79,6 +79,21 @@ pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
     crate::ops::watch::run(cfg, &*ledger, &opts, &*shutdown_flag()?)
 }
 
+/// `claimgate dlq reconcile`.
+pub fn dlq_reconcile(cfg: &Config) -> Result<()> {
+    let ledger = open_existing(cfg)?;
+    let mut conn = crate::broker::stream::Conn::new(crate::broker::stream::client(&cfg.redis_url)?);
+    let done = crate::ops::reconcile::reconcile(&mut conn, cfg, &*ledger)?;
+    println!(
+        "{} dead letters recorded in the ledger; {} were missing from {} and copied again ({} without original fields)",
+        done.recorded,
+        done.recopied,
+        cfg.dead_stream(),
+        done.without_fields
+    );
+    Ok(())
+}
+
 /// `claimgate verify`.
 pub fn verify(cfg: &Config) -> Result<()> {
     let ledger = open_existing(cfg)?;

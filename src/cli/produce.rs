@@ -47,6 +47,7 @@ pub fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
         pending += 1;
         if pending == PRODUCE_PIPELINE_MAX {
             pipe.query::<()>(conn.get()?)?;
+            confirm(&mut conn, cfg, queued)?;
             pipe.clear();
             queued += pending as u64;
             pending = 0;
@@ -54,8 +55,23 @@ pub fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
     }
     if pending > 0 {
         pipe.query::<()>(conn.get()?)?;
+        confirm(&mut conn, cfg, queued)?;
         queued += pending as u64;
     }
     println!("queued {queued} submissions on {}", cfg.stream);
     Ok(())
+}
+
+/// With `--redis-wait-replicas`, waits until the replicas have what was just added: a
+/// submission only the primary held would be lost with it in a failover, so an unconfirmed
+/// batch is an error (exit 1) and the producer sends it again (byte-identical lines are
+/// harmless: the ledger pays each submission once). `before` lines were confirmed already.
+fn confirm(conn: &mut Conn, cfg: &Config, before: u64) -> Result<()> {
+    conn.wait_replicated(cfg.redis_wait).map_err(|e| {
+        Error::Other(format!(
+            "lines after the first {before} were added to {} but not confirmed on a replica \
+             ({e}); send them again",
+            cfg.stream
+        ))
+    })
 }

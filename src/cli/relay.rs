@@ -26,6 +26,7 @@ impl RelayOpts {
             redis_url: cfg.redis_url.clone(),
             events_stream: self.events_stream.clone(),
             batch_count_max: self.relay_batch_count_max as usize,
+            redis_wait: cfg.redis_wait,
         }
     }
 }

@@ -180,6 +180,36 @@ pub fn default_consumer() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// Behind Sentinel, before reading: copies again any dead letter a promotion lost
+/// (`ops/reconcile.rs`). Redis being unreachable is not a reason to wait here (the worker
+/// waits it out); it is logged, and `claimgate dlq reconcile` does the same later. A master
+/// name no sentinel knows is a configuration error (exit 2). Plain URLs skip this: without a
+/// promotion there is no lost copy whose XACK survived.
+fn reconcile_dead_letters(
+    cfg: &Config,
+    target: stream::Target,
+    ledger: &dyn crate::ledger::Backend,
+) -> Result<()> {
+    if !matches!(target, stream::Target::Sentinel(_)) {
+        return Ok(());
+    }
+    let mut conn = stream::Conn::new(target);
+    match crate::ops::reconcile::reconcile(&mut conn, cfg, ledger) {
+        Ok(done) if done.recopied > 0 => log::warn!(
+            "{} dead letters recorded in the ledger were missing from {}; copied again",
+            done.recopied,
+            cfg.dead_stream()
+        ),
+        Ok(_) => {}
+        Err(e) if e.is_transient() => log::warn!(
+            "dead-letter reconciliation skipped at start-up ({e}); run `claimgate dlq reconcile` \
+             once Redis is back"
+        ),
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
 /// `claimgate run`.
 pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
@@ -189,7 +219,8 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());
     };
-    stream::client(&cfg.redis_url)?;
+    let target = stream::client(&cfg.redis_url)?;
+    reconcile_dead_letters(cfg, target, &*ledger)?;
     let wcfg = args.worker_config();
     let metrics = Metrics::default();
     let relay = args.relay.then(|| args.relay_opts.config(cfg));

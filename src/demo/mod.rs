@@ -159,6 +159,8 @@ impl<'a> Demo<'a> {
                 db_path: dir.path().join("ledger.db"),
                 stream: crate::config::STREAM_DEFAULT.into(),
                 group: crate::config::GROUP_DEFAULT.into(),
+                // A private server with no replica: nothing to wait for.
+                redis_wait: crate::config::RedisWait::default(),
             };
             (
                 Some(server),

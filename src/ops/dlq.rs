@@ -7,7 +7,8 @@
 //! produce one new entry. A replayed submission that the ledger already holds is an ordinary
 //! duplicate: the ledger, not this module, is what prevents a second disbursement.
 //!
-//! This module talks to Redis only; it never opens the ledger.
+//! This module talks to Redis only; it never opens the ledger. (`dlq reconcile`, which reads
+//! the ledger's dead-letter records, is `ops/reconcile.rs`, run from `cli/ops.rs`.)
 
 use crate::broker::stream::{
     self, dead_index_key, Conn, DEAD_LETTER_PREFIX_BYTES, ORIGINAL_FIELD_PREFIX,
@@ -54,6 +55,9 @@ pub enum DlqCommand {
         /// The dead-letter entry id (or the original submission entry id).
         id: String,
     },
+    /// Copy again every dead letter the ledger records but the dead-letter stream lacks (after
+    /// a Redis failover lost some); never copies one entry twice.
+    Reconcile,
 }
 
 /// One entry of the dead-letter stream as an operator sees it (the worker wrote it as a
@@ -164,6 +168,7 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
                 ))),
             }
         }
+        DlqCommand::Reconcile => unreachable!("cli::dispatch sends dlq reconcile to cli::ops"),
     }
 }
 

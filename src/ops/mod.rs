@@ -10,6 +10,7 @@ pub mod anchoring;
 pub mod backup;
 pub mod dlq;
 pub mod evidence;
+pub mod reconcile;
 pub mod restore;
 pub mod retention;
 pub mod scrape;

@@ -53,6 +53,9 @@ pub struct RedisStatus {
     pub dead_letter_stream: String,
     /// Entries in the dead-letter stream.
     pub dead_letters: u64,
+    /// Through Sentinel: the primary talked to, the sentinel that named it, replica lag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<crate::broker::sentinel::View>,
 }
 
 /// Everything `status` reports. Not `Serialize` itself: `run` shapes the JSON so that an
@@ -85,6 +88,7 @@ pub fn redis_status(cfg: &Config, conn: &mut Conn) -> Result<RedisStatus> {
         consumers: Vec::new(),
         dead_letter_stream,
         dead_letters,
+        sentinel: conn.sentinel_view()?,
     };
     let groups = match conn.query::<Value>(redis::cmd("XINFO").arg("GROUPS").arg(&cfg.stream)) {
         Ok(v) => stream::array(v)?,
@@ -134,7 +138,11 @@ pub fn gather(cfg: &Config, ledger: &dyn Backend, conn: &mut Conn) -> Result<Sta
     Ok(Status {
         db: ledger.describe(),
         ledger: ledger.stats()?,
-        redis: redis_status(cfg, conn).map_err(|e| e.to_string()),
+        redis: match redis_status(cfg, conn) {
+            // A master name no sentinel knows is the command line's fault, not an outage.
+            Err(e @ Error::Config(_)) => return Err(e),
+            other => other.map_err(|e| e.to_string()),
+        },
     })
 }
 
@@ -230,6 +238,21 @@ pub fn table(s: &Status) -> String {
         Err(e) => rows.push(("redis".into(), format!("unreachable: {e}"))),
         Ok(r) => {
             rows.push(("redis".into(), r.url.clone()));
+            if let Some(v) = &r.sentinel {
+                rows.push((
+                    format!("  primary of {}", v.master),
+                    format!("{} (named by sentinel {})", v.primary, v.sentinel),
+                ));
+                for replica in &v.replicas {
+                    rows.push((
+                        format!("    replica {}", replica.address),
+                        format!(
+                            "{}, {} bytes behind, last ack {}s ago",
+                            replica.state, replica.lag_bytes, replica.lag_s
+                        ),
+                    ));
+                }
+            }
             rows.push((
                 format!("  stream {}", r.stream),
                 format!("{} entries", r.length),

@@ -25,6 +25,8 @@ pub struct Options {
     /// Also listen on a unix socket, `redis.sock` in the server's directory (see
     /// [`LocalRedis::socket_path`]).
     pub unixsocket: bool,
+    /// Start as a replica of the server on this loopback port (`--replicaof`).
+    pub replica_of: Option<u16>,
 }
 
 /// A running private redis-server.
@@ -99,6 +101,13 @@ impl LocalRedis {
         }
     }
 
+    /// Starts it again on the same port and directory, as a replica of the server on
+    /// `primary_port`: how an old primary rejoins after a failover.
+    pub fn restart_as_replica_of(&mut self, primary_port: u16) -> Result<()> {
+        self.options.replica_of = Some(primary_port);
+        self.restart()
+    }
+
     /// Starts it again on the same port and directory (so with AOF, with the same data).
     pub fn restart(&mut self) -> Result<()> {
         self.kill();
@@ -126,6 +135,9 @@ impl LocalRedis {
         }
         if let Some(p) = &self.options.password {
             cmd.arg("--requirepass").arg(p);
+        }
+        if let Some(port) = self.options.replica_of {
+            cmd.args(["--replicaof", "127.0.0.1"]).arg(port.to_string());
         }
         if let Some(socket) = self.socket_path() {
             cmd.arg("--unixsocket")

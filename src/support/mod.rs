@@ -9,4 +9,5 @@ pub mod failpoint;
 pub(crate) mod files;
 pub mod localpostgres;
 pub mod localredis;
+pub mod localsentinels;
 pub mod redact;

@@ -79,7 +79,9 @@ fn copy(
     let dead_stream = cfg.dead_stream();
     shared
         .retry(what, || {
-            stream::copy_to_dead_letters(conn, &dead_stream, &letter)
+            stream::copy_to_dead_letters(conn, &dead_stream, &letter)?;
+            // Before the XACK: a copy only the primary held would go with it in a failover.
+            conn.wait_replicated(cfg.redis_wait)
         })
         .map_err(|e| {
             if e.is_transient() {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// entries cross `--max-deliveries` and are dead-lettered although nothing failed. When the
 /// process dies the heartbeat stops with it and its entries are taken over after
 /// `claim_idle_ms`. Returns once the pipeline is done.
-pub(super) fn run(client: &redis::Client, shared: &Shared<'_>) {
+pub(super) fn run(client: &stream::Target, shared: &Shared<'_>) {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let interval = Duration::from_millis((wcfg.claim_idle_ms / 3).clamp(10, 10_000));
     let mut conn = Conn::new(client.clone());

@@ -36,7 +36,7 @@ const WHAT: &str = "reading from redis";
 /// stream is drained. Transient failures are waited out as one episode; a permanent one is
 /// returned.
 pub(super) fn run(
-    client: &redis::Client,
+    client: &stream::Target,
     ledger: &dyn Ledger,
     tx: Sender<Handoff>,
     shared: &Shared<'_>,
@@ -101,7 +101,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(client: &redis::Client, ledger: &'a dyn Ledger, shared: &'a Shared<'a>) -> Self {
+    fn new(client: &stream::Target, ledger: &'a dyn Ledger, shared: &'a Shared<'a>) -> Self {
         let timeout = Duration::from_millis(shared.wcfg.block_ms + BLOCK_TIMEOUT_SLACK_MS);
         Reader {
             shared,

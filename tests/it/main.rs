@@ -45,5 +45,6 @@ mod resilience;
 mod restore_and_tombstones;
 mod retry;
 mod security;
+mod sentinel;
 mod shared_ledger;
 mod worker;

@@ -1,0 +1,81 @@
+//! `claimgate dlq reconcile`: dead letters the ledger recorded but the dead-letter stream lacks
+//! are copied again.
+//!
+//! Why they can go missing: Redis replication is asynchronous, so a Sentinel promotion can lose
+//! a dead-letter copy the old primary had taken (and an operator can delete the stream). In
+//! the usual case the entry's XACK is lost with it, the entry is delivered again and the
+//! worker copies it again; this repairs the rest. The ledger's `dead_letter` audit records are
+//! the authority: one per dead-lettered entry id. For each, the index `<stream>:dead:index`
+//! says whether a copy exists; when not, the entry is read back from the submissions stream
+//! (XRANGE, which counts no delivery) and copied with the reason the ledger kept. An entry
+//! trimmed from the stream meanwhile is copied with no original fields: the dead letter still
+//! names it, its award and its reason. Copies go through the same script as the worker's, so
+//! running this twice, or beside workers, never makes a second copy of one entry.
+
+use crate::broker::stream::{self, Conn, DeadLetterCopy, Entry};
+use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
+use crate::domain::audit::Kind;
+use crate::error::Result;
+use crate::ledger::{AuditLog, Since};
+
+/// The `reason_code` of a dead letter copied again by reconciliation.
+pub const RECONCILED_REASON_CODE: &str = "reconciled";
+
+/// What one reconciliation found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Dead letters the ledger records.
+    pub recorded: u64,
+    /// Of those, copied again now because the dead-letter stream lacked them.
+    pub recopied: u64,
+    /// Of those copied again, how many had lost their original fields (trimmed from the stream).
+    pub without_fields: u64,
+}
+
+/// Copies every dead letter `audit` records and the dead-letter stream lacks; then waits for
+/// replicas as `cfg.redis_wait` says.
+pub fn reconcile(conn: &mut Conn, cfg: &Config, audit: &dyn AuditLog) -> Result<Reconciled> {
+    let (dead_stream, index) = (
+        cfg.dead_stream(),
+        stream::dead_index_key(&cfg.dead_stream()),
+    );
+    let mut done = Reconciled::default();
+    audit.for_each_record(&Since::All, &mut |record| {
+        let (Kind::DeadLetter, Some(id)) = (record.kind, record.stream_entry_id.as_deref()) else {
+            return Ok(());
+        };
+        done.recorded += 1;
+        let copied: bool = conn.query(redis::cmd("HEXISTS").arg(&index).arg(id))?;
+        if copied {
+            return Ok(());
+        }
+        let delivery_count = record.delivery_count.unwrap_or(1).max(1) as u64;
+        let read = stream::entries_by_id(conn, &cfg.stream, &[(id.to_owned(), delivery_count)])?;
+        let entry = read.entries.into_iter().next().unwrap_or(Entry {
+            id: id.to_owned(),
+            fields: Vec::new(),
+            delivery_count,
+        });
+        done.without_fields += u64::from(entry.fields.is_empty());
+        let reason = record
+            .detail
+            .clone()
+            .unwrap_or_else(|| "dead-lettered (reason not recorded)".into());
+        let copy = DeadLetterCopy {
+            original: &entry,
+            reason: &reason,
+            reason_code: RECONCILED_REASON_CODE,
+            consumer: "claimgate dlq reconcile",
+            source_stream: &cfg.stream,
+            dead_lettered_at: &record.recorded_at,
+            field_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
+        };
+        stream::copy_to_dead_letters(conn, &dead_stream, &copy)?;
+        done.recopied += 1;
+        Ok(())
+    })?;
+    if done.recopied > 0 {
+        conn.wait_replicated(cfg.redis_wait)?;
+    }
+    Ok(done)
+}

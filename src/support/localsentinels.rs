@@ -1,0 +1,252 @@
+//! A private Sentinel set-up on loopback: a primary, one replica and three sentinels, each on a
+//! free port, all in one temporary directory, all killed on drop. For the failover tests and
+//! benchmarks; never touches a Redis the operator runs.
+//!
+//! The sentinels decide fast so that a test sees a promotion within seconds: a primary is down
+//! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
+//! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
+
+use super::localredis::{free_port, LocalRedis, Options, INSTALL_HINT};
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The master name the sentinels monitor.
+pub const MASTER_NAME: &str = "claimgate-primary";
+
+/// `sentinel down-after-milliseconds`: how long a silent primary takes to count as down.
+pub const DOWN_AFTER_MS: u64 = 1_000;
+
+/// `sentinel failover-timeout`: when a stalled failover is tried again.
+pub const FAILOVER_TIMEOUT_MS: u64 = 3_000;
+
+/// How long [`LocalSentinels::start`] waits for the sentinels to see the replica.
+const READY_WAIT_MS_MAX: u64 = 15_000;
+
+/// One primary, one replica, three sentinels.
+pub struct LocalSentinels {
+    /// The data nodes: index 0 started as the primary, index 1 as its replica. Which one is the
+    /// primary now is the sentinels' answer ([`LocalSentinels::primary_port`]).
+    pub nodes: [LocalRedis; 2],
+    /// The sentinel processes, with their ports.
+    sentinels: Vec<(u16, Child)>,
+    /// Holds the sentinels' config files and logs (and the data nodes' directories).
+    dir: tempfile::TempDir,
+}
+
+impl LocalSentinels {
+    /// Starts the five processes and waits until every sentinel knows the primary and its
+    /// replica, so a failover can happen from then on.
+    pub fn start() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("claimgate-sentinel-")
+            .tempdir()
+            .map_err(|e| Error::io("creating a temporary directory for sentinels", e))?;
+        let node_dir = |name: &str| -> Result<PathBuf> {
+            let path = dir.path().join(name);
+            std::fs::create_dir(&path).map_err(|e| Error::io("creating a node directory", e))?;
+            Ok(path)
+        };
+        let primary = LocalRedis::start_in(&node_dir("a")?, Options::default())?;
+        sync_at_once(primary.port())?;
+        let replica = LocalRedis::start_in(
+            &node_dir("b")?,
+            Options {
+                replica_of: Some(primary.port()),
+                ..Options::default()
+            },
+        )?;
+        // The replica is the primary after a failover, and serves the old one's resync then.
+        sync_at_once(replica.port())?;
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let port = free_port()?;
+            let child = spawn_sentinel(dir.path(), port, primary.port())?;
+            sentinels.push((port, child));
+        }
+        let set = LocalSentinels {
+            nodes: [primary, replica],
+            sentinels,
+            dir,
+        };
+        set.wait_ready()?;
+        Ok(set)
+    }
+
+    /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/claimgate-primary`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The sentinels' ports.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|(port, _)| *port).collect()
+    }
+
+    /// The port the first sentinel that answers names as the primary now.
+    pub fn primary_port(&self) -> Result<u16> {
+        let mut last = None;
+        for (port, _) in &self.sentinels {
+            match ask_primary(*port) {
+                Ok(p) => return Ok(p),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Other("no sentinel".into())))
+    }
+
+    /// The data node (index into `nodes`) listening on `port`.
+    pub fn node_on(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| n.port() == port)
+    }
+
+    /// Kills every sentinel with SIGKILL (their config files stay, so they can be restarted).
+    pub fn kill_sentinels(&mut self) {
+        for (_, child) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts every sentinel on its port from its (rewritten) config file.
+    pub fn restart_sentinels(&mut self) -> Result<()> {
+        for (port, child) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+            *child = start_sentinel_process(&config_path(self.dir.path(), *port))?;
+        }
+        Ok(())
+    }
+
+    /// The directory the sentinels' config files and logs are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Waits until the replica's link to the primary is up (a replica still syncing would make
+    /// a failover lose everything), then until every sentinel answers, knows of the replica and of the two other sentinels
+    /// (without which there is no quorum to fail over).
+    fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(READY_WAIT_MS_MAX);
+        while !replica_link_up(self.nodes[1].port())? {
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "the replica did not finish syncing within {READY_WAIT_MS_MAX} ms"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (port, _) in &self.sentinels {
+            loop {
+                let known = (count(*port, "REPLICAS"), count(*port, "SENTINELS"));
+                match known {
+                    (Ok(replicas), Ok(others)) if replicas >= 1 && others >= 2 => break,
+                    _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                    other => {
+                        return Err(Error::Other(format!(
+                            "sentinel on port {port} did not see the replica and two \
+                             sentinels within {READY_WAIT_MS_MAX} ms ({other:?}); logs in {}",
+                            self.dir.path().display()
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LocalSentinels {
+    fn drop(&mut self) {
+        self.kill_sentinels();
+    }
+}
+
+fn config_path(dir: &Path, port: u16) -> PathBuf {
+    dir.join(format!("sentinel-{port}.conf"))
+}
+
+/// Writes a sentinel's config file (sentinels rewrite it as they learn, so it is theirs) and
+/// starts it.
+fn spawn_sentinel(dir: &Path, port: u16, primary_port: u16) -> Result<Child> {
+    let path = config_path(dir, port);
+    let config = format!(
+        "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+         sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+         sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
+         sentinel parallel-syncs {MASTER_NAME} 1\n",
+        dir = dir.display(),
+        log = dir.join(format!("sentinel-{port}.log")).display(),
+    );
+    std::fs::write(&path, config).map_err(|e| Error::io("writing a sentinel config", e))?;
+    start_sentinel_process(&path)
+}
+
+fn start_sentinel_process(config: &Path) -> Result<Child> {
+    Command::new("redis-server")
+        .arg(config)
+        .arg("--sentinel")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Config(format!(
+                "redis-server was not found on PATH; install it with: {INSTALL_HINT}"
+            )),
+            _ => Error::io("starting redis-server --sentinel", e),
+        })
+}
+
+/// A connection to a sentinel or data node on loopback `port`.
+fn sentinel_conn(port: u16) -> Result<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let conn = client.get_connection_with_timeout(Duration::from_millis(300))?;
+    conn.set_read_timeout(Some(Duration::from_millis(1_000)))?;
+    Ok(conn)
+}
+
+/// The primary's port as the sentinel on `port` names it.
+fn ask_primary(port: u16) -> Result<u16> {
+    let (_, primary_port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(MASTER_NAME)
+        .query(&mut sentinel_conn(port)?)?;
+    Ok(primary_port)
+}
+
+/// Makes the data node on `port` start a replica's full sync at once: by default a primary
+/// waits 5 s (`repl-diskless-sync-delay`) for more replicas to join the same transfer.
+fn sync_at_once(port: u16) -> Result<()> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg(0)
+        .query::<()>(&mut sentinel_conn(port)?)?;
+    Ok(())
+}
+
+/// True when the replica on `port` says its link to the primary is up.
+pub fn replica_link_up(port: u16) -> Result<bool> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut sentinel_conn(port)?)?;
+    Ok(info.lines().any(|l| l.trim() == "master_link_status:up"))
+}
+
+/// How many replicas (`what` = `REPLICAS`) or other sentinels (`SENTINELS`) the sentinel on
+/// `port` knows of.
+fn count(port: u16, what: &str) -> Result<usize> {
+    let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+        .arg(what)
+        .arg(MASTER_NAME)
+        .query(&mut sentinel_conn(port)?)?;
+    Ok(replicas.len())
+}

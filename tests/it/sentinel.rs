@@ -1,0 +1,624 @@
+//! Redis through Sentinel: a primary, one replica and three real sentinels on loopback
+//! (`claimgate::support::localsentinels`), real workers, a real relay, a real SIGKILL.
+
+use crate::support::{submission, wait_for, RunWithDeadline, Spawned, World};
+use claimgate::support::localsentinels::LocalSentinels;
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long the pipeline has to settle after a failover before the test calls it stuck.
+const SETTLE: Duration = Duration::from_secs(90);
+
+/// A sentinel set-up and a world (ledger, temp dir) whose commands go through the sentinels.
+struct Cluster {
+    /// Primary, replica, three sentinels.
+    set: LocalSentinels,
+    /// The ledger and the logs.
+    world: World,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let set = LocalSentinels::start().unwrap_or_else(|e| {
+            panic!(
+                "the sentinel tests need redis-server (with its --sentinel mode): {e}\n(install: {})",
+                claimgate::support::localredis::INSTALL_HINT
+            )
+        });
+        Cluster {
+            set,
+            world: World::new(),
+        }
+    }
+
+    /// `claimgate ARGS` with `REDIS_URL` the sentinel URL.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = self.world.cmd(args);
+        cmd.env("REDIS_URL", self.set.url());
+        cmd
+    }
+
+    /// Starts `claimgate ARGS` in the background through the sentinels, logging to a file.
+    fn spawn(&self, args: &[&str]) -> Spawned {
+        let log = self.world.dir.path().join(format!(
+            "{}-{}.log",
+            args[0],
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let file = std::fs::File::create(&log).expect("child log");
+        let child = self
+            .cmd(args)
+            .env("RUST_LOG", "info")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("spawn claimgate");
+        Spawned { child, log }
+    }
+
+    /// XADDs `lines` through `claimgate produce` (see [`produce`]).
+    fn produce(&self, lines: &[String], extra: &[&str]) {
+        produce(&self.world, &self.set.url(), lines, extra);
+    }
+
+    /// A connection to whichever node the sentinels name as the primary now.
+    fn primary(&self) -> redis::Connection {
+        let port = self.set.primary_port().expect("a sentinel answers");
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn
+    }
+}
+
+/// XADDs `lines` through `claimgate produce` at `url`, trying again until it succeeds (a
+/// produce that fails mid-way may have added some lines: adding them again is what a producer
+/// does, and the ledger makes the repeat harmless).
+fn produce(world: &World, url: &str, lines: &[String], extra: &[&str]) {
+    let file = tempfile::NamedTempFile::new_in(world.dir.path()).unwrap();
+    std::fs::write(file.path(), lines.join("\n")).unwrap();
+    let mut args = vec!["produce", file.path().to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let out = world.cmd(&args).env("REDIS_URL", url).run_with_deadline();
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "produce never succeeded: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGKILLs the primary, waits for a sentinel to name the other node, and brings the old one
+/// back as a replica of the new. Returns the new primary's port.
+fn fail_over(set: &mut LocalSentinels) -> u16 {
+    let old = set.primary_port().unwrap();
+    let old_index = set.node_on(old).unwrap();
+    set.nodes[old_index].kill();
+    assert!(
+        wait_for(Duration::from_secs(30), || set
+            .primary_port()
+            .is_ok_and(|p| p != old)),
+        "no sentinel promoted the replica (logs in {})",
+        set.dir().display()
+    );
+    let new = set.primary_port().unwrap();
+    set.nodes[old_index]
+        .restart_as_replica_of(new)
+        .expect("old primary restarts as a replica");
+    let old_port = set.nodes[old_index].port();
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            claimgate::support::localsentinels::replica_link_up(old_port).unwrap_or(false)
+        }),
+        "the old primary did not come back as a replica"
+    );
+    new
+}
+
+/// A payload no worker can parse: it becomes a dead letter.
+fn malformed(i: usize) -> String {
+    format!("not json {i}")
+}
+
+/// The lines of chunk `c`: ten submissions and one malformed entry.
+fn chunk(c: usize) -> Vec<String> {
+    let mut lines: Vec<String> = (c * 10..c * 10 + 10).map(submission).collect();
+    lines.push(malformed(c));
+    lines
+}
+
+/// Everything the failover tests check on the ledger and the new primary, once the pipeline
+/// has settled: every distinct submission paid once to the cent, nothing pending, every event
+/// once on the events stream, every malformed entry dead-lettered once.
+fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
+    let n = chunks * 10;
+    let expected_sum: i64 = (0..n).map(|i| 100 + i as i64).sum();
+    let world = &cluster.world;
+    let mut primary = cluster.primary();
+    let settled = wait_for(SETTLE, || {
+        let pending: Vec<redis::Value> = redis::cmd("XPENDING")
+            .arg("grants:submissions")
+            .arg("grant-workers")
+            .query(&mut primary)
+            .unwrap_or_default();
+        let pending_zero = matches!(pending.first(), Some(redis::Value::Int(0)));
+        let events: u64 = redis::cmd("XLEN")
+            .arg("grants:events")
+            .query(&mut primary)
+            .unwrap_or(0);
+        world.count_once_made("disbursements") == n as i64 + extra_awards
+            && pending_zero
+            && events == n as u64 + extra_awards as u64
+            && world.sql_i64_once_made("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
+                == 0
+    });
+    let events: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+        .arg("grants:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut primary)
+        .unwrap();
+    assert!(
+        settled,
+        "not settled: {} disbursements (want {}), {} events",
+        world.count_once_made("disbursements"),
+        n as i64 + extra_awards,
+        events.len()
+    );
+    assert_eq!(
+        world.sql_i64(
+            "SELECT COALESCE(SUM(amount_cents), 0) FROM disbursements WHERE award_id LIKE 'A-%'"
+        ),
+        expected_sum,
+        "paid to the cent"
+    );
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(DISTINCT idempotency_key) FROM disbursements"),
+        n as i64 + extra_awards
+    );
+    let event_ids: HashSet<&String> = events.iter().map(|(_, f)| &f["event_id"]).collect();
+    assert_eq!(event_ids.len(), events.len(), "an event published twice");
+    assert_eq!(events.len() as i64, n as i64 + extra_awards);
+    assert_dead_letters_once(&mut primary, chunks);
+}
+
+/// Every malformed entry on the submissions stream has exactly one dead letter, and every
+/// malformed payload produced is among them.
+fn assert_dead_letters_once(primary: &mut redis::Connection, chunks: usize) {
+    let entries: Vec<(String, HashMap<String, Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg("grants:submissions")
+        .arg("-")
+        .arg("+")
+        .query(primary)
+        .unwrap();
+    let malformed_ids: HashSet<String> = entries
+        .iter()
+        .filter(|(_, f)| f["payload"].starts_with(b"not json"))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let dead: Vec<(String, HashMap<String, Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg("grants:submissions:dead")
+        .arg("-")
+        .arg("+")
+        .query(primary)
+        .unwrap();
+    let originals: Vec<String> = dead
+        .iter()
+        .map(|(_, f)| String::from_utf8(f["original_id"].clone()).unwrap())
+        .collect();
+    let distinct: HashSet<String> = originals.iter().cloned().collect();
+    assert_eq!(distinct.len(), originals.len(), "a dead letter twice");
+    assert_eq!(distinct, malformed_ids, "dead letters vs malformed entries");
+    let payloads: HashSet<Vec<u8>> = dead
+        .iter()
+        .map(|(_, f)| f["original.payload"].clone())
+        .collect();
+    for c in 0..chunks {
+        assert!(
+            payloads.contains(malformed(c).as_bytes()),
+            "chunk {c}: {:?}",
+            dead.first()
+        );
+    }
+}
+
+/// Asserts the process is still running (a worker must ride out a failover, not exit).
+fn assert_alive(p: &mut Spawned, what: &str) {
+    assert!(
+        p.child.try_wait().unwrap().is_none(),
+        "{what} exited during the failover:\n{}",
+        p.log_text()
+    );
+}
+
+/// Two workers and a relay go through the sentinels while load arrives; the primary is
+/// SIGKILLed, a sentinel promotes the replica, the old primary comes back as a replica: every
+/// submission is paid once, nothing stays pending, every event and dead letter is there once,
+/// and no process exited.
+#[test]
+fn a_primary_killed_under_load_fails_over_with_every_submission_paid_once() {
+    // 1. Five processes: primary, replica, three sentinels; two workers and a relay on top.
+    // 2. Half the load, then SIGKILL the primary while the rest arrives.
+    // 3. A probe submission produced after the kill times the first commit on the new primary.
+    // 4. The old primary rejoins as a replica; the pipeline settles; check everything.
+    let mut cluster = Cluster::start();
+    let run = ["run", "--claim-idle-ms", "1000", "--max-deliveries", "50"];
+    let mut workers = [cluster.spawn(&run), cluster.spawn(&run)];
+    let mut relay = cluster.spawn(&["relay"]);
+    let chunks = 12;
+    for c in 0..chunks / 2 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    assert!(wait_for(Duration::from_secs(30), || cluster
+        .world
+        .count_once_made("disbursements")
+        > 0));
+    let killed_at = Instant::now();
+    let url = cluster.set.url();
+    let new_primary = std::thread::scope(|s| {
+        let (set, world) = (&mut cluster.set, &cluster.world);
+        let load = s.spawn(|| {
+            for c in chunks / 2..chunks {
+                produce(world, &url, &chunk(c), &[]);
+            }
+        });
+        let new_primary = fail_over(set);
+        load.join().unwrap();
+        new_primary
+    });
+    let probe =
+        r#"{"award_id":"PROBE-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1}"#;
+    cluster.produce(&[probe.to_owned()], &[]);
+    assert!(wait_for(SETTLE, || cluster.world.sql_i64_once_made(
+        "SELECT COUNT(*) FROM disbursements WHERE award_id = 'PROBE-1'"
+    ) == 1));
+    println!(
+        "sentinel failover: primary SIGKILLed -> first commit of a submission added after the \
+         kill (on the new primary, port {new_primary}): {:.2} s (down-after {} ms)",
+        killed_at.elapsed().as_secs_f64(),
+        claimgate::support::localsentinels::DOWN_AFTER_MS
+    );
+    assert_exactly_once(&cluster, chunks, 1);
+    for (i, w) in workers.iter_mut().enumerate() {
+        assert_alive(w, &format!("worker {i}"));
+    }
+    assert_alive(&mut relay, "relay");
+    assert_status_names_primary(&cluster, new_primary);
+    assert!(
+        workers[0].log_text().contains("redis primary for")
+            || workers[1].log_text().contains("redis primary for"),
+        "the workers name the primary they follow"
+    );
+}
+
+/// A master name no sentinel monitors is a configuration error: exit 2, naming the name, for
+/// the worker and for a one-shot command alike, and no password in the message.
+#[test]
+fn a_wrong_master_name_is_exit_2_with_a_clear_message() {
+    let cluster = Cluster::start();
+    let ports = cluster.set.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://u:s3cret@127.0.0.1:{},127.0.0.1:{}/no-such-master",
+        ports[0], ports[1]
+    );
+    for args in [&["run", "--exit-when-idle"][..], &["status"][..]] {
+        let out = cluster
+            .world
+            .cmd(args)
+            .env("REDIS_URL", &url)
+            .run_with_deadline();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("monitors a master named \"no-such-master\""),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
+}
+
+/// With every sentinel down when the worker starts, it waits (like Redis being down) and
+/// processes what is queued once they are back.
+#[test]
+fn all_sentinels_down_at_start_is_waited_out() {
+    let mut cluster = Cluster::start();
+    let primary_url = cluster.set.nodes[0].url();
+    cluster.set.kill_sentinels();
+    produce(&cluster.world, &primary_url, &chunk(0), &[]);
+    let mut worker = cluster.spawn(&["run"]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_alive(&mut worker, "worker");
+    assert_eq!(cluster.world.count_once_made("disbursements"), 0);
+    cluster.set.restart_sentinels().unwrap();
+    assert!(
+        wait_for(SETTLE, || cluster.world.count_once_made("disbursements")
+            == 10),
+        "{}",
+        worker.log_text()
+    );
+    assert_alive(&mut worker, "worker");
+}
+
+/// `status --json` through the sentinels names the primary it talked to, the sentinel that
+/// named it, and the one replica.
+fn assert_status_names_primary(cluster: &Cluster, primary_port: u16) {
+    let out = cluster.cmd(&["status", "--json"]).run_with_deadline();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let view = &doc["redis"]["sentinel"];
+    assert_eq!(
+        view["primary"],
+        format!("127.0.0.1:{primary_port}"),
+        "{doc}"
+    );
+    let named_by = view["sentinel"].as_str().unwrap();
+    assert!(
+        cluster
+            .set
+            .sentinel_ports()
+            .iter()
+            .any(|p| named_by == format!("127.0.0.1:{p}")),
+        "{doc}"
+    );
+    assert_eq!(view["replicas"].as_array().unwrap().len(), 1, "{doc}");
+}
+
+/// Sends `sig` to process `pid` (a redis-server or claimgate this test started).
+fn send(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a pid this test spawned and still holds.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Closes the primary's links to its replicas (CLIENT KILL TYPE replica); returns the
+/// primary's replication offset just before, the most any replica can have until it
+/// reconnects.
+fn cut_replicas(port: u16) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let offset = repl_offset(port, "master_repl_offset");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(killed, 1, "one replica link cut");
+    offset
+}
+
+/// `master_repl_offset` (or a replica's `slave_repl_offset`) of the node on `port`.
+fn repl_offset(port: u16, field: &str) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{field}:")))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The lossy case: the replica is frozen while the workers read, commit and acknowledge, so
+/// the promotion really loses writes the old primary had acknowledged (XACKs, the group's
+/// position, dead-letter copies, published events and the relay's mark). Same invariants:
+/// paid once to the cent, nothing pending, every event and dead letter once, nobody exits.
+#[test]
+fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() {
+    // 1. Workers and relay warm up on chunk 0.
+    // 2. Freeze them (SIGSTOP), produce chunks 1..7 (confirmed on the replica by WAIT), then
+    //    freeze the replica and let the workers and relay run against the primary alone.
+    // 3. SIGKILL the primary, thaw the replica: what the primary did since is gone (checked by
+    //    replication offsets). A sentinel promotes the replica; the old primary rejoins.
+    // 4. More load; the pipeline settles; check everything.
+    let mut cluster = Cluster::start();
+    // The workers do not WAIT for their dead-letter copies, so they commit and acknowledge
+    // freely while the replica is cut off, and all of that is lost: the ledger and redelivery
+    // must make up for it alone. The relay does WAIT (its events are not redelivered).
+    let run = [
+        "run",
+        "--claim-idle-ms",
+        "1000",
+        "--max-deliveries",
+        "50",
+        "--redis-wait-replicas",
+        "0",
+    ];
+    let mut workers = [cluster.spawn(&run), cluster.spawn(&run)];
+    let mut relay = cluster.spawn(&["relay"]);
+    cluster.produce(&chunk(0), &[]);
+    assert!(wait_for(SETTLE, || cluster
+        .world
+        .count_once_made("disbursements")
+        == 10));
+    let pids: Vec<u32> = workers
+        .iter()
+        .map(|w| w.child.id())
+        .chain([relay.child.id()])
+        .collect();
+    pids.iter().for_each(|&p| send(p, libc::SIGSTOP));
+    for c in 1..7 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    let old = cluster.set.primary_port().unwrap();
+    let old_index = cluster.set.node_on(old).unwrap();
+    let replica = &cluster.set.nodes[1 - old_index];
+    let (replica_port, replica_pid) = (replica.port(), replica.pid().unwrap());
+    // Frozen, the replica cannot reconnect; its link cut, nothing more reaches it (what the
+    // kernel had buffered before the cut still does, so the cut's offset is the bound).
+    send(replica_pid, libc::SIGSTOP);
+    let cut_offset = cut_replicas(old);
+    pids.iter().for_each(|&p| send(p, libc::SIGCONT));
+    // Well under down-after (1000 ms), so the sentinels still count the replica as healthy.
+    std::thread::sleep(Duration::from_millis(600));
+    let primary_offset = repl_offset(old, "master_repl_offset");
+    let committed_before_kill = cluster.world.count_once_made("disbursements");
+    cluster.set.nodes[old_index].kill();
+    send(replica_pid, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(200));
+    let replica_offset = repl_offset(replica_port, "slave_repl_offset");
+    assert!(
+        replica_offset <= cut_offset && cut_offset < primary_offset,
+        "nothing was lost: replica at {replica_offset}, cut at {cut_offset}, primary was at \
+         {primary_offset}"
+    );
+    assert!(
+        committed_before_kill > 30,
+        "the workers did little while the replica was cut off: {committed_before_kill}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || cluster
+            .set
+            .primary_port()
+            .is_ok_and(|p| p == replica_port)),
+        "no sentinel promoted the replica (logs in {})",
+        cluster.set.dir().display()
+    );
+    cluster.set.nodes[old_index]
+        .restart_as_replica_of(replica_port)
+        .unwrap();
+    for c in 7..12 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    assert_exactly_once(&cluster, 12, 0);
+    println!(
+        "lossy promotion: {} replication bytes lost; {committed_before_kill} submissions \
+         committed before the kill",
+        primary_offset - replica_offset
+    );
+    for (i, w) in workers.iter_mut().enumerate() {
+        assert_alive(w, &format!("worker {i}"));
+    }
+    assert_alive(&mut relay, "relay");
+}
+
+/// Dead letters the ledger records but the dead-letter stream lost (as a lossy promotion can
+/// make it) are copied again by `dlq reconcile`, each once, with the reason the ledger kept;
+/// one whose entry was trimmed meanwhile still comes back, without its fields; a second run
+/// copies nothing.
+#[test]
+fn dlq_reconcile_recopies_lost_dead_letters_once() {
+    let world = World::new();
+    let bad = world.add(&[malformed(0), malformed(1), malformed(2)]);
+    world.add(&[submission(0)]);
+    world.drain(&[]);
+    assert_eq!(world.dead_letters().len(), 3);
+    let mut conn = world.conn();
+    redis::cmd("DEL")
+        .arg("grants:submissions:dead")
+        .arg("grants:submissions:dead:index")
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("XDEL")
+        .arg("grants:submissions")
+        .arg(&bad[2])
+        .query::<()>(&mut conn)
+        .unwrap();
+    let out = world.run_ok(&["dlq", "reconcile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("3 dead letters recorded in the ledger; 3 were missing")
+            && stdout.contains("(1 without original fields)"),
+        "{stdout}"
+    );
+    let letters = world.dead_letters();
+    let originals: HashSet<String> = letters
+        .iter()
+        .map(|f| String::from_utf8(f["original_id"].clone()).unwrap())
+        .collect();
+    assert_eq!(originals, bad.iter().cloned().collect::<HashSet<_>>());
+    assert_eq!(letters.len(), 3);
+    for f in &letters {
+        assert_eq!(f["reason_code"], b"reconciled");
+        assert!(
+            String::from_utf8_lossy(&f["reason"]).contains("JSON"),
+            "{f:?}"
+        );
+    }
+    let with_payload = letters
+        .iter()
+        .filter(|f| f.contains_key("original.payload"))
+        .count();
+    assert_eq!(with_payload, 2);
+    let again = world.run_ok(&["dlq", "reconcile"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("; 0 were missing"));
+    assert_eq!(world.dead_letters().len(), 3);
+}
+
+/// `--redis-wait-replicas 1` against a Redis with no replica: `produce` adds the lines but
+/// reports that no replica confirmed them (exit 1), never success.
+#[test]
+fn a_write_no_replica_confirms_is_reported_not_treated_as_success() {
+    let world = World::new();
+    let file = world.dir.path().join("lines.jsonl");
+    std::fs::write(&file, submission(0)).unwrap();
+    let out = world
+        .cmd(&[
+            "produce",
+            file.to_str().unwrap(),
+            "--redis-wait-replicas",
+            "1",
+            "--redis-wait-ms",
+            "200",
+        ])
+        .run_with_deadline();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not confirmed on a replica")
+            && stderr.contains("0 of 1 replicas confirmed the write within 200 ms"),
+        "{stderr}"
+    );
+    assert_eq!(world.xlen("grants:submissions"), 1);
+}
+
+/// A worker started behind Sentinel copies again the dead letters the ledger records but the
+/// dead-letter stream lacks, before it reads.
+#[test]
+fn a_worker_started_behind_sentinel_restores_lost_dead_letters() {
+    let cluster = Cluster::start();
+    cluster.produce(&chunk(0), &[]);
+    let drain = |c: &Cluster| {
+        let out = c.cmd(&["run", "--exit-when-idle"]).run_with_deadline();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    drain(&cluster);
+    let mut primary = cluster.primary();
+    redis::cmd("DEL")
+        .arg("grants:submissions:dead")
+        .arg("grants:submissions:dead:index")
+        .query::<()>(&mut primary)
+        .unwrap();
+    drain(&cluster);
+    assert_dead_letters_once(&mut primary, 1);
+    assert_eq!(cluster.world.count_once_made("disbursements"), 10);
+}
