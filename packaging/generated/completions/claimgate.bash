@@ -73,6 +73,9 @@ _claimgate() {
             claimgate__subcmd__dlq,list)
                 cmd="claimgate__subcmd__dlq__subcmd__list"
                 ;;
+            claimgate__subcmd__dlq,reconcile)
+                cmd="claimgate__subcmd__dlq__subcmd__reconcile"
+                ;;
             claimgate__subcmd__dlq,replay)
                 cmd="claimgate__subcmd__dlq__subcmd__replay"
                 ;;
@@ -98,7 +101,7 @@ _claimgate() {
 
     case "${cmd}" in
         claimgate)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version run produce status key relay audit verify retention hold dlq demo backup restore migrate"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version run produce status key relay audit verify retention hold dlq demo backup restore migrate"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -128,6 +131,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -136,7 +147,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version export verify anchor keygen"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version export verify anchor keygen"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -166,6 +177,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -174,7 +193,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit__subcmd__anchor)
-            opts="-h -V --out --signing-key --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --out --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -212,6 +231,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -220,7 +247,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit__subcmd__export)
-            opts="-h -V --out --since --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --out --since --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -258,6 +285,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -266,7 +301,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit__subcmd__keygen)
-            opts="-h -V --out --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --out --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -300,6 +335,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -308,7 +351,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit__subcmd__verify)
-            opts="-h -V --file --continuing-from --anchors --public-key --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --file --continuing-from --anchors --public-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -354,6 +397,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -362,7 +413,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__backup)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -392,6 +443,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -400,7 +459,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__demo)
-            opts="-h -V --submissions --seed --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --submissions --seed --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -438,6 +497,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -446,7 +513,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__dlq)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version list show replay"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version list show replay reconcile"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -473,6 +540,14 @@ _claimgate() {
                     return 0
                     ;;
                 --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -484,7 +559,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__dlq__subcmd__list)
-            opts="-h -V --json --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --json --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -511,6 +586,60 @@ _claimgate() {
                     return 0
                     ;;
                 --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        claimgate__subcmd__dlq__subcmd__reconcile)
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -522,7 +651,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__dlq__subcmd__replay)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -549,6 +678,14 @@ _claimgate() {
                     return 0
                     ;;
                 --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -560,7 +697,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__dlq__subcmd__show)
-            opts="-h -V --json --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --json --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -590,6 +727,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -598,7 +743,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__hold)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version add remove list"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version add remove list"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -628,6 +773,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -636,7 +789,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__hold__subcmd__add)
-            opts="-h -V --reason --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --reason --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -670,6 +823,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -678,7 +839,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__hold__subcmd__list)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -705,6 +866,14 @@ _claimgate() {
                     return 0
                     ;;
                 --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -716,7 +885,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__hold__subcmd__remove)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -746,6 +915,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -754,7 +931,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__key)
-            opts="-h -V --award-id --timestamp --payload-file --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --award-id --timestamp --payload-file --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -796,6 +973,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -804,7 +989,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__migrate)
-            opts="-h -V --to --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --to --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -838,6 +1023,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -846,7 +1039,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__produce)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -876,6 +1069,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -884,7 +1085,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__relay)
-            opts="-h -V --events-stream --relay-batch-count-max --exit-when-idle --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --events-stream --relay-batch-count-max --exit-when-idle --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -922,6 +1123,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -930,7 +1139,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__restore)
-            opts="-h -V --events-stream --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --events-stream --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -964,6 +1173,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -972,7 +1189,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__retention)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version purge"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version purge"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1002,6 +1219,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1010,7 +1235,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__retention__subcmd__purge)
-            opts="-h -V --before --export --batch-records-max --signing-key --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --before --export --batch-records-max --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1056,6 +1281,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1064,7 +1297,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__run)
-            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1170,6 +1403,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1178,7 +1419,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__status)
-            opts="-h -V --json --watch --metrics-url --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --json --watch --metrics-url --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1216,6 +1457,14 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1224,7 +1473,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__verify)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --help --version"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1251,6 +1500,14 @@ _claimgate() {
                     return 0
                     ;;
                 --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

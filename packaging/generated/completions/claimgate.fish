@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_claimgate_global_optspecs
-    string join \n redis-url= db= stream= group= log-format= audit-log= h/help V/version
+    string join \n redis-url= db= stream= group= log-format= audit-log= redis-wait-replicas= redis-wait-ms= h/help V/version
 end
 
 function __fish_claimgate_needs_command
@@ -24,13 +24,15 @@ function __fish_claimgate_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_needs_command" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_needs_command" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_needs_command" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "run" -d 'Run the worker: read submissions, record each exactly once, acknowledge after commit'
@@ -68,71 +70,83 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-every
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-out -d 'Append each anchor to this file (0600, created if absent)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-stream -d 'Add each anchor to this Redis stream (field `anchor`), e.g. grants:audit:anchors' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l signing-key -d 'Sign each anchor with this key file (`claimgate audit keygen`)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l exit-when-idle -d 'Exit 0 once the stream has no undelivered entries and the group none pending'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l per-message -d 'One transaction and one XACK per entry (the reference design\'s shape; slow, for comparison)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter -d 'Skip the claim lookup for entries Redis marks as already committed (markers are written only after their commit; a miss asks the ledger)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay -d 'Also run the outbox relay in this process (single-box setups)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l watch -d 'Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter rates per second, lag, oldest pending age, outbox backlog and commit p99' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l metrics-url -d 'The worker\'s /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99 [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set]' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l json -d 'Print JSON instead of a table (with --watch: one compact JSON line per interval)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 'The award id, exactly as in the payload' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the exact payload bytes (`-` for stdin). A trailing newline counts' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l events-stream -d 'The events stream outbox rows are published to' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l exit-when-idle -d 'Exit 0 once no outbox row is left unpublished'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "export" -d 'Write the audit records as JSON lines, each with its prev_hash and hash'
@@ -141,65 +155,77 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "keygen" -d 'Make an Ed25519 key pair: the signing key at PATH, the public key at PATH.pub (both new 0600 files; existing files are never overwritten)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l out -d 'Write here instead of stdout' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l since -d 'Only records from this seq, or written at or after this RFC 3339 time' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l file -d 'Verify an exported file instead of the ledger' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l continuing-from -d 'With --file: the hash the file\'s first record links to (an export made with --since)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l anchors -d 'Check the ledger against the anchors in this file (`claimgate audit anchor` lines)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l public-key -d 'Require every checkpoint (and every anchor) to be signed by this key\'s signing key (with --file: every checkpoint in the file)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l out -d 'Append the line to this file (created 0600 if absent) instead of printing it' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l signing-key -d 'Sign the anchor with this key file (`claimgate audit keygen`)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l out -d 'Where to write the signing key; the public key goes to the same path plus `.pub`' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -f -a "purge" -d 'Export, then delete, everything recorded before DATE (at least three years back)'
@@ -207,133 +233,171 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l export -d 'The export file [default: next to the ledger, `<db>.purge-<time>.jsonl`]' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l batch-records-max -d 'Audit records removed per transaction, with the ledger rows they describe' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l signing-key -d 'Sign the checkpoint the purge leaves with this key file (`claimgate audit keygen`)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "add" -d 'Place an award under legal hold: nothing naming it will be purged'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "remove" -d 'Lift a legal hold'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "list" -d 'List awards under legal hold'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l reason -d 'Why (a case number, an auditor\'s request)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l stream -d 'The submissions stream' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l group -d 'The consumer group' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "list" -d 'List dead letters: id, time, award id where known, reason, and whether it was replayed'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "show" -d 'Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id)'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay" -f -a "replay" -d 'Put a dead letter\'s original fields back on the submissions stream, once'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "list" -d 'List dead letters: id, time, award id where known, reason, and whether it was replayed'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "show" -d 'Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "replay" -d 'Put a dead letter\'s original fields back on the submissions stream, once'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "reconcile" -d 'Copy again every dead letter the ledger records but the dead-letter stream lacks (after a Redis failover lost some); never copies one entry twice'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array instead of a table'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON instead of text'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l seed -d 'Seed for the generated submissions' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l events-stream -d 'The events stream the relay publishes to (its mark tells which rows are published)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l to -d 'The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the password is never shown)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-url -d 'Redis URL (redis:// or rediss://, credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l group -d 'The consumer group' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
 json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s V -l version -d 'Print version'
