@@ -28,21 +28,6 @@ fn metrics_addr() -> String {
     format!("127.0.0.1:{}", free_port().expect("a free port"))
 }
 
-/// XADDs raw payloads in one MULTI, so a reader sees them all at once or not at all.
-fn add_atomically(w: &World, payloads: &[&[u8]]) {
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for p in payloads {
-        pipe.cmd("XADD")
-            .arg(STREAM)
-            .arg("*")
-            .arg("payload")
-            .arg(*p)
-            .ignore();
-    }
-    pipe.query::<()>(&mut w.conn()).unwrap();
-}
-
 /// Waits until the worker exits (at most [`SOON`]); its exit code.
 fn exit_code(worker: &mut Logged) -> Option<i32> {
     let deadline = Instant::now() + SOON;
@@ -86,7 +71,7 @@ fn a_dead_letter_stream_of_the_wrong_type_stops_the_worker_with_exit_1_and_loses
     let valid: Vec<String> = (0..5).map(submission).collect();
     let mut payloads: Vec<&[u8]> = vec![b"{not json"];
     payloads.extend(valid.iter().map(|p| p.as_bytes()));
-    add_atomically(&w, &payloads);
+    w.add_atomically(&payloads);
     let mut after_failure = Vec::new();
     let deadline = Instant::now() + SOON;
     while worker.alive() && Instant::now() < deadline {
@@ -138,7 +123,7 @@ fn a_reader_that_fails_for_good_is_unhealthy_at_once_while_the_writer_gives_up_i
     let addr = metrics_addr();
     let mut worker = start_worker(&w, &["--metrics-addr", &addr]);
     let valid: Vec<String> = (0..3).map(submission).collect();
-    add_atomically(&w, &valid.iter().map(|p| p.as_bytes()).collect::<Vec<_>>());
+    w.add_atomically(&valid.iter().map(|p| p.as_bytes()).collect::<Vec<_>>());
     worker.wait_log("committing to the ledger failed");
     assert_eq!(http_get(&addr, "/healthz").map(|a| a.0), Some(200));
 
@@ -265,10 +250,7 @@ fn redis_blips_while_the_ledger_is_locked_count_no_deliveries() {
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let worker = start_worker(&w, &[]);
     let payloads: Vec<String> = (0..10).map(submission).collect();
-    add_atomically(
-        &w,
-        &payloads.iter().map(|p| p.as_bytes()).collect::<Vec<_>>(),
-    );
+    w.add_atomically(&payloads.iter().map(|p| p.as_bytes()).collect::<Vec<_>>());
     worker.wait_log("committing to the ledger failed");
 
     for blip in 1..=4 {

@@ -101,17 +101,7 @@ fn a_batch_the_ledger_refuses_is_retried_entry_by_entry_and_only_the_bad_one_wai
              BEGIN SELECT RAISE(ABORT, 'refused by a hand-made trigger'); END;",
         )
         .unwrap();
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for i in 0..10 {
-        pipe.cmd("XADD")
-            .arg("grants:submissions")
-            .arg("*")
-            .arg("payload")
-            .arg(submission(i))
-            .ignore();
-    }
-    pipe.query::<()>(&mut w.conn()).unwrap();
+    w.add_atomically(&(0..10).map(submission).collect::<Vec<_>>());
     let worker = Logged::spawn(w.cmd(&["run", "--consumer", "r", "--claim-idle-ms", "60000"]));
     assert!(
         wait_for(SOON, || w.count_once_made("disbursements") == 9

@@ -26,21 +26,6 @@ fn start_worker(w: &World, args: &[&str], envs: &[(&str, &str)]) -> Logged {
     Logged::spawn(cmd)
 }
 
-/// XADDs all payloads in one MULTI, so a reader sees them all at once or not at all.
-fn add_atomically(w: &World, payloads: &[String]) {
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for p in payloads {
-        pipe.cmd("XADD")
-            .arg(STREAM)
-            .arg("*")
-            .arg("payload")
-            .arg(p.as_bytes())
-            .ignore();
-    }
-    pipe.query::<()>(&mut w.conn()).unwrap();
-}
-
 fn submissions(range: std::ops::Range<usize>) -> Vec<String> {
     range.map(submission).collect()
 }
@@ -291,7 +276,7 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
 
     let locker = rusqlite::Connection::open(&w.db).unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    add_atomically(&w, &submissions(10..30));
+    w.add_atomically(&submissions(10..30));
     worker.wait_log("committing to the ledger failed");
     assert!(worker.alive());
     assert_eq!(w.count("disbursements"), 10);
@@ -344,7 +329,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     );
 
     let mut worker = start_worker(&w, &["--ledger-pages-max", &pages.to_string()], &[]);
-    add_atomically(&w, &submissions(0..40));
+    w.add_atomically(&submissions(0..40));
     worker.wait_log("committing to the ledger failed");
     assert!(
         worker.lines_with("committing to the ledger failed")[0].contains("full"),
@@ -841,7 +826,7 @@ fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
     .unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let mut worker = start_worker(&w, &["--consumer", "held", "--claim-idle-ms", "300"], &[]);
-    add_atomically(&w, &submissions(0..5));
+    w.add_atomically(&submissions(0..5));
     worker.wait_log("committing to the ledger failed");
     worker.child.kill().unwrap();
     worker.child.wait().unwrap();

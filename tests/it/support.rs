@@ -181,6 +181,23 @@ impl World {
             .collect()
     }
 
+    /// XADDs each payload to `grants:submissions` in one MULTI, so a reader sees them all at
+    /// once or not at all: one read takes them together (added one by one on a loaded box they
+    /// can trickle into more reads than a stalled worker's bounded stages hold).
+    pub fn add_atomically<P: AsRef<[u8]>>(&self, payloads: &[P]) {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for p in payloads {
+            pipe.cmd("XADD")
+                .arg("grants:submissions")
+                .arg("*")
+                .arg("payload")
+                .arg(p.as_ref())
+                .ignore();
+        }
+        pipe.query::<()>(&mut self.conn()).unwrap();
+    }
+
     /// XADDs raw field/value pairs (for malformed entries).
     pub fn add_fields(&self, fields: &[(&str, &[u8])]) -> String {
         let mut cmd = redis::cmd("XADD");

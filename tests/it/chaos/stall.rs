@@ -122,7 +122,7 @@ fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_recla
     let worker = crate::support::Logged::spawn(cmd);
     worker.wait_log("reading");
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
-    add_in_one_multi(&world, 50);
+    world.add_atomically(&(0..50).map(submission).collect::<Vec<_>>());
     assert!(
         wait_for(Duration::from_secs(30), || world.pending() == 50),
         "{}",
@@ -159,23 +159,6 @@ fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_recla
     assert!(worker.stop().success());
 }
 
-/// XADDs submissions `0..n` in one MULTI, so one read takes them all: added one by one on a
-/// loaded box they can trickle into more reads than the stages' bounded channels hold while
-/// the writer waits on a lock, and then not all of them are ever read.
-fn add_in_one_multi(world: &World, n: usize) {
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for i in 0..n {
-        pipe.cmd("XADD")
-            .arg("grants:submissions")
-            .arg("*")
-            .arg("payload")
-            .arg(submission(i))
-            .ignore();
-    }
-    pipe.query::<()>(&mut world.conn()).unwrap();
-}
-
 /// Worker A holds 30 entries while the ledger's write lock is held from outside; worker B,
 /// holding nothing (so its scans do not pause), scans for stale entries every half second.
 /// Returns the pending entries' (owner, delivery count) just before the lock is released, and
@@ -192,7 +175,7 @@ fn stall_beside_an_idle_scanner(heartbeat_off: bool) -> (Vec<(String, i64)>, i64
     let a = crate::support::Logged::spawn(a_cmd);
     a.wait_log("reading");
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
-    add_in_one_multi(&world, 30);
+    world.add_atomically(&(0..30).map(submission).collect::<Vec<_>>());
     assert!(
         wait_for(Duration::from_secs(30), || world.pending() == 30),
         "{}",
