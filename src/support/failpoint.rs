@@ -10,6 +10,9 @@
 //! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
 //! purge between two committed batches).
 //!
+//! `CLAIMGATE_FAILPOINT=panic:NAME[:N]` panics (unwinds) the thread that reaches the point
+//! instead of aborting, to prove a stage that panics stops the worker.
+//!
 //! `CLAIMGATE_FAILPOINT=off:NAME` instead switches off a safeguard named `NAME` for the
 //! process's whole life, so a test can prove that another safeguard holds on its own:
 //! `heartbeat` (the worker never refreshes its in-flight entries' idle time).
@@ -24,6 +27,9 @@ struct Armed {
     name: String,
     fire_on_hit: u64,
     hits: AtomicU64,
+    /// `panic:NAME[:N]`: unwind the thread that reaches the point instead of aborting the
+    /// process, to prove a stage that panics takes the worker down with it.
+    panic: bool,
 }
 
 fn armed() -> Option<&'static Armed> {
@@ -31,6 +37,10 @@ fn armed() -> Option<&'static Armed> {
     ARMED
         .get_or_init(|| {
             let spec = std::env::var(ENV).ok()?;
+            let (panic, spec) = match spec.strip_prefix("panic:") {
+                Some(rest) => (true, rest.to_owned()),
+                None => (false, spec),
+            };
             let (name, nth) = match spec.split_once(':') {
                 Some(("off", _)) => (spec.clone(), 1),
                 Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
@@ -40,6 +50,7 @@ fn armed() -> Option<&'static Armed> {
                 name,
                 fire_on_hit: nth.max(1),
                 hits: AtomicU64::new(0),
+                panic,
             })
         })
         .as_ref()
@@ -57,6 +68,10 @@ pub fn hit(name: &str) {
         return;
     }
     if armed.hits.fetch_add(1, Ordering::SeqCst) + 1 == armed.fire_on_hit {
+        if armed.panic {
+            eprintln!("claimgate: failpoint {name} fired; panicking");
+            panic!("failpoint {name} fired");
+        }
         eprintln!("claimgate: failpoint {name} fired; aborting");
         std::process::abort();
     }

@@ -441,3 +441,33 @@ fn a_lock_held_shorter_than_the_busy_timeout_is_waited_out_inside_sqlite_without
     );
     assert!(worker.stop().success());
 }
+
+#[test]
+fn a_stage_thread_that_panics_stops_the_worker_with_exit_1_and_loses_nothing() {
+    // 1. The reader thread panics right after its first read (CLAIMGATE_FAILPOINT=
+    //    panic:after_read: an unwinding panic in that thread, not an abort of the process).
+    // 2. The worker does not run on without its reader: it logs the stage and the cause, stops
+    //    the other stages and exits 1. The entries read stay pending; nothing is paid.
+    // 3. A worker without the failpoint pays them, once.
+    let w = World::new();
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    let out = w
+        .cmd(&["run", "--consumer", "p"])
+        .env(claimgate::support::failpoint::ENV, "panic:after_read")
+        .run_with_deadline();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("failpoint after_read fired; panicking"),
+        "{log}"
+    );
+    assert!(
+        log.contains("stopped: the thread panicked; stopping the worker"),
+        "{log}"
+    );
+    assert_eq!(w.pending(), 5);
+    assert_eq!(w.count("disbursements"), 0);
+    w.drain(&["--consumer", "p"]);
+    assert_eq!(w.count("disbursements"), 5);
+    assert_eq!(w.pending(), 0);
+}
