@@ -231,6 +231,25 @@ pub mod detail {
         format!("{duplicate_detail} (fast filter)")
     }
 
+    /// The whole detail of a `duplicate` record, as every backend writes it: the claim it
+    /// repeats (or that claim's tombstone, `purged_at`), and whether a confirmed fast-filter
+    /// marker found it.
+    pub fn duplicate_record(
+        first_claimed_at: &str,
+        purged_at: Option<&str>,
+        via_filter: bool,
+    ) -> String {
+        let text = match purged_at {
+            None => duplicate(first_claimed_at),
+            Some(purged) => duplicate_of_purged(first_claimed_at, purged),
+        };
+        if via_filter {
+            via_fast_filter(&text)
+        } else {
+            text
+        }
+    }
+
     /// A legal hold placed.
     pub fn hold_added(reason: &str) -> String {
         format!("legal hold placed: {reason}")

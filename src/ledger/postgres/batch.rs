@@ -661,15 +661,11 @@ impl<'a> Written<'a> {
                 via_filter,
             } => {
                 let mut r = rec(Kind::Duplicate);
-                let text = match purged_at {
-                    None => detail::duplicate(first_claimed_at),
-                    Some(purged) => detail::duplicate_of_purged(first_claimed_at, purged),
-                };
-                r.detail = Some(if *via_filter {
-                    detail::via_fast_filter(&text)
-                } else {
-                    text
-                });
+                r.detail = Some(detail::duplicate_record(
+                    first_claimed_at,
+                    purged_at.as_deref(),
+                    *via_filter,
+                ));
                 self.audit.push(r);
                 Ok(Outcome::Duplicate {
                     first_claimed_at: first_claimed_at.clone(),

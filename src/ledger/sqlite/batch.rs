@@ -267,15 +267,11 @@ impl<'t, 'a> Batch<'t, 'a> {
         via_filter: bool,
     ) -> Outcome {
         let mut r = self.claim_record(Kind::Duplicate, claim);
-        let text = match &purged_at {
-            None => detail::duplicate(&first_claimed_at),
-            Some(purged) => detail::duplicate_of_purged(&first_claimed_at, purged),
-        };
-        r.detail = Some(if via_filter {
-            detail::via_fast_filter(&text)
-        } else {
-            text
-        });
+        r.detail = Some(detail::duplicate_record(
+            &first_claimed_at,
+            purged_at.as_deref(),
+            via_filter,
+        ));
         self.append(r);
         Outcome::Duplicate {
             first_claimed_at,
