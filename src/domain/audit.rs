@@ -108,6 +108,26 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of `kind` written at `recorded_at` with every optional field empty and no
+    /// place in the chain yet (`seq` 0, no hashes): the base the ledgers fill in (with struct
+    /// update syntax) before they number and seal it.
+    pub fn unsealed(kind: Kind, recorded_at: &str) -> Record {
+        Record {
+            seq: 0,
+            kind,
+            idempotency_key: None,
+            award_id: None,
+            amount_cents: None,
+            stream_entry_id: None,
+            consumer: None,
+            delivery_count: None,
+            detail: None,
+            recorded_at: recorded_at.to_owned(),
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
     /// The hash this record should carry, computed from its content and `prev_hash`.
     pub fn compute_hash(&self) -> String {
         let mut content = self.clone();

@@ -354,18 +354,8 @@ impl<'s> Staged<'s> {
     /// A record of `kind` by this batch's consumer at this batch's time, not yet sealed.
     fn record(&self, kind: Kind) -> Record {
         Record {
-            seq: 0,
-            kind,
-            idempotency_key: None,
-            award_id: None,
-            amount_cents: None,
-            stream_entry_id: None,
             consumer: Some(self.ctx.consumer.to_owned()),
-            delivery_count: None,
-            detail: None,
-            recorded_at: self.now.clone(),
-            prev_hash: String::new(),
-            hash: String::new(),
+            ..Record::unsealed(kind, &self.now)
         }
     }
 

@@ -77,17 +77,8 @@ impl MemoryLedger {
         state.audit.drain(..=end);
         let mut checkpoint = Record {
             seq: last,
-            kind: Kind::Checkpoint,
-            idempotency_key: None,
-            award_id: None,
-            amount_cents: None,
-            stream_entry_id: None,
-            consumer: None,
-            delivery_count: None,
             detail: Some(detail.to_owned()),
-            recorded_at: now.to_owned(),
-            prev_hash: String::new(),
-            hash: String::new(),
+            ..Record::unsealed(Kind::Checkpoint, now)
         };
         checkpoint.seal(&continues_from);
         state.audit.insert(0, checkpoint);

@@ -608,18 +608,8 @@ impl<'a> Written<'a> {
     /// An unsealed record of `kind` by this batch's consumer at this batch's time.
     fn record(ctx: &Context<'_>, now: &str, kind: Kind) -> Record {
         Record {
-            seq: 0,
-            kind,
-            idempotency_key: None,
-            award_id: None,
-            amount_cents: None,
-            stream_entry_id: None,
             consumer: Some(ctx.consumer.to_owned()),
-            delivery_count: None,
-            detail: None,
-            recorded_at: now.to_owned(),
-            prev_hash: String::new(),
-            hash: String::new(),
+            ..Record::unsealed(kind, now)
         }
     }
 

@@ -176,18 +176,9 @@ impl PgLedger {
 /// A hold's audit record, unsealed: the same fields as `sqlite/purge.rs` gives it.
 fn hold_record(kind: Kind, award_id: &str, detail: String, now: &str) -> Record {
     Record {
-        seq: 0,
-        kind,
-        idempotency_key: None,
         award_id: Some(award_id.to_owned()),
-        amount_cents: None,
-        stream_entry_id: None,
-        consumer: None,
-        delivery_count: None,
         detail: Some(detail),
-        recorded_at: now.to_owned(),
-        prev_hash: String::new(),
-        hash: String::new(),
+        ..Record::unsealed(kind, now)
     }
 }
 
@@ -366,17 +357,8 @@ fn purge_batch(
     )?;
     let mut checkpoint = Record {
         seq: last,
-        kind: Kind::Checkpoint,
-        idempotency_key: None,
-        award_id: None,
-        amount_cents: None,
-        stream_entry_id: None,
-        consumer: None,
-        delivery_count: None,
         detail: Some(detail.to_owned()),
-        recorded_at: now.to_owned(),
-        prev_hash: String::new(),
-        hash: String::new(),
+        ..Record::unsealed(Kind::Checkpoint, now)
     };
     checkpoint.seal(&continues_from);
     audit_store::insert(&mut tx, &checkpoint)?;

@@ -158,18 +158,9 @@ fn hold_remove(conn: &mut Connection, award_id: &str, now: &str) -> Result<bool>
 /// A hold's audit record, unsealed.
 fn hold_record(kind: Kind, award_id: &str, detail: String, now: &str) -> Record {
     Record {
-        seq: 0,
-        kind,
-        idempotency_key: None,
         award_id: Some(award_id.to_owned()),
-        amount_cents: None,
-        stream_entry_id: None,
-        consumer: None,
-        delivery_count: None,
         detail: Some(detail),
-        recorded_at: now.to_owned(),
-        prev_hash: String::new(),
-        hash: String::new(),
+        ..Record::unsealed(kind, now)
     }
 }
 
@@ -363,17 +354,8 @@ fn purge_batch(
     )?;
     let mut checkpoint = Record {
         seq: last,
-        kind: Kind::Checkpoint,
-        idempotency_key: None,
-        award_id: None,
-        amount_cents: None,
-        stream_entry_id: None,
-        consumer: None,
-        delivery_count: None,
         detail: Some(detail.to_owned()),
-        recorded_at: now.to_owned(),
-        prev_hash: String::new(),
-        hash: String::new(),
+        ..Record::unsealed(Kind::Checkpoint, now)
     };
     checkpoint.seal(&continues_from);
     audit_store::insert(&tx, &checkpoint)?;

@@ -171,18 +171,8 @@ impl Restoring for Restore {
         audit_store::append(
             &tx,
             Record {
-                seq: 0,
-                kind: Kind::Restored,
-                idempotency_key: None,
-                award_id: None,
-                amount_cents: None,
-                stream_entry_id: None,
-                consumer: None,
-                delivery_count: None,
                 detail: Some(detail::restored(&backup, upto, marked as u64, next_after)),
-                recorded_at: now.to_owned(),
-                prev_hash: String::new(),
-                hash: String::new(),
+                ..Record::unsealed(Kind::Restored, now)
             },
         )?;
         tx.commit()?;
