@@ -144,18 +144,7 @@ impl LocalRedis {
                 .arg(socket)
                 .args(["--unixsocketperm", "700"]);
         }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Error::Config(format!(
-                    "redis-server was not found on PATH; install it with: {INSTALL_HINT}"
-                )),
-                _ => Error::io("starting redis-server", e),
-            })?;
-        self.child = Some(child);
+        self.child = Some(spawn_redis_server(&mut cmd, "starting redis-server")?);
         self.wait_ready()
     }
 
@@ -195,6 +184,21 @@ impl Drop for LocalRedis {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Spawns `cmd` (a `redis-server` command line) with no stdio; a missing binary is a
+/// configuration error carrying the install command, anything else an I/O error saying `doing`.
+pub(crate) fn spawn_redis_server(cmd: &mut Command, doing: &str) -> Result<Child> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Config(format!(
+                "redis-server was not found on PATH; install it with: {INSTALL_HINT}"
+            )),
+            _ => Error::io(doing, e),
+        })
 }
 
 /// A TCP port nobody was listening on a moment ago.

@@ -6,10 +6,10 @@
 //! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
 //! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
 
-use super::localredis::{free_port, LocalRedis, Options, INSTALL_HINT};
+use super::localredis::{free_port, spawn_redis_server, LocalRedis, Options};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The master name the sentinels monitor.
@@ -190,19 +190,10 @@ fn spawn_sentinel(dir: &Path, port: u16, primary_port: u16) -> Result<Child> {
 }
 
 fn start_sentinel_process(config: &Path) -> Result<Child> {
-    Command::new("redis-server")
-        .arg(config)
-        .arg("--sentinel")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::Config(format!(
-                "redis-server was not found on PATH; install it with: {INSTALL_HINT}"
-            )),
-            _ => Error::io("starting redis-server --sentinel", e),
-        })
+    spawn_redis_server(
+        Command::new("redis-server").arg(config).arg("--sentinel"),
+        "starting redis-server --sentinel",
+    )
 }
 
 /// A connection to a sentinel or data node on loopback `port`.
