@@ -128,6 +128,16 @@ impl Record {
         }
     }
 
+    /// A legal hold's record (`hold_added` / `hold_removed`), unsealed: the award and the
+    /// detail, nothing else — the same on every ledger, since it is hashed evidence.
+    pub fn hold(kind: Kind, award_id: &str, detail: String, recorded_at: &str) -> Record {
+        Record {
+            award_id: Some(award_id.to_owned()),
+            detail: Some(detail),
+            ..Record::unsealed(kind, recorded_at)
+        }
+    }
+
     /// The hash this record should carry, computed from its content and `prev_hash`.
     pub fn compute_hash(&self) -> String {
         let mut content = self.clone();

@@ -36,7 +36,7 @@ impl Retention for PgLedger {
         )?;
         if n == 1 {
             let text = detail::hold_added(reason);
-            audit_store::append(&mut tx, hold_record(Kind::HoldAdded, award_id, text, now))?;
+            audit_store::append(&mut tx, Record::hold(Kind::HoldAdded, award_id, text, now))?;
         }
         tx.commit()?;
         Ok(n == 1)
@@ -51,7 +51,10 @@ impl Retention for PgLedger {
         )?;
         if let Some(row) = &held {
             let text = detail::hold_removed(row.get(0), row.get(1));
-            audit_store::append(&mut tx, hold_record(Kind::HoldRemoved, award_id, text, now))?;
+            audit_store::append(
+                &mut tx,
+                Record::hold(Kind::HoldRemoved, award_id, text, now),
+            )?;
         }
         tx.commit()?;
         Ok(held.is_some())
@@ -170,15 +173,6 @@ impl PgLedger {
         if let Some(mut conn) = self.purge.get_mut().ok().and_then(Option::take) {
             let _ = conn.client.simple_query("SELECT pg_advisory_unlock_all()");
         }
-    }
-}
-
-/// A hold's audit record, unsealed: the same fields as `sqlite/purge.rs` gives it.
-fn hold_record(kind: Kind, award_id: &str, detail: String, now: &str) -> Record {
-    Record {
-        award_id: Some(award_id.to_owned()),
-        detail: Some(detail),
-        ..Record::unsealed(kind, now)
     }
 }
 

@@ -129,7 +129,7 @@ fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> R
     if n == 1 {
         audit_store::append(
             &tx,
-            hold_record(Kind::HoldAdded, award_id, detail::hold_added(reason), now),
+            Record::hold(Kind::HoldAdded, award_id, detail::hold_added(reason), now),
         )?;
     }
     tx.commit()?;
@@ -149,19 +149,10 @@ fn hold_remove(conn: &mut Connection, award_id: &str, now: &str) -> Result<bool>
         .optional()?;
     if let Some((reason, held_at)) = &held {
         let text = detail::hold_removed(reason, held_at);
-        audit_store::append(&tx, hold_record(Kind::HoldRemoved, award_id, text, now))?;
+        audit_store::append(&tx, Record::hold(Kind::HoldRemoved, award_id, text, now))?;
     }
     tx.commit()?;
     Ok(held.is_some())
-}
-
-/// A hold's audit record, unsealed.
-fn hold_record(kind: Kind, award_id: &str, detail: String, now: &str) -> Record {
-    Record {
-        award_id: Some(award_id.to_owned()),
-        detail: Some(detail),
-        ..Record::unsealed(kind, now)
-    }
 }
 
 /// Every hold, by award.
