@@ -630,8 +630,15 @@ impl Env {
         wcfg.exit_when_idle = true;
         let metrics = Metrics::default();
         let started = Instant::now();
-        claimgate::worker::run(&cfg, &wcfg, &NullLedger, &AtomicBool::new(false), &metrics)
-            .map_err(|e| e.to_string())?;
+        claimgate::worker::run(
+            &cfg,
+            &wcfg,
+            &NullLedger,
+            &AtomicBool::new(false),
+            &metrics,
+            &|_| Ok(()),
+        )
+        .map_err(|e| e.to_string())?;
         let secs = started.elapsed().as_secs_f64();
         let acked = Metrics::get(&metrics.acked);
         let (read, pending) = group_progress(&mut self.conn()?, &load.stream, &group)?;

@@ -23,6 +23,7 @@
 
 use crate::error::{Error, Result};
 use redis::{Client, Connection, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub struct Sentinels {
     insecure: bool,
     /// The primary last connected to, and the sentinel that named it.
     last: Mutex<Option<Primary>>,
+    /// How many times a connection found a primary other than the one before it: each is a
+    /// failover this process lived through (the worker repairs what one can lose).
+    changes: AtomicU64,
 }
 
 /// Which node a Sentinel URL led to.
@@ -181,6 +185,7 @@ impl Sentinels {
             tls,
             insecure,
             last: Mutex::new(None),
+            changes: AtomicU64::new(0),
         })
     }
 
@@ -192,6 +197,12 @@ impl Sentinels {
     /// The primary the last connection went to, and through which sentinel; `None` before any.
     pub fn last_primary(&self) -> Option<Primary> {
         self.last.lock().expect("not poisoned").clone()
+    }
+
+    /// How many times the primary changed under this process's connections (the first primary
+    /// found is not a change).
+    pub fn primary_changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     /// A connection to the current primary, found through the sentinels (see the module doc).
@@ -299,6 +310,9 @@ impl Sentinels {
         };
         let mut last = self.last.lock().expect("not poisoned");
         if last.as_ref().map(|p| &p.address) != Some(&primary.address) {
+            if last.is_some() {
+                self.changes.fetch_add(1, Ordering::SeqCst);
+            }
             log::info!(
                 "redis primary for {:?} is {} (named by sentinel {})",
                 self.master,

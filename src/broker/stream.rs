@@ -78,6 +78,16 @@ impl Target {
         }
     }
 
+    /// Through Sentinel: how many times a connection of this target (or of a clone) found a
+    /// new primary after an earlier one, that is, failovers lived through; always 0 for a plain
+    /// URL.
+    pub fn primary_changes(&self) -> u64 {
+        match self {
+            Target::Direct(_) => 0,
+            Target::Sentinel(sentinels) => sentinels.primary_changes(),
+        }
+    }
+
     /// Through Sentinel: the primary last connected to and the sentinel that named it.
     pub fn primary(&self) -> Option<Primary> {
         match self {

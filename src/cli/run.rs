@@ -182,10 +182,11 @@ pub fn default_consumer() -> String {
 
 /// Behind Sentinel, before reading: copies again any dead letter a promotion lost
 /// (`ops/reconcile.rs`). Redis being unreachable is not a reason to wait here (the worker
-/// waits it out); it is logged, and `claimgate dlq reconcile` does the same later. A master
-/// name no sentinel knows is a configuration error (exit 2). Plain URLs skip this: without a
-/// promotion there is no lost copy whose XACK survived.
-fn reconcile_dead_letters(
+/// waits it out); it is logged, and the worker runs the same repair after its next failover
+/// (`claimgate dlq reconcile` does it by hand). A master name no sentinel knows is a
+/// configuration error (exit 2). Plain URLs skip this: without a promotion there is no lost
+/// copy whose XACK survived.
+fn reconcile_at_start(
     cfg: &Config,
     target: stream::Target,
     ledger: &dyn crate::ledger::Backend,
@@ -193,19 +194,31 @@ fn reconcile_dead_letters(
     if !matches!(target, stream::Target::Sentinel(_)) {
         return Ok(());
     }
-    let mut conn = stream::Conn::new(target);
-    match crate::ops::reconcile::reconcile(&mut conn, cfg, ledger) {
-        Ok(done) if done.recopied > 0 => log::warn!(
+    match reconcile_dead_letters(cfg, &mut stream::Conn::new(target), ledger) {
+        Err(e) if e.is_transient() => log::warn!(
+            "dead-letter reconciliation skipped at start-up ({e}); it runs again after the next \
+             failover, or run `claimgate dlq reconcile` once Redis is back"
+        ),
+        other => other?,
+    }
+    Ok(())
+}
+
+/// Copies again the dead letters the ledger records but the dead-letter stream lacks, saying
+/// so when there were any: at start-up behind Sentinel, and after every failover the worker
+/// lives through (`worker::AfterFailover`).
+fn reconcile_dead_letters(
+    cfg: &Config,
+    conn: &mut stream::Conn,
+    ledger: &dyn crate::ledger::Backend,
+) -> Result<()> {
+    let done = crate::ops::reconcile::reconcile(conn, cfg, ledger)?;
+    if done.recopied > 0 {
+        log::warn!(
             "{} dead letters recorded in the ledger were missing from {}; copied again",
             done.recopied,
             cfg.dead_stream()
-        ),
-        Ok(_) => {}
-        Err(e) if e.is_transient() => log::warn!(
-            "dead-letter reconciliation skipped at start-up ({e}); run `claimgate dlq reconcile` \
-             once Redis is back"
-        ),
-        Err(e) => return Err(e),
+        );
     }
     Ok(())
 }
@@ -220,7 +233,7 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
         return Ok(());
     };
     let target = stream::client(&cfg.redis_url)?;
-    reconcile_dead_letters(cfg, target, &*ledger)?;
+    reconcile_at_start(cfg, target, &*ledger)?;
     let wcfg = args.worker_config();
     let metrics = Metrics::default();
     let relay = args.relay.then(|| args.relay_opts.config(cfg));
@@ -239,7 +252,11 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
             &anchored,
             || {
                 crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, &relay_failed, || {
-                    crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics)
+                    let after_failover = |conn: &mut stream::Conn| {
+                        log::info!("the redis primary changed: checking the dead letters");
+                        reconcile_dead_letters(cfg, conn, &*ledger)
+                    };
+                    crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics, &after_failover)
                 })
             },
         )

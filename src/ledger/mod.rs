@@ -49,11 +49,11 @@
 //!    Outside `record`, [`Retention::hold_add`], [`Retention::hold_remove`] and a restore
 //!    ([`Restoring::adopt_mark`]) append `hold_added`, `hold_removed` and `restored` records to
 //!    the same chain under the same rules, in the transaction that makes the change.
-//! 5. **Outbox rows become visible in id order.** Once [`Outbox::unpublished`] has returned a
+//! 5. **Outbox rows become visible in id order.** Once [`Outbox::rows_after`] has returned a
 //!    row with id `n`, no row with an id below `n` can ever become visible later, and ids are
 //!    never reused (not even after a purge). The relay's exactly-once argument rests on this:
-//!    it skips ids at or below a high-water mark, which is only safe if nothing can appear below
-//!    it. SQLite keeps it because it has one writer at a time and `outbox.id` is AUTOINCREMENT;
+//!    it skips ids at or below the events stream's position, which is only safe if nothing can
+//!    appear below it. SQLite keeps it because it has one writer at a time and `outbox.id` is AUTOINCREMENT;
 //!    a backend with concurrent writers must serialize id assignment with commit order
 //!    (PostgreSQL numbers rows under the chain-head row lock it holds until COMMIT:
 //!    `ledger/postgres/outbox.rs`).
@@ -238,11 +238,13 @@ pub struct OutboxRow {
     pub payload: String,
 }
 
-/// The relay's side: unpublished rows in id order, and marking them published.
+/// The relay's side: rows in id order above a position, and marking them published.
 pub trait Outbox: Send + Sync {
-    /// The oldest `limit` unpublished rows, lowest id first (contract point 5: no row below the
-    /// highest id returned can become visible later).
-    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>>;
+    /// Up to `limit` rows with an id above `after_id`, lowest id first, whether or not they
+    /// are marked published (contract point 5: no row below the highest id returned can become
+    /// visible later). The relay's position is the events stream's own (`relay.rs`), so a row
+    /// the stream lost after the ledger marked it is read, and published, again.
+    fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>>;
 
     /// Marks every unpublished row with id `<= upto_id` as published at `now`, in one
     /// transaction; returns how many rows changed. Rows already published are left alone.

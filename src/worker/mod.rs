@@ -64,7 +64,17 @@ struct Shared<'a> {
     in_flight: InFlight,
     /// `--fast-filter`: markers for keys already committed, or `None`.
     filter: Option<FastFilter>,
+    /// Run by the reader after the Redis primary changed (see [`AfterFailover`]).
+    after_failover: AfterFailover<'a>,
 }
+
+/// What the worker runs, on the reader's connection, once it finds that the Redis primary
+/// changed under it (a Sentinel promotion; never for a plain URL): the repairs a promotion can
+/// need that redelivery does not bring about. `claimgate run` passes the dead-letter
+/// reconciliation (`ops/reconcile.rs`, which the worker cannot name: it sits beside it). A
+/// transient error is logged and the repair tried again on the reader's next turn; a permanent
+/// one stops the worker.
+pub type AfterFailover<'a> = &'a (dyn Fn(&mut Conn) -> Result<()> + Sync);
 
 impl Shared<'_> {
     /// True once shutdown has been asked for.
@@ -129,6 +139,7 @@ pub fn run(
     ledger: &dyn Ledger,
     shutdown: &AtomicBool,
     metrics: &Metrics,
+    after_failover: AfterFailover<'_>,
 ) -> Result<()> {
     let client = stream::client(&cfg.redis_url)?;
     let shared = Shared {
@@ -141,6 +152,7 @@ pub fn run(
         filter: wcfg
             .fast_filter_ttl_s
             .map(|ttl_s| FastFilter::new(&cfg.stream, &cfg.group, ttl_s)),
+        after_failover,
     };
     announce(cfg, wcfg);
     let (raw_tx, raw_rx) = bounded::<parse::Handoff>(CHANNEL_BATCHES_MAX);

@@ -44,6 +44,7 @@ pub(super) fn run(
     let mut reader = Reader::new(client, ledger, shared);
     while !shared.stopping() {
         shared.metrics.beat();
+        reader.after_failover(client)?;
         match reader.step() {
             Ok(Some(handoff)) => {
                 reader.episode.succeeded();
@@ -98,6 +99,8 @@ struct Reader<'a> {
     quarantine: Quarantine,
     /// How many entries the next read asks for, from the byte budget and the sizes seen.
     size: ReadSize,
+    /// The target's count of primary changes the failover repair has run for.
+    failovers_repaired: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -118,6 +121,28 @@ impl<'a> Reader<'a> {
                 shared.wcfg.batch_count_max,
                 shared.wcfg.payload_bytes_max,
             ),
+            failovers_repaired: 0,
+        }
+    }
+
+    /// Once the Redis primary has changed since the last repair, runs the worker's
+    /// [`super::AfterFailover`] repair. A transient failure is logged and leaves the repair
+    /// due, so the next turn tries again; a permanent one is returned (the worker stops).
+    fn after_failover(&mut self, client: &stream::Target) -> Result<()> {
+        let changes = client.primary_changes();
+        if changes == self.failovers_repaired {
+            return Ok(());
+        }
+        match (self.shared.after_failover)(&mut self.conn) {
+            Ok(()) => {
+                self.failovers_repaired = changes;
+                Ok(())
+            }
+            Err(e) if e.is_transient() => {
+                warn!("repair after the redis failover postponed: {e}");
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 

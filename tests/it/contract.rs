@@ -122,8 +122,8 @@ impl Ledger for Sqlite {
 }
 
 impl Outbox for Sqlite {
-    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
-        self.ledger.unpublished(limit)
+    fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
+        self.ledger.rows_after(after_id, limit)
     }
     fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
         self.ledger.mark_published(upto_id, now)
@@ -234,8 +234,8 @@ macro_rules! delegate {
             }
         }
         impl Outbox for $t {
-            fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
-                self.ledger.unpublished(limit)
+            fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
+                self.ledger.rows_after(after_id, limit)
             }
             fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
                 self.ledger.mark_published(upto_id, now)
@@ -301,7 +301,7 @@ for_every_ledger!(
     a_mixed_batch_gets_one_outcome_per_item_in_item_order,
     a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later,
     concurrent_writers_leave_one_linear_chain_and_lose_nothing,
-    outbox_rows_appear_in_id_order_and_published_ones_never_return,
+    outbox_rows_appear_in_id_order_above_any_position,
     the_ledger_id_is_stable_and_differs_between_ledgers,
     audit_records_read_back_in_seq_order_from_where_asked,
     a_conflicting_resubmission_is_paid_and_linked_under_record,
@@ -561,7 +561,7 @@ fn a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later<L: Subjec
     let before = (
         counts(&l),
         records(&l, &Since::All),
-        l.unpublished(100).unwrap(),
+        l.rows_after(0, 100).unwrap(),
         l.verify().unwrap(),
     );
 
@@ -578,7 +578,7 @@ fn a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later<L: Subjec
     let after = (
         counts(&l),
         records(&l, &Since::All),
-        l.unpublished(100).unwrap(),
+        l.rows_after(0, 100).unwrap(),
         l.verify().unwrap(),
     );
     assert_eq!(after, before);
@@ -602,7 +602,7 @@ fn a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later<L: Subjec
     assert_eq!((st.claims, st.disbursements, st.dead_letters), (4, 4, 1));
     assert_eq!(st.disbursed_cents_total, 101 + 102 + 104 + 105);
     assert_eq!(seqs(&records(&l, &Since::All)), [1, 2, 3, 4, 5, 6]);
-    assert_eq!(l.unpublished(100).unwrap().len(), 4);
+    assert_eq!(l.rows_after(0, 100).unwrap().len(), 4);
     l.verify().unwrap();
 }
 
@@ -647,12 +647,14 @@ fn concurrent_writers_leave_one_linear_chain_and_lose_nothing<L: Subject>() {
     assert_eq!(st.disbursed_cents_total, expected_cents);
 }
 
-fn outbox_rows_appear_in_id_order_and_published_ones_never_return<L: Subject>() {
-    // Unpublished rows come lowest id first; once published they never return; ids only grow.
+fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
+    // Rows above a position come lowest id first, published or not; ids only grow.
     // 1. Three batches of two new claims: six rows, ids ascending, each the event of its claim.
-    // 2. Mark up to the third id: three rows change; marking again changes none.
-    // 3. Only the three higher rows are returned, `limit` respected.
-    // 4. Two more batches: every new id is above every earlier one, published rows stay gone.
+    // 2. Mark up to the third id: three rows change; marking again changes none; backlog 3.
+    // 3. Above the third id: the three higher rows, `limit` respected. Above 0: all six, the
+    //    published ones too (the relay's position is the events stream's, not `published_at`).
+    // 4. Two more batches: every new id is above every earlier one.
+    // 5. Marking everything changes the seven unpublished rows; nothing is above the last id.
     let l = L::fresh(OnConflict::Record);
     let subs: Vec<Submission> = (1..=10).map(sub).collect();
     let entries: Vec<String> = (1..=10).map(|i| format!("{i}-0")).collect();
@@ -663,10 +665,17 @@ fn outbox_rows_appear_in_id_order_and_published_ones_never_return<L: Subject>() 
         ];
         l.record(&items, "c", STREAM).unwrap();
     };
+    let ids_after = |after: i64, limit: usize| -> Vec<i64> {
+        l.rows_after(after, limit)
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect()
+    };
     for i in [0, 2, 4] {
         record_pair(i);
     }
-    let rows = l.unpublished(100).unwrap();
+    let rows = l.rows_after(0, 100).unwrap();
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 6);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
@@ -685,29 +694,30 @@ fn outbox_rows_appear_in_id_order_and_published_ones_never_return<L: Subject>() 
             .unwrap(),
         0
     );
-    let rest: Vec<i64> = l.unpublished(100).unwrap().iter().map(|r| r.id).collect();
-    assert_eq!(rest, ids[3..]);
-    let two: Vec<i64> = l.unpublished(2).unwrap().iter().map(|r| r.id).collect();
-    assert_eq!(two, ids[3..5]);
     assert_eq!(counts(&l).outbox_backlog, 3);
+    assert_eq!(ids_after(ids[2], 100), ids[3..]);
+    assert_eq!(ids_after(ids[2], 2), ids[3..5]);
+    assert_eq!(
+        ids_after(0, 100),
+        ids,
+        "published rows are still read above 0"
+    );
+    assert_eq!(ids_after(ids[0], 1), ids[1..2]);
 
     for i in [6, 8] {
         record_pair(i);
     }
-    let now: Vec<i64> = l.unpublished(100).unwrap().iter().map(|r| r.id).collect();
-    assert_eq!(now.len(), 7);
-    assert_eq!(now[..3], ids[3..]);
-    assert!(
-        now[3..].iter().all(|id| id > &ids[5]),
-        "{now:?} reuses an id"
-    );
-    assert!(now.windows(2).all(|w| w[0] < w[1]), "{now:?}");
+    let new = ids_after(ids[5], 100);
+    assert_eq!(new.len(), 4);
+    assert!(new.iter().all(|id| id > &ids[5]), "{new:?} reuses an id");
+    assert!(new.windows(2).all(|w| w[0] < w[1]), "{new:?}");
+    assert_eq!(ids_after(0, 100).len(), 10);
     assert_eq!(
         l.mark_published(i64::MAX, "2026-07-01T10:00:02.000000Z")
             .unwrap(),
         7
     );
-    assert_eq!(l.unpublished(100).unwrap(), vec![]);
+    assert_eq!(ids_after(*new.last().unwrap(), 100), Vec::<i64>::new());
     assert_eq!(counts(&l).outbox_backlog, 0);
 }
 
@@ -1150,7 +1160,7 @@ fn transcript<L: Subject>(on_conflict: OnConflict, script: &[Vec<Item<'_>>]) -> 
     Transcript {
         outcomes,
         records,
-        outbox: l.unpublished(1000).unwrap(),
+        outbox: l.rows_after(0, 1000).unwrap(),
         stats: counts(&l),
     }
 }
@@ -1297,7 +1307,7 @@ fn postgres_verify_names_a_planted_inconsistency() {
 #[test]
 fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
     // Contract point 5 under real concurrency: eight writers commit batches while a reader
-    // polls `unpublished` the way a relay does (all rows above its mark). A row below the
+    // polls `rows_after` the way a relay does (all rows above its position). A row below the
     // highest id the reader has seen must never appear later; a sequence-numbered outbox
     // fails this within a few hundred batches.
     const WRITERS: usize = 8;
@@ -1326,7 +1336,7 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
                 let mut late = 0;
                 loop {
                     let finished = done.load(std::sync::atomic::Ordering::SeqCst);
-                    for row in l.unpublished(100_000).unwrap() {
+                    for row in l.rows_after(0, 100_000).unwrap() {
                         if seen.insert(row.id) && row.id < seen_max {
                             late += 1;
                         }
@@ -1347,7 +1357,7 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
     assert_eq!(late.1, subs.len(), "the reader saw every row");
     assert_eq!(late.0, 0, "rows appeared below an id already seen");
     let ids: Vec<i64> = l
-        .unpublished(100_000)
+        .rows_after(0, 100_000)
         .unwrap()
         .iter()
         .map(|r| r.id)
@@ -1449,7 +1459,7 @@ fn holds_leave_chained_records<L: Subject>(l: &L, holds: &dyn Retention) {
         3,
         "a purge leaves the id counter"
     );
-    let ids: Vec<i64> = l.unpublished(10).unwrap().iter().map(|r| r.id).collect();
+    let ids: Vec<i64> = l.rows_after(0, 10).unwrap().iter().map(|r| r.id).collect();
     assert_eq!(ids, [3]);
     assert_eq!(l.verify().unwrap().tombstones, 2);
 }

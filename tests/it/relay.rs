@@ -228,3 +228,186 @@ fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
     let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
     assert_eq!(ids, (1..=30).collect::<Vec<_>>());
 }
+
+/// The events stream's last `n` entries deleted and its mark set back, exactly what a Redis
+/// promotion of a replica that was behind leaves (the publish script's writes are lost
+/// together, newest first).
+fn lose_last_events(w: &World, n: usize) {
+    let mut conn = w.conn();
+    let last: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+        .arg("grants:events")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(n + 1)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(last.len(), n + 1, "the stream holds more than {n} events");
+    for (id, _) in &last[..n] {
+        redis::cmd("XDEL")
+            .arg("grants:events")
+            .arg(id)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    let kept = &last[n].1;
+    let upto = &kept.iter().find(|(k, _)| k == "event_id").unwrap().1;
+    redis::cmd("HSET")
+        .arg("grants:events:published_upto")
+        .arg("upto")
+        .arg(upto)
+        .query::<()>(&mut conn)
+        .unwrap();
+}
+
+#[test]
+fn events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once() {
+    // The relay's position is the events stream's, not the ledger's `published_at`.
+    // 1. Twelve disbursements published and marked published in the ledger.
+    // 2. The last five events are lost with the mark, as a lossy failover loses them.
+    // 3. A relay publishes exactly those five again, in order, saying the stream went back;
+    //    a second relay publishes nothing.
+    let w = World::new();
+    w.add(&(0..12).map(support::submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    assert_eq!(w.xlen("grants:events"), 12);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    lose_last_events(&w, 5);
+    assert_eq!(w.xlen("grants:events"), 7);
+
+    let relay = || {
+        let out = w
+            .cmd(&["relay", "--exit-when-idle"])
+            .env("RUST_LOG", "info")
+            .run_with_deadline();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = relay();
+    assert!(
+        stderr.contains("relay stopped: 5 events published"),
+        "{stderr}"
+    );
+    let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(ids, (1..=12).collect::<Vec<_>>());
+    let again = relay();
+    assert!(
+        again.contains("relay stopped: 0 events published"),
+        "{again}"
+    );
+    assert_eq!(w.xlen("grants:events"), 12);
+}
+
+#[test]
+fn a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap() {
+    // The same loss under a relay that keeps running: it notices the stream behind what it
+    // published, names the ids it sends again, and sends each once.
+    let w = World::new();
+    w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let mut relay = w.spawn(&["relay"]);
+    assert!(support::wait_for(Duration::from_secs(30), || w
+        .xlen("grants:events")
+        == 6));
+    lose_last_events(&w, 2);
+    assert!(
+        support::wait_for(Duration::from_secs(30), || relay.log_text().contains(
+            "grants:events is back at outbox id 4 after this relay saw it at 6"
+        )),
+        "{}",
+        relay.log_text()
+    );
+    assert!(support::wait_for(Duration::from_secs(30), || w
+        .xlen("grants:events")
+        == 6));
+    let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(ids, (1..=6).collect::<Vec<_>>());
+    assert!(
+        relay.child.try_wait().unwrap().is_none(),
+        "the relay exited"
+    );
+}
+
+#[test]
+fn a_relay_refuses_an_events_stream_it_could_not_have_written() {
+    // Someone who can write Redis keys tries three things; each stops the relay (exit 1) with
+    // the reason, and none marks a new row published.
+    // 1. An event id forged above every id the ledger assigned (it would skip real rows).
+    // 2. The mark deleted while the stream holds events (whose are they?).
+    // 3. A last entry that is not an event.
+    let w = World::new();
+    w.add(&(0..3).map(support::submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    w.add(&[support::submission(3)]);
+    w.drain(&[]);
+    let unpublished = || w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL");
+    assert_eq!(unpublished(), 1);
+    let mut conn = w.conn();
+    let xadd = |conn: &mut redis::Connection, fields: &[(&str, &str)]| -> String {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg("grants:events").arg("*");
+        for (k, v) in fields {
+            cmd.arg(*k).arg(*v);
+        }
+        cmd.query(conn).unwrap()
+    };
+    let refused = |why: &[&str]| {
+        let out = w.run(&["relay", "--exit-when-idle"]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        for part in why {
+            assert!(stderr.contains(part), "wanted {part:?} in {stderr}");
+        }
+        assert_eq!(unpublished(), 1, "a row was marked on the strength of it");
+    };
+
+    let forged = xadd(
+        &mut conn,
+        &[("event_id", "99"), ("event_type", "disbursement.recorded")],
+    );
+    refused(&["has only ever assigned ids up to 4"]);
+    redis::cmd("XDEL")
+        .arg("grants:events")
+        .arg(&forged)
+        .query::<()>(&mut conn)
+        .unwrap();
+
+    let mark: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg("grants:events:published_upto")
+        .query(&mut conn)
+        .unwrap();
+    redis::cmd("DEL")
+        .arg("grants:events:published_upto")
+        .query::<()>(&mut conn)
+        .unwrap();
+    refused(&[
+        "EVENTSUNMARKED",
+        "grants:events holds events but grants:events:published_upto is missing",
+    ]);
+    let mut put_back = redis::cmd("HSET");
+    put_back.arg("grants:events:published_upto");
+    for (k, v) in &mark {
+        put_back.arg(k).arg(v);
+    }
+    put_back.query::<()>(&mut conn).unwrap();
+
+    let junk = xadd(&mut conn, &[("note", "not an event")]);
+    refused(&[
+        "NOTANEVENT",
+        &format!("grants:events: its last entry {junk} has no integer event_id"),
+    ]);
+    redis::cmd("XDEL")
+        .arg("grants:events")
+        .arg(&junk)
+        .query::<()>(&mut conn)
+        .unwrap();
+
+    // Put right, the relay publishes the one real row.
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(unpublished(), 0);
+    let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(ids, [1, 2, 3, 4]);
+}

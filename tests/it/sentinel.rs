@@ -437,20 +437,18 @@ fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() 
     //    replication offsets). A sentinel promotes the replica; the old primary rejoins.
     // 4. More load; the pipeline settles; check everything.
     let mut cluster = Cluster::start();
-    // The workers do not WAIT for their dead-letter copies, so they commit and acknowledge
-    // freely while the replica is cut off, and all of that is lost: the ledger and redelivery
-    // must make up for it alone. The relay does WAIT (its events are not redelivered).
+    // Nothing WAITs for a replica: the workers commit and acknowledge, and the relay publishes
+    // and marks rows published, freely while the replica is cut off, and all of that is lost.
+    // The ledger and redelivery must make up for the workers' part, and the relay, whose
+    // position is the events stream's own, must publish again exactly the events lost.
+    let no_wait = ["--redis-wait-replicas", "0"];
     let run = [
-        "run",
-        "--claim-idle-ms",
-        "1000",
-        "--max-deliveries",
-        "50",
-        "--redis-wait-replicas",
-        "0",
-    ];
+        &["run", "--claim-idle-ms", "1000", "--max-deliveries", "50"][..],
+        &no_wait,
+    ]
+    .concat();
     let mut workers = [cluster.spawn(&run), cluster.spawn(&run)];
-    let mut relay = cluster.spawn(&["relay"]);
+    let mut relay = cluster.spawn(&[&["relay"][..], &no_wait].concat());
     cluster.produce(&chunk(0), &[]);
     assert!(wait_for(SETTLE, || cluster
         .world
@@ -506,9 +504,16 @@ fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() 
         cluster.produce(&chunk(c), &[]);
     }
     assert_exactly_once(&cluster, 12, 0);
+    // The loss reached the events: the relay found the stream behind what it had published,
+    // and published those ids again (each once, as assert_exactly_once proved).
+    let relay_log = relay.log_text();
+    let went_back = relay_log
+        .lines()
+        .find(|l| l.contains("grants:events is back at outbox id"))
+        .unwrap_or_else(|| panic!("the promotion lost no event:\n{relay_log}"));
     println!(
         "lossy promotion: {} replication bytes lost; {committed_before_kill} submissions \
-         committed before the kill",
+         committed before the kill; relay: {went_back}",
         primary_offset - replica_offset
     );
     for (i, w) in workers.iter_mut().enumerate() {
@@ -621,4 +626,169 @@ fn a_worker_started_behind_sentinel_restores_lost_dead_letters() {
     drain(&cluster);
     assert_dead_letters_once(&mut primary, 1);
     assert_eq!(cluster.world.count_once_made("disbursements"), 10);
+}
+
+/// The consumer groups of the submissions stream on the node at `port`, by name.
+fn groups_on(port: u16) -> Vec<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("grants:submissions")
+        .query(&mut conn)
+        .unwrap();
+    groups
+        .iter()
+        .map(|g| match &g["name"] {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("group name {other:?}"),
+        })
+        .collect()
+}
+
+/// A promotion can lose the consumer group itself (created on the old primary after the
+/// replica fell behind): the worker finds NOGROUP on the new primary, creates the group again
+/// at 0 and reads everything again, and the ledger turns every entry it had already recorded
+/// into a duplicate. Paid once to the cent, nothing pending, every event and dead letter once.
+#[test]
+fn a_promotion_that_loses_the_consumer_group_replays_from_0_and_pays_nothing_twice() {
+    // 1. Three chunks reach both nodes (produce WAITs for the replica); no group exists yet.
+    // 2. The replica is frozen and cut off; a worker and a relay start: the group, every XACK,
+    //    dead-letter copy and event exist on the old primary only.
+    // 3. SIGKILL the primary, thaw the replica, wait for its promotion: it has no group.
+    // 4. The worker recreates the group at 0 and replays: 30 duplicates; then check everything.
+    let mut cluster = Cluster::start();
+    for c in 0..3 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    let old = cluster.set.primary_port().unwrap();
+    let old_index = cluster.set.node_on(old).unwrap();
+    let replica = &cluster.set.nodes[1 - old_index];
+    let (replica_port, replica_pid) = (replica.port(), replica.pid().unwrap());
+    assert!(wait_for(Duration::from_secs(10), || repl_offset(
+        replica_port,
+        "slave_repl_offset"
+    ) == repl_offset(
+        old,
+        "master_repl_offset"
+    )));
+    send(replica_pid, libc::SIGSTOP);
+    cut_replicas(old);
+    let no_wait = ["--redis-wait-replicas", "0"];
+    let run = [&["run", "--claim-idle-ms", "1000"][..], &no_wait].concat();
+    let mut worker = cluster.spawn(&run);
+    let mut relay = cluster.spawn(&[&["relay"][..], &no_wait].concat());
+    let drained = wait_for(Duration::from_secs(20), || {
+        cluster.world.count_once_made("disbursements") == 30
+            && cluster
+                .world
+                .sql_i64_once_made("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
+                == 0
+    });
+    assert!(drained, "{}", worker.log_text());
+    assert_eq!(groups_on(old), ["grant-workers"]);
+    cluster.set.nodes[old_index].kill();
+    send(replica_pid, libc::SIGCONT);
+    assert!(
+        wait_for(Duration::from_secs(30), || cluster
+            .set
+            .primary_port()
+            .is_ok_and(|p| p == replica_port)),
+        "no sentinel promoted the replica (logs in {})",
+        cluster.set.dir().display()
+    );
+    cluster.set.nodes[old_index]
+        .restart_as_replica_of(replica_port)
+        .unwrap();
+    assert_exactly_once(&cluster, 3, 0);
+    assert!(
+        wait_for(SETTLE, || cluster.world.sql_i64(
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"
+        ) == 30),
+        "every recorded entry read again is a duplicate:\n{}",
+        worker.log_text()
+    );
+    // The fault landed: the group had to be created again on the new primary.
+    assert_eq!(
+        worker.log_text().matches("created consumer group").count(),
+        2,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(groups_on(replica_port), ["grant-workers"]);
+    assert_alive(&mut worker, "worker");
+    assert_alive(&mut relay, "relay");
+}
+
+/// After a failover the worker checks the dead letters again, without a restart: a dead
+/// letter the new primary lacks (its stream deleted before a graceful failover, so the
+/// promoted replica lacks it too) is copied again once, although its entry was acknowledged
+/// long ago and will never be delivered again.
+#[test]
+fn a_worker_copies_lost_dead_letters_again_after_a_failover_it_lives_through() {
+    // 1. A worker drains a chunk: ten paid, one dead letter, everything acknowledged.
+    // 2. The dead-letter stream and its index are deleted; the deletion reaches the replica.
+    // 3. SENTINEL FAILOVER promotes the replica; the worker follows it and, on its next turn,
+    //    copies the dead letter again, once; the old primary rejoins as a replica.
+    let cluster = Cluster::start();
+    let mut worker = cluster.spawn(&["run"]);
+    cluster.produce(&chunk(0), &[]);
+    assert!(wait_for(SETTLE, || cluster
+        .world
+        .count_once_made("dead_letters")
+        == 1
+        && cluster.world.count_once_made("disbursements") == 10));
+    let mut primary = cluster.primary();
+    let old = cluster.set.primary_port().unwrap();
+    redis::cmd("DEL")
+        .arg("grants:submissions:dead")
+        .arg("grants:submissions:dead:index")
+        .query::<()>(&mut primary)
+        .unwrap();
+    let replicated: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5_000)
+        .query(&mut primary)
+        .unwrap();
+    assert_eq!(replicated, 1);
+    let sentinel = cluster.set.sentinel_ports()[0];
+    let client = redis::Client::open(format!("redis://127.0.0.1:{sentinel}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(claimgate::support::localsentinels::MASTER_NAME)
+        .query::<()>(&mut conn)
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || cluster
+            .set
+            .primary_port()
+            .is_ok_and(|p| p != old)),
+        "no failover (logs in {})",
+        cluster.set.dir().display()
+    );
+    let mut primary = cluster.primary();
+    assert!(
+        wait_for(SETTLE, || {
+            let n: u64 = redis::cmd("XLEN")
+                .arg("grants:submissions:dead")
+                .query(&mut primary)
+                .unwrap_or(0);
+            n == 1
+        }),
+        "the dead letter was not copied again:\n{}",
+        worker.log_text()
+    );
+    assert_dead_letters_once(&mut primary, 1);
+    let log = worker.log_text();
+    assert!(
+        log.contains("the redis primary changed: checking the dead letters")
+            && log.contains("1 dead letters recorded in the ledger were missing"),
+        "{log}"
+    );
+    assert_alive(&mut worker, "worker");
 }

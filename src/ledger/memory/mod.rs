@@ -249,12 +249,12 @@ impl Ledger for MemoryLedger {
 }
 
 impl Outbox for MemoryLedger {
-    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+    fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let state = self.lock()?;
         Ok(state
             .outbox
             .iter()
-            .filter(|o| o.published_at.is_none())
+            .filter(|o| o.id > after_id)
             .take(limit)
             .map(|o| OutboxRow {
                 id: o.id,

@@ -1,5 +1,5 @@
-//! The relay's side of the outbox on PostgreSQL: unpublished rows in id order, marking them
-//! published.
+//! The relay's side of the outbox on PostgreSQL: rows in id order above a position, marking
+//! them published.
 //!
 //! # Why PostgreSQL keeps contract point 5 (rows become visible in id order)
 //! With several writers, a sequence would hand out ids when rows are inserted, and those rows
@@ -20,14 +20,14 @@ use crate::error::Result;
 use crate::ledger::{Outbox, OutboxRow};
 
 impl Outbox for PgLedger {
-    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+    fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let mut conn = self.conn()?;
         let st = conn.prepared(
-            "SELECT id, event_type, payload FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1",
+            "SELECT id, event_type, payload FROM outbox WHERE id > $1 ORDER BY id LIMIT $2",
         )?;
         Ok(conn
             .client
-            .query(&st, &[&(limit as i64)])?
+            .query(&st, &[&after_id, &(limit as i64)])?
             .iter()
             .map(|r| OutboxRow {
                 id: r.get(0),

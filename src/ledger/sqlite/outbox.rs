@@ -1,4 +1,4 @@
-//! The relay's side of the outbox: read unpublished rows in id order, mark them published.
+//! The relay's side of the outbox: read rows in id order above a position, mark them published.
 //!
 //! # Why SQLite keeps contract point 5 (rows become visible in id order)
 //! SQLite has one writer at a time (every writer opens with `BEGIN IMMEDIATE`) and `outbox.id`
@@ -14,13 +14,13 @@ use crate::ledger::{Outbox, OutboxRow};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 impl Outbox for SqliteLedger {
-    fn unpublished(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+    fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare_cached(
-            "SELECT id, event_type, payload FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT ?1",
+            "SELECT id, event_type, payload FROM outbox WHERE id > ?1 ORDER BY id LIMIT ?2",
         )?;
         let rows = stmt
-            .query_map([limit as i64], |r| {
+            .query_map(params![after_id, limit as i64], |r| {
                 Ok(OutboxRow {
                     id: r.get(0)?,
                     event_type: r.get(1)?,
