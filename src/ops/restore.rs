@@ -8,7 +8,8 @@
 //! by hand, its new rows would get ids the mark already covers and be marked published without
 //! ever being published. Here, with the ledger locked against every other claimgate process:
 //!
-//! - the mark is read from Redis (the restore refuses to go on without it);
+//! - the events stream's position is read from Redis (`broker::mark::read`: the mark, or the
+//!   stream's last event if that is higher; the restore refuses to go on without it);
 //! - if it belongs to the backup's ledger, the restored rows at or below it are marked
 //!   published — they are on the stream already: same ledger, same ids, same rows, since a
 //!   backup is an earlier state of the very ledger whose rows were published — and the outbox
