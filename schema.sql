@@ -1,7 +1,7 @@
 -- claimgate ledger schema. Applied at every start; every statement is idempotent.
 --
 -- One index holds the claim, and it is not on a random key alone: it leads with the
--- submission's own time. Every other table refers to a claim through its integer claim_id, so
+-- submission's own instant. Every other table refers to a claim through its integer claim_id, so
 -- inserts there append to the right edge of their B-trees. Keys are stored as 32 raw bytes; use
 -- lower(hex(idempotency_key)) to see the 64-hex form.
 
@@ -9,27 +9,28 @@
 -- of what was processed and when (2 CFR 200.334), so nothing deletes from it automatically.
 -- claim_id is the surrogate the other tables reference.
 --
--- The claim itself is UNIQUE (submission_timestamp, award_id, idempotency_key), and that is
--- uniqueness of the idempotency key: the key is sha256(award_id | submission_timestamp |
--- sha256(payload)) over exactly the two values stored beside it, and an RFC 3339 timestamp and
--- a hex digest contain no '|', so one key can only ever come with one (time, award) pair. A
--- second claim of a key therefore collides here, and INSERT OR IGNORE is refused by the
--- database whatever the code does. Leading with the time is what keeps the index cheap to
--- write: submissions arrive roughly in the order they were made, so new claims land on the
--- few pages at the index's right edge instead of one random page each among millions (the
--- write amplification that made a ledger of 1,000,000 claims 40% slower than an empty one;
--- see BENCHMARKS.md). The same index answers "an earlier claim for this award and time"
--- A ledger created by an earlier release keeps its UNIQUE (idempotency_key) and award/time
--- indexes; every query here works on both.
---
 -- submission_instant is the instant submission_timestamp names, spelled one way (UTC, nine
 -- fractional digits, 'Z': src/domain/clock.rs, instant_utc), so `09:00:00Z` and
--- `11:00:00+02:00` are one time. Conflict detection ("an earlier claim for this award at this
--- instant with another key") compares it, never the spelling, through claim_instant below,
--- which leads with the instant and so, like the claim index, takes new claims at its right
--- edge. A ledger from before this column gets it on open (src/ledger/sqlite/upgrade.rs: ALTER
--- TABLE before this file runs, then every claim without an instant is backfilled); it is NULL
--- only for rows written by an older release, which the next open backfills.
+-- `11:00:00+02:00` are one time.
+--
+-- The claim itself is UNIQUE (submission_instant, award_id, idempotency_key), and that is
+-- uniqueness of the idempotency key: the key is sha256(award_id | submission_timestamp |
+-- sha256(payload)) over exactly the award stored beside it and the timestamp whose instant is
+-- stored beside it, and an RFC 3339 timestamp and a hex digest contain no '|', so one key can
+-- only ever come with one (instant, award) pair. A second claim of a key therefore collides
+-- here, and INSERT OR IGNORE is refused by the database whatever the code does. Leading with
+-- the instant is what keeps the index cheap to write: submissions arrive roughly in the order
+-- they were made, so new claims land on the few pages at the index's right edge instead of one
+-- random page each among millions (the write amplification that made a ledger of 1,000,000
+-- claims 40% slower than an empty one; see BENCHMARKS.md). The same index answers conflict
+-- detection ("an earlier claim for this award at this instant with another key", compared on
+-- the instant, never the spelling), so a claim costs one index entry, not two.
+--
+-- Ledgers made by earlier releases keep their own claim index — UNIQUE (submission_timestamp,
+-- award_id, idempotency_key), or UNIQUE (idempotency_key) before that — plus the index
+-- claim_instant (submission_instant, award_id, idempotency_key) for conflicts, and a
+-- submission_instant column that may be NULL (src/ledger/sqlite/upgrade.rs adds and backfills
+-- it); every query here works on each.
 CREATE TABLE IF NOT EXISTS processed_messages (
     claim_id             INTEGER PRIMARY KEY,
     idempotency_key      BLOB    NOT NULL CHECK (length(idempotency_key) = 32),
@@ -39,11 +40,9 @@ CREATE TABLE IF NOT EXISTS processed_messages (
     claimed_at           TEXT    NOT NULL,
     stream_entry_id      TEXT    NOT NULL,
     consumer             TEXT    NOT NULL,
-    submission_instant   TEXT,
-    UNIQUE (submission_timestamp, award_id, idempotency_key)
+    submission_instant   TEXT    NOT NULL,
+    UNIQUE (submission_instant, award_id, idempotency_key)
 );
-CREATE INDEX IF NOT EXISTS claim_instant
-    ON processed_messages (submission_instant, award_id, idempotency_key);
 
 -- Tombstones: one per claim a retention purge removed, so a purged submission is a duplicate
 -- forever (src/ledger/mod.rs, contract point 6). Only the key and when it was claimed (and
@@ -65,11 +64,15 @@ CREATE TABLE IF NOT EXISTS claim_tombstones (
     purged_at       TEXT NOT NULL
 ) WITHOUT ROWID;
 
--- The business side effect. UNIQUE (claim_id) is what makes a second disbursement for one claim
--- impossible whatever the code does.
+-- The business side effect. The claim is the row's key (claim_id INTEGER PRIMARY KEY, unique
+-- by definition) — that is what makes a second disbursement for one claim impossible whatever
+-- the code does — and one B-tree holds it, not a table and a separate unique index. `id` is
+-- the disbursement's number for messages and exports; it is the claim's (a claim has at most
+-- one disbursement). Ledgers made by earlier releases keep `id INTEGER PRIMARY KEY` with
+-- UNIQUE (claim_id), the same guarantee in two B-trees.
 CREATE TABLE IF NOT EXISTS disbursements (
-    id              INTEGER PRIMARY KEY,
-    claim_id        INTEGER NOT NULL UNIQUE REFERENCES processed_messages (claim_id),
+    id              INTEGER GENERATED ALWAYS AS (claim_id) VIRTUAL,
+    claim_id        INTEGER PRIMARY KEY REFERENCES processed_messages (claim_id),
     idempotency_key BLOB    NOT NULL,
     award_id        TEXT    NOT NULL,
     amount_cents    INTEGER NOT NULL CHECK (amount_cents > 0),

@@ -965,7 +965,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
     let step_ms = history_step_ms(n);
     let mut prev = GENESIS_HASH.to_owned();
     {
-        let mut claim = tx.prepare("INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'prefill')").map_err(|e| e.to_string())?;
+        let mut claim = tx.prepare("INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer, submission_instant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'prefill', ?8)").map_err(|e| e.to_string())?;
         let mut disb = tx.prepare("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(|e| e.to_string())?;
         let mut outbox = tx.prepare("INSERT INTO outbox (claim_id, event_type, payload, created_at, published_at) VALUES (?1, 'disbursement.recorded', ?2, ?3, ?3)").map_err(|e| e.to_string())?;
         for i in 1..=n as i64 {
@@ -976,15 +976,18 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
             let cents = 1_000 + i % 50_000;
             let entry = format!("{i}-0");
             let sql = |e: rusqlite::Error| e.to_string();
+            let made = timestamp(HISTORY_EPOCH_S * 1000 + (i - 1) * step_ms);
+            let instant = claimgate::domain::clock::instant_utc(&made).expect("a valid timestamp");
             claim
                 .execute(rusqlite::params![
                     i,
                     &key[..],
                     award,
-                    timestamp(HISTORY_EPOCH_S * 1000 + (i - 1) * step_ms),
+                    made,
                     cents,
                     at,
-                    entry
+                    entry,
+                    instant
                 ])
                 .map_err(sql)?;
             disb.execute(rusqlite::params![i, &key[..], award, cents, at])

@@ -197,18 +197,97 @@ fn a_ledger_made_by_the_previous_schema_keeps_paying_each_submission_once() {
 
 #[test]
 fn the_database_itself_refuses_a_second_claim_of_one_key() {
-    // The claim is unique on (submission time, award, key); the key is derived from exactly
-    // that time and award, so this is uniqueness of the key. Proved on the real schema with
-    // raw SQL, outside any claimgate code path.
+    // The claim is unique on (submission instant, award, key); the key is derived from exactly
+    // that award and a timestamp naming that instant, so this is uniqueness of the key. Proved
+    // on the real schema with raw SQL, outside any claimgate code path.
     let w = World::new();
     w.add(&[submission(1)]);
     w.drain(&[]);
     let conn = rusqlite::Connection::open(&w.db).unwrap();
     let copy = "INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp,
-                amount_cents, claimed_at, stream_entry_id, consumer)
-                SELECT idempotency_key, award_id, submission_timestamp, amount_cents, 'now', 'x', 'y'
+                amount_cents, claimed_at, stream_entry_id, consumer, submission_instant)
+                SELECT idempotency_key, award_id, submission_timestamp, amount_cents, 'now', 'x', 'y',
+                       submission_instant
                 FROM processed_messages";
     let refused = conn.execute(copy, []).unwrap_err().to_string();
     assert!(refused.contains("UNIQUE constraint failed"), "{refused}");
     assert_eq!(w.count("processed_messages"), 1, "still one claim");
+}
+
+/// The indexes SQLite keeps on `table` (its own automatic ones for UNIQUE included).
+fn indexes_on(w: &World, table: &str) -> i64 {
+    w.sql_i64(&format!(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = '{table}'"
+    ))
+}
+
+#[test]
+fn a_new_ledger_keeps_one_index_per_claim_and_none_beside_the_disbursements_key() {
+    // The claim's one index (instant, award, key) is both the claim and the conflict probe;
+    // disbursements are keyed by their claim. Fewer B-trees per submission, same guarantees:
+    // a conflicting resubmission is still found, a second disbursement still refused.
+    let w = World::new();
+    let conflicting =
+        r#"{"award_id":"A-000001","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5}"#;
+    w.add(&(0..10).map(submission).collect::<Vec<_>>());
+    w.add(&[conflicting.to_owned()]);
+    w.drain(&[]);
+    assert_eq!(indexes_on(&w, "processed_messages"), 1);
+    assert_eq!(indexes_on(&w, "disbursements"), 0);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'"),
+        1
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM disbursements WHERE id = claim_id"),
+        11,
+        "a disbursement's number is its claim's"
+    );
+    let conn = rusqlite::Connection::open(&w.db).unwrap();
+    let refused = conn
+        .execute(
+            "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
+             SELECT claim_id, idempotency_key, award_id, 1, 'now' FROM processed_messages LIMIT 1",
+            [],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("UNIQUE constraint failed"), "{refused}");
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_ledger_made_by_the_release_before_keeps_its_indexes_and_pays_each_submission_once() {
+    // 1. A ledger created with the previous release's schema (claims unique on the spelled
+    //    timestamp, a separate claim_instant index, disbursements with their own id) holds ten
+    //    paid submissions.
+    // 2. This release opens it, changes none of its tables, and drains the ten again, ten new
+    //    ones and a resubmission conflicting with one of the first: 21 paid, 10 duplicates, the
+    //    conflict found through claim_instant; verify passes.
+    let w = World::new();
+    rusqlite::Connection::open(&w.db)
+        .unwrap()
+        .execute_batch(include_str!("fixtures/schema-v2.sql"))
+        .unwrap();
+    w.add(&(0..10).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_ledger(&w, 10, 0);
+    assert_eq!(indexes_on(&w, "processed_messages"), 2);
+    assert_eq!(indexes_on(&w, "disbursements"), 1);
+    let conflicting =
+        r#"{"award_id":"A-000003","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5}"#;
+    w.add(&(0..20).map(submission).collect::<Vec<_>>());
+    w.add(&[conflicting.to_owned()]);
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 21);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        10
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'"),
+        1
+    );
+    assert_eq!(indexes_on(&w, "processed_messages"), 2, "nothing added");
+    w.run_ok(&["verify"]);
 }

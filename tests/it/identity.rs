@@ -147,13 +147,17 @@ fn one_instant_spelled_four_ways_is_paid_once_and_held_three_times_under_hold() 
 
 #[test]
 fn a_ledger_from_before_instants_is_upgraded_in_place_and_then_sees_the_conflict() {
-    // 1. A ledger pays T-1 at 09:00:00Z.
-    // 2. It is taken back to the previous release's shape: no submission_instant column and
+    // 1. A ledger made with the previous release's schema pays T-1 at 09:00:00Z.
+    // 2. It is taken back to the shape of the release before that: no submission_instant column and
     //    no claim_instant index (what every ledger made before this change looks like).
     // 3. A worker opens it and is fed the same instant spelled +02:00: the open adds the
     //    column, backfills the old claim's instant, and the new claim conflicts with it.
     // 4. Opening again changes nothing; verify passes.
     let world = World::new();
+    rusqlite::Connection::open(&world.db)
+        .unwrap()
+        .execute_batch(include_str!("fixtures/schema-v2.sql"))
+        .unwrap();
     world.add(&[spelled(SPELLINGS[0])]);
     world.drain(&[]);
     {

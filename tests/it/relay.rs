@@ -206,8 +206,9 @@ fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
     db.execute_batch(
         "WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM n WHERE value < 10)
          INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp, amount_cents,
-                                         claimed_at, stream_entry_id, consumer)
-         SELECT randomblob(32), 'B-' || value, '2026-07-01T09:00:00Z', 100, '2026-11-29T00:00:00.000000Z', '0-' || value, 't'
+                                         claimed_at, stream_entry_id, consumer, submission_instant)
+         SELECT randomblob(32), 'B-' || value, '2026-07-01T09:00:00Z', 100, '2026-11-29T00:00:00.000000Z', '0-' || value, 't',
+                '2026-07-01T09:00:00.000000000Z'
          FROM n;
          INSERT INTO outbox (claim_id, event_type, payload, created_at)
          SELECT claim_id, 'disbursement.recorded', json_object('award_id', award_id, 'amount_cents', amount_cents,

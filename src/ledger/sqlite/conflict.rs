@@ -20,27 +20,28 @@ pub(super) struct Other {
     pub(super) claimed_at: String,
 }
 
+/// The earliest claim with a submission's award and instant but another key. Almost always
+/// there is none, so this only probes the index that leads with exactly these two columns (the
+/// claim's own in a ledger made by this release, `claim_instant` in an older one), which holds
+/// the key and `claim_id` (the rowid): no table row is read and nothing is sorted.
+pub(super) const EARLIEST_OTHER: &str = "SELECT MIN(claim_id) FROM processed_messages
+     WHERE submission_instant = ?1 AND award_id = ?2 AND idempotency_key <> ?3";
+
 /// The earliest claim with this submission's award and instant but another key, if any.
-/// Almost always there is none, so the first query only probes `claim_instant`, which leads
-/// with exactly these two columns and holds the key and `claim_id` (the rowid): no table row
-/// is read and nothing is sorted unless there is a conflict to describe.
+/// `earliest` is [`EARLIEST_OTHER`], prepared; the claim's row is read only on a hit.
 pub(super) fn find(
     tx: &Transaction<'_>,
+    earliest: &mut rusqlite::Statement<'_>,
     s: &crate::domain::submission::Submission,
 ) -> Result<Option<Other>> {
-    let earliest: Option<i64> = tx
-        .prepare_cached(
-            "SELECT MIN(claim_id) FROM processed_messages
-             WHERE submission_instant = ?1 AND award_id = ?2 AND idempotency_key <> ?3",
-        )?
-        .query_row(
-            params![
-                s.submission_instant,
-                s.award_id,
-                s.key.as_bytes().as_slice()
-            ],
-            |r| r.get(0),
-        )?;
+    let earliest: Option<i64> = earliest.query_row(
+        params![
+            s.submission_instant,
+            s.award_id,
+            s.key.as_bytes().as_slice()
+        ],
+        |r| r.get(0),
+    )?;
     let Some(claim_id) = earliest else {
         return Ok(None);
     };

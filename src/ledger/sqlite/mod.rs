@@ -57,6 +57,9 @@ pub struct SqliteLedger {
     path: PathBuf,
     /// What `record` does with a conflicting resubmission.
     on_conflict: OnConflict,
+    /// The claim index leads with the timestamp as spelled: a ledger made by an earlier
+    /// release (`upgrade::claims_by_spelling`).
+    claims_by_spelling: bool,
     /// The retention purge under way: the connection holding its claim-key map, kept from
     /// `export_purge` to the `purge_batch` calls that follow it (see `purge.rs`).
     purge: Mutex<Option<purge::Session>>,
@@ -83,6 +86,7 @@ impl SqliteLedger {
         })?;
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         prepare_file(&mut first, cfg)?;
+        let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
         drop(first);
         let pool = pool(cfg)?;
         // Checkpoints then run on their own thread, so the writer's commits only append to the
@@ -97,6 +101,7 @@ impl SqliteLedger {
             pool,
             path: cfg.path.clone(),
             on_conflict: cfg.on_conflict,
+            claims_by_spelling,
             purge: Mutex::new(None),
             _lock: lock,
         })
@@ -268,6 +273,7 @@ impl Ledger for SqliteLedger {
             consumer,
             stream,
             on_conflict: self.on_conflict,
+            claims_by_spelling: self.claims_by_spelling,
         };
         let mut batch = Batch::start(&tx, &ctx, items.len())?;
         let outcomes = items

@@ -29,10 +29,31 @@ pub(super) fn before_schema(conn: &mut Connection) -> Result<()> {
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     if needs_instant_column(&tx)? {
-        tx.execute_batch("ALTER TABLE processed_messages ADD COLUMN submission_instant TEXT")?;
+        // The index conflict detection probes (a ledger made by this release has the claim
+        // index itself lead with the instant; this one keeps the claim index it had).
+        tx.execute_batch(
+            "ALTER TABLE processed_messages ADD COLUMN submission_instant TEXT;
+             CREATE INDEX IF NOT EXISTS claim_instant
+                 ON processed_messages (submission_instant, award_id, idempotency_key);",
+        )?;
     }
     tx.commit()?;
     Ok(())
+}
+
+/// True when no unique index of `processed_messages` leads with `submission_instant`: a ledger
+/// made by an earlier release, whose claim index leads with the timestamp as spelled (or is
+/// the key alone). Read once at open; the batch then knows where an older release's claim
+/// without an instant can be found (`batch.rs`).
+pub(super) fn claims_by_spelling(conn: &Connection) -> Result<bool> {
+    let by_instant: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_index_list('processed_messages') AS il,
+                pragma_index_info(il.name) AS ii
+         WHERE il.\"unique\" = 1 AND ii.seqno = 0 AND ii.name = 'submission_instant'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(by_instant == 0)
 }
 
 /// Fills `submission_instant` for every claim that lacks it (all of them, once, after the
@@ -141,7 +162,8 @@ fn needs_instant_column(conn: &Connection) -> Result<bool> {
     Ok(columns > 0 && has == 0)
 }
 
-/// True when some claim has no instant. One probe of `claim_instant`, where NULLs sort first.
+/// True when some claim has no instant. One probe of the index leading with the instant (the
+/// claim's own, or `claim_instant` in an older ledger), where NULLs sort first.
 fn has_claims_without_instant(conn: &Connection) -> Result<bool> {
     Ok(conn
         .query_row(
