@@ -126,26 +126,27 @@ pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
     Ok(r)
 }
 
-/// Inserts records exactly as given, many per statement (a batch's records, in chain order).
-pub fn insert_many(conn: &Connection, records: &[Record]) -> Result<()> {
+/// Inserts records exactly as given, many per statement, through the writer's statements (a
+/// batch's records, in chain order).
+pub(super) fn insert_many(st: &mut super::raw::Statements, records: &[Record]) -> Result<()> {
     super::multirow::insert(
-        conn,
+        st,
         concat!("INSERT INTO audit_log (", columns!(), ")"),
         12,
         records,
         |b, r| {
-            b.bind(r.seq)?;
-            b.bind(r.kind.as_str())?;
-            b.bind(&r.idempotency_key)?;
-            b.bind(&r.award_id)?;
-            b.bind(r.amount_cents)?;
-            b.bind(&r.stream_entry_id)?;
-            b.bind(&r.consumer)?;
-            b.bind(r.delivery_count)?;
-            b.bind(&r.detail)?;
-            b.bind(&r.recorded_at)?;
-            b.bind(&r.prev_hash)?;
-            b.bind(&r.hash)
+            b.int(r.seq)?;
+            b.text(r.kind.as_str())?;
+            b.opt_text(r.idempotency_key.as_deref())?;
+            b.opt_text(r.award_id.as_deref())?;
+            b.opt_int(r.amount_cents)?;
+            b.opt_text(r.stream_entry_id.as_deref())?;
+            b.opt_text(r.consumer.as_deref())?;
+            b.opt_int(r.delivery_count)?;
+            b.opt_text(r.detail.as_deref())?;
+            b.text(&r.recorded_at)?;
+            b.text(&r.prev_hash)?;
+            b.text(&r.hash)
         },
     )
 }

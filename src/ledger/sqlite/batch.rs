@@ -8,7 +8,7 @@
 //! inside the same transaction. Nothing here commits: the caller does, or drops the
 //! transaction and nothing of the batch exists.
 
-use super::{conflict, multirow, Item, Outcome};
+use super::{conflict, multirow, raw, Item, Outcome};
 use crate::config::OnConflict;
 use crate::domain::audit::{self, detail, Kind, Record};
 use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
@@ -71,22 +71,22 @@ impl ChainTail {
     }
 }
 
-/// The statements every submission runs, prepared once per batch: `prepare_cached` per use
-/// hashes the SQL text and moves the statement out of and back into the cache each time,
-/// which the profile showed at a few percent of the writer's time.
-struct Statements<'t> {
+/// The statements every submission runs, on the writer's connection (`raw.rs`: values bound
+/// in place), looked up once per batch.
+struct Ids {
     /// `INSERT OR IGNORE` of a claim.
-    claim: rusqlite::CachedStatement<'t>,
+    claim: raw::Id,
     /// When a claim was taken, found by submission instant, award and key.
-    claimed_at: rusqlite::CachedStatement<'t>,
-    /// The earliest other claim at the same instant for the same award (`conflict::find`).
-    conflict: rusqlite::CachedStatement<'t>,
+    claimed_at: raw::Id,
+    /// The earliest other claim at the same instant for the same award
+    /// ([`conflict::EARLIEST_OTHER`]).
+    conflict: raw::Id,
 }
 
-impl<'t> Statements<'t> {
-    fn prepare(tx: &'t Transaction<'t>) -> Result<Self> {
-        Ok(Statements {
-            claim: tx.prepare_cached(
+impl Ids {
+    fn of(st: &mut raw::Statements) -> Result<Self> {
+        Ok(Ids {
+            claim: st.id(
                 "INSERT OR IGNORE INTO processed_messages (idempotency_key, award_id,
                  submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
                  submission_instant)
@@ -94,11 +94,9 @@ impl<'t> Statements<'t> {
             )?,
             // Both layouts answer this from one index: a ledger made by this release from its
             // claim index (which leads with the instant), an older one from `claim_instant`.
-            claimed_at: tx.prepare_cached(
-                "SELECT claimed_at FROM processed_messages
-                 WHERE submission_instant = ?1 AND award_id = ?2 AND idempotency_key = ?3",
-            )?,
-            conflict: tx.prepare_cached(conflict::EARLIEST_OTHER)?,
+            claimed_at: st.id("SELECT claimed_at FROM processed_messages
+                 WHERE submission_instant = ?1 AND award_id = ?2 AND idempotency_key = ?3")?,
+            conflict: st.id(conflict::EARLIEST_OTHER)?,
         })
     }
 }
@@ -133,18 +131,27 @@ pub(super) struct Batch<'t, 'a> {
     /// purged then pays one read per batch instead of one probe per submission. Tombstones are
     /// written only by purges, which take the write lock this transaction holds.
     tombstones_exist: bool,
-    /// The per-submission statements, prepared once.
-    st: Statements<'t>,
+    /// The writer's statements.
+    st: &'t mut raw::Statements,
+    /// The ones every submission runs.
+    ids: Ids,
+    /// The groups holding a claim, synchronised with the ledger when the batch started.
+    groups: &'t mut conflict::Groups,
+    /// The highest claim id this batch made (0 before its first).
+    claim_id_max: i64,
 }
 
 impl<'t, 'a> Batch<'t, 'a> {
     /// Starts recording a batch of `capacity` items after the chain's current tail.
     pub(super) fn start(
         tx: &'t Transaction<'t>,
+        st: &'t mut raw::Statements,
+        groups: &'t mut conflict::Groups,
         ctx: &'t Context<'t>,
         capacity: usize,
     ) -> Result<Self> {
         let tail = ChainTail::read(tx)?;
+        groups.sync(tx)?;
         let tombstones_exist = tx
             .prepare_cached("SELECT 1 FROM claim_tombstones LIMIT 1")?
             .query_row([], |_| Ok(()))
@@ -152,7 +159,10 @@ impl<'t, 'a> Batch<'t, 'a> {
             .is_some();
         Ok(Batch {
             tombstones_exist,
-            st: Statements::prepare(tx)?,
+            ids: Ids::of(st)?,
+            st,
+            groups,
+            claim_id_max: 0,
             tx,
             ctx,
             now: crate::domain::clock::now_rfc3339(),
@@ -336,7 +346,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         // Under hold, a conflict must be known before claiming; under record (the default) it
         // is looked up only for new claims, after the claim, so duplicates pay nothing for it.
         let held_conflict = match self.ctx.on_conflict {
-            OnConflict::Hold => conflict::find(self.tx, &mut self.st.conflict, s)?,
+            OnConflict::Hold => self.conflict(s)?,
             OnConflict::Record => None,
         };
         if let Some(other) = &held_conflict {
@@ -344,16 +354,16 @@ impl<'t, 'a> Batch<'t, 'a> {
                 return self.hold(claim, other);
             }
         }
-        let claimed = self.st.claim.execute(params![
-            s.key.as_bytes().as_slice(),
-            s.award_id,
-            s.submission_timestamp,
-            s.amount_cents,
-            self.now,
-            claim.entry_id,
-            self.ctx.consumer,
-            s.submission_instant
-        ])?;
+        let mut b = self.st.bind(self.ids.claim);
+        b.blob(s.key.as_bytes())?;
+        b.text(&s.award_id)?;
+        b.text(&s.submission_timestamp)?;
+        b.int(s.amount_cents)?;
+        b.text(&self.now)?;
+        b.text(claim.entry_id)?;
+        b.text(self.ctx.consumer)?;
+        b.text(&s.submission_instant)?;
+        let claimed = b.execute()?;
         if claimed == 0 {
             // Only a claim of this very key can have refused ours, so it is there to be found.
             let first_claimed_at = self.claimed_at(s)?.ok_or_else(|| {
@@ -366,6 +376,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         }
 
         let claim_id = self.tx.last_insert_rowid();
+        self.claim_id_max = self.claim_id_max.max(claim_id);
         failpoint::hit("after_claim");
         let mut r = self.claim_record(Kind::Processed, claim);
         let key_hex = r.idempotency_key.as_deref().unwrap_or_default();
@@ -378,8 +389,10 @@ impl<'t, 'a> Batch<'t, 'a> {
         self.append(r);
         let other = match self.ctx.on_conflict {
             OnConflict::Hold => held_conflict,
-            OnConflict::Record => conflict::find(self.tx, &mut self.st.conflict, s)?,
+            OnConflict::Record => self.conflict(s)?,
         };
+        // After the probe: its own claim is no conflict, and later claims in its group are.
+        self.groups.insert(&s.submission_instant, &s.award_id);
         let Some(other) = other else {
             return Ok(Outcome::Processed);
         };
@@ -428,55 +441,76 @@ impl<'t, 'a> Batch<'t, 'a> {
     /// an older release wrote without its instant (the next open backfills it) is found by its
     /// spelling instead, through that ledger's own claim index.
     fn claimed_at(&mut self, s: &Submission) -> Result<Option<String>> {
-        let found = self
-            .st
-            .claimed_at
-            .query_row(
-                params![
-                    s.submission_instant,
-                    s.award_id,
-                    s.key.as_bytes().as_slice()
-                ],
-                |row| row.get(0),
-            )
-            .optional()?;
+        let mut b = self.st.bind(self.ids.claimed_at);
+        b.text(&s.submission_instant)?;
+        b.text(&s.award_id)?;
+        b.blob(s.key.as_bytes())?;
+        let found = b.query_row(|row| row.text(0))?.flatten();
         match found {
             None if self.ctx.claims_by_spelling => claimed_at_by_spelling(self.tx, s),
             found => Ok(found),
         }
     }
 
-    /// Writes the queued disbursements, outbox rows and audit records.
-    pub(super) fn finish(self) -> Result<()> {
-        let (tx, now) = (self.tx, self.now.as_str());
+    /// The earliest claim `s` conflicts with, if any: none without a probe when no claim is in
+    /// its (instant, award) group (`conflict::Groups`), else one probe of the claim index.
+    fn conflict(&mut self, s: &Submission) -> Result<Option<conflict::Other>> {
+        if !self.groups.may_hold(&s.submission_instant, &s.award_id) {
+            return Ok(None);
+        }
+        let mut b = self.st.bind(self.ids.conflict);
+        b.text(&s.submission_instant)?;
+        b.text(&s.award_id)?;
+        b.blob(s.key.as_bytes())?;
+        let earliest = b.query_row(|row| row.int(0))?.flatten();
+        match earliest {
+            Some(claim_id) => conflict::describe(self.tx, claim_id),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the queued disbursements, outbox rows and audit records; returns the highest
+    /// claim id the batch made (0 for none), for the conflict filter once it has committed.
+    pub(super) fn finish(self) -> Result<i64> {
+        let Batch {
+            st,
+            now,
+            disbursements,
+            outbox,
+            audit,
+            claim_id_max,
+            ..
+        } = self;
+        let now = now.as_str();
         multirow::insert(
-            tx,
+            st,
             "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
              recorded_at)",
             5,
-            &self.disbursements,
+            &disbursements,
             |b, d| {
                 let s = d.submission;
-                b.bind(d.claim_id)?;
-                b.bind(s.key.as_bytes().as_slice())?;
-                b.bind(&s.award_id)?;
-                b.bind(s.amount_cents)?;
-                b.bind(now)
+                b.int(d.claim_id)?;
+                b.blob(s.key.as_bytes())?;
+                b.text(&s.award_id)?;
+                b.int(s.amount_cents)?;
+                b.text(now)
             },
         )?;
         multirow::insert(
-            tx,
+            st,
             "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
             4,
-            &self.outbox,
+            &outbox,
             |b, (claim_id, payload)| {
-                b.bind(claim_id)?;
-                b.bind(EVENT_DISBURSEMENT_RECORDED)?;
-                b.bind(payload)?;
-                b.bind(now)
+                b.int(*claim_id)?;
+                b.text(EVENT_DISBURSEMENT_RECORDED)?;
+                b.text(payload)?;
+                b.text(now)
             },
         )?;
-        super::audit_store::insert_many(tx, &self.audit)
+        super::audit_store::insert_many(st, &audit)?;
+        Ok(claim_id_max)
     }
 }
 

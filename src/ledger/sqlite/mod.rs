@@ -19,6 +19,7 @@ mod lock;
 mod multirow;
 mod outbox;
 mod purge;
+mod raw;
 mod restore;
 mod upgrade;
 mod verify;
@@ -53,6 +54,10 @@ pub struct SqliteLedger {
     _checkpointer: Option<Checkpointer>,
     /// Connections, each already configured (busy timeout, synchronous, cache).
     pool: Pool<SqliteConnectionManager>,
+    /// The connection `Ledger::record` writes through, opened on the first batch.
+    writer: Mutex<Option<Writer>>,
+    /// How every connection is configured, for the writer's.
+    settings: Settings,
     /// The file, for messages.
     path: PathBuf,
     /// What `record` does with a conflicting resubmission.
@@ -88,7 +93,8 @@ impl SqliteLedger {
         prepare_file(&mut first, cfg)?;
         let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
         drop(first);
-        let pool = pool(cfg)?;
+        let settings = Settings::of(cfg);
+        let pool = pool(cfg, settings.clone())?;
         // Checkpoints then run on their own thread, so the writer's commits only append to the
         // WAL (see `checkpoint.rs`).
         let checkpointer = if cfg.background_checkpoints {
@@ -99,6 +105,8 @@ impl SqliteLedger {
         Ok(SqliteLedger {
             _checkpointer: checkpointer,
             pool,
+            writer: Mutex::new(None),
+            settings,
             path: cfg.path.clone(),
             on_conflict: cfg.on_conflict,
             claims_by_spelling,
@@ -138,39 +146,88 @@ impl SqliteLedger {
     }
 }
 
-/// The pool: every connection configured alike as it is made.
-fn pool(cfg: &LedgerConfig) -> Result<Pool<SqliteConnectionManager>> {
-    let busy = Duration::from_millis(cfg.busy_timeout_ms);
-    let synchronous = cfg.synchronous.as_sql();
-    // max_page_count is per connection, not stored in the file, so every connection sets it.
-    let pages_max = cfg
-        .pages_max
-        .map(|n| format!("PRAGMA max_page_count = {n};"))
-        .unwrap_or_default();
-    let autocheckpoint = if cfg.background_checkpoints {
-        0
-    } else {
-        WAL_AUTOCHECKPOINT_PAGES_DEFAULT
-    };
-    let cache_kib = cfg.cache_kib;
-    let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| {
-        c.busy_timeout(busy)?;
+/// How every connection to the ledger is configured as it is opened.
+#[derive(Debug, Clone)]
+struct Settings {
+    /// How long a writer waits for another's lock.
+    busy: Duration,
+    /// `PRAGMA synchronous`.
+    synchronous: &'static str,
+    /// `PRAGMA max_page_count` (per connection, not stored in the file), if capped.
+    pages_max: Option<u64>,
+    /// `PRAGMA wal_autocheckpoint`: 0 when the background checkpointer runs.
+    autocheckpoint: u32,
+    /// `PRAGMA cache_size`, in KiB.
+    cache_kib: u32,
+}
+
+impl Settings {
+    fn of(cfg: &LedgerConfig) -> Self {
+        Settings {
+            busy: Duration::from_millis(cfg.busy_timeout_ms),
+            synchronous: cfg.synchronous.as_sql(),
+            pages_max: cfg.pages_max,
+            autocheckpoint: if cfg.background_checkpoints {
+                0
+            } else {
+                WAL_AUTOCHECKPOINT_PAGES_DEFAULT
+            },
+            cache_kib: cfg.cache_kib,
+        }
+    }
+
+    fn apply(&self, c: &Connection) -> rusqlite::Result<()> {
+        c.busy_timeout(self.busy)?;
         // A batch uses about twenty statements (four shapes per multi-row insert); the
         // default cache of 16 would re-prepare some of them in every batch.
         c.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+        let pages_max = self
+            .pages_max
+            .map(|n| format!("PRAGMA max_page_count = {n};"))
+            .unwrap_or_default();
         c.execute_batch(&format!(
-            "PRAGMA synchronous = {synchronous};
+            "PRAGMA synchronous = {};
              PRAGMA foreign_keys = ON;
-             PRAGMA cache_size = -{cache_kib};
-             PRAGMA wal_autocheckpoint = {autocheckpoint};
+             PRAGMA cache_size = -{};
+             PRAGMA wal_autocheckpoint = {};
              PRAGMA temp_store = MEMORY;
-             {pages_max}"
+             {pages_max}",
+            self.synchronous, self.cache_kib, self.autocheckpoint
         ))
-    });
+    }
+}
+
+/// The pool: every connection configured alike as it is made.
+fn pool(cfg: &LedgerConfig, settings: Settings) -> Result<Pool<SqliteConnectionManager>> {
+    let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| settings.apply(c));
     Ok(Pool::builder()
         .max_size(cfg.pool_size_max)
         .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
         .build(manager)?)
+}
+
+/// The connection batches are recorded through, with what it keeps between batches.
+struct Writer {
+    /// Its statements, bound in place (`raw.rs`). Declared before `conn`, so they are
+    /// finalized before it closes.
+    statements: raw::Statements,
+    /// The (instant, award) groups holding a claim, so most new claims skip the conflict
+    /// probe (`conflict::Groups`).
+    groups: conflict::Groups,
+    /// The connection, configured like the pool's.
+    conn: Connection,
+}
+
+impl Writer {
+    fn open(path: &Path, settings: &Settings) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        settings.apply(&conn)?;
+        Ok(Writer {
+            statements: raw::Statements::new(&conn),
+            groups: conflict::Groups::new(),
+            conn,
+        })
+    }
 }
 
 /// Sets WAL (a property of the file: once, before any pooled connection exists) and applies the
@@ -267,7 +324,17 @@ fn make_private(file: &Path) {
 
 impl Ledger for SqliteLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
-        let mut conn = self.conn()?;
+        // A batch that panicked left nothing behind (its transaction rolled back on unwinding,
+        // its statements were reset), so the writer is taken over as it is.
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if writer.is_none() {
+            *writer = Some(Writer::open(&self.path, &self.settings)?);
+        }
+        let Writer {
+            statements,
+            groups,
+            conn,
+        } = writer.as_mut().expect("just opened");
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let ctx = Context {
             consumer,
@@ -275,14 +342,15 @@ impl Ledger for SqliteLedger {
             on_conflict: self.on_conflict,
             claims_by_spelling: self.claims_by_spelling,
         };
-        let mut batch = Batch::start(&tx, &ctx, items.len())?;
+        let mut batch = Batch::start(&tx, statements, groups, &ctx, items.len())?;
         let outcomes = items
             .iter()
             .map(|item| batch.item(item))
             .collect::<Result<Vec<_>>>()?;
-        batch.finish()?;
+        let claim_id_max = batch.finish()?;
         failpoint::hit("before_commit");
         tx.commit()?;
+        groups.committed_through(claim_id_max);
         Ok(outcomes)
     }
 

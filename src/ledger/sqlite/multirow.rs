@@ -6,57 +6,38 @@
 //! in statements of 64, then the remainder in statements of 16, 4 and 1 rows, so only four
 //! statement shapes per table exist and all of them stay in the prepared-statement cache.
 
+use super::raw::{Bound, Statements};
 use crate::error::Result;
-use rusqlite::{Connection, Statement, ToSql};
 
 /// Rows per statement, largest first.
 const CHUNK_ROWS: [usize; 4] = [64, 16, 4, 1];
 
-/// Binds one row's values, in column order, into a multi-row statement.
-pub(super) struct Binder<'s, 'c> {
-    /// The statement being filled.
-    stmt: &'s mut Statement<'c>,
-    /// The next parameter's 1-based index.
-    next: usize,
-}
-
-impl Binder<'_, '_> {
-    /// Binds the next column's value.
-    pub(super) fn bind<T: ToSql>(&mut self, value: T) -> Result<()> {
-        self.stmt.raw_bind_parameter(self.next, value)?;
-        self.next += 1;
-        Ok(())
-    }
-}
-
 /// Inserts `rows` with `head` (`INSERT INTO t (a, b, c)`, naming `columns` columns), many rows
-/// per statement. `bind` must bind exactly `columns` values for each row.
-pub(super) fn insert<R>(
-    conn: &Connection,
+/// per statement, through the writer's statements (values bound in place: `raw.rs`). `bind`
+/// must bind exactly `columns` values for each row.
+pub(super) fn insert<'v, R>(
+    st: &mut Statements,
     head: &str,
     columns: usize,
-    rows: &[R],
-    mut bind: impl FnMut(&mut Binder<'_, '_>, &R) -> Result<()>,
+    rows: &'v [R],
+    mut bind: impl FnMut(&mut Bound<'_, 'v>, &'v R) -> Result<()>,
 ) -> Result<()> {
     let mut rest = rows;
     for size in CHUNK_ROWS {
         if rest.len() < size {
             continue;
         }
-        // Built once per shape, not per chunk: a batch runs up to ~64 chunks of the same shape.
-        let sql = statement(head, columns, size);
+        // Built and looked up once per shape, not per chunk: a batch runs up to ~64 chunks of
+        // the same shape.
+        let id = st.id(&statement(head, columns, size))?;
         while rest.len() >= size {
             let (chunk, tail) = rest.split_at(size);
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut binder = Binder {
-                stmt: &mut stmt,
-                next: 1,
-            };
+            let mut b = st.bind(id);
             for row in chunk {
-                bind(&mut binder, row)?;
+                bind(&mut b, row)?;
             }
-            debug_assert_eq!(binder.next, columns * size + 1, "bind one value per column");
-            stmt.raw_execute()?;
+            debug_assert_eq!(b.count(), columns * size, "bind one value per column");
+            b.execute()?;
             rest = tail;
         }
     }
@@ -75,15 +56,16 @@ mod tests {
 
     #[test]
     fn every_row_lands_once_whatever_the_count() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (a INTEGER, b TEXT)")
             .unwrap();
+        let mut st = Statements::new(&conn);
         for n in [0usize, 1, 3, 4, 5, 63, 64, 65, 150] {
             conn.execute("DELETE FROM t", []).unwrap();
             let rows: Vec<(i64, String)> = (0..n as i64).map(|i| (i, format!("r{i}"))).collect();
-            insert(&conn, "INSERT INTO t (a, b)", 2, &rows, |b, (a, s)| {
-                b.bind(a)?;
-                b.bind(s)
+            insert(&mut st, "INSERT INTO t (a, b)", 2, &rows, |b, (a, s)| {
+                b.int(*a)?;
+                b.text(s)
             })
             .unwrap();
             let (count, sum, ok): (i64, i64, i64) = conn

@@ -392,6 +392,12 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64, now: &str) -> Resu
          WHERE p.claim_id IN (SELECT claim_id FROM temp.purge_claims)",
         [now],
     )?;
+    // Claims are gone: writers' conflict filters (`conflict::Groups`) must be rebuilt.
+    tx.execute(
+        "INSERT INTO ledger_meta (name, value) VALUES (?1, '1')
+         ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        [super::conflict::PURGES_META],
+    )?;
     for table in ["outbox", "disbursements", "processed_messages"] {
         tx.execute(
             &format!(
