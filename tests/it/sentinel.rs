@@ -784,11 +784,15 @@ fn a_worker_copies_lost_dead_letters_again_after_a_failover_it_lives_through() {
         worker.log_text()
     );
     assert_dead_letters_once(&mut primary, 1);
-    let log = worker.log_text();
+    // The WARN comes once the reconciliation returns, just after the copy is visible.
     assert!(
-        log.contains("the redis primary changed: checking the dead letters")
-            && log.contains("1 dead letters recorded in the ledger were missing"),
-        "{log}"
+        wait_for(Duration::from_secs(10), || {
+            let log = worker.log_text();
+            log.contains("the redis primary changed: checking the dead letters")
+                && log.contains("1 dead letters recorded in the ledger were missing")
+        }),
+        "{}",
+        worker.log_text()
     );
     assert_alive(&mut worker, "worker");
 }
