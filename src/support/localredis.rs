@@ -25,8 +25,39 @@ pub struct Options {
     /// Also listen on a unix socket, `redis.sock` in the server's directory (see
     /// [`LocalRedis::socket_path`]).
     pub unixsocket: bool,
-    /// Start as a replica of the server on this loopback port (`--replicaof`).
+    /// Start as a replica of the server on this loopback port (`--replicaof`; with
+    /// [`Options::tls`], the primary's TLS port, replicated over TLS).
     pub replica_of: Option<u16>,
+    /// Also listen for TLS on a port of its own ([`LocalRedis::tls_port`]) with this
+    /// certificate. The plain port stays open for the harness's own checks.
+    pub tls: Option<Tls>,
+}
+
+/// A certificate and key for a private server's TLS port (PEM files).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The server's certificate, also the CA it trusts for replication links.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
+impl Tls {
+    /// The `redis-server` arguments that serve TLS on `port` with these files (clients need no
+    /// certificate of their own) and replicate over TLS.
+    pub fn server_args(&self, port: u16) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec!["--tls-port".into(), port.to_string().into()];
+        for (flag, file) in [
+            ("--tls-cert-file", &self.cert),
+            ("--tls-key-file", &self.key),
+            ("--tls-ca-cert-file", &self.cert),
+        ] {
+            args.push(flag.into());
+            args.push(file.into());
+        }
+        args.extend(["--tls-auth-clients", "no", "--tls-replication", "yes"].map(Into::into));
+        args
+    }
 }
 
 /// A running private redis-server.
@@ -35,6 +66,8 @@ pub struct LocalRedis {
     child: Option<Child>,
     /// Its port, kept across restarts.
     port: u16,
+    /// Its TLS port, when started with [`Options::tls`], kept across restarts.
+    tls_port: Option<u16>,
     /// Its working directory (AOF, logs).
     dir: PathBuf,
     /// Keeps a temporary directory alive when we made one.
@@ -59,9 +92,14 @@ impl LocalRedis {
     /// Starts a server whose data lives in `dir` (which must exist).
     pub fn start_in(dir: &Path, options: Options) -> Result<Self> {
         let port = free_port()?;
+        let tls_port = match options.tls {
+            Some(_) => Some(free_port()?),
+            None => None,
+        };
         let mut server = LocalRedis {
             child: None,
             port,
+            tls_port,
             dir: dir.to_owned(),
             _tmp: None,
             options,
@@ -86,6 +124,11 @@ impl LocalRedis {
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port, when started with [`Options::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The process id, while it runs.
@@ -138,6 +181,9 @@ impl LocalRedis {
         }
         if let Some(port) = self.options.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"]).arg(port.to_string());
+        }
+        if let (Some(tls), Some(port)) = (&self.options.tls, self.tls_port) {
+            cmd.args(tls.server_args(port));
         }
         if let Some(socket) = self.socket_path() {
             cmd.arg("--unixsocket")

@@ -2,11 +2,16 @@
 //! free port, all in one temporary directory, all killed on drop. For the failover tests and
 //! benchmarks; never touches a Redis the operator runs.
 //!
+//! With [`LocalSentinels::start_tls`] every process also serves TLS on a port of its own, the
+//! replica and the sentinels reach the data nodes over TLS, and [`LocalSentinels::url`] is a
+//! `rediss+sentinel://` URL naming the sentinels' TLS ports; the plain ports stay open for the
+//! harness's own checks, and the ports the sentinels name are the TLS ones.
+//!
 //! The sentinels decide fast so that a test sees a promotion within seconds: a primary is down
 //! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
 //! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
 
-use super::localredis::{free_port, spawn_redis_server, LocalRedis, Options};
+use super::localredis::{free_port, spawn_redis_server, LocalRedis, Options, Tls};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -31,6 +36,8 @@ pub struct LocalSentinels {
     pub nodes: [LocalRedis; 2],
     /// The sentinel processes, with their ports.
     sentinels: Vec<(u16, Child)>,
+    /// The sentinels' TLS ports, in the same order, when started with TLS.
+    sentinel_tls_ports: Option<Vec<u16>>,
     /// Holds the sentinels' config files and logs (and the data nodes' directories).
     dir: tempfile::TempDir,
 }
@@ -39,6 +46,16 @@ impl LocalSentinels {
     /// Starts the five processes and waits until every sentinel knows the primary and its
     /// replica, so a failover can happen from then on.
     pub fn start() -> Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// [`LocalSentinels::start`], with every process also serving TLS with `tls`'s certificate
+    /// and the nodes replicating and monitored over TLS.
+    pub fn start_tls(tls: Tls) -> Result<Self> {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<Tls>) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("claimgate-sentinel-")
             .tempdir()
@@ -48,40 +65,57 @@ impl LocalSentinels {
             std::fs::create_dir(&path).map_err(|e| Error::io("creating a node directory", e))?;
             Ok(path)
         };
-        let primary = LocalRedis::start_in(&node_dir("a")?, Options::default())?;
+        let options = Options {
+            tls: tls.clone(),
+            ..Options::default()
+        };
+        let primary = LocalRedis::start_in(&node_dir("a")?, options.clone())?;
+        // Replicas and sentinels reach a node on the port they would serve clients on.
+        let primary_port = primary.tls_port().unwrap_or(primary.port());
         sync_at_once(primary.port())?;
         let replica = LocalRedis::start_in(
             &node_dir("b")?,
             Options {
-                replica_of: Some(primary.port()),
-                ..Options::default()
+                replica_of: Some(primary_port),
+                ..options
             },
         )?;
         // The replica is the primary after a failover, and serves the old one's resync then.
         sync_at_once(replica.port())?;
         let mut sentinels = Vec::new();
+        let mut tls_ports = Vec::new();
         for _ in 0..3 {
             let port = free_port()?;
-            let child = spawn_sentinel(dir.path(), port, primary.port())?;
+            let tls_port = match &tls {
+                Some(tls) => {
+                    let p = free_port()?;
+                    tls_ports.push(p);
+                    Some((p, tls))
+                }
+                None => None,
+            };
+            let child = spawn_sentinel(dir.path(), port, tls_port, primary_port)?;
             sentinels.push((port, child));
         }
         let set = LocalSentinels {
             nodes: [primary, replica],
             sentinels,
+            sentinel_tls_ports: tls.map(|_| tls_ports),
             dir,
         };
         set.wait_ready()?;
         Ok(set)
     }
 
-    /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/claimgate-primary`.
+    /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/claimgate-primary`, or with TLS
+    /// `rediss+sentinel://` and the sentinels' TLS ports.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|(port, _)| format!("127.0.0.1:{port}"))
-            .collect();
-        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+        let (scheme, ports) = match &self.sentinel_tls_ports {
+            Some(ports) => ("rediss+sentinel", ports.clone()),
+            None => ("redis+sentinel", self.sentinel_ports()),
+        };
+        let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("{scheme}://{}/{MASTER_NAME}", hosts.join(","))
     }
 
     /// The sentinels' ports.
@@ -101,9 +135,11 @@ impl LocalSentinels {
         Err(last.unwrap_or_else(|| Error::Other("no sentinel".into())))
     }
 
-    /// The data node (index into `nodes`) listening on `port`.
+    /// The data node (index into `nodes`) listening on `port` (plain or TLS).
     pub fn node_on(&self, port: u16) -> Option<usize> {
-        self.nodes.iter().position(|n| n.port() == port)
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port || n.tls_port() == Some(port))
     }
 
     /// Kills every sentinel with SIGKILL (their config files stay, so they can be restarted).
@@ -173,11 +209,26 @@ fn config_path(dir: &Path, port: u16) -> PathBuf {
 }
 
 /// Writes a sentinel's config file (sentinels rewrite it as they learn, so it is theirs) and
-/// starts it.
-fn spawn_sentinel(dir: &Path, port: u16, primary_port: u16) -> Result<Child> {
+/// starts it. With `tls`, it also serves TLS on that port and reaches nodes and other
+/// sentinels over TLS.
+fn spawn_sentinel(
+    dir: &Path,
+    port: u16,
+    tls: Option<(u16, &Tls)>,
+    primary_port: u16,
+) -> Result<Child> {
     let path = config_path(dir, port);
+    let tls_lines = match tls {
+        Some((tls_port, tls)) => format!(
+            "tls-port {tls_port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
+             tls-ca-cert-file {cert}\ntls-auth-clients no\ntls-replication yes\n",
+            cert = tls.cert.display(),
+            key = tls.key.display(),
+        ),
+        None => String::new(),
+    };
     let config = format!(
-        "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
+        "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n{tls_lines}\
          sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
          sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
          sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\

@@ -4,6 +4,7 @@
 use crate::support::{submission, wait_for, RunWithDeadline, Spawned, World};
 use claimgate::support::localsentinels::LocalSentinels;
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -16,19 +17,40 @@ struct Cluster {
     set: LocalSentinels,
     /// The ledger and the logs.
     world: World,
+    /// With TLS: the certificate every node serves, trusted by our commands (`SSL_CERT_FILE`).
+    cert: Option<PathBuf>,
 }
 
 impl Cluster {
     fn start() -> Cluster {
-        let set = LocalSentinels::start().unwrap_or_else(|e| {
-            panic!(
-                "the sentinel tests need redis-server (with its --sentinel mode): {e}\n(install: {})",
-                claimgate::support::localredis::INSTALL_HINT
-            )
-        });
         Cluster {
-            set,
+            set: LocalSentinels::start().unwrap_or_else(no_sentinels),
             world: World::new(),
+            cert: None,
+        }
+    }
+
+    /// [`Cluster::start`] with every node and sentinel serving TLS with a certificate for
+    /// 127.0.0.1 (written into the world's directory), and a `rediss+sentinel://` URL.
+    fn start_tls() -> Cluster {
+        let world = World::new();
+        let certified =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+                .unwrap();
+        let (cert, key) = (
+            world.dir.path().join("cert.pem"),
+            world.dir.path().join("key.pem"),
+        );
+        std::fs::write(&cert, certified.cert.pem()).unwrap();
+        std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+        let tls = claimgate::support::localredis::Tls {
+            cert: cert.clone(),
+            key,
+        };
+        Cluster {
+            set: LocalSentinels::start_tls(tls).unwrap_or_else(no_sentinels),
+            world,
+            cert: Some(cert),
         }
     }
 
@@ -36,6 +58,9 @@ impl Cluster {
     fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = self.world.cmd(args);
         cmd.env("REDIS_URL", self.set.url());
+        if let Some(cert) = &self.cert {
+            cmd.env("SSL_CERT_FILE", cert);
+        }
         cmd
     }
 
@@ -62,12 +87,20 @@ impl Cluster {
 
     /// XADDs `lines` through `claimgate produce` (see [`produce`]).
     fn produce(&self, lines: &[String], extra: &[&str]) {
-        produce(&self.world, &self.set.url(), lines, extra);
+        produce(
+            &self.world,
+            &self.set.url(),
+            self.cert.as_deref(),
+            lines,
+            extra,
+        );
     }
 
-    /// A connection to whichever node the sentinels name as the primary now.
+    /// A connection to whichever node the sentinels name as the primary now (on its plain
+    /// port: the test's own checks need no TLS).
     fn primary(&self) -> redis::Connection {
-        let port = self.set.primary_port().expect("a sentinel answers");
+        let named = self.set.primary_port().expect("a sentinel answers");
+        let port = self.set.nodes[self.set.node_on(named).expect("a node of ours")].port();
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
         let conn = client
             .get_connection_with_timeout(Duration::from_secs(2))
@@ -78,17 +111,30 @@ impl Cluster {
     }
 }
 
-/// XADDs `lines` through `claimgate produce` at `url`, trying again until it succeeds (a
-/// produce that fails mid-way may have added some lines: adding them again is what a producer
-/// does, and the ledger makes the repeat harmless).
-fn produce(world: &World, url: &str, lines: &[String], extra: &[&str]) {
+/// The sentinel set-up could not start: say what to install.
+fn no_sentinels(e: claimgate::Error) -> LocalSentinels {
+    panic!(
+        "the sentinel tests need redis-server (with its --sentinel mode): {e}\n(install: {})",
+        claimgate::support::localredis::INSTALL_HINT
+    )
+}
+
+/// XADDs `lines` through `claimgate produce` at `url` (trusting `cert` when given), trying
+/// again until it succeeds (a produce that fails mid-way may have added some lines: adding them
+/// again is what a producer does, and the ledger makes the repeat harmless).
+fn produce(world: &World, url: &str, cert: Option<&Path>, lines: &[String], extra: &[&str]) {
     let file = tempfile::NamedTempFile::new_in(world.dir.path()).unwrap();
     std::fs::write(file.path(), lines.join("\n")).unwrap();
     let mut args = vec!["produce", file.path().to_str().unwrap()];
     args.extend_from_slice(extra);
     let deadline = Instant::now() + SETTLE;
     loop {
-        let out = world.cmd(&args).env("REDIS_URL", url).run_with_deadline();
+        let mut cmd = world.cmd(&args);
+        cmd.env("REDIS_URL", url);
+        if let Some(cert) = cert {
+            cmd.env("SSL_CERT_FILE", cert);
+        }
+        let out = cmd.run_with_deadline();
         if out.status.success() {
             return;
         }
@@ -272,7 +318,7 @@ fn a_primary_killed_under_load_fails_over_with_every_submission_paid_once() {
         let (set, world) = (&mut cluster.set, &cluster.world);
         let load = s.spawn(|| {
             for c in chunks / 2..chunks {
-                produce(world, &url, &chunk(c), &[]);
+                produce(world, &url, None, &chunk(c), &[]);
             }
         });
         let new_primary = fail_over(set);
@@ -337,7 +383,7 @@ fn all_sentinels_down_at_start_is_waited_out() {
     let mut cluster = Cluster::start();
     let primary_url = cluster.set.nodes[0].url();
     cluster.set.kill_sentinels();
-    produce(&cluster.world, &primary_url, &chunk(0), &[]);
+    produce(&cluster.world, &primary_url, None, &chunk(0), &[]);
     let mut worker = cluster.spawn(&["run"]);
     std::thread::sleep(Duration::from_millis(1_500));
     assert_alive(&mut worker, "worker");
@@ -372,9 +418,9 @@ fn assert_status_names_primary(cluster: &Cluster, primary_port: u16) {
     assert!(
         cluster
             .set
-            .sentinel_ports()
-            .iter()
-            .any(|p| named_by == format!("127.0.0.1:{p}")),
+            .url()
+            .split(['/', ','])
+            .any(|host| host == named_by),
         "{doc}"
     );
     assert_eq!(view["replicas"].as_array().unwrap().len(), 1, "{doc}");
@@ -795,4 +841,92 @@ fn a_worker_copies_lost_dead_letters_again_after_a_failover_it_lives_through() {
         worker.log_text()
     );
     assert_alive(&mut worker, "worker");
+}
+
+/// The last command of every client connected to the data node whose plain port is `plain`,
+/// by the port it connected to (`laddr`): `(local port, cmd)`.
+fn clients_by_port(plain: u16) -> Vec<(u16, String)> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{plain}")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    list.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            };
+            let port = field("laddr")?.rsplit_once(':')?.1.parse().ok()?;
+            Some((port, field("cmd")?.to_owned()))
+        })
+        .collect()
+}
+
+/// `rediss+sentinel://`: the sentinels and the data nodes are reached over TLS, certificates
+/// checked. A worker and a relay ride out a failover over TLS with every submission paid once;
+/// with another certificate trusted instead, nothing connects and `status` says why.
+#[test]
+fn rediss_sentinel_urls_use_checked_tls_to_sentinels_and_primary_through_a_failover() {
+    // 1. Primary, replica and three sentinels serve TLS with a certificate for 127.0.0.1 (plain
+    //    ports stay open for this test's own checks); the sentinels name the TLS ports.
+    // 2. A worker and a relay through rediss+sentinel:// with the certificate trusted; three
+    //    chunks are paid. The worker's blocking read is on the primary's TLS port, none on
+    //    its plain port.
+    // 3. SIGKILL the primary; the replica is promoted; three more chunks arrive.
+    // 4. Everything settles exactly once; status names the new primary's TLS port; no
+    //    process exited.
+    // 5. Trusting another certificate instead, status reports the certificate refused.
+    let mut cluster = Cluster::start_tls();
+    assert!(cluster.set.url().starts_with("rediss+sentinel://"));
+    let mut worker = cluster.spawn(&["run", "--claim-idle-ms", "1000"]);
+    let mut relay = cluster.spawn(&["relay"]);
+    for c in 0..3 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    assert!(
+        wait_for(SETTLE, || cluster.world.count_once_made("disbursements")
+            == 30),
+        "{}",
+        worker.log_text()
+    );
+    let old = cluster.set.primary_port().unwrap();
+    let node = &cluster.set.nodes[cluster.set.node_on(old).unwrap()];
+    assert_eq!(node.tls_port(), Some(old), "the sentinels name TLS ports");
+    let plain = node.port();
+    assert!(
+        wait_for(Duration::from_secs(10), || clients_by_port(plain)
+            .contains(&(old, "xreadgroup".to_owned()))),
+        "no blocking read on the TLS port: {:?}",
+        clients_by_port(plain)
+    );
+    assert!(
+        !clients_by_port(plain).contains(&(plain, "xreadgroup".to_owned())),
+        "a read on the plain port"
+    );
+
+    let new = fail_over(&mut cluster.set);
+    for c in 3..6 {
+        cluster.produce(&chunk(c), &[]);
+    }
+    assert_exactly_once(&cluster, 6, 0);
+    assert_alive(&mut worker, "worker");
+    assert_alive(&mut relay, "relay");
+    assert_status_names_primary(&cluster, new);
+
+    let stranger = cluster.world.dir.path().join("stranger.pem");
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    std::fs::write(&stranger, other.cert.pem()).unwrap();
+    let out = cluster
+        .cmd(&["status", "--json"])
+        .env("SSL_CERT_FILE", &stranger)
+        .run_with_deadline();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["redis"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("certificate"),
+        "{doc}"
+    );
 }
