@@ -23,7 +23,7 @@
 
 use crate::error::{Error, Result};
 use redis::{Client, Connection, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -43,6 +43,10 @@ pub struct Sentinels {
     insecure: bool,
     /// The primary last connected to, and the sentinel that named it.
     last: Mutex<Option<Primary>>,
+    /// The index of the sentinel that last named a primary we connected to: the next
+    /// connection asks it first (as Redis's guidelines for sentinel clients say), so a sentinel
+    /// that is down or drops packets costs one timeout, not one per connection.
+    preferred: AtomicUsize,
     /// How many times a connection found a primary other than the one before it: each is a
     /// failover this process lived through (the worker repairs what one can lose).
     changes: AtomicU64,
@@ -185,6 +189,7 @@ impl Sentinels {
             tls,
             insecure,
             last: Mutex::new(None),
+            preferred: AtomicUsize::new(0),
             changes: AtomicU64::new(0),
         })
     }
@@ -216,7 +221,9 @@ impl Sentinels {
         let mut last_err = String::new();
         let mut answered = 0usize;
         let mut unknown = 0usize;
-        for sentinel in &self.sentinels {
+        let first = self.preferred.load(Ordering::Relaxed);
+        for i in asking_order(self.sentinels.len(), first) {
+            let sentinel = &self.sentinels[i];
             match self.ask(sentinel, connect_timeout) {
                 Ok(Answer::Unknown) => {
                     answered += 1;
@@ -226,6 +233,7 @@ impl Sentinels {
                     answered += 1;
                     match self.open_primary(&address, connect_timeout, response_timeout) {
                         Ok(conn) => {
+                            self.preferred.store(i, Ordering::Relaxed);
                             self.remember(address, sentinel);
                             return Ok(conn);
                         }
@@ -324,6 +332,12 @@ impl Sentinels {
     }
 }
 
+/// The order `n` sentinels are asked in: `first` (the one that answered last), then the others
+/// in the URL's order after it, wrapping round.
+fn asking_order(n: usize, first: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| (first + k) % n)
+}
+
 /// `host:port` (port 26379 when left out), or `None` for an empty or unparseable one.
 fn sentinel_address(host: &str) -> Option<String> {
     if host.is_empty() {
@@ -360,7 +374,14 @@ fn join_host_port(host: &str, port: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{replicas_of, sentinel_address, Replica, Sentinels};
+    use super::{asking_order, replicas_of, sentinel_address, Replica, Sentinels};
+
+    #[test]
+    fn the_sentinel_that_answered_last_is_asked_first_then_the_rest_in_url_order() {
+        assert_eq!(asking_order(3, 0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(asking_order(3, 2).collect::<Vec<_>>(), [2, 0, 1]);
+        assert_eq!(asking_order(1, 0).collect::<Vec<_>>(), [0]);
+    }
 
     #[test]
     fn replica_lag_is_read_from_info_replication() {

@@ -66,6 +66,11 @@ impl Cluster {
 
     /// Starts `claimgate ARGS` in the background through the sentinels, logging to a file.
     fn spawn(&self, args: &[&str]) -> Spawned {
+        self.spawn_at(&self.set.url(), args)
+    }
+
+    /// [`Cluster::spawn`] with `REDIS_URL` set to `url`.
+    fn spawn_at(&self, url: &str, args: &[&str]) -> Spawned {
         let log = self.world.dir.path().join(format!(
             "{}-{}.log",
             args[0],
@@ -77,6 +82,7 @@ impl Cluster {
         let file = std::fs::File::create(&log).expect("child log");
         let child = self
             .cmd(args)
+            .env("REDIS_URL", url)
             .env("RUST_LOG", "info")
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -928,5 +934,90 @@ fn rediss_sentinel_urls_use_checked_tls_to_sentinels_and_primary_through_a_failo
             .unwrap_or("")
             .contains("certificate"),
         "{doc}"
+    );
+}
+
+/// A "sentinel" that accepts connections and never answers (a host that is up but hung),
+/// counting the connections made to it.
+struct Unanswering {
+    /// Its port.
+    port: u16,
+    /// Connections accepted so far.
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Unanswering {
+    fn start() -> Unanswering {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming().flatten() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        Unanswering { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A sentinel that accepts connections and never replies is asked once, not by every
+/// connection: once its ask times out, the sentinel that answered is asked first. Shown by
+/// counting the connections the hung sentinel receives while every connection of a worker is
+/// dropped and made again.
+#[test]
+fn a_sentinel_that_never_answers_is_not_asked_again_by_every_reconnection() {
+    // 1. The worker's URL names a hung sentinel first, then the three real ones.
+    // 2. The worker starts and pays a chunk; count the connections the hung one received
+    //    (its first connections all ask it, and wait out the timeout).
+    // 3. Twice, the primary drops every client connection (CLIENT KILL TYPE normal): every
+    //    connection of the worker reconnects through the sentinels. Then another chunk.
+    // 4. Paid; the hung sentinel received no connection since step 2.
+    let cluster = Cluster::start();
+    let hung = Unanswering::start();
+    let url = cluster.set.url().replacen(
+        "redis+sentinel://",
+        &format!("redis+sentinel://127.0.0.1:{},", hung.port),
+        1,
+    );
+    let mut worker = cluster.spawn_at(&url, &["run", "--claim-idle-ms", "1000"]);
+    cluster.produce(&chunk(0), &[]);
+    assert!(
+        wait_for(SETTLE, || cluster.world.count_once_made("disbursements")
+            == 10),
+        "{}",
+        worker.log_text()
+    );
+    let before = hung.accepted();
+    assert!(before >= 1, "the worker never asked the hung sentinel");
+    for _ in 0..2 {
+        let dropped: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut cluster.primary())
+            .unwrap();
+        assert!(dropped >= 1, "the worker had no connection to drop");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    cluster.produce(&chunk(1), &[]);
+    assert!(
+        wait_for(SETTLE, || cluster.world.count_once_made("disbursements")
+            == 20),
+        "{}",
+        worker.log_text()
+    );
+    assert_alive(&mut worker, "worker");
+    assert_eq!(
+        hung.accepted(),
+        before,
+        "reconnections asked the hung sentinel again:\n{}",
+        worker.log_text()
     );
 }
