@@ -37,7 +37,10 @@ impl Location {
 pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
     match Location::of(cfg) {
         Location::File => Ok(Box::new(sqlite::SqliteLedger::open(cfg)?)),
-        Location::Postgres => Ok(Box::new(postgres::PgLedger::open(cfg)?)),
+        Location::Postgres => {
+            sqlite_only_settings_unset(cfg)?;
+            Ok(Box::new(postgres::PgLedger::open(cfg)?))
+        }
     }
 }
 
@@ -50,10 +53,32 @@ pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Box<
                 .map(|l| Box::new(l) as Box<dyn Backend>))
         }
         Location::Postgres => {
+            sqlite_only_settings_unset(cfg)?;
             Ok(postgres::PgLedger::open_waiting(cfg, stop)?
                 .map(|l| Box::new(l) as Box<dyn Backend>))
         }
     }
+}
+
+/// Refuses settings that only a SQLite ledger has, when they ask for something other than the
+/// default: a PostgreSQL ledger would ignore them, and an operator who asked for a size cap or
+/// another durability level must not believe they hold. (PostgreSQL's durability is the
+/// server's `synchronous_commit`; its size, the server's disk and quotas.)
+fn sqlite_only_settings_unset(cfg: &LedgerConfig) -> Result<()> {
+    let mut set = Vec::new();
+    if cfg.synchronous != crate::config::Synchronous::Full {
+        set.push("--synchronous (CLAIMGATE_SYNCHRONOUS): a PostgreSQL ledger's durability is the server's synchronous_commit");
+    }
+    if cfg.pages_max.is_some() {
+        set.push("--ledger-pages-max (CLAIMGATE_LEDGER_PAGES_MAX): size a PostgreSQL ledger with the server's disk and quotas");
+    }
+    if set.is_empty() {
+        return Ok(());
+    }
+    Err(crate::error::Error::Config(format!(
+        "these settings apply to a SQLite ledger only and --db is a PostgreSQL URL; unset them: {}",
+        set.join("; ")
+    )))
 }
 
 /// Prepares `claimgate restore`: locks the ledger `cfg` names against every other claimgate

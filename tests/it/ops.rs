@@ -704,3 +704,38 @@ fn audit_export_writes_a_new_private_file_and_never_overwrites_one() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
     assert_eq!(std::fs::read(&out).unwrap(), first);
 }
+
+/// A SQLite-only setting asked of a PostgreSQL ledger is refused before anything connects
+/// (exit 2 naming the setting, no password shown), never silently ignored; the defaults pass.
+#[test]
+fn sqlite_only_settings_on_a_postgresql_ledger_are_exit_2_naming_them() {
+    let world = World::new();
+    // Nothing listens on port 1: a refusal that came from connecting would not be exit 2.
+    let url = "postgresql://claimgate:pg-s3cret@127.0.0.1:1/ledger";
+    for (args, env, named) in [
+        (
+            &["run", "--exit-when-idle", "--ledger-pages-max", "1000"][..],
+            None,
+            "--ledger-pages-max",
+        ),
+        (
+            &["run", "--exit-when-idle"][..],
+            Some(("CLAIMGATE_SYNCHRONOUS", "normal")),
+            "--synchronous",
+        ),
+    ] {
+        let mut cmd = world.cmd(args);
+        cmd.env("CLAIMGATE_DB", url);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.run_with_deadline();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(named) && stderr.contains("SQLite ledger only"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("pg-s3cret"), "{stderr}");
+    }
+}
