@@ -2,7 +2,10 @@
 //! credentials in Redis URLs, the ledger's file mode. Real redis-servers, real processes.
 
 use crate::support::RunWithDeadline;
-use crate::support::{signal, submission, wait_exit, wait_for, Store, World};
+use crate::support::{
+    signal, status_refusing_the_certificate, submission, wait_exit, wait_for, Certificates, Store,
+    World,
+};
 use claimgate::support::localredis::{free_port, Options};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -460,15 +463,11 @@ fn rediss_urls_are_verified_against_trusted_certificates() {
     // 2. With the certificate trusted (SSL_CERT_FILE), produce and drain over rediss://.
     // 3. Without it trusted, status reports Redis unreachable (the certificate is refused).
     let dir = tempfile::tempdir().unwrap();
-    let certified =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
-    // A different certificate: trusting it must not make the server's acceptable.
-    let stranger = dir.path().join("stranger.pem");
-    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
-    std::fs::write(&stranger, other.cert.pem()).unwrap();
+    let Certificates {
+        cert,
+        key,
+        stranger,
+    } = Certificates::write_in(dir.path());
     let port = free_port().unwrap();
     let child = Command::new("redis-server")
         .args([
@@ -543,14 +542,7 @@ fn rediss_urls_are_verified_against_trusted_certificates() {
     assert_eq!(paid, 2);
 
     let untrusted = claimgate(&["status", "--json"], false).run_with_deadline();
-    let doc: serde_json::Value = serde_json::from_slice(&untrusted.stdout).unwrap();
-    assert!(
-        doc["redis"]["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("certificate"),
-        "{doc}"
-    );
+    let doc = status_refusing_the_certificate(&untrusted);
     assert_eq!(
         doc["redis"]["url"],
         format!("rediss://:***@127.0.0.1:{port}")

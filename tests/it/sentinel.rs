@@ -1,7 +1,10 @@
 //! Redis through Sentinel: a primary, one replica and three real sentinels on loopback
 //! (`claimgate::support::localsentinels`), real workers, a real relay, a real SIGKILL.
 
-use crate::support::{submission, wait_for, RunWithDeadline, Spawned, World};
+use crate::support::{
+    status_refusing_the_certificate, submission, wait_for, Certificates, RunWithDeadline, Spawned,
+    World,
+};
 use claimgate::support::localsentinels::LocalSentinels;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -34,23 +37,15 @@ impl Cluster {
     /// 127.0.0.1 (written into the world's directory), and a `rediss+sentinel://` URL.
     fn start_tls() -> Cluster {
         let world = World::new();
-        let certified =
-            rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
-                .unwrap();
-        let (cert, key) = (
-            world.dir.path().join("cert.pem"),
-            world.dir.path().join("key.pem"),
-        );
-        std::fs::write(&cert, certified.cert.pem()).unwrap();
-        std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+        let certs = Certificates::write_in(world.dir.path());
         let tls = claimgate::support::localredis::Tls {
-            cert: cert.clone(),
-            key,
+            cert: certs.cert.clone(),
+            key: certs.key,
         };
         Cluster {
             set: LocalSentinels::start_tls(tls).unwrap_or_else(no_sentinels),
             world,
-            cert: Some(cert),
+            cert: Some(certs.cert),
         }
     }
 
@@ -920,21 +915,14 @@ fn rediss_sentinel_urls_use_checked_tls_to_sentinels_and_primary_through_a_failo
     assert_alive(&mut relay, "relay");
     assert_status_names_primary(&cluster, new);
 
-    let stranger = cluster.world.dir.path().join("stranger.pem");
-    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
-    std::fs::write(&stranger, other.cert.pem()).unwrap();
     let out = cluster
         .cmd(&["status", "--json"])
-        .env("SSL_CERT_FILE", &stranger)
+        .env(
+            "SSL_CERT_FILE",
+            cluster.world.dir.path().join("stranger.pem"),
+        )
         .run_with_deadline();
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(
-        doc["redis"]["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("certificate"),
-        "{doc}"
-    );
+    status_refusing_the_certificate(&out);
 }
 
 /// A "sentinel" that accepts connections and never answers (a host that is up but hung),

@@ -593,3 +593,47 @@ impl Drop for Logged {
         let _ = self.child.wait();
     }
 }
+
+/// Certificates for TLS tests, written into `dir`: `cert.pem` and `key.pem`, a self-signed
+/// certificate for 127.0.0.1 and localhost, and `stranger.pem`, another certificate for
+/// 127.0.0.1 (trusting it must not make the first acceptable).
+pub struct Certificates {
+    /// The server's certificate (also what a client trusts to accept it).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// A certificate of nobody the servers use.
+    pub stranger: PathBuf,
+}
+
+impl Certificates {
+    pub fn write_in(dir: &std::path::Path) -> Certificates {
+        let server =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+                .unwrap();
+        let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+        let certs = Certificates {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            stranger: dir.join("stranger.pem"),
+        };
+        std::fs::write(&certs.cert, server.cert.pem()).unwrap();
+        std::fs::write(&certs.key, server.signing_key.serialize_pem()).unwrap();
+        std::fs::write(&certs.stranger, other.cert.pem()).unwrap();
+        certs
+    }
+}
+
+/// The `status --json` document of `out`, asserting its Redis part reports a certificate
+/// the client refused.
+pub fn status_refusing_the_certificate(out: &Output) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["redis"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("certificate"),
+        "{doc}"
+    );
+    doc
+}
