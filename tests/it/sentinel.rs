@@ -784,6 +784,13 @@ fn a_worker_copies_lost_dead_letters_again_after_a_failover_it_lives_through() {
         worker.log_text()
     );
     assert_dead_letters_once(&mut primary, 1);
+    // The worker says so after the copy returns, and its stderr is read on a thread of the
+    // test's: the line can land a moment after the stream shows the copy.
+    wait_for(SETTLE, || {
+        worker
+            .log_text()
+            .contains("dead letters recorded in the ledger were missing")
+    });
     let log = worker.log_text();
     assert!(
         log.contains("the redis primary changed: checking the dead letters")
