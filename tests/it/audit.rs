@@ -1,13 +1,18 @@
 //! The audit trail and the ledger's self-checks: counts, export, tampering caught and undone,
-//! `verify`, conflicting resubmissions, retention and legal holds.
+//! `verify`, conflicting resubmissions, retention and legal holds; every test on both ledgers,
+//! each tampering done in SQL both dialects share.
 
-use crate::support::{self, World};
-use rusqlite::Connection;
+use crate::support::{self, Store, World};
 use std::process::Output;
 
-fn rw(w: &World) -> Connection {
-    Connection::open(&w.db).unwrap()
-}
+on_both_ledgers!(
+    audit_records_match_what_happened_and_every_tampering_is_caught_and_undone,
+    verify_catches_an_edited_amount_and_a_deleted_outbox_row,
+    a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid,
+    retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable,
+    a_purge_that_cannot_find_a_records_claim_removes_nothing,
+    a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself,
+);
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -34,8 +39,7 @@ fn kind_count(w: &World, kind: &str) -> i64 {
 /// Every column of one audit row except seq, to put back later.
 const COLS: &str = "kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash";
 
-#[test]
-fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() {
+fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone(store: Store) {
     // Plan:
     // 1. 30 submissions, 3 of them sent twice, 2 malformed entries; drain.
     // 2. Counts of processed/duplicate/dead_letter records match; the chain verifies; an export
@@ -43,7 +47,7 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     // 3. In the ledger: edit one byte, delete one record, swap two; each is caught at the right
     //    seq, and undoing it makes verify pass again.
     // 4. In the export file: the same three, caught and undone.
-    let w = World::new();
+    let w = World::on(store);
     let mut payloads: Vec<String> = (0..30).map(support::submission).collect();
     payloads.extend((0..3).map(support::submission));
     w.add(&payloads);
@@ -66,41 +70,33 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     let file_arg = ["audit", "verify", "--file", export.to_str().unwrap()];
     w.run_ok(&file_arg);
 
-    let db = rw(&w);
-    db.execute(
-        "UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 10",
-        [],
-    )
-    .unwrap();
+    // One session throughout: the saved rows live in its temporary tables (unqualified names
+    // find a temporary table first in both dialects).
+    let mut db = w.sql();
+    db.exec("UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 10");
     assert!(fails(&w, &["audit", "verify"]).contains("seq 10"));
-    db.execute(
-        "UPDATE audit_log SET amount_cents = amount_cents - 1 WHERE seq = 10",
-        [],
-    )
-    .unwrap();
+    db.exec("UPDATE audit_log SET amount_cents = amount_cents - 1 WHERE seq = 10");
     w.run_ok(&["audit", "verify"]);
 
-    db.execute_batch(
+    db.exec(
         "CREATE TEMP TABLE saved AS SELECT * FROM audit_log WHERE seq = 12;
          DELETE FROM audit_log WHERE seq = 12;",
-    )
-    .unwrap();
+    );
     assert!(fails(&w, &["audit", "verify"]).contains("seq 13"));
-    db.execute_batch("INSERT INTO audit_log SELECT * FROM temp.saved; DROP TABLE temp.saved;")
-        .unwrap();
+    db.exec("INSERT INTO audit_log SELECT * FROM saved; DROP TABLE saved;");
     w.run_ok(&["audit", "verify"]);
 
     let swap = format!(
         "CREATE TEMP TABLE a AS SELECT {COLS} FROM audit_log WHERE seq = 5;
          CREATE TEMP TABLE b AS SELECT {COLS} FROM audit_log WHERE seq = 6;
          DELETE FROM audit_log WHERE seq IN (5, 6);
-         INSERT INTO audit_log (seq, {COLS}) SELECT 5, * FROM temp.b;
-         INSERT INTO audit_log (seq, {COLS}) SELECT 6, * FROM temp.a;
-         DROP TABLE temp.a; DROP TABLE temp.b;"
+         INSERT INTO audit_log (seq, {COLS}) SELECT 5, * FROM b;
+         INSERT INTO audit_log (seq, {COLS}) SELECT 6, * FROM a;
+         DROP TABLE a; DROP TABLE b;"
     );
-    db.execute_batch(&swap).unwrap();
+    db.exec(&swap);
     assert!(fails(&w, &["audit", "verify"]).contains("seq 5"));
-    db.execute_batch(&swap).unwrap();
+    db.exec(&swap);
     w.run_ok(&["audit", "verify"]);
 
     let original = std::fs::read_to_string(&export).unwrap();
@@ -136,11 +132,7 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
         "--out",
         tail.to_str().unwrap(),
     ]);
-    let prev: String = db
-        .query_row("SELECT hash FROM audit_log WHERE seq = 19", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
+    let prev = db.text("SELECT hash FROM audit_log WHERE seq = 19");
     w.run_ok(&[
         "audit",
         "verify",
@@ -152,49 +144,37 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone() 
     assert!(fails(&w, &["audit", "verify", "--file", tail.to_str().unwrap()]).contains("seq 20"));
 }
 
-#[test]
-fn verify_catches_an_edited_amount_and_a_deleted_outbox_row() {
-    let w = World::new();
+fn verify_catches_an_edited_amount_and_a_deleted_outbox_row(store: Store) {
+    let w = World::on(store);
     w.add(&(0..10).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     let ok = w.run_ok(&["verify"]);
     assert!(String::from_utf8_lossy(&ok.stdout)
         .starts_with("ledger verified: 10 claims, 10 disbursements, 10 outbox rows"));
 
-    let db = rw(&w);
+    let mut db = w.sql();
     // Edited behind the ledger's back in both places it is stored: only the audit record knows.
-    db.execute_batch(
+    db.exec(
         "UPDATE disbursements SET amount_cents = amount_cents + 5000 WHERE id = 3;
          UPDATE processed_messages SET amount_cents = amount_cents + 5000 WHERE claim_id = 3;",
-    )
-    .unwrap();
+    );
     let msg = fails(&w, &["verify"]);
     assert!(msg.contains("but disbursement 3 records"), "{msg}");
-    db.execute(
-        "UPDATE processed_messages SET amount_cents = amount_cents - 5000 WHERE claim_id = 3",
-        [],
-    )
-    .unwrap();
+    db.exec("UPDATE processed_messages SET amount_cents = amount_cents - 5000 WHERE claim_id = 3");
     assert!(fails(&w, &["verify"]).contains("disbursement 3 (award"));
-    db.execute(
-        "UPDATE disbursements SET amount_cents = amount_cents - 5000 WHERE id = 3",
-        [],
-    )
-    .unwrap();
+    db.exec("UPDATE disbursements SET amount_cents = amount_cents - 5000 WHERE id = 3");
     w.run_ok(&["verify"]);
 
-    db.execute("DELETE FROM outbox WHERE claim_id = 4", [])
-        .unwrap();
+    db.exec("DELETE FROM outbox WHERE claim_id = 4");
     let msg = fails(&w, &["verify"]);
     assert!(msg.contains("has no outbox row"), "{msg}");
 }
 
-#[test]
-fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid() {
+fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid(store: Store) {
     // Plan: 1. A, then B with A's award and time but another amount: both paid, one conflict
     // record naming A's key. 2. C likewise, under --on-conflict hold: not claimed or paid,
     // dead-lettered (ledger row, audit records, dead-letter stream), acknowledged.
-    let w = World::new();
+    let w = World::on(store);
     let same = |cents: i64| {
         format!(
             r#"{{"award_id":"A-77","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{cents}}}"#
@@ -248,42 +228,50 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
 }
 
 /// Moves the first `n` audit records (and the claims they describe) back to `old`, then re-seals
-/// the chain, as a ledger that has really been running that long would be.
+/// the chain (and, on PostgreSQL, moves the chain head with it), as a ledger that has really
+/// been running that long would be.
 pub(crate) fn backdate(w: &World, n: i64, old: &str) {
-    let db = rw(w);
-    db.execute(
-        "UPDATE audit_log SET recorded_at = ?1 WHERE seq <= ?2",
-        rusqlite::params![old, n],
-    )
-    .unwrap();
-    db.execute(
-        "UPDATE processed_messages SET claimed_at = ?1 WHERE idempotency_key IN
-         (SELECT unhex(idempotency_key) FROM audit_log WHERE seq <= ?2 AND kind = 'processed')",
-        rusqlite::params![old, n],
-    )
-    .unwrap();
-    let records = claimgate::ledger::sqlite::audit_store::all(&db).unwrap();
+    let mut db = w.sql();
+    db.exec(&format!(
+        "UPDATE audit_log SET recorded_at = '{old}' WHERE seq <= {n}"
+    ));
+    db.exec(&format!(
+        "UPDATE processed_messages SET claimed_at = '{old}' WHERE idempotency_key IN
+         (SELECT {} FROM audit_log WHERE seq <= {n} AND kind = 'processed')",
+        w.unhex_sql("idempotency_key")
+    ));
+    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let mut records = Vec::new();
+    ledger
+        .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
+            records.push(r);
+            Ok(())
+        })
+        .unwrap();
+    drop(ledger);
     let mut prev = claimgate::domain::audit::GENESIS_HASH.to_owned();
     for mut r in records {
         r.seal(&prev);
-        db.execute(
-            "UPDATE audit_log SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
-            rusqlite::params![r.prev_hash, r.hash, r.seq],
-        )
-        .unwrap();
+        db.exec(&format!(
+            "UPDATE audit_log SET prev_hash = '{}', hash = '{}' WHERE seq = {}",
+            r.prev_hash, r.hash, r.seq
+        ));
         prev = r.hash;
+    }
+    if w.store == Store::Postgres {
+        db.exec(&format!("UPDATE chain_head SET hash = '{prev}'"));
     }
 }
 
-#[test]
-fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable()
-{
+fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable(
+    store: Store,
+) {
     // Plan:
     // 1. 20 submissions and one malformed entry; backdate the first 12 records to 2020.
     // 2. Refused: a date inside the 3-year window (exit 2); unpublished events; a held award.
     // 3. Publish, lift the hold, purge: exported first, rows gone, checkpoint left, both
     //    verifies pass, the export verifies on its own, and new work chains on after it.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..10).map(support::submission).collect::<Vec<_>>());
     w.add_fields(&[("payload", b"[]")]);
     w.add(&(10..20).map(support::submission).collect::<Vec<_>>());
@@ -381,27 +369,35 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
     w.run_ok(&["verify"]);
 }
 
-#[test]
-fn a_purge_that_cannot_find_a_records_claim_removes_nothing() {
+fn a_purge_that_cannot_find_a_records_claim_removes_nothing(store: Store) {
     // 1. 6 submissions, published; every audit record moved back to 2019 and the chain
     //    re-sealed, but the claims keep their real claimed_at (as a hand-edited or clock-skewed
     //    ledger might): the purge's claim lookup, built from claims made before the cutoff,
     //    finds none of them.
     // 2. The purge refuses and names the problem; every row is still there; verify passes.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     w.run_ok(&["relay", "--exit-when-idle"]);
     backdate(&w, 6, "2019-03-01T12:00:00.000000Z");
-    rw(&w)
-        .execute(
-            "UPDATE processed_messages SET claimed_at = '2026-07-01T00:00:00.000000Z'",
-            [],
-        )
-        .unwrap();
+    w.sql()
+        .exec("UPDATE processed_messages SET claimed_at = '2026-07-01T00:00:00.000000Z'");
     w.run_ok(&["verify"]);
 
-    let refused = fails(&w, &["retention", "purge", "--before", "2020-01-01"]);
+    // The export is written before the purge looks for claims; named here, because its
+    // default on PostgreSQL (the database's name) is in the working directory.
+    let export = w.dir.path().join("refused.jsonl");
+    let refused = fails(
+        &w,
+        &[
+            "retention",
+            "purge",
+            "--before",
+            "2020-01-01",
+            "--export",
+            export.to_str().unwrap(),
+        ],
+    );
     assert!(refused.contains("nothing was purged"), "{refused}");
     assert_eq!(w.count("processed_messages"), 6);
     assert_eq!(w.count("disbursements"), 6);
@@ -413,14 +409,13 @@ fn a_purge_that_cannot_find_a_records_claim_removes_nothing() {
     w.run_ok(&["verify"]);
 }
 
-#[test]
-fn a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself() {
+fn a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself(store: Store) {
     // 1. 6 submissions, published; the first 4 records (and their claims) moved back to 2019.
     // 2. `Retention::purge_batch` on a fresh ledger handle, no `export_purge` before it:
     //    records 1..=4 go with exactly their claims, a checkpoint takes seq 4, and both
     //    verifies pass.
     use claimgate::ledger::Removed;
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     w.run_ok(&["relay", "--exit-when-idle"]);

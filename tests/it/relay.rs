@@ -33,7 +33,14 @@ fn events(w: &World) -> Vec<(i64, String, serde_json::Value)> {
         .collect()
 }
 
-on_both_ledgers!(a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order);
+on_both_ledgers!(
+    a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order,
+    run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_stream,
+    a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest,
+    events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once,
+    a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap,
+    a_relay_refuses_an_events_stream_it_could_not_have_written,
+);
 
 fn relay_args(extra: &[&'static str]) -> Vec<&'static str> {
     let mut args = vec!["relay", "--relay-batch-count-max", "7"];
@@ -148,12 +155,13 @@ fn a_relay_killed_repeatedly_publishes_each_event_exactly_once_in_order(store: S
     assert_eq!(upto, n as i64);
 }
 
-#[test]
-fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_stream() {
+fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_stream(
+    store: Store,
+) {
     // Plan: 1. `run --relay --exit-when-idle` records and publishes 25 submissions.
     // 2. A second, fresh ledger on the same Redis: its relay must refuse the old mark rather
     //    than take rows 1..25 of the new ledger for already published.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..25).map(support::submission).collect::<Vec<_>>());
     w.drain(&["--relay"]);
     assert_eq!(w.xlen("grants:events"), 25);
@@ -165,7 +173,7 @@ fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_s
     let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(doc["ledger"]["outbox_backlog"], 0);
 
-    let other_db = w.dir.path().join("other.db");
+    let other_db = w.another_ledger();
     w.add(&[support::submission(99)]);
     let drained = w
         .cmd(&["run", "--exit-when-idle"])
@@ -189,12 +197,12 @@ fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_s
     );
 }
 
-#[test]
-fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
+fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest(store: Store) {
     // Plan: 1. Record 20 disbursements. 2. Start a relay, let it publish them all, stop Redis
-    // (AOF keeps stream and mark), record 10 more while Redis is down. 3. Restart Redis: the
-    // same relay process, never having exited, publishes exactly the 10 new events.
-    let mut w = World::persistent();
+    // (AOF keeps stream and mark), record 10 more while Redis is down (through the ledger
+    // library, which needs no Redis). 3. Restart Redis: the same relay process, never having
+    // exited, publishes exactly the 10 new events.
+    let mut w = World::persistent_on(store);
     w.add(&(0..20).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     let mut relay = w.spawn(&relay_args(&[]));
@@ -202,20 +210,7 @@ fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
         .xlen("grants:events")
         == 20));
     w.redis.kill();
-    let db = rusqlite::Connection::open(&w.db).unwrap();
-    db.execute_batch(
-        "WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM n WHERE value < 10)
-         INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp, amount_cents,
-                                         claimed_at, stream_entry_id, consumer, submission_instant)
-         SELECT randomblob(32), 'B-' || value, '2026-07-01T09:00:00Z', 100, '2026-11-29T00:00:00.000000Z', '0-' || value, 't',
-                '2026-07-01T09:00:00.000000000Z'
-         FROM n;
-         INSERT INTO outbox (claim_id, event_type, payload, created_at)
-         SELECT claim_id, 'disbursement.recorded', json_object('award_id', award_id, 'amount_cents', amount_cents,
-                'idempotency_key', lower(hex(idempotency_key))), claimed_at
-         FROM processed_messages WHERE award_id LIKE 'B-%' ORDER BY claim_id;",
-    )
-    .unwrap();
+    record_while_redis_is_down(&w, 20..30);
     assert!(
         relay.try_wait().unwrap().is_none(),
         "the relay does not exit while Redis is down"
@@ -228,6 +223,38 @@ fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest() {
     assert!(support::wait_exit(&mut relay, Duration::from_secs(10)).success());
     let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
     assert_eq!(ids, (1..=30).collect::<Vec<_>>());
+}
+
+/// Records submissions `range` straight into the world's ledger through `Ledger::record`, as a
+/// worker's batch would, without Redis.
+fn record_while_redis_is_down(w: &World, range: std::ops::Range<usize>) {
+    use claimgate::domain::submission::{parse_payload, Limits};
+    use claimgate::ledger::{Item, Outcome};
+    let limits = Limits {
+        payload_bytes_max: 1 << 20,
+        amount_cents_max: i64::MAX,
+    };
+    let payloads: Vec<String> = range.clone().map(support::submission).collect();
+    let parsed: Vec<_> = payloads
+        .iter()
+        .map(|p| parse_payload(p.as_bytes(), &limits).unwrap())
+        .collect();
+    let ids: Vec<String> = range.map(|i| format!("0-{i}")).collect();
+    let items: Vec<Item> = parsed
+        .iter()
+        .zip(&ids)
+        .map(|(s, id)| Item::Submission {
+            submission: s,
+            entry_id: id,
+            delivery_count: 1,
+        })
+        .collect();
+    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let outcomes = ledger.record(&items, "t", "grants:submissions").unwrap();
+    assert!(
+        outcomes.iter().all(|o| *o == Outcome::Processed),
+        "{outcomes:?}"
+    );
 }
 
 /// The events stream's last `n` entries deleted and its mark set back, exactly what a Redis
@@ -261,14 +288,13 @@ fn lose_last_events(w: &World, n: usize) {
         .unwrap();
 }
 
-#[test]
-fn events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once() {
+fn events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once(store: Store) {
     // The relay's position is the events stream's, not the ledger's `published_at`.
     // 1. Twelve disbursements published and marked published in the ledger.
     // 2. The last five events are lost with the mark, as a lossy failover loses them.
     // 3. A relay publishes exactly those five again, in order, saying the stream went back;
     //    a second relay publishes nothing.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..12).map(support::submission).collect::<Vec<_>>());
     w.drain(&["--relay"]);
     assert_eq!(w.xlen("grants:events"), 12);
@@ -302,11 +328,10 @@ fn events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once(
     assert_eq!(w.xlen("grants:events"), 12);
 }
 
-#[test]
-fn a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap() {
+fn a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap(store: Store) {
     // The same loss under a relay that keeps running: it notices the stream behind what it
     // published, names the ids it sends again, and sends each once.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
     w.drain(&[]);
     let mut relay = w.spawn(&["relay"]);
@@ -332,14 +357,13 @@ fn a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap() 
     );
 }
 
-#[test]
-fn a_relay_refuses_an_events_stream_it_could_not_have_written() {
+fn a_relay_refuses_an_events_stream_it_could_not_have_written(store: Store) {
     // Someone who can write Redis keys tries three things; each stops the relay (exit 1) with
     // the reason, and none marks a new row published.
     // 1. An event id forged above every id the ledger assigned (it would skip real rows).
     // 2. The mark deleted while the stream holds events (whose are they?).
     // 3. A last entry that is not an event.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&(0..3).map(support::submission).collect::<Vec<_>>());
     w.drain(&["--relay"]);
     w.add(&[support::submission(3)]);

@@ -1,10 +1,11 @@
 //! Nothing stops the line: the worker waits out a world that is briefly broken (Redis down or
 //! restarted, the ledger locked or full), dead-letters what can never succeed (the delivery
 //! cap), acknowledges out what vanished, and an operator can replay a dead letter without
-//! paying anything twice. Real redis-server, real SQLite files, the real binary.
+//! paying anything twice. Real redis-server, real SQLite files or PostgreSQL databases (every
+//! test not about SQLite's own locks or size runs on both), the real binary.
 
 use crate::support::RunWithDeadline;
-use crate::support::{amount_sum, submission, wait_for, Logged, World};
+use crate::support::{amount_sum, submission, wait_for, Logged, Store, World};
 use std::time::Duration;
 
 /// Generous bound for anything the worker should do "soon": a debug build on a loaded 2-core box.
@@ -13,10 +14,27 @@ const SOON: Duration = Duration::from_secs(60);
 const STREAM: &str = "grants:submissions";
 const GROUP: &str = "grant-workers";
 
+on_both_ledgers!(
+    redis_down_at_start_is_waited_out_then_everything_is_processed_once,
+    redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice,
+    redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absorbed,
+    entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_paid,
+    a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap,
+    entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged,
+    own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged,
+    dlq_replay_round_trip_puts_a_fixed_entry_back_once,
+    replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment,
+    redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed,
+    entries_whose_read_reply_was_lost_are_reread_on_reconnect,
+    sigterm_during_an_outage_still_stops_the_worker_cleanly,
+    dlq_list_pages_through_a_long_dead_letter_stream,
+    a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap,
+);
+
 /// Starts `claimgate run ARGS` logging at INFO, with extra environment variables. The ledger is
 /// created first, so the test can query it from the start.
 fn start_worker(w: &World, args: &[&str], envs: &[(&str, &str)]) -> Logged {
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
+    w.create_ledger();
     let mut all = vec!["run"];
     all.extend_from_slice(args);
     let mut cmd = w.cmd(&all);
@@ -88,13 +106,12 @@ fn failed_attempts(line: &str) -> u32 {
     after.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-#[test]
-fn redis_down_at_start_is_waited_out_then_everything_is_processed_once() {
+fn redis_down_at_start_is_waited_out_then_everything_is_processed_once(store: Store) {
     // 1. Queue 50 submissions on a persistent Redis, then kill it.
     // 2. Start the worker against the dead port: it must wait, not exit.
     // 3. Bring Redis back with its data: all 50 are paid once, and the outage is logged exactly
     //    once when it starts and once when it clears, however many retries it took.
-    let mut w = World::persistent();
+    let mut w = World::persistent_on(store);
     w.add(&submissions(0..50));
     w.redis.kill();
     let mut worker = start_worker(&w, &[], &[]);
@@ -174,13 +191,12 @@ fn produce_through_outages(url: String, payloads: Vec<String>) -> u32 {
     failures
 }
 
-#[test]
-fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() {
+fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice(store: Store) {
     // 1. A producer sends 400 submissions one by one while a worker processes them.
     // 2. Once some are paid, Redis (AOF, fsync always) is SIGKILLed; the producer and the worker
     //    both keep retrying. Redis restarts with its data.
     // 3. All 400 are paid exactly once; nothing is left pending; the worker never exited.
-    let mut w = World::persistent();
+    let mut w = World::persistent_on(store);
     let mut worker = start_worker(&w, &[], &[]);
     let producer = {
         let url = w.redis.url();
@@ -210,14 +226,13 @@ fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice() 
     assert!(worker.stop().success());
 }
 
-#[test]
-fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absorbed() {
+fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absorbed(store: Store) {
     // 1. A producer is feeding 100 submissions to a worker when Redis, which keeps nothing, is
     //    killed and restarted empty; the producer carries on against the new server.
     // 2. The worker recreates the consumer group by itself and keeps going.
     // 3. The producer, unable to know what was lost, re-sends all 100 plus 50 new ones.
     // 4. 150 disbursements exactly; each one paid before the kill comes back as a duplicate.
-    let mut w = World::new();
+    let mut w = World::on(store);
     let mut worker = start_worker(&w, &[], &[]);
     let producer = {
         let url = w.redis.url();
@@ -261,6 +276,8 @@ fn redis_restarted_without_persistence_gets_its_group_back_and_rereads_are_absor
     assert!(worker.stop().success());
 }
 
+// SQLite only: its file write lock and busy timeout (PostgreSQL has neither; its outage is the
+// server restart in shared_ledger.rs and the chaos suite).
 #[test]
 fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     // 1. The worker has paid 10 submissions.
@@ -298,6 +315,7 @@ fn a_ledger_locked_past_the_busy_timeout_delays_entries_but_loses_none() {
     assert!(worker.stop().success());
 }
 
+// SQLite only: SQLITE_FULL through `--ledger-pages-max`, a cap on the file's pages.
 #[test]
 fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     // 1. A ledger whose every page is in use (a filler table), capped at its current size with
@@ -355,8 +373,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     assert!(worker.stop().success());
 }
 
-#[test]
-fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_paid() {
+fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_paid(store: Store) {
     // The quarantine rule: past --max-deliveries an entry is tried alone (up to twice), and
     // dead-lettered only if those tries fail. (This test used to prove dead-lettering at the
     // cap; a poison entry still stops, see the next test.)
@@ -365,7 +382,7 @@ fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_pa
     // 2. A worker takes the three over (delivery 7 > --max-deliveries 5): it tries each once
     //    more in a transaction of its own, and all three are paid, as are the two.
     // 3. Nothing is dead-lettered or pending, and no quarantine mark is left behind.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&submissions(0..3));
     let stuck = read_as(&w, "never-acks");
     assert_eq!(stuck.len(), 3);
@@ -417,15 +434,14 @@ fn quarantine_marks(w: &World) -> u64 {
         .unwrap()
 }
 
-#[test]
-fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
+fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap(store: Store) {
     // 1. An entry crashes every worker that reads it (failpoint after_read): five runs die.
     // 2. Runs six and seven see deliveries 6 and 7 > 5 and, under the quarantine rule, try it
     //    alone (the mark counting tries 1 and 2 of QUARANTINE_TRIES_MAX = 2): both crash.
     // 3. The eighth run sees delivery 8 > 5 and a mark that has used up its tries: it
     //    dead-letters the entry instead of trying again — within cap + 3 deliveries — and
     //    clears the mark.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&submissions(0..1));
     for run in 1..=7 {
         let out = w.crash_at(w.cmd(&["run", "--consumer", "crashy"]), "after_read");
@@ -457,14 +473,13 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap() {
     assert_eq!(quarantine_marks(&w), 0);
 }
 
-#[test]
-fn entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged() {
+fn entries_deleted_while_pending_elsewhere_are_acknowledged_out_and_logged(store: Store) {
     // 1. Five entries are pending on a consumer that died; two are then XDELed.
     // 2. A worker taking the consumer's entries over (XAUTOCLAIM) acknowledges the two out of
     //    the pending list, logs each id, pays the other three and exits cleanly.
     // 3. Each of the two left a `vanished` audit record naming it; status counts them and the
     //    chain still verifies.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&submissions(0..5));
     let ids = read_as(&w, "died");
     let _: u64 = redis::cmd("XDEL")
@@ -513,8 +528,7 @@ fn assert_vanished_counted(w: &World, n: u64) {
     w.run_ok(&["audit", "verify"]);
 }
 
-#[test]
-fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged() {
+fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(store: Store) {
     // 1. A worker reads five entries and crashes before processing them (failpoint after_read).
     // 2. Two are XDELed: re-reading the consumer's pending list now returns them as nil bodies.
     // 3. The restarted worker acknowledges those two out, logs each id, and pays the other three;
@@ -522,7 +536,7 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
     //    (On Redis 7 its start-up XAUTOCLAIM scan purges deleted ids before checking idle time,
     //    so it meets them there; on older servers, or for an entry deleted between the scan and
     //    the re-read, the nil-body path of the re-read does the same.)
-    let w = World::new();
+    let w = World::on(store);
     let ids = w.add(&submissions(0..5));
     let out = w.crash_at(w.cmd(&["run", "--consumer", "me"]), "after_read");
     assert!(!out.status.success());
@@ -572,13 +586,12 @@ fn dlq_list(w: &World) -> Vec<serde_json::Value> {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-#[test]
-fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
+fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
     // 1. A submission over a too-tight size limit is dead-lettered (payload_too_large).
     // 2. `dlq list` and `dlq show` name it, its award and its reason.
     // 3. `dlq replay` puts it back once; a second replay (by either id) is refused with exit 1.
     // 4. With the limit fixed, the worker pays it: one disbursement.
-    let w = World::new();
+    let w = World::on(store);
     let original = w.add(&submissions(7..8)).remove(0);
     w.drain(&["--payload-bytes-max", "50"]);
     assert_eq!(w.count("disbursements"), 0);
@@ -629,8 +642,7 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once() {
     assert_eq!(w.run(&["dlq", "replay", "1-0"]).status.code(), Some(1));
 }
 
-#[test]
-fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment() {
+fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment(store: Store) {
     // 1. A worker commits a submission and crashes before XACK (failpoint after_commit).
     // 2. The next two runs, with --max-deliveries 1, see deliveries 2 and 3 and try it alone
     //    (the quarantine rule, tries 1 and 2): the ledger finds it a duplicate each time, and
@@ -638,7 +650,7 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
     // 3. The fourth run sees delivery 4 and a mark with no tries left: it dead-letters the
     //    entry at the cap, although the ledger already paid it.
     // 4. The operator replays it: the worker finds the claim taken. Still one disbursement.
-    let w = World::new();
+    let w = World::on(store);
     w.add(&submissions(3..4));
     for max_deliveries in ["5", "1", "1"] {
         let out = w.crash_at(
@@ -671,15 +683,14 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
     assert_eq!(w.pending(), 0);
 }
 
-#[test]
-fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
+fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed(store: Store) {
     // 1. Redis starts out at its maxmemory (noeviction): even creating the consumer group is
     //    refused with OOM. The worker waits instead of exiting, and goes on once memory is freed.
     // 2. The limit bites again just after a batch of one malformed and two valid entries
     //    arrives: the dead-letter XADD is refused. The batch waits, unacknowledged; the worker
     //    stays up (OOM is the world being full, like a full disk, not a bad entry).
     // 3. Memory is freed: the bad entry is dead-lettered, the two are paid, nothing pending.
-    let w = World::new();
+    let w = World::on(store);
     let set_maxmemory = |bytes: u64| {
         redis::cmd("CONFIG")
             .arg("SET")
@@ -757,15 +768,14 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed() {
     assert!(worker.stop().success());
 }
 
-#[test]
-fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
+fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
     // 1. A worker is idle in a blocking read. In one pipeline, three entries are added and a
     //    script then holds the server for 6.5 s: Redis hands the entries to the worker (they
     //    enter its pending list) but cannot send the reply until the script ends, by which time
     //    the worker's 5.2 s response timeout has dropped the connection. The reply is lost.
     // 2. On reconnect the worker re-reads its own pending list and pays all three, long before
     //    the stale-entry scan (--claim-idle-ms 600000) would take them over.
-    let w = World::new();
+    let w = World::on(store);
     let worker = start_worker(&w, &["--claim-idle-ms", "600000"], &[]);
     w.add(&submissions(0..1));
     assert!(wait_for(SOON, || w.count_once_made("disbursements") == 1
@@ -810,51 +820,106 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect() {
     assert!(worker.stop().success());
 }
 
-#[test]
-fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap() {
-    // 1. The ledger is locked by another process; a worker (--claim-idle-ms 300) reads five
-    //    entries and waits out the lock with them in hand.
+/// The ledger taken away from running workers, the way each backend loses it: SQLite's write
+/// lock held by another connection (`BEGIN IMMEDIATE`), or the PostgreSQL server stopped at
+/// once (immediate shutdown: connections cut) and later started again.
+struct LedgerOutage {
+    /// The world; on PostgreSQL its ledger is on `cluster`.
+    world: World,
+    /// PostgreSQL only: a cluster of the test's own, since the outage stops it.
+    cluster: Option<claimgate::support::localpostgres::LocalPostgres>,
+    /// SQLite only, during the outage: the connection holding the write lock.
+    locker: Option<rusqlite::Connection>,
+}
+
+impl LedgerOutage {
+    /// A world on `store` whose ledger can be taken away; the ledger exists.
+    fn world(store: Store) -> LedgerOutage {
+        let cluster = (store == Store::Postgres).then(crate::pg::own_cluster);
+        let world = match &cluster {
+            Some(pg) => World::on_postgres_url(&pg.create_database("outage").unwrap()),
+            None => World::new(),
+        };
+        world.create_ledger();
+        LedgerOutage {
+            world,
+            cluster,
+            locker: None,
+        }
+    }
+
+    /// Takes the ledger away.
+    fn begin(&mut self) {
+        match &mut self.cluster {
+            Some(pg) => pg.stop_immediate().unwrap(),
+            None => {
+                let locker = rusqlite::Connection::open(&self.world.db).unwrap();
+                locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+                self.locker = Some(locker);
+            }
+        }
+    }
+
+    /// Gives it back.
+    fn end(&mut self) {
+        match &mut self.cluster {
+            Some(pg) => pg.start_again().unwrap(),
+            None => self
+                .locker
+                .take()
+                .expect("an outage under way")
+                .execute_batch("ROLLBACK")
+                .unwrap(),
+        }
+    }
+}
+
+fn a_long_ledger_outage_does_not_push_healthy_entries_over_the_delivery_cap(store: Store) {
+    // 1. A worker (--claim-idle-ms 300) is up; the ledger is taken away (SQLite: its write
+    //    lock held from outside; PostgreSQL: the server stopped); the worker reads five entries
+    //    and waits out the outage with them in hand.
     // 2. It is SIGKILLed during the outage (an operator restarting a stuck-looking service),
-    //    the lock is released, and a worker with the same name restarts.
+    //    the ledger comes back, and a worker with the same name restarts.
     // 3. The restarted worker pays all five: the outage must not have counted as deliveries
     //    (the stale-entry scan must not keep re-claiming entries the worker itself holds).
-    let w = World::new();
-    let locker = rusqlite::Connection::open({
-        claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
-        &w.db
-    })
-    .unwrap();
-    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let mut worker = start_worker(&w, &["--consumer", "held", "--claim-idle-ms", "300"], &[]);
+    let mut outage = LedgerOutage::world(store);
+    let mut worker = start_worker(
+        &outage.world,
+        &["--consumer", "held", "--claim-idle-ms", "300"],
+        &[],
+    );
+    // Up and reading: on PostgreSQL a worker that could not open the ledger would not read.
+    worker.wait_log("reading");
+    outage.begin();
+    let w = &outage.world;
     w.add_atomically(&submissions(0..5));
     worker.wait_log("committing to the ledger failed");
     worker.child.kill().unwrap();
     worker.child.wait().unwrap();
-    locker.execute_batch("ROLLBACK").unwrap();
+    outage.end();
+    let w = &outage.world;
     assert_eq!(w.pending(), 5);
 
     w.drain(&["--consumer", "held"]);
     assert_eq!(w.count("disbursements"), 5);
-    assert_eq!(disbursed_cents(&w), amount_sum(5));
+    assert_eq!(disbursed_cents(w), amount_sum(5));
     assert_eq!(w.xlen("grants:submissions:dead"), 0);
     assert_eq!(w.pending(), 0);
 }
 
-#[test]
-fn sigterm_during_an_outage_still_stops_the_worker_cleanly() {
+fn sigterm_during_an_outage_still_stops_the_worker_cleanly(store: Store) {
     // 1. Redis is down; the worker is waiting it out.
     // 2. SIGTERM: the worker stops waiting and exits 0 (nothing was read, so nothing is lost).
-    let mut w = World::new();
+    let mut w = World::on(store);
     w.redis.kill();
     let worker = start_worker(&w, &[], &[]);
     worker.wait_log("reading from redis failed");
     assert!(worker.stop().success());
 }
 
-#[test]
-fn dlq_list_pages_through_a_long_dead_letter_stream() {
+fn dlq_list_pages_through_a_long_dead_letter_stream(store: Store) {
     // 250 malformed entries (more than two listing pages) are all listed, oldest first, once.
-    let w = World::new();
+    let w = World::on(store);
     let mut pipe = redis::pipe();
     for i in 0..250 {
         pipe.cmd("XADD")

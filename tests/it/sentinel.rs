@@ -833,7 +833,7 @@ fn a_worker_copies_lost_dead_letters_again_after_a_failover_it_lives_through() {
     assert_dead_letters_once(&mut primary, 1);
     // The WARN comes once the reconciliation returns, just after the copy is visible.
     assert!(
-        wait_for(Duration::from_secs(10), || {
+        wait_for(SETTLE, || {
             let log = worker.log_text();
             log.contains("the redis primary changed: checking the dead letters")
                 && log.contains("1 dead letters recorded in the ledger were missing")

@@ -1,7 +1,8 @@
-//! The shared PostgreSQL ledger, end to end, where it differs from SQLite: bad URLs, every
-//! command against a PostgreSQL URL, a server restarted under a running worker, and several
-//! workers and relays on one database killed at random. The suites that run on both backends
-//! are in `worker.rs`, `relay.rs` and `contract.rs`.
+//! The shared PostgreSQL ledger, end to end, where it differs from SQLite: bad URLs, TLS,
+//! every command against a PostgreSQL URL, a server restarted under a running worker, migrate,
+//! and retention's purge batches there. The suites that run on both backends are in
+//! `worker.rs`, `resilience.rs`, `relay.rs`, `audit.rs`, `contract.rs` and `chaos/` (three
+//! workers and two relays on one database through kills, failpoints and server restarts).
 
 use crate::support::{self, amount_sum, signal, submission, wait_exit, wait_for, Store, World};
 use std::time::Duration;
@@ -211,156 +212,6 @@ fn postgres_restarted_under_a_running_worker_is_waited_out_and_everything_lands_
 }
 
 #[test]
-fn three_workers_and_two_relays_through_kills_failpoints_and_restarts_leave_every_invariant_exact()
-{
-    // 1. Three workers and two relays on one consumer group and one database.
-    // 2. Ten rounds: queue 200 new submissions and 50 resends, then SIGKILL one process at
-    //    random and start it again under the same name, half the time armed to crash at a
-    //    failpoint (a worker after its 3rd commit before XACK, a relay after its 2nd publish
-    //    before marking); a process a failpoint ended is started again, unarmed.
-    //    After round 4 PostgreSQL is stopped at once (immediate shutdown) and started again a
-    //    second later; after round 7 Redis is killed and restarted from its AOF.
-    // 3. Drain, then on PostgreSQL itself: each submission paid once (count and sum), one
-    //    processed record each, the chain verifies, every event published exactly once with
-    //    ids 1..=2000 in order, nothing pending, nothing unpublished.
-    let mut pg = crate::pg::own_cluster();
-    let mut w = World::on_postgres_url(&pg.create_database("chaos").unwrap());
-    let per_round = 200;
-    let rounds = 10;
-    let unique = per_round * rounds;
-    let worker = |name: &'static str| -> Vec<&'static str> {
-        vec![
-            "run",
-            "--consumer",
-            name,
-            "--batch-count-max",
-            "40",
-            "--claim-idle-ms",
-            "500",
-        ]
-    };
-    let roles: [Vec<&str>; 5] = [
-        worker("w1"),
-        worker("w2"),
-        worker("w3"),
-        vec!["relay", "--relay-batch-count-max", "25"],
-        vec!["relay", "--relay-batch-count-max", "17"],
-    ];
-    let spawn = |w: &World, role: usize, armed: bool| {
-        let mut cmd = w.cmd(&roles[role]);
-        if armed {
-            let point = if role < 3 {
-                "after_commit:3"
-            } else {
-                "relay_after_publish:2"
-            };
-            cmd.env("CLAIMGATE_FAILPOINT", point);
-        }
-        cmd.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut procs: Vec<std::process::Child> =
-        (0..roles.len()).map(|r| spawn(&w, r, false)).collect();
-    let seed = std::env::var("CLAIMGATE_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    eprintln!("postgres kill test seed: {seed}");
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let (mut killed, mut crashed) = (0, 0);
-    for round in 0..rounds {
-        let first = round * per_round;
-        let mut load: Vec<String> = (first..first + per_round).map(submission).collect();
-        load.extend((0..50).map(|_| submission(rng.usize(0..first + per_round))));
-        w.add(&load);
-        std::thread::sleep(Duration::from_millis(rng.u64(50..300)));
-        let victim = rng.usize(0..roles.len());
-        signal(&procs[victim], libc::SIGKILL);
-        wait_exit(&mut procs[victim], Duration::from_secs(10));
-        killed += 1;
-        procs[victim] = spawn(&w, victim, rng.bool());
-        if round == 4 {
-            pg.stop_immediate().unwrap();
-            std::thread::sleep(Duration::from_secs(1));
-            pg.start_again().unwrap();
-        }
-        if round == 7 {
-            w.redis.restart().unwrap();
-        }
-        for (role, p) in procs.iter_mut().enumerate() {
-            if p.try_wait().unwrap().is_some() {
-                crashed += 1;
-                *p = spawn(&w, role, false);
-            }
-        }
-    }
-    let done = || {
-        w.count("disbursements") == unique as i64
-            && w.pending() == 0
-            && w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL") == 0
-            && w.xlen("grants:events") >= unique as u64
-    };
-    let drained = wait_for(Duration::from_secs(180), || {
-        for (role, p) in procs.iter_mut().enumerate() {
-            if p.try_wait().unwrap().is_some() {
-                crashed += 1;
-                *p = spawn(&w, role, false);
-            }
-        }
-        done()
-    });
-    assert!(drained, "did not drain (seed {seed})");
-    eprintln!("{killed} SIGKILLs, {crashed} failpoint crashes");
-    for p in &mut procs {
-        signal(p, libc::SIGTERM);
-        assert!(wait_exit(p, Duration::from_secs(60)).success());
-    }
-    assert_eq!(
-        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
-        amount_sum(unique)
-    );
-    assert_eq!(w.count("processed_messages"), unique as i64);
-    assert_eq!(
-        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'"),
-        unique as i64
-    );
-    assert!(
-        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'") >= 50 * rounds as i64
-    );
-    assert_eq!(
-        w.xlen("grants:events"),
-        unique as u64,
-        "each event published once"
-    );
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg("grants:events")
-        .arg("-")
-        .arg("+")
-        .query(&mut w.conn())
-        .unwrap();
-    let event_ids: Vec<i64> = entries
-        .iter()
-        .map(|(_, f)| {
-            f.iter()
-                .find(|(k, _)| k == "event_id")
-                .unwrap()
-                .1
-                .parse()
-                .unwrap()
-        })
-        .collect();
-    assert_eq!(
-        event_ids,
-        (1..=unique as i64).collect::<Vec<_>>(),
-        "ids in order, once each"
-    );
-    w.run_ok(&["verify"]);
-    w.run_ok(&["audit", "verify"]);
-}
-
-#[test]
 fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_target() {
     // 1. A SQLite ledger with every kind of row: 30 submissions (5 resent), two malformed
     //    entries, a conflicting resubmission, a legal hold (and its hold_added record), the
@@ -473,45 +324,6 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     pg.run_ok(&["verify"]);
 }
 
-/// Moves the first `n` audit records of a PostgreSQL ledger (and the claims they describe)
-/// back to `old`, re-seals the chain and moves the chain head with it, as a ledger that has
-/// really been running that long would be.
-fn backdate_postgres(w: &World, n: i64, old: &str) {
-    let url = w.db.to_str().unwrap();
-    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
-    db.execute(
-        "UPDATE audit_log SET recorded_at = $1 WHERE seq <= $2",
-        &[&old, &n],
-    )
-    .unwrap();
-    db.execute(
-        "UPDATE processed_messages SET claimed_at = $1 WHERE encode(idempotency_key, 'hex') IN
-         (SELECT idempotency_key FROM audit_log WHERE seq <= $2 AND kind = 'processed')",
-        &[&old, &n],
-    )
-    .unwrap();
-    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
-    let mut records = Vec::new();
-    ledger
-        .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
-            records.push(r);
-            Ok(())
-        })
-        .unwrap();
-    let mut prev = claimgate::domain::audit::GENESIS_HASH.to_owned();
-    for mut r in records {
-        r.seal(&prev);
-        db.execute(
-            "UPDATE audit_log SET prev_hash = $1, hash = $2 WHERE seq = $3",
-            &[&r.prev_hash, &r.hash, &r.seq],
-        )
-        .unwrap();
-        prev = r.hash;
-    }
-    db.execute("UPDATE chain_head SET hash = $1", &[&prev])
-        .unwrap();
-}
-
 #[test]
 fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
     // 1. 20 submissions and a malformed entry on PostgreSQL, published; the first 9 records
@@ -526,7 +338,7 @@ fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
     w.add(&(5..20).map(submission).collect::<Vec<_>>());
     w.drain(&[]);
     w.run_ok(&["relay", "--exit-when-idle"]);
-    backdate_postgres(&w, 9, "2019-03-01T12:00:00.000000Z");
+    crate::audit::backdate(&w, 9, "2019-03-01T12:00:00.000000Z");
     w.run_ok(&["verify"]);
     let export = w.dir.path().join("purge.jsonl");
     let purge = |file: &std::path::Path| {

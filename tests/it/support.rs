@@ -46,12 +46,88 @@ impl World {
 
     /// A world with a throwaway Redis and its ledger in `store`.
     pub fn on(store: Store) -> World {
-        let mut w = Self::with(Options::default());
+        Self::with_on(Options::default(), store)
+    }
+
+    /// A world whose Redis persists with AOF (`appendfsync always`) and whose ledger is in
+    /// `store`: for Redis restart tests on either backend.
+    pub fn persistent_on(store: Store) -> World {
+        Self::with_on(
+            Options {
+                appendonly: true,
+                ..Options::default()
+            },
+            store,
+        )
+    }
+
+    /// A world with the given server options and its ledger in `store`.
+    pub fn with_on(options: Options, store: Store) -> World {
+        let mut w = Self::with(options);
         if store == Store::Postgres {
             w.db = PathBuf::from(crate::pg::fresh_database());
             w.store = Store::Postgres;
         }
         w
+    }
+
+    /// Another empty ledger of this world's backend, never opened yet: a second file in the
+    /// world's directory, or a second fresh database.
+    pub fn another_ledger(&self) -> PathBuf {
+        match self.store {
+            Store::Sqlite => self.dir.path().join("other.db"),
+            Store::Postgres => PathBuf::from(crate::pg::fresh_database()),
+        }
+    }
+
+    /// Creates the ledger (schema included) as `run` would, so a test can query it before any
+    /// worker has started.
+    pub fn create_ledger(&self) {
+        claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&self.db))
+            .expect("create the ledger");
+    }
+
+    /// A read-write SQL connection to the ledger, whichever backend, for tests that edit it
+    /// behind claimgate's back. The ledger must exist.
+    pub fn sql(&self) -> Sql {
+        match self.store {
+            Store::Sqlite => {
+                assert!(self.db.exists(), "no ledger at {}", self.db.display());
+                let conn = rusqlite::Connection::open(&self.db).unwrap();
+                conn.busy_timeout(Duration::from_secs(10)).unwrap();
+                Sql::Sqlite(conn)
+            }
+            Store::Postgres => Sql::Postgres(self.pg_client()),
+        }
+    }
+
+    /// The test's own plain connection to a PostgreSQL ledger: without the TLS parameters
+    /// claimgate reads.
+    fn pg_client(&self) -> postgres::Client {
+        let url = self.db.to_str().expect("a URL").split('?').next().unwrap();
+        postgres::Client::connect(url, postgres::NoTls).unwrap()
+    }
+
+    /// A text value from SQL on the ledger (NULL reads as the empty string).
+    pub fn sql_text(&self, sql: &str) -> String {
+        self.sql().text(sql)
+    }
+
+    /// The SQL expression for a key column (32 raw bytes) as lowercase hex, in this world's
+    /// backend's dialect.
+    pub fn hex_sql(&self, column: &str) -> String {
+        match self.store {
+            Store::Sqlite => format!("lower(hex({column}))"),
+            Store::Postgres => format!("encode({column}, 'hex')"),
+        }
+    }
+
+    /// The SQL expression turning a text column of hex digits into raw key bytes.
+    pub fn unhex_sql(&self, column: &str) -> String {
+        match self.store {
+            Store::Sqlite => format!("unhex({column})"),
+            Store::Postgres => format!("decode({column}, 'hex')"),
+        }
     }
 
     /// A world whose ledger is the PostgreSQL database at `url` (a cluster the test started
@@ -226,9 +302,7 @@ impl World {
 
     fn query_i64(&self, sql: &str, zero_until_made: bool) -> i64 {
         if self.store == Store::Postgres {
-            // The test's own plain connection: without the TLS parameters claimgate reads.
-            let url = self.db.to_str().expect("a URL").split('?').next().unwrap();
-            let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            let mut client = self.pg_client();
             return match client.query_one(&format!("SELECT ({sql})::int8"), &[]) {
                 Ok(row) => row.get::<_, Option<i64>>(0).unwrap_or(0),
                 // The worker creates the schema when it starts: nothing recorded yet.
@@ -318,6 +392,66 @@ impl World {
             .into_iter()
             .map(|(_, f)| f.into_iter().collect())
             .collect()
+    }
+}
+
+/// A read-write connection to a ledger of either backend ([`World::sql`]). Statements are
+/// written in the SQL both dialects share, or chosen per [`Store`] by the test. Every failure
+/// fails the test unless asked for with [`Sql::try_exec`].
+pub enum Sql {
+    /// The SQLite file, opened beside any worker.
+    Sqlite(rusqlite::Connection),
+    /// A plain session on the PostgreSQL database.
+    Postgres(postgres::Client),
+}
+
+impl Sql {
+    /// Runs statements (several, separated by `;`); any error fails the test.
+    pub fn exec(&mut self, sql: &str) {
+        if let Err(e) = self.try_exec(sql) {
+            panic!("{sql}: {e}");
+        }
+    }
+
+    /// Runs statements and returns the database's error message, if any.
+    pub fn try_exec(&mut self, sql: &str) -> Result<(), String> {
+        match self {
+            Sql::Sqlite(c) => c.execute_batch(sql).map_err(|e| e.to_string()),
+            Sql::Postgres(c) => c.batch_execute(sql).map_err(|e| match e.as_db_error() {
+                Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                None => e.to_string(),
+            }),
+        }
+    }
+
+    /// An integer from SQL (NULL reads as 0; on PostgreSQL the value is cast to int8).
+    pub fn i64(&mut self, sql: &str) -> i64 {
+        match self {
+            Sql::Sqlite(c) => c
+                .query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .unwrap_or(0),
+            Sql::Postgres(c) => c
+                .query_one(&format!("SELECT ({sql})::int8"), &[])
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .get::<_, Option<i64>>(0)
+                .unwrap_or(0),
+        }
+    }
+
+    /// A text value from SQL (NULL reads as the empty string).
+    pub fn text(&mut self, sql: &str) -> String {
+        match self {
+            Sql::Sqlite(c) => c
+                .query_row(sql, [], |r| r.get::<_, Option<String>>(0))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .unwrap_or_default(),
+            Sql::Postgres(c) => c
+                .query_one(sql, &[])
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .get::<_, Option<String>>(0)
+                .unwrap_or_default(),
+        }
     }
 }
 

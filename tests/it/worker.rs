@@ -1,12 +1,11 @@
 //! The effectively-once worker, end to end: real redis-server, a real SQLite file or PostgreSQL
-//! database (the core tests run on both), real processes.
+//! database (every test that touches a ledger runs on both), real processes.
 
 use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, Store, World};
 use claimgate::config::LedgerConfig;
 use claimgate::domain::key::derive_idempotency_key;
 use claimgate::domain::submission::{parse_payload, Limits};
-use claimgate::ledger::sqlite::SqliteLedger;
-use claimgate::ledger::{Item, Ledger, Outcome};
+use claimgate::ledger::{Backend, Item, Outcome};
 use std::time::Duration;
 
 const MAX: &Limits = &Limits {
@@ -14,8 +13,9 @@ const MAX: &Limits = &Limits {
     amount_cents_max: i64::MAX,
 };
 
-fn ledger(world: &World) -> SqliteLedger {
-    SqliteLedger::open(&LedgerConfig::new(&world.db)).unwrap()
+/// The world's ledger through the library's one open step, whichever backend `--db` names.
+fn ledger(world: &World) -> Box<dyn Backend> {
+    claimgate::ledger::open(&LedgerConfig::new(&world.db)).unwrap()
 }
 
 fn item<'a>(s: &'a claimgate::domain::submission::Submission, entry_id: &'a str) -> Item<'a> {
@@ -27,15 +27,24 @@ fn item<'a>(s: &'a claimgate::domain::submission::Submission, entry_id: &'a str)
 }
 
 on_both_ledgers!(
+    reference_check_2_a_duplicate_claim_adds_no_row,
+    reference_check_3_replay_after_commit_is_a_duplicate_with_one_disbursement,
+    reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim,
+    the_database_refuses_a_second_disbursement_for_one_claim,
     the_same_payload_sent_twice_is_recorded_once,
     an_entry_left_pending_by_a_dead_consumer_is_taken_over_and_recorded_once,
     a_crash_after_commit_and_before_xack_is_absorbed_on_restart,
     a_crash_before_commit_loses_nothing_and_records_nothing_twice,
     two_worker_processes_on_one_stream_and_ledger_record_every_submission_once,
+    sigterm_finishes_in_flight_work_and_exits_zero,
+    redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_twice,
+    every_class_of_malformed_entry_is_dead_lettered_with_a_reason_and_the_rest_recorded_once,
+    produce_and_key_agree_with_the_ledger,
 );
 
 // ----- The reference design's four checks, against the real ledger -----------------------------
 
+// Pure: the key involves no ledger.
 #[test]
 fn reference_check_1_key_is_deterministic_and_payload_sensitive() {
     let a = derive_idempotency_key("A-2026-014", "2026-07-01T09:00:00Z", b"{...}").unwrap();
@@ -46,9 +55,8 @@ fn reference_check_1_key_is_deterministic_and_payload_sensitive() {
     assert_ne!(a, c, "one changed payload byte must give a different key");
 }
 
-#[test]
-fn reference_check_2_a_duplicate_claim_adds_no_row() {
-    let world = World::new();
+fn reference_check_2_a_duplicate_claim_adds_no_row(store: Store) {
+    let world = World::on(store);
     let ledger = ledger(&world);
     let s = parse_payload(submission(1).as_bytes(), MAX).unwrap();
     assert_eq!(
@@ -64,9 +72,8 @@ fn reference_check_2_a_duplicate_claim_adds_no_row() {
     assert_eq!(world.count("processed_messages"), 1);
 }
 
-#[test]
-fn reference_check_3_replay_after_commit_is_a_duplicate_with_one_disbursement() {
-    let world = World::new();
+fn reference_check_3_replay_after_commit_is_a_duplicate_with_one_disbursement(store: Store) {
+    let world = World::on(store);
     let ledger = ledger(&world);
     let s = parse_payload(submission(7).as_bytes(), MAX).unwrap();
     ledger
@@ -97,13 +104,25 @@ fn reference_check_3_replay_after_commit_is_a_duplicate_with_one_disbursement() 
     );
 }
 
-#[test]
-fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim() {
-    let world = World::new();
+fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim(store: Store) {
+    let world = World::on(store);
     let ledger = ledger(&world);
-    // A real SQLite trigger makes every outbox insert fail inside the transaction.
-    let conn = rusqlite::Connection::open(&world.db).unwrap();
-    conn.execute_batch("CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'forced outbox failure'); END;").unwrap();
+    // A real trigger in the database makes every outbox insert fail inside the transaction.
+    let mut conn = world.sql();
+    let (fail, unfail) = match store {
+        Store::Sqlite => (
+            "CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'forced outbox failure'); END;",
+            "DROP TRIGGER fail_outbox",
+        ),
+        Store::Postgres => (
+            "CREATE FUNCTION fail_outbox() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'forced outbox failure'; END $$;
+             CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox
+             FOR EACH ROW EXECUTE FUNCTION fail_outbox();",
+            "DROP TRIGGER fail_outbox ON outbox",
+        ),
+    };
+    conn.exec(fail);
     let s = parse_payload(submission(3).as_bytes(), MAX).unwrap();
     let err = ledger
         .record(&[item(&s, "1-0")], "c", "grants:submissions")
@@ -113,7 +132,7 @@ fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim(
     assert_eq!(world.count("disbursements"), 0);
     assert_eq!(world.count("audit_log"), 0);
     // Once the fault is gone the same submission is a first claim, not a duplicate.
-    conn.execute_batch("DROP TRIGGER fail_outbox").unwrap();
+    conn.exec(unfail);
     assert_eq!(
         ledger
             .record(&[item(&s, "1-0")], "c", "grants:submissions")
@@ -123,19 +142,19 @@ fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim(
     assert_eq!(world.count("disbursements"), 1);
 }
 
-#[test]
-fn the_database_refuses_a_second_disbursement_for_one_claim() {
-    let world = World::new();
+fn the_database_refuses_a_second_disbursement_for_one_claim(store: Store) {
+    let world = World::on(store);
     let ledger = ledger(&world);
     let s = parse_payload(submission(1).as_bytes(), MAX).unwrap();
     ledger
         .record(&[item(&s, "1-0")], "c", "grants:submissions")
         .unwrap();
-    let conn = rusqlite::Connection::open(&world.db).unwrap();
-    let err = conn
-        .execute("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) SELECT claim_id, idempotency_key, award_id, 1, 'now' FROM processed_messages", [])
+    let err = world
+        .sql()
+        .try_exec("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) SELECT claim_id, idempotency_key, award_id, 1, 'now' FROM processed_messages")
         .unwrap_err();
-    assert!(err.to_string().contains("UNIQUE"), "{err}");
+    // SQLite says "UNIQUE constraint failed", PostgreSQL "violates unique constraint (23505)".
+    assert!(err.to_lowercase().contains("unique"), "{err}");
     assert_eq!(world.count("disbursements"), 1);
 }
 
@@ -303,9 +322,8 @@ fn two_worker_processes_on_one_stream_and_ledger_record_every_submission_once(st
     assert!(world.sql_i64("SELECT COUNT(DISTINCT consumer) FROM processed_messages") >= 1);
 }
 
-#[test]
-fn sigterm_finishes_in_flight_work_and_exits_zero() {
-    let world = World::new();
+fn sigterm_finishes_in_flight_work_and_exits_zero(store: Store) {
+    let world = World::on(store);
     world.add(&(0..2_000).map(submission).collect::<Vec<_>>());
     let mut worker = world.spawn(&["run", "--consumer", "t", "--batch-count-max", "100"]);
     assert!(wait_for(Duration::from_secs(30), || world
@@ -331,12 +349,11 @@ fn sigterm_finishes_in_flight_work_and_exits_zero() {
 
 // ----- Redis goes away -------------------------------------------------------------------------
 
-#[test]
-fn redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_twice() {
+fn redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_twice(store: Store) {
     // 1. A persistent Redis (AOF, appendfsync always) and a running worker.
     // 2. Submissions arrive in two waves; between them Redis is SIGKILLed and restarted.
     // 3. The worker reconnects by itself; the ledger is exact.
-    let mut world = World::persistent();
+    let mut world = World::persistent_on(store);
     world.add(&(0..1_000).map(submission).collect::<Vec<_>>());
     let mut worker = world.spawn(&["run", "--consumer", "w", "--claim-idle-ms", "500"]);
     assert!(wait_for(Duration::from_secs(30), || world
@@ -370,9 +387,10 @@ fn redis_killed_and_restarted_mid_run_with_aof_loses_nothing_and_pays_nothing_tw
 
 // ----- Bad input -------------------------------------------------------------------------------
 
-#[test]
-fn every_class_of_malformed_entry_is_dead_lettered_with_a_reason_and_the_rest_recorded_once() {
-    let world = World::new();
+fn every_class_of_malformed_entry_is_dead_lettered_with_a_reason_and_the_rest_recorded_once(
+    store: Store,
+) {
+    let world = World::on(store);
     let ts = "2026-07-01T09:00:00Z";
     world.add(&[submission(1)]);
     type Fields = Vec<(&'static str, Vec<u8>)>;
@@ -427,6 +445,7 @@ fn every_class_of_malformed_entry_is_dead_lettered_with_a_reason_and_the_rest_re
 
 // ----- Command line ----------------------------------------------------------------------------
 
+// Flag parsing and a SQLite path; PostgreSQL's bad URLs are in shared_ledger.rs.
 #[test]
 fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
     let world = World::new();
@@ -454,6 +473,8 @@ fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+// Flag parsing: `--synchronous` is SQLite's PRAGMA; `--on-conflict hold` on both is in
+// audit.rs.
 #[test]
 fn synchronous_and_on_conflict_accept_exactly_their_values() {
     let world = World::new();
@@ -469,6 +490,7 @@ fn synchronous_and_on_conflict_accept_exactly_their_values() {
     assert_eq!(world.count("disbursements"), 1);
 }
 
+// `produce` never opens a ledger.
 #[test]
 fn unreachable_redis_is_a_clear_failure_for_one_shot_commands() {
     let world = World::new();
@@ -483,9 +505,8 @@ fn unreachable_redis_is_a_clear_failure_for_one_shot_commands() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
-#[test]
-fn produce_and_key_agree_with_the_ledger() {
-    let world = World::new();
+fn produce_and_key_agree_with_the_ledger(store: Store) {
+    let world = World::on(store);
     let input = world.dir.path().join("in.jsonl");
     std::fs::write(
         &input,
@@ -519,7 +540,8 @@ fn produce_and_key_agree_with_the_ledger() {
     let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert_eq!(printed.len(), 64);
     let stored = world.sql_i64(&format!(
-        "SELECT COUNT(*) FROM processed_messages WHERE lower(hex(idempotency_key)) = '{printed}'"
+        "SELECT COUNT(*) FROM processed_messages WHERE {} = '{printed}'",
+        world.hex_sql("idempotency_key")
     ));
     assert_eq!(stored, 1, "the printed key is the one the ledger claimed");
 }

@@ -8,9 +8,35 @@ use postgres::error::SqlState;
 impl From<postgres::Error> for Error {
     fn from(e: postgres::Error) -> Self {
         let transient = is_transient(&e);
-        Error::ledger(e, transient)
+        Error::ledger(Described(e), transient)
     }
 }
+
+/// A PostgreSQL error in the words an operator needs. `postgres::Error` displays only its kind
+/// ("db error", "error communicating with the server") and keeps the server's message, or the
+/// I/O error beneath, as its source, which nothing in claimgate prints: every log line and exit
+/// message read "ledger: db error". This displays the kind, then each cause in the chain, then
+/// the SQLSTATE, on one line. It has no source of its own: its text carries the whole chain.
+#[derive(Debug)]
+struct Described(postgres::Error);
+
+impl std::fmt::Display for Described {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = std::error::Error::source(&self.0);
+        while let Some(c) = cause {
+            // The server's DETAIL and HINT come on lines of their own; a log line stays one.
+            write!(f, ": {}", c.to_string().replace('\n', "; "))?;
+            cause = c.source();
+        }
+        if let Some(code) = self.0.code() {
+            write!(f, " (SQLSTATE {})", code.code())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Described {}
 
 /// SQLSTATEs after which nothing was changed and the same transaction, tried again, can
 /// succeed: a serialization failure or deadlock (another writer won), the server shutting

@@ -1,11 +1,12 @@
 //! The invariants checked after the drain, each on real state: ledger rows read straight from
-//! the SQLite file, streams and the pending list read from Redis, the audit chain recomputed.
-//! Every check is reported, passing or not, so a failing run shows the whole picture.
+//! the SQLite file or the PostgreSQL database itself, streams and the pending list read from
+//! Redis, the audit chain recomputed. Every check is reported, passing or not, so a failing
+//! run shows the whole picture.
 
 use super::load::{entry_id, Expect, STREAM};
 use super::nemesis::Tally;
 use super::plan::{Action, Plan, BUSY_TIMEOUT_MS};
-use crate::support::World;
+use crate::support::{Store, World};
 use claimgate::domain::audit::{self, Kind, Record};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -41,13 +42,33 @@ struct Ledger {
     dead_letter_rows: Vec<String>,
     /// `audit_log`, in seq order.
     audit: Vec<Record>,
-    /// `PRAGMA integrity_check` and `foreign_key_check` output.
+    /// The store's own consistency check, `["ok"]` when it passes: SQLite's `PRAGMA
+    /// integrity_check` and `foreign_key_check` output; on PostgreSQL (which enforces its
+    /// foreign keys itself) the chain head row against the last record and outbox id.
     integrity: Vec<String>,
-    /// `SUM(amount_cents)` over disbursements, as SQLite computes it.
+    /// `SUM(amount_cents)` over disbursements, as the database computes it.
     sum_cents: i64,
 }
 
+/// The name of the check of [`Ledger::integrity`] on `store`.
+fn integrity_check_name(store: Store) -> &'static str {
+    match store {
+        Store::Sqlite => "PRAGMA integrity_check is ok, no foreign key violations",
+        Store::Postgres => {
+            "the chain head row holds the last record's seq and hash and the highest outbox id; \
+             outbox ids run 1..=N without a gap"
+        }
+    }
+}
+
 fn read_ledger(world: &World) -> Ledger {
+    match world.store {
+        Store::Sqlite => read_sqlite(world),
+        Store::Postgres => read_postgres(world),
+    }
+}
+
+fn read_sqlite(world: &World) -> Ledger {
     let conn = rusqlite::Connection::open_with_flags(
         &world.db,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -142,6 +163,91 @@ fn read_ledger(world: &World) -> Ledger {
     }
 }
 
+/// The same rows from the PostgreSQL database, in one repeatable-read snapshot.
+fn read_postgres(world: &World) -> Ledger {
+    let url = world.db.to_str().expect("a URL");
+    let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect to ledger");
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .expect("snapshot");
+    let mut rows = |sql: &str| tx.query(sql, &[]).expect(sql);
+    let claims = rows("SELECT idempotency_key, claim_id, amount_cents FROM processed_messages")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let disbursements = rows("SELECT claim_id, idempotency_key, amount_cents FROM disbursements")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let outbox: Vec<(i64, i64)> = rows("SELECT id, claim_id FROM outbox")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let dead_letter_rows = rows("SELECT stream_entry_id FROM dead_letters")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let audit: Vec<Record> = rows(
+        "SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
+                delivery_count, detail, recorded_at, prev_hash, hash FROM audit_log ORDER BY seq",
+    )
+    .iter()
+    .map(|r| Record {
+        seq: r.get(0),
+        kind: Kind::parse(r.get(1)).expect("known kind"),
+        idempotency_key: r.get(2),
+        award_id: r.get(3),
+        amount_cents: r.get(4),
+        stream_entry_id: r.get(5),
+        consumer: r.get(6),
+        delivery_count: r.get(7),
+        detail: r.get(8),
+        recorded_at: r.get(9),
+        prev_hash: r.get(10),
+        hash: r.get(11),
+    })
+    .collect();
+    let head = &rows("SELECT seq, hash, outbox_id_last FROM chain_head")[0];
+    let head: (i64, String, i64) = (head.get(0), head.get(1), head.get(2));
+    let last = audit.last().map_or(
+        (0, claimgate::domain::audit::GENESIS_HASH.to_owned()),
+        |r| (r.seq, r.hash.clone()),
+    );
+    let outbox_max = outbox.iter().map(|(id, _)| *id).max().unwrap_or(0);
+    let mut integrity = Vec::new();
+    if (head.0, &head.1, head.2) != (last.0, &last.1, outbox_max) {
+        integrity.push(format!(
+            "chain head (seq {}, hash {}, outbox id {}), last record (seq {}, hash {}), highest outbox id {outbox_max}",
+            head.0, head.1, head.2, last.0, last.1
+        ));
+    }
+    // Ids come from the head, advanced in the statement that inserts their rows: an id
+    // handed out without its row committed would be a gap.
+    if outbox_max != outbox.len() as i64 {
+        integrity.push(format!(
+            "{} outbox rows but ids up to {outbox_max}",
+            outbox.len()
+        ));
+    }
+    if integrity.is_empty() {
+        integrity.push("ok".to_owned());
+    }
+    let sum_cents =
+        rows("SELECT COALESCE(SUM(amount_cents), 0)::int8 FROM disbursements")[0].get(0);
+    Ledger {
+        claims,
+        disbursements,
+        outbox,
+        dead_letter_rows,
+        audit,
+        integrity,
+        sum_cents,
+    }
+}
+
 /// What the plan says must be true at the end.
 struct Expected {
     /// Key → amount, one per unique submission.
@@ -193,12 +299,12 @@ pub fn check_all(world: &World, plan: &Plan, tally: &Tally) -> Vec<Check> {
     checks.push(nothing_pending(world, plan));
     checks.extend(audit_trail(&ledger, &expected));
     checks.push(check(
-        "PRAGMA integrity_check is ok, no foreign key violations",
+        integrity_check_name(world.store),
         ledger.integrity == ["ok"],
         ledger.integrity.join("; "),
     ));
     checks.extend(faults_fired(plan, tally));
-    checks.extend(faults_landed(&world.dir.path().join("logs"), tally));
+    checks.extend(faults_landed(plan, &world.dir.path().join("logs"), tally));
     if plan.relays() > 0 {
         checks.push(events_once(world, &ledger));
     }
@@ -510,12 +616,14 @@ fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
 }
 
 /// Every planned fault happened: the kills, each failpoint (by SIGABRT) as often as armed, the
-/// Redis restarts, and the lock holds (the long ones past the busy timeout); and no process
-/// died in a way nobody planned.
+/// Redis restarts, and the ledger's outages (on SQLite the lock holds, the long ones past the
+/// busy timeout; on PostgreSQL the server restarts); and no process died in a way nobody
+/// planned.
 fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
     let kills = plan.count(|a| matches!(a, Action::Kill { .. }));
     let arms = plan.arms();
     let restarts = plan.count(|a| matches!(a, Action::RestartRedis { .. }));
+    let pg_restarts = plan.count(|a| matches!(a, Action::RestartPostgres { .. }));
     let fired: Vec<String> = arms
         .iter()
         .map(|(p, n)| format!("{p} {}/{n}", tally.fired.get(p).copied().unwrap_or(0)))
@@ -541,6 +649,22 @@ fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
             )
         })
         .collect();
+    let ledger_outages = match plan.store {
+        Store::Sqlite => check(
+            "the ledger's write lock was held as planned, on both sides of the busy timeout",
+            held_ok && long > 0 && short > 0,
+            format!(
+                "held {} (busy timeout {:.1}s)",
+                held.join(", "),
+                busy.as_secs_f64()
+            ),
+        ),
+        Store::Postgres => check(
+            "every planned PostgreSQL immediate shutdown and restart happened",
+            tally.postgres_restarts == pg_restarts && pg_restarts > 0 && holds == 0,
+            format!("{}/{pg_restarts}", tally.postgres_restarts),
+        ),
+    };
     vec![
         check(
             "every planned SIGKILL happened (plus one per plain process replaced by an armed one)",
@@ -569,15 +693,7 @@ fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
             tally.redis_restarts == restarts && restarts > 0,
             format!("{}/{restarts}", tally.redis_restarts),
         ),
-        check(
-            "the ledger's write lock was held as planned, on both sides of the busy timeout",
-            held_ok && long > 0 && short > 0,
-            format!(
-                "held {} (busy timeout {:.1}s)",
-                held.join(", "),
-                busy.as_secs_f64()
-            ),
-        ),
+        ledger_outages,
         check(
             "no process exited unless killed or armed",
             tally.unexpected_exits.is_empty(),
@@ -661,12 +777,16 @@ fn recompute_chain(records: &[Record]) -> Result<usize, String> {
 }
 
 /// The faults hit work in flight, not idle processes: most kills found their victim holding
-/// work (a worker with entries pending, the relay with unpublished rows), every Redis restart
-/// happened with entries pending, and every lock hold past the busy timeout made at least one
-/// worker log a wait on the ledger while it lasted.
-fn faults_landed(logs: &Path, tally: &Tally) -> Vec<Check> {
+/// work (a worker with entries pending, a relay with unpublished rows), every server restart
+/// happened with entries pending, and (on SQLite) every lock hold past the busy timeout made at
+/// least one worker log a wait on the ledger while it lasted.
+fn faults_landed(plan: &Plan, logs: &Path, tally: &Tally) -> Vec<Check> {
     let mut checks = Vec::new();
-    for fault in ["worker kill", "relay kill", "redis restart"] {
+    let restarts: &[&str] = match plan.store {
+        Store::Sqlite => &["redis restart"],
+        Store::Postgres => &["redis restart", "postgres restart"],
+    };
+    for &fault in ["worker kill", "relay kill"].iter().chain(restarts) {
         let strikes: Vec<u64> = tally
             .strikes
             .iter()
@@ -674,7 +794,7 @@ fn faults_landed(logs: &Path, tally: &Tally) -> Vec<Check> {
             .map(|s| s.work)
             .collect();
         let landed = strikes.iter().filter(|&&w| w > 0).count();
-        let (name, ok) = if fault == "redis restart" {
+        let (name, ok) = if fault.ends_with("restart") {
             (
                 format!("every {fault} landed on work in flight"),
                 landed == strikes.len() && !strikes.is_empty(),
@@ -690,6 +810,9 @@ fn faults_landed(logs: &Path, tally: &Tally) -> Vec<Check> {
             ok,
             format!("{landed}/{} landed; work hit: {:?}", strikes.len(), strikes),
         ));
+    }
+    if plan.store != Store::Sqlite {
+        return checks;
     }
     let waits = ledger_waits(logs);
     let busy = Duration::from_millis(BUSY_TIMEOUT_MS);
@@ -732,7 +855,7 @@ fn ledger_waits(logs: &Path) -> Vec<String> {
 /// An XRANGE reply row: id and field/value pairs.
 type StreamEntry = (String, Vec<(String, Vec<u8>)>);
 
-/// The events stream holds each outbox row exactly once (only when a relay ran).
+/// The events stream holds each outbox row exactly once, in id order (only when a relay ran).
 fn events_once(world: &World, ledger: &Ledger) -> Check {
     let reply: Vec<StreamEntry> = redis::cmd("XRANGE")
         .arg(claimgate::config::EVENTS_STREAM_DEFAULT)
@@ -741,12 +864,16 @@ fn events_once(world: &World, ledger: &Ledger) -> Check {
         .query(&mut world.conn())
         .expect("XRANGE events");
     let mut published: HashMap<i64, usize> = HashMap::new();
+    let (mut last, mut out_of_order) = (0, 0);
     for (_, fields) in &reply {
         let event_id = fields
             .iter()
             .find(|(k, _)| k == "event_id")
-            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok());
-        *published.entry(event_id.unwrap_or(-1)).or_default() += 1;
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(-1);
+        *published.entry(event_id).or_default() += 1;
+        out_of_order += usize::from(event_id <= last);
+        last = event_id;
     }
     let outbox: HashSet<i64> = ledger.outbox.iter().map(|(id, _)| *id).collect();
     let missing = outbox
@@ -756,9 +883,9 @@ fn events_once(world: &World, ledger: &Ledger) -> Check {
     let twice = published.values().filter(|&&n| n > 1).count();
     let stray = published.keys().filter(|id| !outbox.contains(id)).count();
     check(
-        "the events stream holds each outbox row exactly once",
-        missing == 0 && twice == 0 && stray == 0,
-        format!("{} events for {} outbox rows: {missing} missing, {twice} published twice, {stray} unknown", reply.len(), outbox.len()),
+        "the events stream holds each outbox row exactly once, in id order",
+        missing == 0 && twice == 0 && stray == 0 && out_of_order == 0,
+        format!("{} events for {} outbox rows: {missing} missing, {twice} published twice, {stray} unknown, {out_of_order} not above the event before", reply.len(), outbox.len()),
     )
 }
 

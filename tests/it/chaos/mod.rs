@@ -2,10 +2,13 @@
 //!
 //! One seeded plan drives real processes: a producer XADDs unique submissions, byte-identical
 //! duplicates and malformed entries of every class while several `claimgate run` processes share
-//! one consumer group, and a nemesis SIGKILLs them at random moments, starts them armed with
-//! every failpoint on the path, SIGKILLs and restarts redis-server (AOF, `appendfsync always`)
-//! and holds the ledger's write lock from outside for less and more than the busy timeout.
-//! Then one clean worker drains the stream and every invariant is checked and reported.
+//! one consumer group and several `claimgate relay` processes one events stream, and a nemesis
+//! SIGKILLs them at random moments, starts them armed with every failpoint on the path, SIGKILLs
+//! and restarts redis-server (AOF, `appendfsync always`) and takes the ledger away: on SQLite
+//! it holds the write lock from outside for less and more than the busy timeout, on PostgreSQL
+//! it stops the server at once (immediate shutdown) and starts it again. Then one clean worker
+//! and one clean relay drain everything, and every invariant is checked on the ledger itself
+//! and reported. The same suite runs on both ledgers (`on_both_ledgers!`).
 //!
 //! The seed is printed first; `CLAIMGATE_CHAOS_SEED=<seed>` replays the same plan (the same
 //! load and the same schedule; process timing is the machine's). `CLAIMGATE_SOAK=1` runs the
@@ -17,7 +20,8 @@ mod nemesis;
 mod plan;
 mod stall;
 
-use crate::support::{wait_exit, World};
+use crate::support::{wait_exit, Store, World};
+use claimgate::support::localpostgres::{LocalPostgres, BIN_DIR_DEFAULT};
 use invariants::Check;
 use load::{Expect, Produced};
 use nemesis::{Nemesis, Tally};
@@ -26,28 +30,36 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-#[test]
-fn every_submission_is_paid_exactly_once_through_kills_failpoints_redis_restarts_and_ledger_locks()
-{
+on_both_ledgers!(
+    every_submission_is_paid_exactly_once_through_kills_failpoints_redis_restarts_and_ledger_outages
+);
+
+fn every_submission_is_paid_exactly_once_through_kills_failpoints_redis_restarts_and_ledger_outages(
+    store: Store,
+) {
     // 1. The plan, from the seed (printed first, so any failure can be replayed).
-    let plan = Plan::new(Plan::seed_from_env(), Size::from_env());
+    let plan = Plan::new(Plan::seed_from_env(), Size::from_env(), store);
     println!(
-        "chaos: seed {} (replay: {}={} cargo test --release --test it chaos)",
+        "chaos: {store:?} ledger, seed {} (replay: {}={} cargo test --release --test it chaos)",
         plan.seed,
         plan::SEED_ENV,
         plan.seed
     );
     describe(&plan);
 
-    // 2. A Redis that persists every write before acknowledging it, and one process per slot.
-    let mut world = World::persistent();
+    // 2. A Redis that persists every write before acknowledging it; the ledger (on PostgreSQL,
+    //    a cluster of the test's own, since the nemesis restarts it); one process per slot.
+    let mut postgres = (store == Store::Postgres).then(crate::pg::own_cluster);
+    let mut world = match &postgres {
+        Some(pg) => World::on_postgres_url(&pg.create_database("chaos").expect("chaos database")),
+        None => World::persistent(),
+    };
     let url = world.redis.url();
-    let db = world.db.clone();
     let began = Instant::now();
     let (tally, produced, stop_failures) = {
-        let mut nemesis = Nemesis::start(&mut world, &plan);
+        let mut nemesis = Nemesis::start(&mut world, &plan, postgres.as_mut());
         assert!(
-            crate::support::wait_for(Duration::from_secs(30), || schema_ready(&db)),
+            crate::support::wait_for(Duration::from_secs(30), || nemesis.schema_ready()),
             "workers never created the ledger"
         );
 
@@ -98,6 +110,9 @@ fn every_submission_is_paid_exactly_once_through_kills_failpoints_redis_restarts
 
     let failed: Vec<&Check> = checks.iter().filter(|c| !c.ok).collect();
     if !failed.is_empty() {
+        if let Some(pg) = &postgres {
+            keep_postgres(pg, &world);
+        }
         let World { redis, dir, .. } = world;
         drop(redis);
         let kept = dir.keep();
@@ -115,18 +130,28 @@ fn every_submission_is_paid_exactly_once_through_kills_failpoints_redis_restarts
     }
 }
 
-/// True once the workers have created the ledger's tables.
-fn schema_ready(db: &Path) -> bool {
-    let Ok(conn) =
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-    else {
-        return false;
-    };
-    conn.query_row(
-        "SELECT COUNT(*) FROM sqlite_master WHERE name = 'audit_log'",
-        [],
-        |r| r.get::<_, i64>(0),
-    ) == Ok(1)
+/// A failed PostgreSQL run's evidence, kept in the world's directory before the cluster (and
+/// its directory) goes: the server's log beside the processes' logs, and the ledger as
+/// `ledger.sql` (pg_dump, best effort: a missing dump is said in its place).
+fn keep_postgres(pg: &LocalPostgres, world: &World) {
+    let logs = world.dir.path().join("logs");
+    let _ = std::fs::copy(
+        pg.dir().join("server.log"),
+        logs.join("postgres-server.log"),
+    );
+    let bin = std::env::var_os("CLAIMGATE_PG_BIN").map_or_else(
+        || Path::new(BIN_DIR_DEFAULT).to_path_buf(),
+        std::path::PathBuf::from,
+    );
+    let dump = world.dir.path().join("ledger.sql");
+    let out = std::process::Command::new(bin.join("pg_dump"))
+        .arg("--file")
+        .arg(&dump)
+        .arg(&world.db)
+        .output();
+    if !matches!(&out, Ok(o) if o.status.success()) {
+        let _ = std::fs::write(&dump, format!("-- pg_dump failed: {out:?}\n"));
+    }
 }
 
 /// Runs one process of a role with `--exit-when-idle` until it exits; it must exit 0.
@@ -184,7 +209,7 @@ fn describe(plan: &Plan) {
         plan.size.chaos_ms as f64 / 1_000.0,
     );
     println!(
-        "chaos: {} processes ({} workers, {} relays), claim-idle {} ms, batch {}; {} kills, failpoints [{}], {} Redis restarts, {} ledger lock holds",
+        "chaos: {} processes ({} workers, {} relays), claim-idle {} ms, batch {}; {} kills, failpoints [{}], {} Redis restarts, {} ledger lock holds, {} PostgreSQL restarts",
         plan.slots.len(),
         plan.slots.len() - plan.relays(),
         plan.relays(),
@@ -194,6 +219,7 @@ fn describe(plan: &Plan) {
         arms.join(", "),
         plan.count(|a| matches!(a, Action::RestartRedis { .. })),
         plan.count(|a| matches!(a, Action::HoldLedgerLock { .. })),
+        plan.count(|a| matches!(a, Action::RestartPostgres { .. })),
     );
 }
 
@@ -206,7 +232,7 @@ fn report(plan: &Plan, produced: &Produced, tally: &Tally, logs: &Path, checks: 
         .collect();
     println!(
         "chaos: seed {}: produced {} entries (last at {:.1}s, {} resumes after Redis failures); {} processes started, \
-         {} SIGKILLs, failpoints fired [{}], {} Redis restarts, ledger lock held {:?}",
+         {} SIGKILLs, failpoints fired [{}], {} Redis restarts, {} PostgreSQL restarts, ledger lock held {:?}",
         plan.seed,
         produced.entries,
         produced.finished_after.as_secs_f64(),
@@ -215,6 +241,7 @@ fn report(plan: &Plan, produced: &Produced, tally: &Tally, logs: &Path, checks: 
         tally.kills,
         fired.join(", "),
         tally.redis_restarts,
+        tally.postgres_restarts,
         tally.lock_holds.iter().map(|h| format!("{:.1}s", h.held.as_secs_f64())).collect::<Vec<_>>(),
     );
     let (ledger_waits, redis_waits) = transient_episodes(logs);

@@ -3,10 +3,12 @@
 //! Every process is a real `claimgate` child with its log in a file. A kill is SIGKILL; an
 //! armed process must die by SIGABRT at its failpoint (anything else is recorded as a fault that
 //! did not happen as planned); Redis is SIGKILLed and restarted from its AOF on the same port;
-//! the ledger's write lock is taken from outside by a plain rusqlite connection.
+//! a SQLite ledger's write lock is taken from outside by a plain rusqlite connection; a
+//! PostgreSQL ledger's server is stopped at once and started again on the same port and data.
 
 use super::plan::{Action, Event, Plan, Role};
-use crate::support::World;
+use crate::support::{Store, World};
+use claimgate::support::localpostgres::LocalPostgres;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -47,6 +49,8 @@ pub struct Tally {
     pub not_fired: Vec<String>,
     /// redis-server restarts done.
     pub redis_restarts: usize,
+    /// PostgreSQL immediate shutdowns and restarts done.
+    pub postgres_restarts: usize,
     /// Lock holds done: (planned, actually held).
     pub lock_holds: Vec<LockHold>,
     /// Processes that exited without being killed or armed to abort: each one is a failure.
@@ -60,10 +64,11 @@ pub struct Tally {
 /// What one aimed fault hit, measured the moment before it struck.
 #[derive(Debug, Clone)]
 pub struct Strike {
-    /// `worker kill`, `relay kill` or `redis restart`.
+    /// `worker kill`, `relay kill`, `redis restart` or `postgres restart`.
     pub fault: &'static str,
     /// The work in flight it hit: the victim worker's pending entries, the unpublished outbox
-    /// rows (for the relay), the group's pending entries (for Redis). 0 means it hit nothing.
+    /// rows (for the relay), the group's pending entries (for a server restart). 0 means it
+    /// hit nothing.
     pub work: u64,
 }
 
@@ -95,6 +100,9 @@ struct Slot {
 pub struct Nemesis<'w> {
     /// The world: its Redis is restarted from here.
     world: &'w mut World,
+    /// The PostgreSQL cluster holding the world's ledger (PostgreSQL runs only), restarted
+    /// from here.
+    postgres: Option<&'w mut LocalPostgres>,
     /// The plan.
     plan: &'w Plan,
     /// One per planned process.
@@ -107,15 +115,24 @@ pub struct Nemesis<'w> {
     logs: PathBuf,
     /// A connection for aiming (reset after a Redis restart or error).
     redis: Option<redis::Connection>,
-    /// A read-only ledger connection for aiming at the relay.
-    ledger: Option<rusqlite::Connection>,
+    /// A ledger connection for aiming at the relays (reset after a restart or error).
+    ledger: Option<LedgerConn>,
     /// Counts.
     pub tally: Tally,
 }
 
 impl<'w> Nemesis<'w> {
-    /// Starts one plain process per slot.
-    pub fn start(world: &'w mut World, plan: &'w Plan) -> Nemesis<'w> {
+    /// Starts one plain process per slot. `postgres` is the cluster of a PostgreSQL ledger.
+    pub fn start(
+        world: &'w mut World,
+        plan: &'w Plan,
+        postgres: Option<&'w mut LocalPostgres>,
+    ) -> Nemesis<'w> {
+        assert_eq!(
+            postgres.is_some(),
+            world.store == Store::Postgres,
+            "a PostgreSQL ledger's cluster, and only then"
+        );
         let logs = world.dir.path().join("logs");
         std::fs::create_dir_all(&logs).expect("log dir");
         let slots = plan
@@ -131,6 +148,7 @@ impl<'w> Nemesis<'w> {
             .collect();
         let mut nemesis = Nemesis {
             world,
+            postgres,
             plan,
             slots,
             lockers: Vec::new(),
@@ -161,7 +179,7 @@ impl<'w> Nemesis<'w> {
                     break;
                 }
                 let aim_ms = match event.action {
-                    Action::RestartRedis { .. } => RESTART_AIM_MS,
+                    Action::RestartRedis { .. } | Action::RestartPostgres { .. } => RESTART_AIM_MS,
                     _ => AIM_MS,
                 };
                 let aim_over = now >= Duration::from_millis(event.at_ms + aim_ms);
@@ -295,7 +313,32 @@ impl<'w> Nemesis<'w> {
                     .expect("redis-server restarts from its AOF");
                 self.tally.redis_restarts += 1;
             }
+            Action::RestartPostgres { down_ms } => {
+                let pending = self.group_pending();
+                if pending == 0 && !aim_over {
+                    return false;
+                }
+                self.tally.strikes.push(Strike {
+                    fault: "postgres restart",
+                    work: pending,
+                });
+                self.ledger = None;
+                let pg = self
+                    .postgres
+                    .as_mut()
+                    .expect("a PostgreSQL restart is planned only for a PostgreSQL ledger");
+                pg.stop_immediate().expect("PostgreSQL stops (immediate)");
+                std::thread::sleep(Duration::from_millis(down_ms));
+                pg.start_again()
+                    .expect("PostgreSQL starts again and recovers from its WAL");
+                self.tally.postgres_restarts += 1;
+            }
             Action::HoldLedgerLock { hold_ms } => {
+                assert_eq!(
+                    self.world.store,
+                    Store::Sqlite,
+                    "a lock hold is planned only for a SQLite ledger"
+                );
                 let (db, start) = (self.world.db.clone(), self.start);
                 self.lockers.push(std::thread::spawn(move || {
                     hold_write_lock(&db, Duration::from_millis(hold_ms), start)
@@ -377,25 +420,44 @@ impl<'w> Nemesis<'w> {
             .unwrap_or_else(|| panic!("XPENDING summary of an unexpected shape: {reply:?}"))
     }
 
-    /// Outbox rows not yet published, read from the ledger file (0 until it exists).
+    /// True once the workers have created the ledger's tables.
+    pub fn schema_ready(&mut self) -> bool {
+        let Some(conn) = LedgerConn::open(self.world) else {
+            return false;
+        };
+        match conn {
+            LedgerConn::Sqlite(c) => c
+                .query_row(
+                    "SELECT COUNT(*) FROM sqlite_master WHERE name = 'audit_log'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .is_ok_and(|n| n == 1),
+            // The schema is applied in one transaction: its chain head row shows all of it.
+            LedgerConn::Postgres(mut c) => c
+                .query_one("SELECT COUNT(*) FROM chain_head", &[])
+                .is_ok_and(|r| r.get::<_, i64>(0) == 1),
+        }
+    }
+
+    /// Outbox rows not yet published, read from the ledger (0 until it exists, and while it
+    /// cannot answer).
     fn unpublished(&mut self) -> u64 {
         if self.ledger.is_none() {
-            self.ledger = rusqlite::Connection::open_with_flags(
-                &self.world.db,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            )
-            .ok();
+            self.ledger = LedgerConn::open(self.world);
         }
-        let Some(conn) = self.ledger.as_ref() else {
+        let Some(conn) = self.ledger.as_mut() else {
             return 0;
         };
-        conn.query_row(
-            "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .map(|n| n as u64)
-        .unwrap_or(0)
+        let sql = "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL";
+        let n = match conn {
+            LedgerConn::Sqlite(c) => c.query_row(sql, [], |r| r.get::<_, i64>(0)).ok(),
+            LedgerConn::Postgres(c) => c.query_one(sql, &[]).ok().map(|r| r.get::<_, i64>(0)),
+        };
+        if n.is_none() {
+            self.ledger = None;
+        }
+        n.unwrap_or(0) as u64
     }
 
     fn kill(&mut self, slot: usize) {
@@ -528,6 +590,37 @@ impl<'w> Nemesis<'w> {
                     r.armed,
                     tail(&r.log)
                 ));
+            }
+        }
+    }
+}
+
+/// The nemesis's own read connection to the ledger, whichever backend.
+enum LedgerConn {
+    /// The SQLite file, read-only.
+    Sqlite(rusqlite::Connection),
+    /// A plain session on the PostgreSQL database.
+    Postgres(postgres::Client),
+}
+
+impl LedgerConn {
+    /// A connection, or `None` while the ledger cannot be reached.
+    fn open(world: &World) -> Option<LedgerConn> {
+        match world.store {
+            Store::Sqlite => rusqlite::Connection::open_with_flags(
+                &world.db,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .ok()
+            .map(LedgerConn::Sqlite),
+            Store::Postgres => {
+                let url = world.db.to_str().expect("a URL");
+                let mut config: postgres::Config = url.parse().expect("a PostgreSQL URL");
+                config.connect_timeout(Duration::from_secs(2));
+                config
+                    .connect(postgres::NoTls)
+                    .ok()
+                    .map(LedgerConn::Postgres)
             }
         }
     }

@@ -3,6 +3,7 @@
 //! from one seed, before any process starts; the same seed gives the same plan.
 
 use super::load::{self, Planned};
+use crate::support::Store;
 use fastrand::Rng;
 
 /// The environment variable that replays a run's schedule.
@@ -22,7 +23,7 @@ pub const BUSY_TIMEOUT_MS: u64 = claimgate::config::BUSY_TIMEOUT_MS_DEFAULT;
 /// unless a worker is mid-commit).
 const LOCK_LOAD_DELAY_MS: u64 = 200;
 
-/// How long after a kill or a Redis restart is due a chunk of load arrives. The nemesis aims
+/// How long after a kill or a server restart is due a chunk of load arrives. The nemesis aims
 /// (`nemesis::AIM_MS`): it waits for a victim holding work, and a chunk drains in milliseconds,
 /// so without load timed to the faults most of them would wait out their aim on idle processes.
 const FAULT_LOAD_DELAY_MS: u64 = 30;
@@ -46,10 +47,16 @@ pub struct Size {
     pub arms_per_failpoint: usize,
     /// redis-server SIGKILLed and restarted from its AOF.
     pub redis_restarts: usize,
-    /// Holds of the ledger's write lock shorter than the busy timeout, and as many longer.
+    /// SQLite only: holds of the ledger's write lock shorter than the busy timeout, and as many
+    /// longer.
     pub lock_holds_each: usize,
+    /// PostgreSQL only: the server stopped at once (`pg_ctl stop -m immediate`: connections
+    /// cut, no checkpoint) and started again, recovering from its WAL.
+    pub postgres_restarts: usize,
     /// `claimgate run` processes in the group at any time.
     pub workers: usize,
+    /// `claimgate relay` processes at any time, sharing the events stream's mark.
+    pub relays: usize,
 }
 
 impl Size {
@@ -65,7 +72,9 @@ impl Size {
             arms_per_failpoint: 3,
             redis_restarts: 2,
             lock_holds_each: 1,
+            postgres_restarts: 2,
             workers: 3,
+            relays: 2,
         }
     }
 
@@ -81,7 +90,9 @@ impl Size {
             arms_per_failpoint: 12,
             redis_restarts: 6,
             lock_holds_each: 4,
+            postgres_restarts: 6,
             workers: 3,
+            relays: 2,
         }
     }
 
@@ -114,10 +125,11 @@ pub static WORKER: Role = Role {
     args: worker_args,
 };
 
-/// The outbox relay: one process, killed and crashed at `relay_after_publish` like the workers.
+/// The outbox relays: several processes on one events stream, killed and crashed at
+/// `relay_after_publish` like the workers.
 pub static RELAY: Role = Role {
     name: "relay",
-    count: |_| 1,
+    count: |size| size.relays,
     failpoints: &["relay_after_publish"],
     args: relay_args,
 };
@@ -189,10 +201,18 @@ pub enum Action {
         /// Downtime.
         down_ms: u64,
     },
-    /// Hold the ledger's write lock (`BEGIN IMMEDIATE`) from another connection this long.
+    /// Hold the SQLite ledger's write lock (`BEGIN IMMEDIATE`) from another connection this
+    /// long. PostgreSQL has no counterpart: claimgate sets no lock or statement timeout there,
+    /// so a lock held from outside is only a wait, with nothing promised past any timeout.
     HoldLedgerLock {
         /// How long the lock is held once taken.
         hold_ms: u64,
+    },
+    /// Stop the PostgreSQL server at once (immediate shutdown), keep it down this long, start
+    /// it again (crash recovery from the WAL).
+    RestartPostgres {
+        /// Downtime.
+        down_ms: u64,
     },
 }
 
@@ -209,6 +229,8 @@ pub struct Event {
 pub struct Plan {
     /// The seed all of it came from.
     pub seed: u64,
+    /// The ledger backend the run is planned for: it decides the ledger outages.
+    pub store: Store,
     /// The size.
     pub size: Size,
     /// Stream entries in the order they are XADDed, each with what must become of it.
@@ -226,18 +248,19 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan for `seed` at `size`.
-    pub fn new(seed: u64, size: Size) -> Plan {
+    /// The plan for `seed` at `size` on a ledger in `store`.
+    pub fn new(seed: u64, size: Size, store: Store) -> Plan {
         let mut rng = Rng::with_seed(seed);
         let entries = load::generate(&mut rng, &size);
         let slots: Vec<&'static Role> = ROLES
             .iter()
             .flat_map(|role| std::iter::repeat_n(*role, (role.count)(&size)))
             .collect();
-        let events = schedule(&mut rng, &size, &slots);
+        let events = schedule(&mut rng, &size, &slots, store);
         let chunks = chunks(&mut rng, entries.len(), size.chaos_ms, &events);
         Plan {
             seed,
+            store,
             claim_idle_ms: rng.u64(300..=500),
             batch_count_max: [16, 64, 256][rng.usize(0..3)],
             size,
@@ -296,7 +319,7 @@ impl Plan {
 /// Splits the load into chunks: a tenth queued before the first fault as a backlog, the rest
 /// spread over the first 85% of the window, in chunks of random size, one of them just after
 /// each lock hold starts, so workers are committing while the lock is held, and one just after
-/// each kill and Redis restart is due, so the nemesis finds work in flight to hit.
+/// each kill and server restart is due, so the nemesis finds work in flight to hit.
 fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64, events: &[Event]) -> Vec<Chunk> {
     let backlog = entries / 10;
     let mut out = vec![Chunk {
@@ -317,7 +340,12 @@ fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64, events: &[Event]) -> Vec
         .map(|e| e.at_ms + LOCK_LOAD_DELAY_MS);
     let fault_starts = events
         .iter()
-        .filter(|e| matches!(e.action, Action::Kill { .. } | Action::RestartRedis { .. }))
+        .filter(|e| {
+            matches!(
+                e.action,
+                Action::Kill { .. } | Action::RestartRedis { .. } | Action::RestartPostgres { .. }
+            )
+        })
         .map(|e| e.at_ms + FAULT_LOAD_DELAY_MS);
     let mut times: Vec<u64> = lock_starts.chain(fault_starts).take(sizes.len()).collect();
     times.extend((times.len()..sizes.len()).map(|_| rng.u64(0..=span_ms)));
@@ -331,10 +359,11 @@ fn chunks(rng: &mut Rng, entries: usize, chaos_ms: u64, events: &[Event]) -> Vec
 }
 
 /// The nemesis's schedule. Kills and arms fall anywhere in 3%..80% of the window (arms end
-/// early enough that load is still flowing to trip them). Redis restarts and lock holds are
-/// outages: each gets its own stretch of 5%..85% of the window and ends inside it, so no two
-/// overlap and each one's effect is its own.
-fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role]) -> Vec<Event> {
+/// early enough that load is still flowing to trip them). Redis restarts and the ledger's
+/// outages (lock holds on SQLite, server restarts on PostgreSQL) are outages: each gets its
+/// own stretch of 5%..85% of the window and ends inside it, so no two overlap and each one's
+/// effect is its own.
+fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role], store: Store) -> Vec<Event> {
     let window = |rng: &mut Rng, from_pct: u64, to_pct: u64| {
         rng.u64(size.chaos_ms * from_pct / 100..=size.chaos_ms * to_pct / 100)
     };
@@ -378,11 +407,22 @@ fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role]) -> Vec<Event> {
             down_ms: rng.u64(100..=1_500),
         })
         .collect();
-    for _ in 0..size.lock_holds_each {
-        let short_ms = rng.u64(1_500..=BUSY_TIMEOUT_MS - 1_500);
-        let long_ms = rng.u64(BUSY_TIMEOUT_MS + 1_500..=BUSY_TIMEOUT_MS + 4_000);
-        outages.push(Action::HoldLedgerLock { hold_ms: short_ms });
-        outages.push(Action::HoldLedgerLock { hold_ms: long_ms });
+    match store {
+        Store::Sqlite => {
+            for _ in 0..size.lock_holds_each {
+                let short_ms = rng.u64(1_500..=BUSY_TIMEOUT_MS - 1_500);
+                let long_ms = rng.u64(BUSY_TIMEOUT_MS + 1_500..=BUSY_TIMEOUT_MS + 4_000);
+                outages.push(Action::HoldLedgerLock { hold_ms: short_ms });
+                outages.push(Action::HoldLedgerLock { hold_ms: long_ms });
+            }
+        }
+        Store::Postgres => {
+            for _ in 0..size.postgres_restarts {
+                outages.push(Action::RestartPostgres {
+                    down_ms: rng.u64(200..=2_000),
+                });
+            }
+        }
     }
     rng.shuffle(&mut outages);
     let (from_ms, to_ms) = (size.chaos_ms * 5 / 100, size.chaos_ms * 85 / 100);
