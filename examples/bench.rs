@@ -735,6 +735,18 @@ impl Env {
             "\nsingle submission on a quiet stream, XADD to committed+acked ({samples} samples): p50 {} p90 {} p99 {} max {}; {within}/{samples} within 10 ms",
             at(0.5), at(0.9), at(0.99), at(1.0)
         );
+        // The worker's own account of the same entries, read to XACK, per stage (p50/p99/max
+        // in µs): the part of the wait above that the worker can see.
+        let stages = std::fs::read_to_string(&log)
+            .ok()
+            .and_then(|l| {
+                l.lines().find_map(|line| {
+                    line.split_once("stage latency: ")
+                        .map(|(_, s)| s.to_owned())
+                })
+            })
+            .unwrap_or_else(|| "(no stage line in the worker's log)".into());
+        println!("  the worker's stages, p50/p99/max us: {stages}");
         remove_ledger(&db);
         Ok(())
     }

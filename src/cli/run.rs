@@ -276,5 +276,8 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
         quantile(0.5),
         quantile(0.99)
     );
+    // Where an entry's time went, read to XACK (p50/p99/max, µs): BENCHMARKS.md's quiet-stream
+    // breakdown is read from this line.
+    log::info!("stage latency: {}", metrics.stages.summary());
     Ok(())
 }

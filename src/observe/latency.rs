@@ -15,16 +15,22 @@ const OCTAVES: usize = 31;
 /// Total buckets.
 const BUCKETS: usize = SUB_BUCKETS * OCTAVES;
 
-/// Counts of observed durations per bucket.
+/// Counts of observed durations per bucket, with their sum and the largest.
 pub struct Histogram {
     /// One counter per bucket, see [`bucket_of`].
     counts: Box<[AtomicU64]>,
+    /// The sum of every observation, in microseconds.
+    sum_us: AtomicU64,
+    /// The largest observation, in microseconds (exact, not a bucket bound).
+    max_us: AtomicU64,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Histogram {
             counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            sum_us: AtomicU64::new(0),
+            max_us: AtomicU64::new(0),
         }
     }
 }
@@ -62,6 +68,37 @@ impl Histogram {
     pub fn record(&self, took: Duration) {
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.counts[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// The largest observation so far, in microseconds; `None` when nothing was recorded.
+    pub fn max_us(&self) -> Option<u64> {
+        (self.count() > 0).then(|| self.max_us.load(Ordering::Relaxed))
+    }
+
+    /// The sum of every observation, in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    /// The observations regrouped into coarser buckets with upper bounds `bounds_s` (seconds,
+    /// ascending) and a last one at infinity, each with its own count (not cumulative), as
+    /// `prometheus-client` takes them. A fine bucket counts at the first bound it lies wholly
+    /// at or below, so one that straddles a bound counts at the next (within about 6% of the
+    /// bound). The counts add up to every observation read.
+    pub fn regrouped(&self, bounds_s: &[f64]) -> Vec<(f64, u64)> {
+        let mut out = Vec::with_capacity(bounds_s.len() + 1);
+        let mut bucket = 0;
+        for &bound in bounds_s.iter().chain(&[f64::INFINITY]) {
+            let mut n = 0;
+            while bucket < BUCKETS && (upper_us_of(bucket) as f64) <= bound * 1e6 {
+                n += self.counts[bucket].load(Ordering::Relaxed);
+                bucket += 1;
+            }
+            out.push((bound, n));
+        }
+        out
     }
 
     /// Observations recorded so far.
@@ -124,6 +161,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn max_sum_and_regrouped_counts_follow_what_was_recorded() {
+        let h = Histogram::default();
+        assert_eq!(h.max_us(), None);
+        for us in [100u64, 900, 2_500, 40_000] {
+            h.record(Duration::from_micros(us));
+        }
+        assert_eq!(h.max_us(), Some(40_000));
+        assert!((h.sum_seconds() - 0.0435).abs() < 1e-9);
+        assert_eq!(
+            h.regrouped(&[0.0005, 0.001, 0.002, 0.005]),
+            [
+                (0.0005, 1),
+                (0.001, 1),
+                (0.002, 0),
+                (0.005, 1),
+                (f64::INFINITY, 1)
+            ]
+        );
     }
 
     #[test]

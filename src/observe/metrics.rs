@@ -1,9 +1,10 @@
 //! Counters the worker keeps while it runs. Plain atomics: cheap on the hot path, readable from
 //! any thread (the `/metrics` endpoint, the demo's progress line, tests).
 
+use crate::observe::latency::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Upper bounds, in seconds, of the commit-latency histogram's buckets.
 pub const COMMIT_SECONDS_BUCKETS: [f64; 12] = [
@@ -30,7 +31,9 @@ pub struct Metrics {
     /// When the worker loop last went round, in milliseconds since the Unix epoch (`/healthz`).
     pub heartbeat_unix_ms: AtomicU64,
     /// Commit latencies at a resolution fine enough to quote p50/p99 from.
-    pub commit_latency: crate::observe::latency::Histogram,
+    pub commit_latency: Histogram,
+    /// Where each entry's time went between its read and its XACK.
+    pub stages: Stages,
     /// `run --anchor-every`'s interval in milliseconds; 0 when this process takes no anchors.
     pub anchor_interval_ms: AtomicU64,
     /// When the last anchor was written (or anchoring started, before the first), in
@@ -39,6 +42,78 @@ pub struct Metrics {
     /// Why the worker is stopping for good, once a stage has failed for a reason that will not
     /// clear by itself; `/healthz` is 503 from then on, however long the rest takes to stop.
     failure: Mutex<Option<String>>,
+}
+
+/// Per-entry latency of each stage of the worker, from the moment a read returned the entry to
+/// the moment its XACK returned: the stages add up to `total`. Recorded by the writer for
+/// every acknowledged entry (a few relaxed atomic adds each).
+#[derive(Debug, Default)]
+pub struct Stages {
+    /// Read returned → parsed: waiting for a parse thread, validating and hashing.
+    pub parse: Histogram,
+    /// Parsed → its transaction began: waiting for the writer (the batch before it, gathering
+    /// the group commit, copying dead letters).
+    pub queue: Histogram,
+    /// The ledger transaction that recorded it, begin to commit.
+    pub commit: Histogram,
+    /// Committed → XACK returned (held entries' copies included).
+    pub ack: Histogram,
+    /// Read returned → XACK returned.
+    pub total: Histogram,
+}
+
+/// When one entry reached each stage boundary.
+#[derive(Debug, Clone, Copy)]
+pub struct StageTimes {
+    /// The read that returned it.
+    pub read: Instant,
+    /// Parsing finished.
+    pub parsed: Instant,
+    /// Its transaction began.
+    pub commit_began: Instant,
+    /// Its transaction committed.
+    pub committed: Instant,
+    /// Its XACK returned.
+    pub acked: Instant,
+}
+
+impl Stages {
+    /// The names `/metrics` and the stop line give the stages, with each histogram.
+    pub fn named(&self) -> [(&'static str, &Histogram); 5] {
+        [
+            ("parse", &self.parse),
+            ("queue", &self.queue),
+            ("commit", &self.commit),
+            ("ack", &self.ack),
+            ("total", &self.total),
+        ]
+    }
+
+    /// Records one entry's way through the stages.
+    pub fn observe(&self, t: &StageTimes) {
+        let between = |a: Instant, b: Instant| b.saturating_duration_since(a);
+        self.parse.record(between(t.read, t.parsed));
+        self.queue.record(between(t.parsed, t.commit_began));
+        self.commit.record(between(t.commit_began, t.committed));
+        self.ack.record(between(t.committed, t.acked));
+        self.total.record(between(t.read, t.acked));
+    }
+
+    /// One line: each stage's p50, p99 and max in microseconds (`parse_us=p50/p99/max …`).
+    pub fn summary(&self) -> String {
+        self.named()
+            .iter()
+            .map(|(name, h)| {
+                format!(
+                    "{name}_us={}/{}/{}",
+                    h.quantile_us(0.5).unwrap_or(0),
+                    h.quantile_us(0.99).unwrap_or(0),
+                    h.max_us().unwrap_or(0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 impl Metrics {

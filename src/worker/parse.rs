@@ -10,6 +10,7 @@ use crate::config::{WorkerConfig, QUARANTINE_TRIES_MAX};
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::{self, Submission};
 use crossbeam_channel::{Receiver, Sender};
+use std::time::Instant;
 
 /// An entry after the parse stage.
 pub(super) struct Parsed {
@@ -26,6 +27,10 @@ pub(super) struct Parsed {
     /// What the entry weighed as read (`Entry::size_bytes`): the writer's group commit is
     /// bounded by these.
     pub(super) bytes: usize,
+    /// When the read that returned it came back (for the per-stage latency).
+    pub(super) read_at: Instant,
+    /// When it was parsed.
+    pub(super) parsed_at: Instant,
 }
 
 /// What the reader hands the parse pool.
@@ -36,6 +41,8 @@ pub(super) struct Handoff {
     /// cap does not reject it. Otherwise an entry past the cap is dead-lettered (its try alone
     /// already happened).
     pub(super) solo: bool,
+    /// When the read that returned the entries came back.
+    pub(super) read_at: Instant,
 }
 
 /// What the parse stage decided about an entry.
@@ -78,9 +85,9 @@ pub(super) fn run(
     mut filter: Option<(&FastFilter, Conn)>,
 ) {
     for handoff in rx {
-        let solo = handoff.solo;
+        let (solo, read_at) = (handoff.solo, handoff.read_at);
         let mut parsed: Vec<Parsed> = (handoff.entries.into_iter())
-            .map(|e| parse_one(e, wcfg, solo))
+            .map(|e| parse_one(e, wcfg, solo, read_at))
             .collect();
         if let Some((filter, conn)) = filter.as_mut() {
             look_up_committed(filter, conn, &mut parsed);
@@ -102,8 +109,9 @@ fn look_up_committed(filter: &FastFilter, conn: &mut Conn, parsed: &mut [Parsed]
 }
 
 /// Validates one entry, or says why it must be dead-lettered. Past the delivery cap it is
-/// rejected unless this is its try alone (`solo`). Pure apart from its inputs.
-fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool) -> Parsed {
+/// rejected unless this is its try alone (`solo`). Pure apart from its inputs and the clock
+/// (`read_at` and the time it finishes, for the per-stage latency).
+fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool, read_at: Instant) -> Parsed {
     let (id, delivery_count, bytes) = (entry.id.clone(), entry.delivery_count, entry.size_bytes());
     let limits = submission::Limits {
         payload_bytes_max: wcfg.payload_bytes_max,
@@ -147,6 +155,8 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool) -> Parsed {
         committed_by: None,
         solo,
         bytes,
+        read_at,
+        parsed_at: Instant::now(),
     }
 }
 
@@ -168,7 +178,12 @@ mod tests {
     #[test]
     fn a_valid_entry_under_the_cap_is_a_submission() {
         let wcfg = WorkerConfig::new("c");
-        let p = parse_one(entry(VALID, wcfg.max_deliveries), &wcfg, false);
+        let p = parse_one(
+            entry(VALID, wcfg.max_deliveries),
+            &wcfg,
+            false,
+            Instant::now(),
+        );
         assert_eq!(
             (p.id.as_str(), p.delivery_count),
             ("5-0", wcfg.max_deliveries)
@@ -183,7 +198,12 @@ mod tests {
     #[test]
     fn over_the_cap_a_valid_entry_is_tried_alone_once() {
         let wcfg = WorkerConfig::new("c");
-        let p = parse_one(entry(VALID, wcfg.max_deliveries + 1), &wcfg, true);
+        let p = parse_one(
+            entry(VALID, wcfg.max_deliveries + 1),
+            &wcfg,
+            true,
+            Instant::now(),
+        );
         assert!(p.solo);
         assert!(matches!(p.verdict, Verdict::Valid(_)));
     }
@@ -192,7 +212,7 @@ mod tests {
     fn over_the_cap_after_its_try_alone_even_a_valid_entry_is_rejected_keeping_its_award_and_key() {
         let wcfg = WorkerConfig::new("c");
         let over = wcfg.max_deliveries + 1;
-        let p = parse_one(entry(VALID, over), &wcfg, false);
+        let p = parse_one(entry(VALID, over), &wcfg, false, Instant::now());
         let Verdict::Rejected(r) = &p.verdict else {
             panic!("accepted an entry over the delivery cap")
         };
@@ -217,7 +237,7 @@ mod tests {
     #[test]
     fn a_malformed_entry_is_rejected_with_its_code_and_no_key() {
         let wcfg = WorkerConfig::new("c");
-        let p = parse_one(entry(b"{not json", 1), &wcfg, false);
+        let p = parse_one(entry(b"{not json", 1), &wcfg, false, Instant::now());
         let Verdict::Rejected(r) = &p.verdict else {
             panic!("accepted a malformed entry")
         };

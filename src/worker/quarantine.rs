@@ -83,9 +83,13 @@ impl Quarantine {
     }
 }
 
-/// A handoff of `entries`; `solo` for an entry past the cap on its try alone.
+/// A handoff of `entries`, read just now; `solo` for an entry past the cap on its try alone.
 pub(super) fn handoff(entries: Vec<Entry>, solo: bool) -> Handoff {
-    Handoff { entries, solo }
+    Handoff {
+        entries,
+        solo,
+        read_at: std::time::Instant::now(),
+    }
 }
 
 /// While the quarantine waits for the pipeline to empty: a short nap, then nothing to hand on.

@@ -22,6 +22,7 @@ use crate::domain::clock::now_rfc3339;
 use crate::domain::key::IdempotencyKey;
 use crate::error::Result;
 use crate::ledger::{Item, Ledger, Outcome};
+use crate::observe::metrics::StageTimes;
 use crate::support::failpoint;
 use crossbeam_channel::{Receiver, Sender};
 use log::warn;
@@ -124,10 +125,21 @@ fn commit_in_order(
     let started = Instant::now();
     let (outcomes, committed) = record(ledger, &items, shared)?;
     drop(items);
-    shared.metrics.observe_commit(started.elapsed());
+    let committed_at = Instant::now();
+    shared.metrics.observe_commit(committed_at - started);
     failpoint::hit("after_commit");
     dead_letters::copy_held(batch, &outcomes, conn, shared)?;
     acknowledge(batch, &committed, conn, shared)?;
+    let acked = Instant::now();
+    for (p, _) in batch.iter().zip(&committed).filter(|(_, ok)| **ok) {
+        shared.metrics.stages.observe(&StageTimes {
+            read: p.read_at,
+            parsed: p.parsed_at,
+            commit_began: started,
+            committed: committed_at,
+            acked,
+        });
+    }
     if let Some(filter) = &shared.filter {
         mark_committed(filter, conn, batch, &outcomes);
     }

@@ -217,6 +217,31 @@ fn metrics_counters_equal_the_ledger_and_healthz_follows_redis(store: Store) {
         text.contains("# TYPE claimgate_commit_seconds histogram"),
         "{text}"
     );
+    // Every acknowledged entry went through each stage once, and its stages add up.
+    let acked = sample(&text, "claimgate_entries_acked_total").unwrap();
+    assert_eq!(acked, 128.0, "{text}");
+    let stage = |name: &str, what: &str| {
+        sample(
+            &text,
+            &format!("claimgate_stage_seconds_{what}{{stage=\"{name}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no {what} for stage {name} in\n{text}"))
+    };
+    let parts: f64 = ["parse", "queue", "commit", "ack"]
+        .iter()
+        .map(|s| {
+            assert_eq!(stage(s, "count"), acked, "{s}");
+            stage(s, "sum")
+        })
+        .sum();
+    assert_eq!(stage("total", "count"), acked);
+    // Each part is recorded in whole microseconds, so they may fall short of the total by
+    // under a microsecond per part and entry.
+    let total = stage("total", "sum");
+    assert!(
+        parts <= total + 1e-9 && total - parts < 4.0 * acked * 1e-6,
+        "stages {parts} s vs total {total} s"
+    );
 
     assert_eq!(http_get(&addr, "/healthz").map(|r| r.0), Some(200));
     // The same answer as a gauge, for alerting without a probe.
