@@ -27,6 +27,7 @@ mod support;
 mod audit;
 mod batching;
 mod chaos;
+mod checkpoints;
 mod contract;
 mod errors;
 mod evidence;
