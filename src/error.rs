@@ -157,6 +157,22 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_connection_of_any_kind_is_transient() {
+        // Each kind alone, not only the reset that is every one of them at once: a timed-out,
+        // refused, dropped or otherwise broken connection clears by itself.
+        for kind in [
+            std::io::ErrorKind::TimedOut,
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::UnexpectedEof,
+            std::io::ErrorKind::Other,
+        ] {
+            let e = Error::Redis(redis::RedisError::from(std::io::Error::new(kind, "lost")));
+            assert!(e.is_transient(), "{kind:?}: {e}");
+        }
+    }
+
+    #[test]
     fn redis_replies_that_will_not_clear_are_permanent() {
         for reply in [
             "WRONGTYPE Operation against a key holding the wrong kind of value",

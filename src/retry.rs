@@ -190,6 +190,23 @@ mod tests {
     }
 
     #[test]
+    fn a_success_ends_the_episode_so_the_next_failure_starts_a_new_one_at_the_shortest_wait() {
+        let mut episode = Episode::new("reading");
+        for _ in 0..6 {
+            episode.failed(&transient());
+        }
+        assert_eq!(episode.failures(), 6);
+        episode.succeeded();
+        assert_eq!(episode.failures(), 0, "the episode is over");
+        let wait = episode.failed(&transient());
+        assert_eq!(episode.failures(), 1);
+        assert!(
+            wait <= Duration::from_millis(BACKOFF_MS_MIN),
+            "a new episode starts at the first backoff, not the seventh: {wait:?}"
+        );
+    }
+
+    #[test]
     fn backoff_grows_to_max() {
         let ceilings: Vec<u64> = (0..12).map(backoff_ceiling_ms).collect();
         assert_eq!(

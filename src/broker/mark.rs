@@ -88,3 +88,12 @@ pub fn read(conn: &mut Conn, events_stream: &str) -> Result<Option<Mark>> {
     let found: Option<(String, i64)> = conn.invoke(&inv)?;
     Ok(found.map(|(ledger_id, upto)| Mark { ledger_id, upto }))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_mark_lives_beside_its_events_stream() {
+        // Operators, `restore` and earlier releases find it by this name.
+        assert_eq!(super::key("grants:events"), "grants:events:published_upto");
+    }
+}

@@ -374,7 +374,7 @@ fn join_host_port(host: &str, port: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{asking_order, replicas_of, sentinel_address, Replica, Sentinels};
+    use super::{asking_order, is_sentinel_url, replicas_of, sentinel_address, Replica, Sentinels};
 
     #[test]
     fn the_sentinel_that_answered_last_is_asked_first_then_the_rest_in_url_order() {
@@ -416,5 +416,26 @@ mod tests {
     fn bad_sentinel_addresses_are_refused() {
         assert_eq!(sentinel_address("h:0"), None);
         assert_eq!(sentinel_address("[::1]x"), None);
+    }
+
+    #[test]
+    fn a_sentinel_address_without_a_port_gets_26379() {
+        assert_eq!(sentinel_address("[::1]").as_deref(), Some("[::1]:26379"));
+        assert_eq!(sentinel_address("s1").as_deref(), Some("s1:26379"));
+        assert_eq!(sentinel_address("[::1]:5").as_deref(), Some("[::1]:5"));
+    }
+
+    #[test]
+    fn only_the_two_sentinel_schemes_are_sentinel_urls() {
+        assert!(is_sentinel_url("redis+sentinel://h:1/m"));
+        assert!(is_sentinel_url("rediss+sentinel://h:1/m"));
+        for other in [
+            "redis://h:1",
+            "rediss://h:1",
+            "unix:///tmp/r.sock",
+            "sentinel://h",
+        ] {
+            assert!(!is_sentinel_url(other), "{other}");
+        }
     }
 }

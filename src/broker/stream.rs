@@ -773,9 +773,62 @@ fn unexpected(what: &str, got: &Value) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{read_cut_short, redact};
+    use super::{array, dead_index_key, int, pairs, read_cut_short, redact, split_entries, string};
     use crate::error::Error;
+    use redis::Value;
     use std::io::ErrorKind;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies_read_as_fields_arrays_strings_and_numbers_whatever_their_resp_shape() {
+        let fields = vec![
+            (b"payload".to_vec(), b"{}".to_vec()),
+            (b"n".to_vec(), b"7".to_vec()),
+        ];
+        let flat = Value::Array(vec![bulk("payload"), bulk("{}"), bulk("n"), Value::Int(7)]);
+        assert_eq!(pairs(flat).unwrap(), fields);
+        let map = Value::Map(vec![(bulk("payload"), bulk("{}")), (bulk("n"), bulk("7"))]);
+        assert_eq!(pairs(map).unwrap(), fields);
+        assert_eq!(array(Value::Nil).unwrap(), vec![]);
+        assert!(array(Value::Int(1)).is_err());
+        assert_eq!(string(Value::SimpleString("OK".into())).unwrap(), "OK");
+        assert_eq!(int(bulk("42")).unwrap(), 42);
+        assert_eq!(int(Value::Nil).unwrap(), 0);
+        assert!(int(bulk("forty")).is_err());
+    }
+
+    #[test]
+    fn the_dead_letter_index_lives_beside_its_stream() {
+        // `dlq`, `dlq reconcile` and earlier releases find it by this name.
+        assert_eq!(
+            dead_index_key("grants:submissions:dead"),
+            "grants:submissions:dead:index"
+        );
+    }
+
+    #[test]
+    fn an_entry_whose_body_is_gone_is_vanished_and_the_last_id_is_kept() {
+        let raw = vec![
+            Value::Array(vec![
+                bulk("1-0"),
+                Value::Array(vec![bulk("payload"), bulk("{}")]),
+            ]),
+            Value::Array(vec![bulk("2-0"), Value::Nil]),
+        ];
+        let (mut entries, mut vanished) = (Vec::new(), Vec::new());
+        let last = split_entries(raw, &mut entries, &mut vanished).unwrap();
+        assert_eq!(last.as_deref(), Some("2-0"));
+        assert_eq!(vanished, ["2-0"]);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].id, "1-0");
+        assert_eq!(
+            entries[0].fields,
+            vec![(b"payload".to_vec(), b"{}".to_vec())]
+        );
+    }
 
     #[test]
     fn an_interrupted_read_is_cut_short_and_a_reset_connection_is_not() {

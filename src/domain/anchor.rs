@@ -468,6 +468,60 @@ mod tests {
     }
 
     #[test]
+    fn each_signed_form_starts_with_its_own_label_so_neither_passes_for_the_other() {
+        // The labels are part of every signature ever made: spelled out here, not taken from
+        // the constants, so a form signed under the wrong label (or a renamed one, which would
+        // invalidate every signature already in a ledger) fails.
+        let anchor = Anchor {
+            ledger_id: "L".into(),
+            seq: 7,
+            hash: "ab".repeat(32),
+            records: 7,
+            recorded_at: None,
+            at: "2026-07-01T09:00:00.000000Z".into(),
+            key_id: None,
+            signature: None,
+        };
+        assert!(anchor
+            .signed_bytes()
+            .starts_with(b"claimgate anchor v1\n{\"ledger_id\":\"L\","));
+        assert!(checkpoint_bytes(7, &"ab".repeat(32), "retention purge")
+            .starts_with(b"claimgate checkpoint v1\n{\"seq\":7,"));
+    }
+
+    #[test]
+    fn an_anchor_of_the_first_record_matches_that_record_not_the_hash_it_continues_from() {
+        // Only a leading *checkpoint* stands for the purged record it continues from; an
+        // ordinary first record is checked against its own hash.
+        let records = chain(3, NOW);
+        let f = run(&records, &[anchor_at(&records, 1, 1)], None);
+        assert_eq!((f.matched, f.contradictions), (1, vec![]));
+    }
+
+    #[test]
+    fn an_anchor_signed_by_another_key_names_the_key_that_signed_it() {
+        let (signer, other) = (
+            SigningKey::from_seed([1; 32]),
+            SigningKey::from_seed([2; 32]),
+        );
+        let mut anchor = anchor_at(&chain(1, NOW), 1, 1).anchor;
+        anchor.sign(&signer);
+        let err = anchor.check_signature(&other.public_key()).unwrap_err();
+        let named = format!("signed by key {}", signer.public_key().key_id());
+        assert!(err.contains(&named), "{err}");
+    }
+
+    #[test]
+    fn an_anchor_line_is_one_line_that_reads_back_as_the_same_anchor() {
+        let mut anchor = anchor_at(&chain(2, NOW), 2, 1).anchor;
+        anchor.sign(&SigningKey::from_seed([1; 32]));
+        let line = anchor.to_line();
+        assert!(!line.contains('\n'), "{line}");
+        let back: Anchor = serde_json::from_str(&line).expect("an anchor line parses");
+        assert_eq!(back, anchor);
+    }
+
+    #[test]
     fn anchors_of_an_untouched_chain_all_match_and_a_signed_one_verifies() {
         let key = SigningKey::from_seed([1; 32]);
         let records = chain(6, NOW);

@@ -154,4 +154,26 @@ mod tests {
         assert_eq!(IdempotencyKey::from_slice(key.as_bytes()), Some(key));
         assert_eq!(IdempotencyKey::from_hex("zz"), None);
     }
+
+    #[test]
+    fn only_64_ascii_hex_digits_read_as_a_key() {
+        let hex = derive_idempotency_key("A", "T", b"P").unwrap().to_hex();
+        for bad in [
+            format!("{hex}00"),
+            hex[..62].to_owned(),
+            format!("{}é", &hex[..62]),
+        ] {
+            assert_eq!(IdempotencyKey::from_hex(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_key_displays_as_its_hex_and_debugs_as_its_short_form() {
+        let key = derive_idempotency_key("A", "T", b"P").unwrap();
+        assert_eq!(format!("{key}"), key.to_hex());
+        assert_eq!(
+            format!("{key:?}"),
+            format!("IdempotencyKey({})", &key.to_hex()[..12])
+        );
+    }
 }

@@ -127,6 +127,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_signing_key_debugs_as_its_public_id_and_never_its_secret() {
+        let key = SigningKey::from_seed([7; 32]);
+        let shown = format!("{key:?}");
+        assert_eq!(shown, format!("SigningKey({})", key.public_key().key_id()));
+        assert!(!shown.contains(&"07".repeat(32)), "{shown}");
+    }
+
+    #[test]
+    fn a_key_file_with_the_right_header_and_anything_more_is_not_one_line() {
+        let hex = "07".repeat(32);
+        let err = SigningKey::parse(&format!("{SIGNING_KEY_HEADER} {hex} extra")).unwrap_err();
+        assert!(err.starts_with("expected one line"), "{err}");
+        let err = PublicKey::parse("claimgate-ed25519-public-key").unwrap_err();
+        assert!(err.starts_with("expected one line"), "{err}");
+    }
+
+    #[test]
     fn a_key_signs_and_only_its_public_key_verifies() {
         let key = SigningKey::from_seed([7; 32]);
         let other = SigningKey::from_seed([8; 32]);

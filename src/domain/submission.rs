@@ -450,6 +450,18 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_and_an_amount_exactly_at_their_limits_are_accepted() {
+        let payload =
+            br#"{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":500}"#;
+        let limits = Limits {
+            payload_bytes_max: payload.len(),
+            amount_cents_max: 500,
+        };
+        let s = parse_payload(payload, &limits).expect("at both limits");
+        assert_eq!(s.amount_cents, 500);
+    }
+
+    #[test]
     fn oversize_payload_is_refused_before_parsing() {
         let limits = Limits {
             payload_bytes_max: 4,
@@ -470,5 +482,34 @@ mod tests {
             Some("A-9")
         );
         assert_eq!(award_id_hint(b"nope", MAX.payload_bytes_max), None);
+    }
+
+    #[test]
+    fn an_amount_too_big_for_i64_is_out_of_range_and_a_fraction_or_exponent_is_not_an_integer() {
+        // serde_json hands integers past u64 over as floats: whole and past i64 means an
+        // integer literal out of range; anything else a float is was never an integer.
+        for (amount, code) in [
+            ("9223372036854775808", "amount_out_of_range"),
+            ("18446744073709551616", "amount_out_of_range"),
+            ("100000000000000000000", "amount_out_of_range"),
+            ("-100000000000000000000", "amount_out_of_range"),
+            ("1.5", "amount_not_integer"),
+            ("1e3", "amount_not_integer"),
+            ("1000.0", "amount_not_integer"),
+        ] {
+            let payload = format!(
+                r#"{{"award_id":"A-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{amount}}}"#
+            );
+            let err = parse_payload(payload.as_bytes(), &MAX).unwrap_err();
+            assert_eq!(err.code(), code, "{amount}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_award_hint_reads_a_payload_at_the_size_limit_and_not_one_past_it() {
+        let payload = br#"{"award_id":"A-9","amount_cents":0}"#;
+        let named = award_id_hint(payload, payload.len());
+        assert_eq!(named.as_deref(), Some("A-9"));
+        assert_eq!(award_id_hint(payload, payload.len() - 1), None);
     }
 }

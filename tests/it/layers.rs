@@ -337,3 +337,48 @@ fn the_checker_sees_uses_and_catches_a_cycle() {
         .iter()
         .any(|m| m.first().is_some_and(|t| t == "ledger")));
 }
+
+/// True when `code` names crate `krate` as a path root (`krate::…`, `use krate`), not as the
+/// tail of a longer path (`crate::ledger::postgres::…`) or of a longer name.
+fn names_crate(code: &str, krate: &str) -> bool {
+    code.match_indices(krate).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = &code[i + krate.len()..];
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            && (after.starts_with("::") || after.starts_with(';') || after.starts_with(" as"))
+    })
+}
+
+#[test]
+fn each_ledger_backends_crate_is_named_only_in_its_own_folder() {
+    // ARCHITECTURE.md, `src/ledger/`: nothing outside `ledger/sqlite/` (and the open step)
+    // names SQLite, nothing outside `ledger/postgres/` (and the open step) names PostgreSQL,
+    // and `error` names neither: a backend's errors reach it as `Error::Ledger`. The one
+    // exception is `support/localpostgres.rs`, which runs the tests' private cluster.
+    let homes: [(&str, &[&str]); 3] = [
+        ("rusqlite", &["ledger::sqlite", "ledger::open"]),
+        ("r2d2_sqlite", &["ledger::sqlite", "ledger::open"]),
+        (
+            "postgres",
+            &["ledger::postgres", "ledger::open", "support::localpostgres"],
+        ),
+    ];
+    let mut strays = Vec::new();
+    for (module, source) in modules() {
+        let path = module.join("::");
+        let code = code_of(&source);
+        for (krate, allowed) in homes {
+            let at_home = allowed.iter().any(|home| path.starts_with(home));
+            if !at_home && names_crate(&code, krate) {
+                strays.push(format!("{path} names {krate}"));
+            }
+        }
+    }
+    assert!(strays.is_empty(), "{}", strays.join("\n"));
+    assert!(names_crate("use rusqlite::Connection;", "rusqlite"));
+    assert!(!names_crate(
+        "crate::ledger::postgres::PgLedger",
+        "postgres"
+    ));
+    assert!(!names_crate("tokio_postgres::Client", "postgres"));
+}

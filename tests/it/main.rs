@@ -45,6 +45,7 @@ mod relay;
 mod resilience;
 mod restore_and_tombstones;
 mod retry;
+mod safeguards;
 mod security;
 mod sentinel;
 mod shared_ledger;

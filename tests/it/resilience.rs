@@ -58,7 +58,7 @@ fn group_exists(w: &World) -> bool {
 }
 
 /// Reads every new entry as consumer `consumer` (creating the group) and returns the ids.
-fn read_as(w: &World, consumer: &str) -> Vec<String> {
+pub(crate) fn read_as(w: &World, consumer: &str) -> Vec<String> {
     let mut conn = w.conn();
     let _: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")

@@ -4,7 +4,9 @@
 //! `worker.rs`, `resilience.rs`, `relay.rs`, `audit.rs`, `contract.rs` and `chaos/` (three
 //! workers and two relays on one database through kills, failpoints and server restarts).
 
+use crate::ops::http_get;
 use crate::support::{self, amount_sum, signal, submission, wait_exit, wait_for, Store, World};
+use claimgate::support::localredis::free_port;
 use std::time::Duration;
 
 /// Runs `claimgate ARGS --db URL` and returns (exit code, stderr).
@@ -173,26 +175,61 @@ fn password_of(w: &World) -> String {
 
 #[test]
 fn postgres_restarted_under_a_running_worker_is_waited_out_and_everything_lands_once() {
-    // 1. A cluster of the test's own; a worker running against it; 300 submissions processed.
+    // 1. A cluster of the test's own; a worker running against it with /healthz served; 300
+    //    submissions processed and /healthz 200.
     // 2. PostgreSQL stopped at once (immediate shutdown: connections cut, no checkpoint) while
-    //    300 more arrive; started again after two seconds.
-    // 3. The worker retries and finishes: 600 disbursements exactly, each paid once, nothing
+    //    300 more arrive: /healthz turns 503 naming the ledger, and only the ledger (Redis
+    //    answers, the worker loop goes round), and the worker is still up.
+    // 3. PostgreSQL started again: /healthz is 200 again.
+    // 4. The worker retries and finishes: 600 disbursements exactly, each paid once, nothing
     //    pending, the chain verifies.
     let mut pg = crate::pg::own_cluster();
     let url = pg.create_database("restart").unwrap();
     let w = World::on_postgres_url(&url);
-    let mut worker = support::Logged::spawn(w.cmd(&["run", "--consumer", "w1"]));
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut worker =
+        support::Logged::spawn(w.cmd(&["run", "--consumer", "w1", "--metrics-addr", &addr]));
     w.add(&(0..300).map(submission).collect::<Vec<_>>());
     assert!(
         wait_for(Duration::from_secs(60), || w.count("disbursements") == 300),
         "{}",
         worker.log_text()
     );
+    assert_eq!(http_get(&addr, "/healthz").map(|r| r.0), Some(200));
+
     pg.stop_immediate().unwrap();
     w.add(&(300..600).map(submission).collect::<Vec<_>>());
-    std::thread::sleep(Duration::from_secs(2));
+    // The ledger's ping waits out the pool's connection timeout before it fails, so the first
+    // answers after the stop may still be 200; the wait is bounded, the answer is not timed.
+    let mut down = None;
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            down = http_get(&addr, "/healthz");
+            matches!(&down, Some((503, _)))
+        }),
+        "/healthz stayed {down:?} with the ledger down\n{}",
+        worker.log_text()
+    );
+    let (_, body) = down.unwrap();
+    assert!(body.contains("ledger: "), "{body}");
+    assert!(
+        !body.contains("redis") && !body.contains("has not gone round"),
+        "only the ledger is down: {body}"
+    );
+    assert!(
+        !body.contains(&password_of(&w)),
+        "the ledger's password stays out of /healthz: {body}"
+    );
     assert!(worker.alive(), "the worker waits; it does not exit");
     pg.start_again().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(60), || http_get(&addr, "/healthz")
+            .map(|r| r.0)
+            == Some(200)),
+        "/healthz did not recover once the ledger was back\n{}",
+        worker.log_text()
+    );
+
     assert!(
         wait_for(Duration::from_secs(90), || w.count("disbursements") == 600
             && w.pending() == 0),
@@ -207,6 +244,68 @@ fn postgres_restarted_under_a_running_worker_is_waited_out_and_everything_lands_
     assert_eq!(
         w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'"),
         600
+    );
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn connections_postgres_terminates_under_a_running_worker_are_retried_and_everything_lands_once() {
+    // What an operator's pg_terminate_backend, a pooler's restart or a failover does to the
+    // worker's pooled connections: each dies with 57P01 (admin shutdown), and a later use of
+    // it finds it closed. Both are transient: the batch is retried on a fresh connection.
+    // 1. A worker on the shared cluster; 500 submissions arrive in five waves of 100, each
+    //    paid before the next is sent.
+    // 2. Before each wave after the first, every connection to the worker's database but the
+    //    test's own is terminated (pg_terminate_backend): the pool's connections all die.
+    // 3. All 500 are paid once (count and sum), nothing is pending, the worker is still up,
+    //    and the ledger verifies.
+    let w = World::on(Store::Postgres);
+    let mut worker =
+        support::Logged::spawn(w.cmd(&["run", "--consumer", "t1", "--claim-idle-ms", "600000"]));
+    worker.wait_log("worker t1 reading");
+    let url = w.db.to_str().unwrap().split('?').next().unwrap().to_owned();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    for wave in 0..5 {
+        if wave > 0 {
+            let killed: i64 = admin
+                .query_one(
+                    "SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid))
+                     FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            assert!(killed >= 1, "wave {wave}: the worker holds a connection");
+        }
+        w.add(
+            &(100 * wave..100 * (wave + 1))
+                .map(submission)
+                .collect::<Vec<_>>(),
+        );
+        assert!(
+            wait_for(Duration::from_secs(60), || w
+                .count_once_made("disbursements")
+                == 100 * (wave as i64 + 1)),
+            "wave {wave}\n{}",
+            worker.log_text()
+        );
+    }
+    assert!(
+        wait_for(Duration::from_secs(90), || w.count("disbursements") == 500
+            && w.pending() == 0),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.alive(), "{}", worker.log_text());
+    assert!(worker.stop().success());
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(500)
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'"),
+        500
     );
     w.run_ok(&["verify"]);
 }
