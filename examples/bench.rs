@@ -63,6 +63,8 @@ struct Opts {
     template: Option<PathBuf>,
     /// Run the PostgreSQL mode (see the module doc) instead of the others.
     postgres: bool,
+    /// In the PostgreSQL mode, print each run's costliest statements (pg_stat_statements).
+    pg_statements: bool,
 }
 
 fn main() {
@@ -117,6 +119,7 @@ fn parse_opts(args: &[String]) -> Opts {
         extra: Vec::new(),
         template: None,
         postgres: false,
+        pg_statements: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -148,6 +151,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--template" => o.template = Some(PathBuf::from(value())),
             "--run-flag" => o.extra.push(value()),
             "--postgres" => o.postgres = true,
+            "--pg-statements" => o.pg_statements = true,
             "--help" | "-h" => usage(""),
             other => usage(&format!("unknown flag {other}")),
         }
@@ -168,7 +172,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
-         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres]"
+         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements]]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }

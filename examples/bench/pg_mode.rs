@@ -28,16 +28,19 @@ struct PgRun {
 
 /// Runs the mode: `o.rounds` rounds of (a), (p1), (p3), then medians.
 pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
-    let pg = LocalPostgres::start().map_err(|e| e.to_string())?;
+    let mut pg = LocalPostgres::start().map_err(|e| e.to_string())?;
     println!(
         "postgres: private PostgreSQL 15 on port {} (fsync=on, synchronous_commit=on)",
         pg.port()
     );
+    if o.pg_statements {
+        track_statements(&mut pg)?;
+    }
     let (mut a, mut p1, mut p3) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         a.push(env.child_run(load, &format!("a{round}"), &[], None)?);
-        p1.push(pg_run(env, &pg, load, &format!("p1r{round}"), 1)?);
-        p3.push(pg_run(env, &pg, load, &format!("p3r{round}"), 3)?);
+        p1.push(pg_run(env, &pg, o, load, &format!("p1r{round}"), 1)?);
+        p3.push(pg_run(env, &pg, o, load, &format!("p3r{round}"), 3)?);
         let (x, y) = (&p1[round - 1], &p3[round - 1]);
         println!(
             "round {round}: (a) sqlite {:>7.0}/s  (p1) {:>7.0}/s head p99 {}  (p3) {:>7.0}/s head p99 {}",
@@ -85,7 +88,14 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
 }
 
 /// `workers` child workers on one fresh database and one fresh group, run to idle.
-fn pg_run(env: &Env, pg: &LocalPostgres, load: &Load, label: &str, workers: usize) -> Res<PgRun> {
+fn pg_run(
+    env: &Env,
+    pg: &LocalPostgres,
+    o: &Opts,
+    load: &Load,
+    label: &str,
+    workers: usize,
+) -> Res<PgRun> {
     let url = pg.create_database(label).map_err(|e| e.to_string())?;
     let db = std::path::PathBuf::from(&url);
     let group = format!("bench-{label}");
@@ -98,6 +108,11 @@ fn pg_run(env: &Env, pg: &LocalPostgres, load: &Load, label: &str, workers: usiz
             .map(|r| r.get(0))
             .map_err(|e| e.to_string())
     };
+    if o.pg_statements {
+        admin
+            .batch_execute("SELECT pg_stat_statements_reset()")
+            .map_err(|e| e.to_string())?;
+    }
     let wal_before = lsn(&mut admin)?;
     let cpu_before = server_cpu_s(pg)?;
     let started = Instant::now();
@@ -137,6 +152,9 @@ fn pg_run(env: &Env, pg: &LocalPostgres, load: &Load, label: &str, workers: usiz
         )
         .map(|r| r.get(0))
         .map_err(|e| e.to_string())?;
+    if o.pg_statements {
+        print_statements(&mut admin, label, load.n)?;
+    }
     verify(env, load, &group, &db)?;
     let (mut p50, mut p99, mut head) = (0, 0, 0);
     for (_, log) in &children {
@@ -160,6 +178,53 @@ fn pg_run(env: &Env, pg: &LocalPostgres, load: &Load, label: &str, workers: usiz
         head_p99_us: head,
         wal_per_entry: wal / load.n as f64,
     })
+}
+
+/// Turns on pg_stat_statements (it must be preloaded, so the server restarts).
+fn track_statements(pg: &mut LocalPostgres) -> Res<()> {
+    let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
+        .map_err(|e| e.to_string())?;
+    admin
+        .batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        .map_err(|e| e.to_string())?;
+    drop(admin);
+    pg.stop_immediate().map_err(|e| e.to_string())?;
+    pg.start_again().map_err(|e| e.to_string())?;
+    let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
+        .map_err(|e| e.to_string())?;
+    admin
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .map_err(|e| e.to_string())?;
+    println!("postgres: pg_stat_statements on; each run prints its costliest statements");
+    Ok(())
+}
+
+/// The statements that took most server time in the run just finished, per entry.
+fn print_statements(admin: &mut postgres::Client, label: &str, entries: usize) -> Res<()> {
+    let rows = admin
+        .query(
+            "SELECT calls, total_exec_time, rows, shared_blks_hit + shared_blks_read,
+                    wal_bytes::float8, regexp_replace(query, '\\s+', ' ', 'g')
+             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10",
+            &[],
+        )
+        .map_err(|e| e.to_string())?;
+    println!(
+        "  {label}: statements by server time (us/entry, calls, rows, blocks/entry, WAL B/entry)"
+    );
+    for r in rows {
+        let (calls, ms, n, blocks, wal, q): (i64, f64, i64, i64, f64, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+        let e = entries as f64;
+        println!(
+            "    {:>7.2} {calls:>7} {n:>8} {:>6.1} {:>6.0}  {}",
+            ms * 1000.0 / e,
+            blocks as f64 / e,
+            wal / e,
+            q.chars().take(90).collect::<String>()
+        );
+    }
+    Ok(())
 }
 
 /// The number right after the last `marker` in a worker's log (0 if absent).

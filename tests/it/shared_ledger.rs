@@ -563,3 +563,171 @@ fn tls_with_sslrootcert_works_and_a_certificate_it_does_not_trust_is_exit_2() {
         "{stderr}"
     );
 }
+
+/// The SQLSTATE of a statement `client` refuses (None if it succeeds).
+fn refusal(client: &mut postgres::Client, sql: &str) -> Option<String> {
+    client
+        .batch_execute(sql)
+        .err()
+        .map(|e| e.code().map(|c| c.code().to_owned()).unwrap_or_default())
+}
+
+/// A claim (id 900001), its disbursement and outbox row, as a hand-made writer would insert
+/// them; the outbox id is out of the chain head's range, which does not matter here.
+const ONE_PAID_CLAIM: &str = "
+    INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp,
+        amount_cents, claimed_at, stream_entry_id, consumer, submission_instant)
+    VALUES (900001, decode(repeat('ab', 32), 'hex'), 'AWD-FK', '2026-01-01T00:00:00Z', 100,
+        '2026-01-01T00:00:00.000000Z', '1-1', 'hand', '2026-01-01T00:00:00.000000Z');
+    INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
+    VALUES (900001, decode(repeat('ab', 32), 'hex'), 'AWD-FK', 100, '2026-01-01T00:00:00.000000Z');
+    INSERT INTO outbox (id, claim_id, event_type, payload, created_at)
+    VALUES (900001, 900001, 'disbursement.recorded', '{}', '2026-01-01T00:00:00.000000Z')";
+
+/// What the schema's statement triggers must refuse, with the foreign-key SQLSTATE, on a
+/// ledger at `url`: rows naming no claim, and a claim deleted or renumbered under its rows.
+fn assert_rows_are_held_to_claims(url: &str) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.batch_execute(ONE_PAID_CLAIM).unwrap();
+    let fk = Some("23503".to_owned());
+    let orphans = [
+        "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
+         VALUES (777, decode(repeat('cd', 32), 'hex'), 'AWD-FK', 5, 'x')",
+        "INSERT INTO outbox (id, claim_id, event_type, payload, created_at)
+         VALUES (900002, 777, 'disbursement.recorded', '{}', 'x')",
+        "UPDATE disbursements SET claim_id = 777 WHERE claim_id = 900001",
+        "UPDATE outbox SET claim_id = 777 WHERE claim_id = 900001",
+        "DELETE FROM processed_messages WHERE claim_id = 900001",
+        "UPDATE processed_messages SET claim_id = 900009 WHERE claim_id = 900001",
+    ];
+    for sql in orphans {
+        assert_eq!(refusal(&mut c, sql), fk, "{sql}");
+    }
+    // Nothing of the refused statements stayed; what a purge does (rows first, then the claim,
+    // in one transaction) and a relay's publish still go through.
+    let count =
+        |c: &mut postgres::Client, sql: &str| c.query_one(sql, &[]).unwrap().get::<_, i64>(0);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT COUNT(*) FROM disbursements WHERE claim_id = 900001"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT COUNT(*) FROM disbursements WHERE claim_id = 777"
+        ),
+        0
+    );
+    assert_eq!(
+        count(&mut c, "SELECT COUNT(*) FROM outbox WHERE claim_id = 777"),
+        0
+    );
+    c.batch_execute("UPDATE outbox SET published_at = 'now' WHERE claim_id = 900001")
+        .unwrap();
+    c.batch_execute(
+        "BEGIN; DELETE FROM outbox WHERE claim_id = 900001;
+         DELETE FROM disbursements WHERE claim_id = 900001;
+         DELETE FROM processed_messages WHERE claim_id = 900001; COMMIT",
+    )
+    .unwrap();
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT COUNT(*) FROM processed_messages WHERE claim_id = 900001"
+        ),
+        0
+    );
+}
+
+/// Copies every claim with its key, award and instant (raw SQL, outside claimgate): the
+/// SQLSTATE the database answers with.
+fn second_claim_refusal(url: &str) -> Option<String> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    refusal(
+        &mut c,
+        "INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp,
+             amount_cents, claimed_at, stream_entry_id, consumer, submission_instant)
+         SELECT idempotency_key, award_id, submission_timestamp, amount_cents, 'now', 'x', 'y',
+                submission_instant FROM processed_messages",
+    )
+}
+
+#[test]
+fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_key() {
+    // 1. A new ledger: one index per claim besides its primary key, (instant, award, key),
+    //    unique; a raw copy of a claim is refused (23505); the statement triggers refuse rows
+    //    naming no claim and deletes/renumberings that would orphan one (23503).
+    // 2. A ledger made by the first release (its schema applied by hand: UNIQUE on the
+    //    timestamp plus claim_instant, row-by-row foreign keys), opened by a worker: the
+    //    foreign keys are dropped and the triggers added, once; it keeps its indexes; 10
+    //    submissions, 3 resent and one conflicting resubmission are paid once each, the
+    //    conflict found; verify passes; the same refusals hold.
+    let count =
+        |c: &mut postgres::Client, sql: &str| c.query_one(sql, &[]).unwrap().get::<_, i64>(0);
+    let indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'processed_messages'";
+    let foreign_keys = "SELECT COUNT(*) FROM pg_constraint WHERE contype = 'f'
+         AND confrelid = 'processed_messages'::regclass";
+    let triggers = "SELECT COUNT(*) FROM pg_trigger WHERE tgname LIKE 'claimgate_%'";
+
+    let new = World::on(Store::Postgres);
+    new.add(&[submission(1)]);
+    new.drain(&[]);
+    let url = new.db.to_str().unwrap().to_owned();
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    assert_eq!(
+        count(&mut c, indexes),
+        2,
+        "primary key and (instant, award, key)"
+    );
+    assert_eq!(second_claim_refusal(&url), Some("23505".to_owned()));
+    assert_eq!(new.count("processed_messages"), 1);
+    assert_eq!(
+        (count(&mut c, foreign_keys), count(&mut c, triggers)),
+        (0, 6)
+    );
+    assert_rows_are_held_to_claims(&url);
+
+    let old = World::on(Store::Postgres);
+    let url = old.db.to_str().unwrap().to_owned();
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute(include_str!("fixtures/schema-postgres-v1.sql"))
+        .unwrap();
+    assert_eq!(
+        (count(&mut c, foreign_keys), count(&mut c, triggers)),
+        (2, 0)
+    );
+    let conflicting =
+        r#"{"award_id":"A-000001","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5}"#;
+    old.add(&(0..10).map(submission).collect::<Vec<_>>());
+    old.add(&(0..3).map(submission).collect::<Vec<_>>());
+    old.add(&[conflicting.to_owned()]);
+    old.drain(&[]);
+    old.run_ok(&["verify"]);
+    assert_eq!(
+        (count(&mut c, foreign_keys), count(&mut c, triggers)),
+        (0, 6)
+    );
+    assert_eq!(
+        count(&mut c, indexes),
+        3,
+        "its own claim index and claim_instant kept"
+    );
+    assert_eq!(old.count("disbursements"), 11);
+    assert_eq!(
+        old.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(10) + 5
+    );
+    assert_eq!(
+        old.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        3
+    );
+    assert_eq!(
+        old.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'"),
+        1
+    );
+    assert_eq!(second_claim_refusal(&url), Some("23505".to_owned()));
+    assert_rows_are_held_to_claims(&url);
+}

@@ -57,14 +57,19 @@ const LOCK_GROUPS: &str = "SELECT pg_advisory_xact_lock(g) FROM UNNEST($1::int8[
 /// Claims and tombstones of the batch's keys, in one statement (one snapshot; see step 2).
 // Both lookups probe an index once per element (LATERAL), whatever the planner believes about
 // the tables' sizes: a plan made while a table was empty must not scan it once it is large.
+// Claims are probed by (instant, award, key), the claim's own unique index (claim_instant on
+// ledgers of the first release). Tombstones are probed only in a ledger that has one: the
+// uncorrelated EXISTS is evaluated once per statement, in the same snapshot as the probes, so
+// a never-purged ledger pays one read per batch, not one per key.
 const CLAIMED: &str = "SELECT k.key, p.claimed_at, t.claimed_at, t.purged_at
-     FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS k(ts, award, key)
+     FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS k(instant, award, key)
      LEFT JOIN LATERAL (
          SELECT claimed_at FROM processed_messages
-         WHERE submission_timestamp = k.ts AND award_id = k.award AND idempotency_key = k.key
+         WHERE submission_instant = k.instant AND award_id = k.award AND idempotency_key = k.key
      ) p ON true
      LEFT JOIN LATERAL (
-         SELECT claimed_at, purged_at FROM claim_tombstones WHERE idempotency_key = k.key
+         SELECT claimed_at, purged_at FROM claim_tombstones
+         WHERE idempotency_key = k.key AND EXISTS (SELECT 1 FROM claim_tombstones)
      ) t ON true
      WHERE p.claimed_at IS NOT NULL OR t.claimed_at IS NOT NULL";
 
@@ -300,13 +305,10 @@ fn read_facts(
     subs: &[&Submission],
     facts: &mut Facts,
 ) -> Result<()> {
-    let ts: Vec<&str> = subs
-        .iter()
-        .map(|s| s.submission_timestamp.as_str())
-        .collect();
+    let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
     let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
     let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
-    for row in tx.query(&st.claimed, &[&ts, &awards, &keys])? {
+    for row in tx.query(&st.claimed, &[&instants, &awards, &keys])? {
         let key = key_of(row.get(0))?;
         if let Some(at) = row.get::<_, Option<String>>(1) {
             facts.claimed.insert(key, at);
@@ -315,7 +317,6 @@ fn read_facts(
             facts.tombstones.insert(key, (claimed, purged));
         }
     }
-    let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
     for row in tx.query(&st.earliest, &[&instants, &awards])? {
         facts
             .groups
@@ -543,8 +544,8 @@ fn insert_claims(
         return Ok(HashMap::new());
     }
     new.sort_by(|(a, _), (b, _)| {
-        (&a.submission_timestamp, &a.award_id, a.key.as_bytes()).cmp(&(
-            &b.submission_timestamp,
+        (&a.submission_instant, &a.award_id, a.key.as_bytes()).cmp(&(
+            &b.submission_instant,
             &b.award_id,
             b.key.as_bytes(),
         ))

@@ -43,8 +43,9 @@ struct Ledger {
     /// `audit_log`, in seq order.
     audit: Vec<Record>,
     /// The store's own consistency check, `["ok"]` when it passes: SQLite's `PRAGMA
-    /// integrity_check` and `foreign_key_check` output; on PostgreSQL (which enforces its
-    /// foreign keys itself) the chain head row against the last record and outbox id.
+    /// integrity_check` and `foreign_key_check` output; on PostgreSQL (whose schema triggers
+    /// refuse a row naming no claim, as a foreign key would) the chain head row against the
+    /// last record and outbox id.
     integrity: Vec<String>,
     /// `SUM(amount_cents)` over disbursements, as the database computes it.
     sum_cents: i64,
