@@ -100,9 +100,10 @@ CREATE TABLE IF NOT EXISTS audit_log (
     prev_hash       TEXT    NOT NULL,
     hash            TEXT    NOT NULL
 );
--- `processed` records are looked up by key (verify, purge).
-CREATE INDEX IF NOT EXISTS audit_processed_key ON audit_log (idempotency_key)
-    WHERE kind = 'processed';
+-- No index but the seq: as on SQLite. The first release indexed `processed` records by key,
+-- but nothing looks one up by key (verify joins whole tables, purge reads seq ranges), and
+-- that index was written under the chain-head lock, one random-keyed entry per submission.
+DROP INDEX IF EXISTS audit_processed_key;
 
 -- The chain's head: the one row every batch locks, last thing before COMMIT. `seq` and `hash`
 -- are the last record's (for a checkpoint, the hash it continues from, as SQLite's tail read

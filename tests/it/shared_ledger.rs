@@ -662,12 +662,14 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     //    naming no claim and deletes/renumberings that would orphan one (23503).
     // 2. A ledger made by the first release (its schema applied by hand: UNIQUE on the
     //    timestamp plus claim_instant, row-by-row foreign keys), opened by a worker: the
-    //    foreign keys are dropped and the triggers added, once; it keeps its indexes; 10
+    //    foreign keys and the audit log's key index are dropped and the triggers added,
+    //    once; it keeps its claim indexes; 10
     //    submissions, 3 resent and one conflicting resubmission are paid once each, the
     //    conflict found; verify passes; the same refusals hold.
     let count =
         |c: &mut postgres::Client, sql: &str| c.query_one(sql, &[]).unwrap().get::<_, i64>(0);
     let indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'processed_messages'";
+    let audit_indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'audit_log'";
     let foreign_keys = "SELECT COUNT(*) FROM pg_constraint WHERE contype = 'f'
          AND confrelid = 'processed_messages'::regclass";
     let triggers = "SELECT COUNT(*) FROM pg_trigger WHERE tgname LIKE 'claimgate_%'";
@@ -678,9 +680,9 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     let url = new.db.to_str().unwrap().to_owned();
     let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     assert_eq!(
-        count(&mut c, indexes),
-        2,
-        "primary key and (instant, award, key)"
+        (count(&mut c, indexes), count(&mut c, audit_indexes)),
+        (2, 1),
+        "claims: primary key and (instant, award, key); audit log: seq"
     );
     assert_eq!(second_claim_refusal(&url), Some("23505".to_owned()));
     assert_eq!(new.count("processed_messages"), 1);
@@ -699,6 +701,7 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
         (count(&mut c, foreign_keys), count(&mut c, triggers)),
         (2, 0)
     );
+    assert_eq!(count(&mut c, audit_indexes), 2);
     let conflicting =
         r#"{"award_id":"A-000001","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5}"#;
     old.add(&(0..10).map(submission).collect::<Vec<_>>());
@@ -711,9 +714,9 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
         (0, 6)
     );
     assert_eq!(
-        count(&mut c, indexes),
-        3,
-        "its own claim index and claim_instant kept"
+        (count(&mut c, indexes), count(&mut c, audit_indexes)),
+        (3, 1),
+        "its own claim index and claim_instant kept; the audit key index nothing read, dropped"
     );
     assert_eq!(old.count("disbursements"), 11);
     assert_eq!(

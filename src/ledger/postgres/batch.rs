@@ -175,35 +175,56 @@ impl Facts {
 }
 
 /// How long each batch held the chain-head row lock (from `SELECT … FOR UPDATE` to the end of
-/// COMMIT), in microseconds, for the summary [`head_hold`] gives: the benchmark's figure for
-/// "the lock is held only for the commit". Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest
-/// half is dropped.
-static HEAD_HOLDS_US: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// COMMIT) and how much of that was the COMMIT itself (its WAL flush), in microseconds, for
+/// the summary [`head_hold`] gives: the benchmark's figure for "the lock is held only for the
+/// commit". Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
+static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
 
 /// Samples kept for [`head_hold`].
 const HEAD_HOLDS_MAX: usize = 1 << 20;
 
-/// The chain-head lock's hold time over the batches this process committed so far:
-/// `(batches, p50_us, p99_us, max_us)`, or `None` before the first.
-pub fn head_hold() -> Option<(usize, u32, u32, u32)> {
-    let mut v = HEAD_HOLDS_US
+/// Percentiles of one kind of duration, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spread {
+    pub p50: u32,
+    pub p99: u32,
+    pub max: u32,
+}
+
+impl Spread {
+    fn of(mut v: Vec<u32>) -> Spread {
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Spread {
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+/// The chain-head lock's hold time over the batches this process committed so far, and that
+/// of the COMMITs within it: `(batches, hold, commit)`, or `None` before the first.
+pub fn head_hold() -> Option<(usize, Spread, Spread)> {
+    let v = HEAD_HOLDS_US
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     if v.is_empty() {
         return None;
     }
-    v.sort_unstable();
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    Some((v.len(), at(0.5), at(0.99), at(1.0)))
+    let n = v.len();
+    let (hold, commit) = v.into_iter().unzip();
+    Some((n, Spread::of(hold), Spread::of(commit)))
 }
 
-fn note_head_hold(held: Duration) {
+fn note_head_hold(held: Duration, commit: Duration) {
+    let us = |d: Duration| d.as_micros().min(u32::MAX as u128) as u32;
     let mut v = HEAD_HOLDS_US.lock().unwrap_or_else(|p| p.into_inner());
     if v.len() >= HEAD_HOLDS_MAX {
         v.drain(..HEAD_HOLDS_MAX / 2);
     }
-    v.push(held.as_micros().min(u32::MAX as u128) as u32);
+    v.push((us(held), us(commit)));
 }
 
 /// Records `items` in one transaction on `conn`; see the module doc for the steps.
@@ -838,7 +859,8 @@ fn write_tail(
         ],
     )?;
     failpoint::hit("before_commit");
+    let committing = Instant::now();
     tx.commit()?;
-    note_head_hold(locked_at.elapsed());
+    note_head_hold(locked_at.elapsed(), committing.elapsed());
     Ok(())
 }
