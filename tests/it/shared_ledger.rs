@@ -603,6 +603,13 @@ fn assert_rows_are_held_to_claims(url: &str) {
     for sql in orphans {
         assert_eq!(refusal(&mut c, sql), fk, "{sql}");
     }
+    // The batch writes outbox rows by COPY: the same refusal there.
+    let mut copy = c
+        .copy_in("COPY outbox (id, claim_id, event_type, payload, created_at) FROM STDIN")
+        .unwrap();
+    std::io::Write::write_all(&mut copy, b"900003\t777\tdisbursement.recorded\t{}\tx\n").unwrap();
+    let refused = copy.finish().unwrap_err();
+    assert_eq!(refused.code().map(|c| c.code()), Some("23503"), "{refused}");
     // Nothing of the refused statements stayed; what a purge does (rows first, then the claim,
     // in one transaction) and a relay's publish still go through.
     let count =
