@@ -68,6 +68,15 @@
 //!    true (busy, locked, full, connection lost, serialization failure) changed nothing and may
 //!    succeed later; the worker backs off and retries the whole batch. Anything else is
 //!    permanent.
+//! 8. **Deferral, on a shared ledger only.** A backend with concurrent writers may answer
+//!    [`Outcome::Deferred`] for a submission whose (instant, award) group another writer's
+//!    uncommitted batch holds, instead of waiting for that batch to commit. Nothing of the
+//!    deferred item is written; the rest of the batch commits as usual (point 1 covers what
+//!    was written). Items with one key, or conflicting keys, share a group, so they are deferred
+//!    together and point 3 is unchanged. The caller must not acknowledge a deferred entry and
+//!    must offer it again, to the same ledger handle, before anything read after it; on that
+//!    second offer the backend waits for the group, so no entry is deferred for ever. SQLite and the memory ledger
+//!    never defer (one writer at a time).
 
 pub(crate) mod chain;
 pub mod copy;
@@ -175,6 +184,9 @@ pub enum Outcome {
         /// The earlier claim's key, in hex.
         other_key: String,
     },
+    /// Nothing was written: another writer's uncommitted batch holds this submission's group.
+    /// Offer it again (contract point 8); it is not to be acknowledged.
+    Deferred,
     /// Under `--on-conflict hold`: a conflicting resubmission was neither claimed nor paid; a
     /// `dead_letters` row with `conflict` and `dead_letter` records holds it for review. The
     /// worker copies the entry to the dead-letter stream before acknowledging it.

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub dead_lettered: AtomicU64,
     /// Stream entries acknowledged.
     pub acked: AtomicU64,
+    /// Entries a shared ledger deferred (ledger contract, point 8) and the writer offered again.
+    pub deferred: AtomicU64,
     /// Ledger transactions committed.
     pub commits: AtomicU64,
     /// Commit latency histogram: counts per bucket of [`COMMIT_SECONDS_BUCKETS`], plus +Inf.

@@ -115,6 +115,7 @@ pub fn render(status: &Status, metrics: &Metrics, healthy: bool) -> String {
         ("claimgate_vanished_entries", "Pending entries found gone from the stream and acknowledged out (ledger vanished audit records).", l.vanished),
         ("claimgate_disbursed_cents", "Sum of all disbursements recorded in the ledger, in cents.", u64::try_from(l.disbursed_cents_total.max(0)).unwrap_or(u64::MAX)),
         ("claimgate_entries_acked", "Stream entries this process acknowledged since it started.", Metrics::get(&metrics.acked)),
+        ("claimgate_entries_deferred", "Entries a shared ledger deferred because another node's batch held their group, offered again at once (PostgreSQL only).", Metrics::get(&metrics.deferred)),
     ];
     let mut counts = vec![
         (

@@ -3,7 +3,7 @@
 //!
 //! **Invariant:** every call returns exactly one outcome slot per item, in item order
 //! (asserted on what the ledger returns), and marks an item committed only if a transaction
-//! covering it returned success.
+//! covering it returned success and did not defer it.
 
 use super::parse::{Parsed, Verdict};
 use super::Shared;
@@ -62,10 +62,10 @@ pub(super) fn record(
                 outcomes.len(),
                 items.len()
             );
-            Ok((
-                outcomes.into_iter().map(Some).collect(),
-                vec![true; items.len()],
-            ))
+            // A deferred item (contract point 8) was not written: not committed, not to be
+            // acknowledged; the writer offers it again.
+            let committed = outcomes.iter().map(|o| *o != Outcome::Deferred).collect();
+            Ok((outcomes.into_iter().map(Some).collect(), committed))
         }
         Err(e) if e.is_transient() => Err(e),
         Err(e) if items.len() == 1 => {

@@ -25,7 +25,7 @@ use crate::ledger::{Item, Ledger, Outcome};
 use crate::observe::metrics::StageTimes;
 use crate::support::failpoint;
 use crossbeam_channel::{Receiver, Sender};
-use log::warn;
+use log::{debug, warn};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -37,7 +37,19 @@ pub(super) fn run(
     shared: &Shared<'_>,
     reports: Sender<Committed>,
 ) -> Result<()> {
-    while let Ok(mut batch) = rx.recv() {
+    // Entries a shared ledger deferred (another node's batch holds their group), with
+    // everything this round had not committed yet after them: offered again first, ahead of
+    // anything read later and without waiting for the reader (ledger contract, point 8).
+    let mut carried: Vec<Parsed> = Vec::new();
+    loop {
+        let mut batch = if carried.is_empty() {
+            match rx.recv() {
+                Ok(batch) => batch,
+                Err(_) => break,
+            }
+        } else {
+            std::mem::take(&mut carried)
+        };
         // Group commit: take whatever else is already waiting, up to the caps (entries and
         // bytes), so a backlog drains in large transactions while a quiet stream still commits
         // at once, and heavy entries never pile up in one commit.
@@ -54,29 +66,37 @@ pub(super) fn run(
         // The reader hands an entry on its try alone on its own; kept apart here as well, so
         // no merge can ever put it in a transaction with anything else.
         let (solo, batch): (Vec<Parsed>, Vec<Parsed>) = batch.into_iter().partition(|p| p.solo);
-        if shared.wcfg.per_message {
-            for one in batch {
-                commit_and_ack(vec![one], ledger, &mut conn, shared, &reports)?;
+        let mut commits: Vec<Vec<Parsed>> = if shared.wcfg.per_message {
+            batch.into_iter().map(|one| vec![one]).collect()
+        } else if batch.is_empty() {
+            Vec::new()
+        } else {
+            vec![batch]
+        };
+        commits.extend(solo.into_iter().map(|one| vec![one]));
+        let mut commits = commits.into_iter();
+        for commit in commits.by_ref() {
+            carried = commit_and_ack(commit, ledger, &mut conn, shared, &reports)?;
+            if !carried.is_empty() {
+                break;
             }
-        } else if !batch.is_empty() {
-            commit_and_ack(batch, ledger, &mut conn, shared, &reports)?;
         }
-        for one in solo {
-            commit_and_ack(vec![one], ledger, &mut conn, shared, &reports)?;
-        }
+        // After a deferral nothing later may commit first: it could be of the same group.
+        carried.extend(commits.flatten());
     }
     Ok(())
 }
 
 /// Commits and acknowledges one batch, then lets go of its ids and hands it to the reporter.
 /// A transient failure that outlasted shutdown leaves the batch pending and is not an error.
+/// Returns the entries the ledger deferred, in order: still in flight, to be offered again.
 fn commit_and_ack(
     batch: Vec<Parsed>,
     ledger: &dyn Ledger,
     conn: &mut Conn,
     shared: &Shared<'_>,
     reports: &Sender<Committed>,
-) -> Result<()> {
+) -> Result<Vec<Parsed>> {
     let result = commit_in_order(&batch, ledger, conn, shared);
     let unmark: Vec<&str> = match &result {
         // Acknowledged past the cap: paid, a duplicate or dead-lettered; the mark is done with.
@@ -96,18 +116,46 @@ fn commit_and_ack(
         Err(_) => Vec::new(),
     };
     quarantine::unmark(conn, shared, &unmark);
-    shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
     match result {
         Ok((outcomes, _)) => {
-            reporter::send(reports, Committed { batch, outcomes }, shared);
-            Ok(())
+            let (mut done, mut deferred) = (Vec::new(), Vec::new());
+            let mut done_outcomes = Vec::new();
+            for (p, o) in batch.into_iter().zip(outcomes) {
+                if o == Some(Outcome::Deferred) {
+                    deferred.push(p);
+                } else {
+                    done.push(p);
+                    done_outcomes.push(o);
+                }
+            }
+            if !deferred.is_empty() {
+                debug!(
+                    "{} entries deferred: another node's batch holds their group; offered again next",
+                    deferred.len()
+                );
+                shared
+                    .metrics
+                    .deferred
+                    .fetch_add(deferred.len() as u64, Ordering::Relaxed);
+            }
+            shared.in_flight.release(done.iter().map(|p| p.id.clone()));
+            let committed = Committed {
+                batch: done,
+                outcomes: done_outcomes,
+            };
+            reporter::send(reports, committed, shared);
+            Ok(deferred)
         }
         // Giving up during shutdown leaves the entries pending; they are redelivered later.
         Err(e) if e.is_transient() => {
+            shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
             warn!("left {} entries pending for redelivery: {e}", batch.len());
-            Ok(())
+            Ok(Vec::new())
         }
-        Err(e) => Err(e),
+        Err(e) => {
+            shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
+            Err(e)
+        }
     }
 }
 

@@ -741,3 +741,141 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     assert_eq!(second_claim_refusal(&url), Some("23505".to_owned()));
     assert_rows_are_held_to_claims(&url);
 }
+
+/// The group lock of `submission(i)` (instant, award), as the PostgreSQL ledger numbers it.
+fn group_of(i: usize) -> i64 {
+    let s = claimgate::domain::submission::parse_payload(submission(i).as_bytes(), LIMITS).unwrap();
+    claimgate::ledger::postgres::group_lock(&s.submission_instant, &s.award_id)
+}
+
+const LIMITS: &claimgate::domain::submission::Limits = &claimgate::domain::submission::Limits {
+    payload_bytes_max: 1 << 20,
+    amount_cents_max: i64::MAX,
+};
+
+#[test]
+fn a_batch_defers_the_items_whose_group_another_batch_holds_and_waits_for_them_when_offered_again()
+{
+    // 1. Another session holds the group of submission 1 (as another node's uncommitted batch
+    //    would). A batch of [s1, s2, s1 again]: s2 is paid at once; both s1 items are deferred
+    //    (one group), nothing written for them.
+    // 2. s1 offered again to the same ledger handle waits for the group rather than being
+    //    deferred again: it returns only after the other session lets go, paid; the copy of it
+    //    is then a duplicate.
+    use claimgate::ledger::{Item, Outcome};
+    let w = World::on(Store::Postgres);
+    let url = w.db.to_str().unwrap().to_owned();
+    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let parse = |i: usize| {
+        claimgate::domain::submission::parse_payload(submission(i).as_bytes(), LIMITS).unwrap()
+    };
+    let (s1, s2) = (parse(1), parse(2));
+    let item = |s, entry_id| Item::Submission {
+        submission: s,
+        entry_id,
+        delivery_count: 1,
+    };
+    let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    other
+        .execute("SELECT pg_advisory_lock($1)", &[&group_of(1)])
+        .unwrap();
+
+    let outcomes = ledger
+        .record(
+            &[item(&s1, "1-1"), item(&s2, "1-2"), item(&s1, "1-3")],
+            "c",
+            "s",
+        )
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        vec![Outcome::Deferred, Outcome::Processed, Outcome::Deferred]
+    );
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log"), 1);
+
+    let letting_go = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(600));
+        other
+            .execute("SELECT pg_advisory_unlock($1)", &[&group_of(1)])
+            .unwrap();
+    });
+    let offered = std::time::Instant::now();
+    let outcomes = ledger
+        .record(&[item(&s1, "1-1"), item(&s1, "1-3")], "c", "s")
+        .unwrap();
+    let waited = offered.elapsed();
+    letting_go.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(500),
+        "the second offer waited for the group ({waited:?})"
+    );
+    assert_eq!(outcomes[0], Outcome::Processed);
+    assert!(
+        matches!(outcomes[1], Outcome::Duplicate { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(w.count("disbursements"), 2);
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        101 + 102
+    );
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_worker_pays_the_rest_of_a_batch_while_another_node_holds_one_group_and_then_that_entry() {
+    // 1. Another session holds the group of submission 3. A worker drains 10 submissions:
+    //    the 9 others are paid and acknowledged while that one stays pending (without deferral
+    //    the whole batch would wait for the group, and nothing would be paid).
+    // 2. The other session lets go: the worker pays it, once; nothing pending; the deferral is
+    //    counted in /metrics; verify passes.
+    let w = World::on(Store::Postgres);
+    let url = w.db.to_str().unwrap().to_owned();
+    // The schema first, so the test's session can hold a lock before the worker starts.
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    other
+        .execute("SELECT pg_advisory_lock($1)", &[&group_of(3)])
+        .unwrap();
+    w.add(&(0..10).map(submission).collect::<Vec<_>>());
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut worker = support::Logged::spawn(w.cmd(&[
+        "run",
+        "--consumer",
+        "w1",
+        "--metrics-addr",
+        &addr,
+        "--exit-when-idle",
+    ]));
+    assert!(
+        wait_for(Duration::from_secs(30), || w.count("disbursements") == 9
+            && w.pending() == 1),
+        "{}",
+        worker.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(w.count("disbursements"), 9, "the held group's entry waits");
+    assert!(worker.alive());
+    let metrics = http_get(&addr, "/metrics").unwrap().1;
+    assert!(
+        metrics.contains("claimgate_entries_deferred_total 1"),
+        "{metrics}"
+    );
+    other
+        .execute("SELECT pg_advisory_unlock($1)", &[&group_of(3)])
+        .unwrap();
+    let status = wait_exit(&mut worker.child, Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{}", worker.log_text());
+    assert_eq!(w.count("disbursements"), 10);
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(10)
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        0
+    );
+    assert_eq!(w.pending(), 0);
+    w.run_ok(&["verify"]);
+}

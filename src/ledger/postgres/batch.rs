@@ -4,10 +4,15 @@
 //! The steps, each one statement over arrays (UNNEST), in one fixed lock order so concurrent
 //! batches cannot deadlock:
 //! 1. **Group locks.** A transaction advisory lock per (submission instant, award) the batch
-//!    claims for, taken in sorted order. Two batches that could claim the same key or conflict
-//!    with each other share a group, so one waits for the other's commit; batches on different
-//!    awards never wait. This makes what step 2 reads exact: no other transaction can claim a
-//!    key or a conflicting submission of these groups until we commit.
+//!    claims for. Two batches that could claim the same key or conflict with each other share
+//!    a group; batches on different awards never meet. This makes what step 2 reads exact: no
+//!    other transaction can claim a key or a conflicting submission of these groups until we
+//!    commit. The groups of items offered again after a deferral are waited for, in sorted
+//!    order; every other group is only tried (`pg_try_advisory_xact_lock`, sorted, after the
+//!    waits), and the items of a group another batch holds are deferred (contract point 8)
+//!    instead of making this whole batch wait for that one's commit. Waits come before tries,
+//!    and waits are sorted, so no cycle of waits can form: a batch waiting holds only groups
+//!    below the one it waits for, all of them taken by waiting.
 //! 2. **Facts.** Which of the batch's keys are claimed already or tombstoned (one statement,
 //!    so one snapshot: a purge deletes a claim and writes its tombstone in one transaction, so
 //!    a purged key is seen either still claimed or tombstoned, never neither), and the two
@@ -50,9 +55,16 @@ pub(super) struct Context<'a> {
     pub(super) stream: &'a str,
     /// What to do with a conflicting resubmission.
     pub(super) on_conflict: OnConflict,
+    /// Entry ids this ledger handle deferred and not yet saw again: their groups are waited
+    /// for on the next offer (contract point 8).
+    pub(super) deferred: &'a Mutex<HashSet<String>>,
 }
 
 const LOCK_GROUPS: &str = "SELECT pg_advisory_xact_lock(g) FROM UNNEST($1::int8[]) AS g";
+
+/// The groups of `$1` (sorted) another transaction holds; takes every other one.
+const TRY_GROUPS: &str =
+    "SELECT g FROM UNNEST($1::int8[]) AS g WHERE NOT pg_try_advisory_xact_lock(g)";
 
 /// Claims and tombstones of the batch's keys, in one statement (one snapshot; see step 2).
 // Both lookups probe an index once per element (LATERAL), whatever the planner believes about
@@ -144,6 +156,8 @@ enum Decision<'a> {
     /// An item that carries no submission: a vanished entry, which needs nothing from the
     /// database, or a dead letter, settled by step 4's insert.
     Direct,
+    /// Its group is another batch's until that one commits: nothing written, offered again.
+    Deferred,
 }
 
 /// What the batch found in the database in step 2.
@@ -174,8 +188,8 @@ impl Facts {
     }
 }
 
-/// How long each batch held the chain-head row lock (from `SELECT … FOR UPDATE` to the end of
-/// COMMIT) and how much of that was the COMMIT itself (its WAL flush), in microseconds, for
+/// How long each batch held the chain-head row lock (from the return of `SELECT … FOR UPDATE`,
+/// so not counting the wait for it, to the end of COMMIT) and how much of that was the COMMIT itself (its WAL flush), in microseconds, for
 /// the summary [`head_hold`] gives: the benchmark's figure for "the lock is held only for the
 /// commit". Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
 static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
@@ -241,16 +255,26 @@ pub(super) fn record<'a>(
     let mut tx = conn.client.transaction()?;
 
     // A fast-filter hit may turn out unconfirmed and be claimed: its group is locked too.
+    let groups: Vec<Option<i64>> = items
+        .iter()
+        .map(|i| delivered(i).map(|(s, _, _)| group_lock(&s.submission_instant, &s.award_id)))
+        .collect();
+    let busy = lock_groups(&mut tx, &st, ctx, items, &groups)?;
+    let deferred: Vec<bool> = groups
+        .iter()
+        .map(|g| g.is_some_and(|g| busy.contains(&g)))
+        .collect();
     let subs: Vec<&Submission> = items
         .iter()
-        .filter_map(|i| delivered(i).map(|d| d.0))
+        .zip(&deferred)
+        .filter(|(_, d)| !**d)
+        .filter_map(|(i, _)| delivered(i).map(|d| d.0))
         .collect();
     let mut facts = Facts::default();
     if !subs.is_empty() {
-        lock_groups(&mut tx, &st, &subs)?;
         read_facts(&mut tx, &st, &subs, &mut facts)?;
     }
-    let decisions = decide(items, ctx.on_conflict, &mut facts, &now);
+    let decisions = decide(items, &deferred, ctx.on_conflict, &mut facts, &now);
     let first_dead = insert_dead_letters(&mut tx, &st, ctx, items, &decisions, &now)?;
     let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now)?;
     let mut out = Written::default();
@@ -262,12 +286,15 @@ pub(super) fn record<'a>(
         .collect::<Result<_>>()?;
     insert_disbursements(&mut tx, &st, &out, &now)?;
     write_tail(tx, &st, out, &now)?;
+    // After the commit: a batch that failed is retried whole, offers and all.
+    note_deferred(ctx, items, &deferred);
     Ok(outcomes)
 }
 
 /// The batch's statements, prepared once per connection.
 struct Statements {
     lock_groups: postgres::Statement,
+    try_groups: postgres::Statement,
     claimed: postgres::Statement,
     earliest: postgres::Statement,
     insert_dead: postgres::Statement,
@@ -283,6 +310,7 @@ impl Statements {
     fn prepare(conn: &mut Conn) -> Result<Self> {
         Ok(Statements {
             lock_groups: conn.prepared(LOCK_GROUPS)?,
+            try_groups: conn.prepared(TRY_GROUPS)?,
             claimed: conn.prepared(CLAIMED)?,
             earliest: conn.prepared(EARLIEST)?,
             insert_dead: conn.prepared(INSERT_DEAD)?,
@@ -297,8 +325,10 @@ impl Statements {
 }
 
 /// The advisory-lock number of a (instant, award) group: the first 8 bytes of a SHA-256 of
-/// both. Two groups sharing a number only wait for each other needlessly.
-fn group_lock(instant: &str, award_id: &str) -> i64 {
+/// both. Two groups sharing a number only wait for each other needlessly. Public so an
+/// operator (or a test) can see which batch holds a group: `pg_locks` shows it as the
+/// advisory lock's `(classid << 32) | objid`.
+pub fn group_lock(instant: &str, award_id: &str) -> i64 {
     let mut h = Sha256::new();
     h.update(instant.as_bytes());
     h.update([0]);
@@ -307,21 +337,71 @@ fn group_lock(instant: &str, award_id: &str) -> i64 {
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
-/// Step 1: the group locks, in sorted order.
+/// Step 1: the group locks: waited for where an item is offered again after a deferral,
+/// then tried for the rest, each set sorted. Returns the groups another batch holds.
 fn lock_groups(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
-    subs: &[&Submission],
-) -> Result<()> {
-    let mut locks: Vec<i64> = subs
+    ctx: &Context<'_>,
+    items: &[Item<'_>],
+    groups: &[Option<i64>],
+) -> Result<HashSet<i64>> {
+    let mut wait: Vec<i64> = Vec::new();
+    let mut tried: Vec<i64> = Vec::new();
+    {
+        let deferred = ctx.deferred.lock().unwrap_or_else(|p| p.into_inner());
+        for (item, g) in items.iter().zip(groups) {
+            let (Some(g), Some((_, entry_id, _))) = (g, delivered(item)) else {
+                continue;
+            };
+            if deferred.contains(entry_id) {
+                wait.push(*g);
+            } else {
+                tried.push(*g);
+            }
+        }
+    }
+    wait.sort_unstable();
+    wait.dedup();
+    if !wait.is_empty() {
+        tx.execute(&st.lock_groups, &[&wait])?;
+    }
+    tried.sort_unstable();
+    tried.dedup();
+    tried.retain(|g| wait.binary_search(g).is_err());
+    if tried.is_empty() {
+        return Ok(HashSet::new());
+    }
+    Ok(tx
+        .query(&st.try_groups, &[&tried])?
         .iter()
-        .map(|s| group_lock(&s.submission_instant, &s.award_id))
-        .collect();
-    locks.sort_unstable();
-    locks.dedup();
-    tx.execute(&st.lock_groups, &[&locks])?;
-    Ok(())
+        .map(|r| r.get(0))
+        .collect())
 }
+
+/// Remembers this batch's deferred entries (their groups are waited for next time) and
+/// forgets the ones offered again, whatever became of them.
+fn note_deferred(ctx: &Context<'_>, items: &[Item<'_>], deferred: &[bool]) {
+    let mut set = ctx.deferred.lock().unwrap_or_else(|p| p.into_inner());
+    for (item, d) in items.iter().zip(deferred) {
+        if let Some((_, entry_id, _)) = delivered(item) {
+            if *d {
+                set.insert(entry_id.to_owned());
+            } else {
+                set.remove(entry_id);
+            }
+        }
+    }
+    // Entries deferred and never offered again (their worker stopped first) are few; a bound
+    // keeps a long-lived handle from collecting them. Forgetting one costs it one more
+    // deferral, never correctness.
+    if set.len() > DEFERRED_REMEMBERED_MAX {
+        set.clear();
+    }
+}
+
+/// Deferred entry ids a ledger handle remembers at most.
+const DEFERRED_REMEMBERED_MAX: usize = 100_000;
 
 /// Step 2: what is claimed already, and each group's earliest claims.
 fn read_facts(
@@ -379,13 +459,16 @@ fn key_of(bytes: &[u8]) -> Result<IdempotencyKey> {
 /// Step 3: each item's fate, in item order, mirroring `sqlite/batch.rs` decision for decision.
 fn decide<'a>(
     items: &[Item<'a>],
+    deferred: &[bool],
     policy: OnConflict,
     facts: &mut Facts,
     now: &str,
 ) -> Vec<Decision<'a>> {
     items
         .iter()
-        .map(|item| match item {
+        .zip(deferred)
+        .map(|(item, deferred)| match item {
+            _ if *deferred => Decision::Deferred,
             Item::Submission { submission: s, .. } => decide_submission(s, policy, facts, now),
             Item::KnownDuplicate {
                 submission: s,
@@ -669,6 +752,9 @@ impl<'a> Written<'a> {
         let Some((s, entry_id, delivery_count)) = delivered(item) else {
             return self.direct(ctx, now, item, first_dead);
         };
+        if matches!(decision, Decision::Deferred) {
+            return Ok(Outcome::Deferred);
+        }
         let rec = |kind| Self::claim_record(ctx, now, kind, s, entry_id, delivery_count);
         match decision {
             Decision::Duplicate {
@@ -723,7 +809,9 @@ impl<'a> Written<'a> {
                     other_key: other.key_hex.clone(),
                 })
             }
-            Decision::Direct => unreachable!("a submission is always decided"),
+            Decision::Direct | Decision::Deferred => {
+                unreachable!("a submission is decided; a deferred one returned above")
+            }
         }
     }
 
@@ -808,8 +896,9 @@ fn write_tail(
         tx.commit()?;
         return Ok(());
     }
-    let locked_at = Instant::now();
     let head = tx.query_one(&st.lock_head, &[])?;
+    // Held from here: the wait for another batch's COMMIT before this is not this one's hold.
+    let locked_at = Instant::now();
     let (mut seq, mut hash, outbox_last): (i64, String, i64) =
         (head.get(0), head.get(1), head.get(2));
     for r in &mut out.audit {

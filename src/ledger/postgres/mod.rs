@@ -18,7 +18,7 @@ mod outbox;
 mod retention;
 mod verify;
 
-pub use batch::head_hold;
+pub use batch::{group_lock, head_hold};
 
 use crate::config::{LedgerConfig, OnConflict};
 use crate::domain::clock::age_seconds;
@@ -50,6 +50,8 @@ pub struct PgLedger {
     on_conflict: OnConflict,
     /// The retention purge under way: its connection, holding the purge lock (`retention.rs`).
     purge: Mutex<Option<PooledConnection<Manager>>>,
+    /// Entries `record` deferred and has not seen again (`batch.rs`, step 1).
+    deferred: Mutex<std::collections::HashSet<String>>,
 }
 
 impl PgLedger {
@@ -95,6 +97,7 @@ impl PgLedger {
             redacted,
             on_conflict: cfg.on_conflict,
             purge: Mutex::new(None),
+            deferred: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -163,6 +166,7 @@ impl Ledger for PgLedger {
             consumer,
             stream,
             on_conflict: self.on_conflict,
+            deferred: &self.deferred,
         };
         let outcomes = batch::record(&mut conn, &ctx, items)?;
         assert_eq!(outcomes.len(), items.len(), "one outcome per item");
