@@ -7,6 +7,7 @@ use crate::domain::audit::{Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{AuditLog, Since};
 use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
 
 /// The columns, in `Record` order.
@@ -90,23 +91,45 @@ pub(super) fn insert(client: &mut impl GenericClient, r: &Record) -> Result<()> 
         &format!(
             "INSERT INTO audit_log ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         ),
-        &[
-            &r.seq,
-            &r.kind.as_str(),
-            &r.idempotency_key,
-            &r.award_id,
-            &r.amount_cents,
-            &r.stream_entry_id,
-            &r.consumer,
-            &r.delivery_count,
-            &r.detail,
-            &r.recorded_at,
-            &r.prev_hash,
-            &r.hash,
-        ],
+        &params(r, &r.kind.as_str()),
     )?;
     Ok(())
 }
+
+/// A record's values in [`COLUMNS`] order, for an INSERT or a binary COPY; `kind` is
+/// `r.kind.as_str()`, passed in so the caller's binding outlives the array.
+pub(super) fn params<'a>(r: &'a Record, kind: &'a &'static str) -> [&'a (dyn ToSql + Sync); 12] {
+    [
+        &r.seq,
+        kind,
+        &r.idempotency_key,
+        &r.award_id,
+        &r.amount_cents,
+        &r.stream_entry_id,
+        &r.consumer,
+        &r.delivery_count,
+        &r.detail,
+        &r.recorded_at,
+        &r.prev_hash,
+        &r.hash,
+    ]
+}
+
+/// The types of [`COLUMNS`], for a binary COPY.
+pub(super) const COLUMN_TYPES: [Type; 12] = [
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+];
 
 fn record_of(row: &Row) -> Result<Record> {
     let seq: i64 = row.try_get(0)?;

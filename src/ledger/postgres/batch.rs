@@ -117,9 +117,12 @@ const LOCK_HEAD: &str = "SELECT seq, hash, outbox_id_last FROM chain_head WHERE 
 
 // Step 5's rows go in by binary COPY, the cheapest way PostgreSQL takes rows, because they are
 // written under the chain-head lock: every microsecond here is one every other node waits.
-const COPY_AUDIT: &str = "COPY audit_log (seq, kind, idempotency_key, award_id, amount_cents,
-         stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash)
-     FROM STDIN (FORMAT binary)";
+static COPY_AUDIT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "COPY audit_log ({}) FROM STDIN (FORMAT binary)",
+        super::audit_store::COLUMNS
+    )
+});
 
 const COPY_OUTBOX: &str =
     "COPY outbox (id, claim_id, event_type, payload, created_at) FROM STDIN (FORMAT binary)";
@@ -317,7 +320,7 @@ impl Statements {
             insert_claims: conn.prepared(INSERT_CLAIMS)?,
             insert_disbursements: conn.prepared(INSERT_DISBURSEMENTS)?,
             lock_head: conn.prepared(LOCK_HEAD)?,
-            copy_audit: conn.prepared(COPY_AUDIT)?,
+            copy_audit: conn.prepared(COPY_AUDIT.as_str())?,
             copy_outbox: conn.prepared(COPY_OUTBOX)?,
             advance_head: conn.prepared(ADVANCE_HEAD)?,
         })
@@ -909,45 +912,18 @@ fn write_tail(
     }
     use postgres::binary_copy::BinaryCopyInWriter;
     use postgres::types::Type;
-    let text = Type::TEXT;
     let mut audit = BinaryCopyInWriter::new(
         tx.copy_in(&st.copy_audit)?,
-        &[
-            Type::INT8,
-            text.clone(),
-            text.clone(),
-            text.clone(),
-            Type::INT8,
-            text.clone(),
-            text.clone(),
-            Type::INT8,
-            text.clone(),
-            text.clone(),
-            text.clone(),
-            text.clone(),
-        ],
+        &super::audit_store::COLUMN_TYPES,
     );
     for r in &out.audit {
-        audit.write(&[
-            &r.seq,
-            &r.kind.as_str(),
-            &r.idempotency_key,
-            &r.award_id,
-            &r.amount_cents,
-            &r.stream_entry_id,
-            &r.consumer,
-            &r.delivery_count,
-            &r.detail,
-            &r.recorded_at,
-            &r.prev_hash,
-            &r.hash,
-        ])?;
+        audit.write(&super::audit_store::params(r, &r.kind.as_str()))?;
     }
     audit.finish()?;
     if !out.paid.is_empty() {
         let mut outbox = BinaryCopyInWriter::new(
             tx.copy_in(&st.copy_outbox)?,
-            &[Type::INT8, Type::INT8, text.clone(), text.clone(), text],
+            &[Type::INT8, Type::INT8, Type::TEXT, Type::TEXT, Type::TEXT],
         );
         for (n, (claim_id, _, payload)) in out.paid.iter().enumerate() {
             outbox.write(&[
