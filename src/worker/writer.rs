@@ -7,7 +7,9 @@
 //! another. An entry the ledger did not commit is never acknowledged. An entry on its try
 //! alone past the delivery cap (`Parsed::solo`) is committed in a transaction of its own; its
 //! quarantine mark is cleared once it is acknowledged or left pending by a transient failure,
-//! and kept when the ledger refused it, so its next delivery is dead-lettered.
+//! and kept when the ledger refused it, so its next delivery is dead-lettered. An entry a
+//! shared ledger deferred (`Outcome::Deferred`) is neither acknowledged nor let go of: it stays
+//! in flight and is offered again before anything that came after it.
 
 use super::dead_letters;
 use super::parse::Parsed;
