@@ -28,6 +28,8 @@ struct PgRun {
     wal_per_entry: f64,
     /// How long the ledger's own `verify` took afterwards, seconds.
     verify_s: f64,
+    /// Entries the workers' ledger deferred and offered again, all workers together.
+    deferred: u64,
 }
 
 /// Runs the mode: `o.rounds` rounds of (a), (p1), (p3), then medians.
@@ -73,7 +75,7 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
         ("(p3) postgres, 3 workers  ", &p3),
     ] {
         println!(
-            "  {label}{:>8.0} entries/s   commit p50 {} p99 {}   worker cpu {:.1} us/entry   postgres cpu {:.1} us/entry   head hold p99 {} (its COMMIT p99 {})   WAL {:.0} B/entry   verify {:.2} s",
+            "  {label}{:>8.0} entries/s   commit p50 {} p99 {}   worker cpu {:.1} us/entry   postgres cpu {:.1} us/entry   head hold p99 {} (its COMMIT p99 {})   WAL {:.0} B/entry   verify {:.2} s   deferred {:.0}",
             median(runs, |r| r.rate),
             ms(median(runs, |r| r.commit_p50_us as f64) as u64),
             ms(median(runs, |r| r.commit_p99_us as f64) as u64),
@@ -83,6 +85,7 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
             ms(median(runs, |r| r.head_commit_p99_us as f64) as u64),
             median(runs, |r| r.wal_per_entry),
             median(runs, |r| r.verify_s),
+            median(runs, |r| r.deferred as f64),
         );
     }
     println!(
@@ -164,13 +167,14 @@ fn pg_run(
     let verifying = Instant::now();
     verify(env, load, &group, &db)?;
     let verify_s = verifying.elapsed().as_secs_f64();
-    let (mut p50, mut p99, mut head, mut head_commit) = (0, 0, 0, 0);
+    let (mut p50, mut p99, mut head, mut head_commit, mut deferred) = (0, 0, 0, 0, 0);
     for (_, log) in &children {
         let text = std::fs::read_to_string(log).map_err(|e| e.to_string())?;
         p50 = p50.max(field(&text, "commit_p50_us="));
         p99 = p99.max(field(&text, "commit_p99_us="));
         head = head.max(field(&text, " us, p99 "));
         head_commit = head_commit.max(field(&text, "COMMIT p99 "));
+        deferred += field(&text, "dead-lettered, ");
         if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
             std::fs::remove_file(log).ok();
         }
@@ -188,6 +192,7 @@ fn pg_run(
         head_commit_p99_us: head_commit,
         wal_per_entry: wal / load.n as f64,
         verify_s,
+        deferred,
     })
 }
 

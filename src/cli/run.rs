@@ -267,11 +267,12 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     }
     let quantile = |q| metrics.commit_latency.quantile_us(q).unwrap_or(0);
     log::info!(
-        "worker stopped: {} processed, {} duplicates suppressed, {} dead-lettered; \
-         commits={} commit_p50_us={} commit_p99_us={}",
+        "worker stopped: {} processed, {} duplicates suppressed, {} dead-lettered, {} deferred \
+         and offered again; commits={} commit_p50_us={} commit_p99_us={}",
         Metrics::get(&metrics.processed),
         Metrics::get(&metrics.duplicates),
         Metrics::get(&metrics.dead_lettered),
+        Metrics::get(&metrics.deferred),
         Metrics::get(&metrics.commits),
         quantile(0.5),
         quantile(0.99)

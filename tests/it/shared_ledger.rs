@@ -867,6 +867,7 @@ fn a_worker_pays_the_rest_of_a_batch_while_another_node_holds_one_group_and_then
         .unwrap();
     let status = wait_exit(&mut worker.child, Duration::from_secs(30));
     assert!(status.success(), "{status:?}\n{}", worker.log_text());
+    worker.wait_log("1 deferred and offered again");
     assert_eq!(w.count("disbursements"), 10);
     assert_eq!(
         w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
