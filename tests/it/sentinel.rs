@@ -194,8 +194,10 @@ fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
     let n = chunks * 10;
     let expected_sum: i64 = (0..n).map(|i| 100 + i as i64).sum();
     let world = &cluster.world;
-    let mut primary = cluster.primary();
+    // A connection per poll: one that timed out under load stays broken, and every later
+    // poll through it would fail whatever the pipeline did.
     let settled = wait_for(SETTLE, || {
+        let mut primary = cluster.primary();
         let pending: Vec<redis::Value> = redis::cmd("XPENDING")
             .arg("grants:submissions")
             .arg("grant-workers")
@@ -212,6 +214,7 @@ fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
             && world.sql_i64_once_made("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
                 == 0
     });
+    let mut primary = cluster.primary();
     let events: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
         .arg("grants:events")
         .arg("-")
