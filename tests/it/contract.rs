@@ -7,13 +7,12 @@
 //! One test compares the two ledgers directly: the same batches must give the same outcomes and
 //! the same audit records. Nothing here needs Redis.
 
-use crate::support::submission;
 use claimgate::config::LedgerConfig;
 use claimgate::config::OnConflict;
 use claimgate::domain::audit::{detail, Kind, Record};
 use claimgate::domain::clock::now_rfc3339;
 use claimgate::domain::event::{self, DISBURSEMENT_RECORDED};
-use claimgate::domain::submission::{parse_payload, Limits, Submission};
+use claimgate::domain::submission::{parse_payload, Submission};
 use claimgate::ledger::postgres::PgLedger;
 use claimgate::ledger::sqlite::SqliteLedger;
 use claimgate::ledger::{
@@ -23,10 +22,7 @@ use claimgate::ledger::{
 use claimgate::Result;
 use std::sync::Arc;
 
-const MAX: &Limits = &Limits {
-    payload_bytes_max: 1 << 20,
-    amount_cents_max: i64::MAX,
-};
+use crate::support::LIMITS as MAX;
 const STREAM: &str = "grants:submissions";
 
 /// A ledger under test: a fresh one per test, and the fault hook.
@@ -318,7 +314,7 @@ for_every_ledger!(
 
 /// Submission `i` of the test fixtures: award `A-00000i`, amount `100 + i`.
 fn sub(i: usize) -> Submission {
-    parse_payload(submission(i).as_bytes(), MAX).unwrap()
+    crate::support::parsed(i)
 }
 
 /// Same award and submission time as `sub(i)`, another payload: a conflicting resubmission.

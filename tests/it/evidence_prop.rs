@@ -10,7 +10,7 @@ use claimgate::config::{LedgerConfig, Synchronous};
 use claimgate::domain::anchor::{sign_checkpoint_detail, Anchor, Anchored, EvidenceCheck};
 use claimgate::domain::audit::{Kind, Record, Verifier};
 use claimgate::domain::signing::SigningKey;
-use claimgate::domain::submission::{parse_payload, Limits};
+use claimgate::domain::submission::parse_payload;
 use claimgate::ledger::{Backend, Item, Since};
 use proptest::prelude::*;
 use rusqlite::{params, Connection};
@@ -115,10 +115,6 @@ impl History {
     }
 
     fn work(&mut self, n: usize, resend: bool) {
-        let limits = Limits {
-            payload_bytes_max: 1 << 20,
-            amount_cents_max: i64::MAX,
-        };
         let mut payloads: Vec<String> = (self.next..self.next + n)
             .map(crate::support::submission)
             .collect();
@@ -128,7 +124,7 @@ impl History {
         self.next += n;
         let subs: Vec<_> = payloads
             .iter()
-            .map(|p| parse_payload(p.as_bytes(), &limits).unwrap())
+            .map(|p| parse_payload(p.as_bytes(), crate::support::LIMITS).unwrap())
             .collect();
         let ids: Vec<String> = (0..subs.len())
             .map(|i| format!("{}-{i}", self.next))

@@ -228,16 +228,12 @@ fn a_relay_waits_out_a_redis_restart_and_then_publishes_the_rest(store: Store) {
 /// Records submissions `range` straight into the world's ledger through `Ledger::record`, as a
 /// worker's batch would, without Redis.
 fn record_while_redis_is_down(w: &World, range: std::ops::Range<usize>) {
-    use claimgate::domain::submission::{parse_payload, Limits};
+    use claimgate::domain::submission::parse_payload;
     use claimgate::ledger::{Item, Outcome};
-    let limits = Limits {
-        payload_bytes_max: 1 << 20,
-        amount_cents_max: i64::MAX,
-    };
     let payloads: Vec<String> = range.clone().map(support::submission).collect();
     let parsed: Vec<_> = payloads
         .iter()
-        .map(|p| parse_payload(p.as_bytes(), &limits).unwrap())
+        .map(|p| parse_payload(p.as_bytes(), support::LIMITS).unwrap())
         .collect();
     let ids: Vec<String> = range.map(|i| format!("0-{i}")).collect();
     let items: Vec<Item> = parsed

@@ -6,7 +6,6 @@
 
 use crate::audit::backdate;
 use crate::support::{self, submission, World};
-use claimgate::domain::submission::{parse_payload, Limits};
 use rusqlite::Connection;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -33,14 +32,7 @@ fn mode(path: &Path) -> u32 {
 
 /// The idempotency key of fixture submission `i`, in hex.
 fn key_of(i: usize) -> String {
-    let limits = Limits {
-        payload_bytes_max: 1 << 20,
-        amount_cents_max: i64::MAX,
-    };
-    parse_payload(submission(i).as_bytes(), &limits)
-        .unwrap()
-        .key
-        .to_hex()
+    support::parsed(i).key.to_hex()
 }
 
 /// Re-seals the whole chain after an edit, as an adversary who can compute SHA-256 would.

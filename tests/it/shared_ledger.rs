@@ -564,6 +564,11 @@ fn tls_with_sslrootcert_works_and_a_certificate_it_does_not_trust_is_exit_2() {
     );
 }
 
+/// The one number `sql` answers with.
+fn count(client: &mut postgres::Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
 /// The SQLSTATE of a statement `client` refuses (None if it succeeds).
 fn refusal(client: &mut postgres::Client, sql: &str) -> Option<String> {
     client
@@ -612,8 +617,6 @@ fn assert_rows_are_held_to_claims(url: &str) {
     assert_eq!(refused.code().map(|c| c.code()), Some("23503"), "{refused}");
     // Nothing of the refused statements stayed; what a purge does (rows first, then the claim,
     // in one transaction) and a relay's publish still go through.
-    let count =
-        |c: &mut postgres::Client, sql: &str| c.query_one(sql, &[]).unwrap().get::<_, i64>(0);
     assert_eq!(
         count(
             &mut c,
@@ -673,8 +676,6 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     //    once; it keeps its claim indexes; 10
     //    submissions, 3 resent and one conflicting resubmission are paid once each, the
     //    conflict found; verify passes; the same refusals hold.
-    let count =
-        |c: &mut postgres::Client, sql: &str| c.query_one(sql, &[]).unwrap().get::<_, i64>(0);
     let indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'processed_messages'";
     let audit_indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'audit_log'";
     let foreign_keys = "SELECT COUNT(*) FROM pg_constraint WHERE contype = 'f'
@@ -744,14 +745,9 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
 
 /// The group lock of `submission(i)` (instant, award), as the PostgreSQL ledger numbers it.
 fn group_of(i: usize) -> i64 {
-    let s = claimgate::domain::submission::parse_payload(submission(i).as_bytes(), LIMITS).unwrap();
+    let s = support::parsed(i);
     claimgate::ledger::postgres::group_lock(&s.submission_instant, &s.award_id)
 }
-
-const LIMITS: &claimgate::domain::submission::Limits = &claimgate::domain::submission::Limits {
-    payload_bytes_max: 1 << 20,
-    amount_cents_max: i64::MAX,
-};
 
 #[test]
 fn a_batch_defers_the_items_whose_group_another_batch_holds_and_waits_for_them_when_offered_again()
@@ -766,10 +762,7 @@ fn a_batch_defers_the_items_whose_group_another_batch_holds_and_waits_for_them_w
     let w = World::on(Store::Postgres);
     let url = w.db.to_str().unwrap().to_owned();
     let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
-    let parse = |i: usize| {
-        claimgate::domain::submission::parse_payload(submission(i).as_bytes(), LIMITS).unwrap()
-    };
-    let (s1, s2) = (parse(1), parse(2));
+    let (s1, s2) = (support::parsed(1), support::parsed(2));
     let item = |s, entry_id| Item::Submission {
         submission: s,
         entry_id,

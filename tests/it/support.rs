@@ -463,6 +463,18 @@ pub fn submission(i: usize) -> String {
     )
 }
 
+/// Parse limits for fixtures: any amount, payloads up to 1 MiB.
+pub const LIMITS: &claimgate::domain::submission::Limits = &claimgate::domain::submission::Limits {
+    payload_bytes_max: 1 << 20,
+    amount_cents_max: i64::MAX,
+};
+
+/// [`submission`] `i`, parsed.
+pub fn parsed(i: usize) -> claimgate::domain::submission::Submission {
+    claimgate::domain::submission::parse_payload(submission(i).as_bytes(), LIMITS)
+        .expect("a fixture submission parses")
+}
+
 /// The sum of amounts of submissions `0..n`.
 pub fn amount_sum(n: usize) -> i64 {
     (0..n).map(|i| 100 + i as i64).sum()

@@ -4,14 +4,8 @@
 use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, Store, World};
 use claimgate::config::LedgerConfig;
 use claimgate::domain::key::derive_idempotency_key;
-use claimgate::domain::submission::{parse_payload, Limits};
 use claimgate::ledger::{Backend, Item, Outcome};
 use std::time::Duration;
-
-const MAX: &Limits = &Limits {
-    payload_bytes_max: 1 << 20,
-    amount_cents_max: i64::MAX,
-};
 
 /// The world's ledger through the library's one open step, whichever backend `--db` names.
 fn ledger(world: &World) -> Box<dyn Backend> {
@@ -58,7 +52,7 @@ fn reference_check_1_key_is_deterministic_and_payload_sensitive() {
 fn reference_check_2_a_duplicate_claim_adds_no_row(store: Store) {
     let world = World::on(store);
     let ledger = ledger(&world);
-    let s = parse_payload(submission(1).as_bytes(), MAX).unwrap();
+    let s = crate::support::parsed(1);
     assert_eq!(
         ledger
             .record(&[item(&s, "1-0")], "c", "grants:submissions")
@@ -75,7 +69,7 @@ fn reference_check_2_a_duplicate_claim_adds_no_row(store: Store) {
 fn reference_check_3_replay_after_commit_is_a_duplicate_with_one_disbursement(store: Store) {
     let world = World::on(store);
     let ledger = ledger(&world);
-    let s = parse_payload(submission(7).as_bytes(), MAX).unwrap();
+    let s = crate::support::parsed(7);
     ledger
         .record(&[item(&s, "5-0")], "worker-a", "grants:submissions")
         .unwrap();
@@ -123,7 +117,7 @@ fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim(
         ),
     };
     conn.exec(fail);
-    let s = parse_payload(submission(3).as_bytes(), MAX).unwrap();
+    let s = crate::support::parsed(3);
     let err = ledger
         .record(&[item(&s, "1-0")], "c", "grants:submissions")
         .unwrap_err();
@@ -145,7 +139,7 @@ fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim(
 fn the_database_refuses_a_second_disbursement_for_one_claim(store: Store) {
     let world = World::on(store);
     let ledger = ledger(&world);
-    let s = parse_payload(submission(1).as_bytes(), MAX).unwrap();
+    let s = crate::support::parsed(1);
     ledger
         .record(&[item(&s, "1-0")], "c", "grants:submissions")
         .unwrap();

@@ -192,9 +192,10 @@ impl Facts {
 }
 
 /// How long each batch held the chain-head row lock (from the return of `SELECT … FOR UPDATE`,
-/// so not counting the wait for it, to the end of COMMIT) and how much of that was the COMMIT itself (its WAL flush), in microseconds, for
-/// the summary [`head_hold`] gives: the benchmark's figure for "the lock is held only for the
-/// commit". Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
+/// so not counting the wait for it, to the end of COMMIT) and how much of that was the COMMIT
+/// itself (its WAL flush), in microseconds, for the summary [`head_hold`] gives: the
+/// benchmark's figure for "the lock is held only for the commit". Bounded: past
+/// [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
 static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
 
 /// Samples kept for [`head_hold`].
@@ -203,8 +204,11 @@ const HEAD_HOLDS_MAX: usize = 1 << 20;
 /// Percentiles of one kind of duration, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spread {
+    /// Median.
     pub p50: u32,
+    /// 99th percentile.
     pub p99: u32,
+    /// Largest.
     pub max: u32,
 }
 
