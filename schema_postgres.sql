@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at   TEXT    NOT NULL,
     published_at TEXT
 );
-CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+-- Its index of unpublished rows is created with the audit log's, below.
 
 -- One row per dead-lettered stream entry.
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -100,10 +100,31 @@ CREATE TABLE IF NOT EXISTS audit_log (
     prev_hash       TEXT    NOT NULL,
     hash            TEXT    NOT NULL
 );
--- No index but the seq: as on SQLite. The first release indexed `processed` records by key,
--- but nothing looks one up by key (verify joins whole tables, purge reads seq ranges), and
--- that index was written under the chain-head lock, one random-keyed entry per submission.
+-- No index but the seq and the partial one of dead letters below: as on SQLite. The first
+-- release indexed `processed` records by key, but nothing looks one up by key (verify joins
+-- whole tables, purge reads seq ranges), and that index was written under the chain-head lock,
+-- one random-keyed entry per submission.
 DROP INDEX IF EXISTS audit_processed_key;
+
+-- Partial indexes, created only where missing: `CREATE INDEX IF NOT EXISTS` takes a SHARE lock
+-- on its table even when the index is there, so at every node's start it would wait for the
+-- batches in flight and stall every other node's writers behind it.
+-- * outbox_unpublished: the relay's next rows.
+-- * audit_dead_letters: the dead-letter records, and only those. Dead-letter reconciliation
+--   reads them before a worker behind Sentinel reads and after every failover
+--   (src/ops/reconcile.rs); it must not walk the whole trail for them. No entry is written
+--   for any other record, so the batch path under the chain-head lock pays nothing for it. A
+--   ledger from before it gets it at the first start, in one pass over the trail.
+DO $$
+BEGIN
+    IF to_regclass('outbox_unpublished') IS NULL THEN
+        CREATE INDEX outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+    END IF;
+    IF to_regclass('audit_dead_letters') IS NULL THEN
+        CREATE INDEX audit_dead_letters ON audit_log (seq) WHERE kind = 'dead_letter';
+    END IF;
+END;
+$$;
 
 -- The chain's head: the one row every batch locks, last thing before COMMIT. `seq` and `hash`
 -- are the last record's (for a checkpoint, the hash it continues from, as SQLite's tail read

@@ -296,6 +296,24 @@ pub trait AuditLog: Send + Sync {
         since: &Since,
         f: &mut dyn FnMut(crate::domain::audit::Record) -> Result<()>,
     ) -> Result<()>;
+
+    /// Calls `f` with each `dead_letter` record, lowest `seq` first, all from one consistent
+    /// snapshot, exactly the records [`AuditLog::for_each_record`] would pass of that kind;
+    /// same error rules. Dead-letter reconciliation runs this before a worker behind Sentinel
+    /// reads, and again after every failover it lives through, so a backend must answer it in
+    /// time proportional to the dead letters, not to the whole log (SQLite and PostgreSQL
+    /// keep a partial index of them). The default walks the whole log: for the memory ledger,
+    /// whose log is small.
+    fn for_each_dead_letter(
+        &self,
+        f: &mut dyn FnMut(crate::domain::audit::Record) -> Result<()>,
+    ) -> Result<()> {
+        use crate::domain::audit::Kind;
+        self.for_each_record(&Since::All, &mut |r| match r.kind {
+            Kind::DeadLetter => f(r),
+            _ => Ok(()),
+        })
+    }
 }
 
 /// What a clean ledger holds, as `verify` reports it.

@@ -14,9 +14,9 @@
 
 use crate::broker::stream::{self, Conn, DeadLetterCopy, Entry};
 use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
-use crate::domain::audit::Kind;
+use crate::domain::audit::{Kind, Record};
 use crate::error::Result;
-use crate::ledger::{AuditLog, Since};
+use crate::ledger::AuditLog;
 
 /// The `reason_code` of a dead letter copied again by reconciliation.
 pub const RECONCILED_REASON_CODE: &str = "reconciled";
@@ -32,50 +32,95 @@ pub struct Reconciled {
     pub without_fields: u64,
 }
 
+/// Dead-letter records asked about in one `HMGET` of the index: one round trip per this many,
+/// instead of one per record.
+const INDEX_LOOKUPS_PER_CALL: usize = 256;
+
 /// Copies every dead letter `audit` records and the dead-letter stream lacks; then waits for
-/// replicas as `cfg.redis_wait` says.
+/// replicas as `cfg.redis_wait` says. Reads only the dead-letter records (the ledgers index
+/// them) and asks the index about them [`INDEX_LOOKUPS_PER_CALL`] at a time, so its cost
+/// follows the dead letters, not the size of the trail.
 pub fn reconcile(conn: &mut Conn, cfg: &Config, audit: &dyn AuditLog) -> Result<Reconciled> {
-    let (dead_stream, index) = (
-        cfg.dead_stream(),
-        stream::dead_index_key(&cfg.dead_stream()),
-    );
+    let dead_stream = cfg.dead_stream();
+    let index = stream::dead_index_key(&dead_stream);
     let mut done = Reconciled::default();
-    audit.for_each_record(&Since::All, &mut |record| {
-        let (Kind::DeadLetter, Some(id)) = (record.kind, record.stream_entry_id.as_deref()) else {
-            return Ok(());
-        };
-        done.recorded += 1;
-        let copied: bool = conn.query(redis::cmd("HEXISTS").arg(&index).arg(id))?;
-        if copied {
+    let mut pending: Vec<Record> = Vec::with_capacity(INDEX_LOOKUPS_PER_CALL);
+    audit.for_each_dead_letter(&mut |record| {
+        debug_assert_eq!(
+            record.kind,
+            Kind::DeadLetter,
+            "only dead letters are passed"
+        );
+        if record.kind != Kind::DeadLetter || record.stream_entry_id.is_none() {
             return Ok(());
         }
-        let delivery_count = record.delivery_count.unwrap_or(1).max(1) as u64;
-        let read = stream::entries_by_id(conn, &cfg.stream, &[(id.to_owned(), delivery_count)])?;
-        let entry = read.entries.into_iter().next().unwrap_or(Entry {
-            id: id.to_owned(),
-            fields: Vec::new(),
-            delivery_count,
-        });
-        done.without_fields += u64::from(entry.fields.is_empty());
-        let reason = record
-            .detail
-            .clone()
-            .unwrap_or_else(|| "dead-lettered (reason not recorded)".into());
-        let copy = DeadLetterCopy {
-            original: &entry,
-            reason: &reason,
-            reason_code: RECONCILED_REASON_CODE,
-            consumer: "claimgate dlq reconcile",
-            source_stream: &cfg.stream,
-            dead_lettered_at: &record.recorded_at,
-            field_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
-        };
-        stream::copy_to_dead_letters(conn, &dead_stream, &copy)?;
-        done.recopied += 1;
+        pending.push(record);
+        if pending.len() == INDEX_LOOKUPS_PER_CALL {
+            recopy_missing(conn, cfg, &index, &mut pending, &mut done)?;
+        }
         Ok(())
     })?;
+    recopy_missing(conn, cfg, &index, &mut pending, &mut done)?;
     if done.recopied > 0 {
         conn.wait_replicated(cfg.redis_wait)?;
     }
     Ok(done)
+}
+
+/// Asks the index about `records` in one call, copies the ones it lacks, and empties
+/// `records`.
+fn recopy_missing(
+    conn: &mut Conn,
+    cfg: &Config,
+    index: &str,
+    records: &mut Vec<Record>,
+    done: &mut Reconciled,
+) -> Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let ids = records
+        .iter()
+        .map(|r| r.stream_entry_id.as_deref().unwrap_or_default());
+    let copies: Vec<Option<Vec<u8>>> =
+        conn.query(redis::cmd("HMGET").arg(index).arg(ids.collect::<Vec<_>>()))?;
+    assert_eq!(copies.len(), records.len(), "HMGET answers once per field");
+    done.recorded += records.len() as u64;
+    for (record, copy) in records.drain(..).zip(copies) {
+        if copy.is_none() {
+            recopy(conn, cfg, &record, done)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies one dead letter the dead-letter stream lacks, with the reason the ledger kept; from
+/// the submissions stream when the entry is still there (XRANGE counts no delivery), else
+/// without its original fields.
+fn recopy(conn: &mut Conn, cfg: &Config, record: &Record, done: &mut Reconciled) -> Result<()> {
+    let id = record.stream_entry_id.as_deref().unwrap_or_default();
+    let delivery_count = record.delivery_count.unwrap_or(1).max(1) as u64;
+    let read = stream::entries_by_id(conn, &cfg.stream, &[(id.to_owned(), delivery_count)])?;
+    let entry = read.entries.into_iter().next().unwrap_or(Entry {
+        id: id.to_owned(),
+        fields: Vec::new(),
+        delivery_count,
+    });
+    done.without_fields += u64::from(entry.fields.is_empty());
+    let reason = record
+        .detail
+        .clone()
+        .unwrap_or_else(|| "dead-lettered (reason not recorded)".into());
+    let copy = DeadLetterCopy {
+        original: &entry,
+        reason: &reason,
+        reason_code: RECONCILED_REASON_CODE,
+        consumer: "claimgate dlq reconcile",
+        source_stream: &cfg.stream,
+        dead_lettered_at: &record.recorded_at,
+        field_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
+    };
+    stream::copy_to_dead_letters(conn, &cfg.dead_stream(), &copy)?;
+    done.recopied += 1;
+    Ok(())
 }

@@ -140,6 +140,10 @@ impl AuditLog for Sqlite {
     ) -> Result<()> {
         self.ledger.for_each_record(since, f)
     }
+
+    fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        self.ledger.for_each_dead_letter(f)
+    }
 }
 
 impl Inspect for Sqlite {
@@ -251,6 +255,9 @@ macro_rules! delegate {
             ) -> Result<()> {
                 self.ledger.for_each_record(since, f)
             }
+            fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+                self.ledger.for_each_dead_letter(f)
+            }
         }
         impl Inspect for $t {
             fn verify(&self) -> Result<Summary> {
@@ -300,6 +307,7 @@ for_every_ledger!(
     outbox_rows_appear_in_id_order_above_any_position,
     the_ledger_id_is_stable_and_differs_between_ledgers,
     audit_records_read_back_in_seq_order_from_where_asked,
+    dead_letter_records_read_back_alone_and_in_seq_order,
     a_conflicting_resubmission_is_paid_and_linked_under_record,
     a_conflicting_resubmission_is_held_once_per_entry_under_hold,
     verify_summarises_a_clean_ledger,
@@ -788,6 +796,48 @@ fn audit_records_read_back_in_seq_order_from_where_asked<L: Subject>() {
     });
     assert!(matches!(stopped, Err(claimgate::Error::Other(m)) if m == "enough"));
     assert_eq!(seen, 2);
+}
+
+fn dead_letter_records_read_back_alone_and_in_seq_order<L: Subject>() {
+    // Exactly the `dead_letter` records of the whole walk, in its order, among processed,
+    // duplicate, conflict and held records; an error from `f` stops the walk.
+    let l = L::fresh(OnConflict::Hold);
+    let (s1, s2, c1) = (sub(1), sub(2), conflicting(1));
+    l.record(&[dead("1-0"), item(&s1, "2-0"), dead("3-0")], "c", STREAM)
+        .unwrap();
+    l.record(
+        &[item(&s1, "4-0"), item(&c1, "5-0"), item(&s2, "6-0")],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    l.record(&[dead("7-0")], "c", STREAM).unwrap();
+    let all = records(&l, &Since::All);
+    let expected: Vec<Record> = all
+        .iter()
+        .filter(|r| r.kind == Kind::DeadLetter)
+        .cloned()
+        .collect();
+    let entries: Vec<&str> = expected
+        .iter()
+        .map(|r| r.stream_entry_id.as_deref().unwrap())
+        .collect();
+    assert_eq!(entries, ["1-0", "3-0", "5-0", "7-0"], "{:?}", kinds(&all));
+    let mut read = Vec::new();
+    l.for_each_dead_letter(&mut |r| {
+        read.push(r);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(read, expected);
+
+    let mut seen = 0;
+    let stopped = l.for_each_dead_letter(&mut |_| {
+        seen += 1;
+        Err(claimgate::Error::Other("enough".into()))
+    });
+    assert!(matches!(stopped, Err(claimgate::Error::Other(m)) if m == "enough"));
+    assert_eq!(seen, 1);
 }
 
 fn a_conflicting_resubmission_is_paid_and_linked_under_record<L: Subject>() {

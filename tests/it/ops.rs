@@ -167,7 +167,10 @@ fn demo_without_redis_server_on_path_exits_2_with_the_install_command() {
     assert!(is_empty_dir(empty.path()));
 }
 
-on_both_ledgers!(metrics_counters_equal_the_ledger_and_healthz_follows_redis);
+on_both_ledgers!(
+    metrics_counters_equal_the_ledger_and_healthz_follows_redis,
+    dlq_reconcile_finds_every_lost_copy_among_many_through_the_ledgers_dead_letter_index,
+);
 
 fn metrics_counters_equal_the_ledger_and_healthz_follows_redis(store: Store) {
     // Plan:
@@ -754,5 +757,131 @@ fn sqlite_only_settings_on_a_postgresql_ledger_are_exit_2_naming_them() {
             "{args:?}: {stderr}"
         );
         assert!(!stderr.contains("pg-s3cret"), "{stderr}");
+    }
+}
+
+/// `dlq reconcile` reads the dead-letter records through the ledger's partial index and asks
+/// Redis about them in batches (`src/ops/reconcile.rs`): with 600 dead letters among 800
+/// entries (three lookups, the last one partial) and every seventh copy lost, exactly the lost
+/// ones come back, each once; a second run copies nothing.
+fn dlq_reconcile_finds_every_lost_copy_among_many_through_the_ledgers_dead_letter_index(
+    store: Store,
+) {
+    let world = World::on(store);
+    let bad = world.add(
+        &(0..600)
+            .map(|i| format!("not json {i}"))
+            .collect::<Vec<_>>(),
+    );
+    world.add(&(0..200).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    assert_eq!(world.dead_letters().len(), 600);
+    assert_eq!(
+        world.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'dead_letter'"),
+        600
+    );
+
+    // Lose every seventh copy, as a lossy promotion would: its index field and the copy.
+    let (dead, index) = ("grants:submissions:dead", "grants:submissions:dead:index");
+    let mut conn = world.conn();
+    let lost: Vec<&String> = bad.iter().step_by(7).collect();
+    for id in &lost {
+        let copy: String = redis::cmd("HGET")
+            .arg(index)
+            .arg(*id)
+            .query(&mut conn)
+            .unwrap();
+        let gone: (i64, i64) = redis::pipe()
+            .cmd("XDEL")
+            .arg(dead)
+            .arg(&copy)
+            .cmd("HDEL")
+            .arg(index)
+            .arg(*id)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            gone,
+            (1, 1),
+            "copy {copy} of {id} and its index field removed"
+        );
+    }
+    assert_eq!(world.dead_letters().len(), 600 - lost.len());
+
+    let out = world.run_ok(&["dlq", "reconcile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "600 dead letters recorded in the ledger; {} were missing",
+            lost.len()
+        )),
+        "{stdout}"
+    );
+    let letters = world.dead_letters();
+    assert_eq!(letters.len(), 600, "one copy per dead letter, no more");
+    let originals: std::collections::HashSet<Vec<u8>> =
+        letters.iter().map(|f| f["original_id"].clone()).collect();
+    assert_eq!(originals.len(), 600);
+    let recopied: std::collections::HashSet<Vec<u8>> = letters
+        .iter()
+        .filter(|f| f["reason_code"] == b"reconciled")
+        .map(|f| f["original_id"].clone())
+        .collect();
+    let lost: std::collections::HashSet<Vec<u8>> =
+        lost.iter().map(|id| id.as_bytes().to_vec()).collect();
+    assert_eq!(recopied, lost, "exactly the lost copies, recopied");
+    let again = world.run_ok(&["dlq", "reconcile"]);
+    assert!(
+        String::from_utf8_lossy(&again.stdout)
+            .contains("600 dead letters recorded in the ledger; 0 were missing"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert_eq!(world.dead_letters().len(), 600);
+
+    // The records come from the partial index, which holds the dead letters and nothing else.
+    match store {
+        Store::Sqlite => {
+            let db = rusqlite::Connection::open(&world.db).unwrap();
+            let plan: Vec<String> = db
+                .prepare(&format!(
+                    "EXPLAIN QUERY PLAN {}",
+                    claimgate::ledger::sqlite::audit_store::DEAD_LETTER_RECORDS
+                ))
+                .unwrap()
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter()
+                    .any(|p| p.contains("USING INDEX audit_dead_letters")),
+                "{plan:?}"
+            );
+            let indexed: i64 = db
+                .query_row(
+                    "SELECT COUNT(*) FROM audit_log INDEXED BY audit_dead_letters
+                     WHERE kind = 'dead_letter'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(indexed, 600);
+        }
+        Store::Postgres => {
+            let mut db =
+                postgres::Client::connect(world.db.to_str().unwrap(), postgres::NoTls).unwrap();
+            let def: String = db
+                .query_one(
+                    "SELECT indexdef FROM pg_indexes WHERE indexname = 'audit_dead_letters'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            assert!(
+                def.contains("(seq)") && def.contains("WHERE (kind = 'dead_letter'::text)"),
+                "{def}"
+            );
+        }
     }
 }

@@ -5,7 +5,9 @@
 //! workers and two relays on one database through kills, failpoints and server restarts).
 
 use crate::ops::http_get;
-use crate::support::{self, amount_sum, signal, submission, wait_exit, wait_for, Store, World};
+use crate::support::{
+    self, amount_sum, signal, submission, wait_exit, wait_for, RunWithDeadline, Store, World,
+};
 use claimgate::support::localredis::free_port;
 use std::time::Duration;
 
@@ -689,8 +691,8 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     assert_eq!(
         (count(&mut c, indexes), count(&mut c, audit_indexes)),
-        (2, 1),
-        "claims: primary key and (instant, award, key); audit log: seq"
+        (2, 2),
+        "claims: primary key and (instant, award, key); audit log: seq and its dead letters"
     );
     assert_eq!(second_claim_refusal(&url), Some("23505".to_owned()));
     assert_eq!(new.count("processed_messages"), 1);
@@ -723,8 +725,9 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     );
     assert_eq!(
         (count(&mut c, indexes), count(&mut c, audit_indexes)),
-        (3, 1),
-        "its own claim index and claim_instant kept; the audit key index nothing read, dropped"
+        (3, 2),
+        "its own claim index and claim_instant kept; the audit key index nothing read, dropped; \
+         the dead-letter index added"
     );
     assert_eq!(old.count("disbursements"), 11);
     assert_eq!(
@@ -741,6 +744,33 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     );
     assert_eq!(second_claim_refusal(&url), Some("23505".to_owned()));
     assert_rows_are_held_to_claims(&url);
+}
+
+/// A node starting (its schema is applied at every open) beside another node's open batch on
+/// the outbox and the audit log does not wait for that batch: the schema's indexes are made
+/// only where missing. `CREATE INDEX IF NOT EXISTS` would take a SHARE lock on its table even
+/// with the index there, wait for every batch in flight, and stall every node's writers
+/// queued behind it.
+#[test]
+fn a_node_starting_beside_an_open_batch_neither_waits_for_it_nor_stalls_it() {
+    let w = World::on(Store::Postgres);
+    w.add(&[submission(1)]);
+    w.drain(&[]);
+    let url = w.db.to_str().unwrap().to_owned();
+    let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut batch = other.transaction().unwrap();
+    batch
+        .batch_execute("LOCK TABLE outbox, audit_log IN ROW EXCLUSIVE MODE")
+        .unwrap();
+    let out = w.cmd(&["status"]).run_within(Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("claims"));
+    batch.commit().unwrap();
+    assert_eq!(w.count("processed_messages"), 1);
 }
 
 /// The group lock of `submission(i)` (instant, award), as the PostgreSQL ledger numbers it.

@@ -26,6 +26,20 @@ impl AuditLog for PgLedger {
         let mut tx = super::snapshot(&mut conn.client)?;
         for_each(&mut tx, since, f)
     }
+
+    /// Through the partial index `audit_dead_letters` (`schema_postgres.sql`), streamed.
+    fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        let mut conn = self.conn()?;
+        let mut tx = super::snapshot(&mut conn.client)?;
+        let mut rows = tx.query_raw(
+            &format!("SELECT {COLUMNS} FROM audit_log WHERE kind = 'dead_letter' ORDER BY seq"),
+            std::iter::empty::<i64>(),
+        )?;
+        while let Some(row) = rows.next()? {
+            f(record_of(&row)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// Calls `f` with each selected record, lowest seq first (inside the caller's transaction).

@@ -23,6 +23,19 @@ impl AuditLog for SqliteLedger {
         let tx = conn.transaction()?;
         for_each(&tx, since, f)
     }
+
+    /// Through the partial index `audit_dead_letters` (`schema.sql`): one index entry per dead
+    /// letter, none for any other record.
+    fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let mut stmt = tx.prepare(DEAD_LETTER_RECORDS)?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            f(record_of(row)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// The columns, in `Record` order (a macro, so statements can be built with `concat!`).
@@ -33,6 +46,14 @@ macro_rules! columns {
     };
 }
 const COLUMNS: &str = columns!();
+
+/// The `dead_letter` records in chain order. Its `WHERE` is exactly the partial index's, so
+/// SQLite reads that index (public so a test can ask SQLite for the plan).
+pub const DEAD_LETTER_RECORDS: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM audit_log WHERE kind = 'dead_letter' ORDER BY seq"
+);
 
 /// Calls `f` with each selected record, lowest seq first. Call inside a read transaction for a
 /// consistent snapshot. A `kind` no record can have is reported as an invariant violation.
