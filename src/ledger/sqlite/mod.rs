@@ -224,7 +224,7 @@ impl Writer {
         settings.apply(&conn)?;
         Ok(Writer {
             statements: raw::Statements::new(&conn),
-            groups: conflict::Groups::new(),
+            groups: conflict::Groups::new(Some((path.to_owned(), settings.clone()))),
             conn,
         })
     }
