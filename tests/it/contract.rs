@@ -308,6 +308,7 @@ for_every_ledger!(
     the_ledger_id_is_stable_and_differs_between_ledgers,
     audit_records_read_back_in_seq_order_from_where_asked,
     dead_letter_records_read_back_alone_and_in_seq_order,
+    stats_asked_again_and_again_agree_with_a_recount_through_every_kind_of_change,
     a_conflicting_resubmission_is_paid_and_linked_under_record,
     a_conflicting_resubmission_is_held_once_per_entry_under_hold,
     verify_summarises_a_clean_ledger,
@@ -838,6 +839,87 @@ fn dead_letter_records_read_back_alone_and_in_seq_order<L: Subject>() {
     });
     assert!(matches!(stopped, Err(claimgate::Error::Other(m)) if m == "enough"));
     assert_eq!(seen, 1);
+}
+
+/// The counts `stats` should give, worked out from the audit records and `verify` alone: every
+/// claim, disbursement and dead-letter row has exactly one record of its kind (the ledger's
+/// invariants), and a purge removes them together.
+fn recount(l: &(impl Ledger + AuditLog + Inspect)) -> Stats {
+    let recs = records(l, &Since::All);
+    let of = |kind: Kind| recs.iter().filter(|r| r.kind == kind).count() as u64;
+    let summary = l.verify().unwrap();
+    Stats {
+        claims: of(Kind::Processed),
+        disbursements: of(Kind::Processed),
+        disbursed_cents_total: recs
+            .iter()
+            .filter(|r| r.kind == Kind::Processed)
+            .map(|r| i128::from(r.amount_cents.unwrap()))
+            .sum(),
+        outbox_backlog: of(Kind::Processed),
+        outbox_oldest_age_s: None,
+        dead_letters: of(Kind::DeadLetter),
+        duplicates_suppressed: of(Kind::Duplicate),
+        conflicts: of(Kind::Conflict),
+        vanished: of(Kind::Vanished),
+        audit_records: recs.len() as u64,
+        tombstones: summary.tombstones,
+    }
+}
+
+fn stats_asked_again_and_again_agree_with_a_recount_through_every_kind_of_change<L: Subject>() {
+    // One ledger handle asked for its counts after each change (SQLite counts only what was
+    // added since it was last asked, and starts again after a purge): a batch of new claims, a
+    // duplicate and a dead letter; a conflicting resubmission and a vanished entry; a purge of
+    // the first batch; a batch after the purge, with a purged submission again. Each time the
+    // counts equal a recount from the records and `verify`.
+    let l = L::fresh(OnConflict::Record);
+    let (s1, s2, s3, c1) = (sub(1), sub(2), sub(3), conflicting(1));
+    let gone = Item::Vanished {
+        entry_id: "6-0",
+        reason: "was deleted from the stream while pending",
+    };
+    assert_eq!(counts(&l), recount(&l), "empty");
+    l.record(
+        &[
+            item(&s1, "1-0"),
+            item(&s1, "2-0"),
+            dead("3-0"),
+            item(&s2, "4-0"),
+        ],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    assert_eq!(counts(&l), recount(&l), "first batch");
+    tick();
+    l.record(&[item(&c1, "5-0"), gone], "c", STREAM).unwrap();
+    let st = counts(&l);
+    assert_eq!(st, recount(&l), "conflict and vanished");
+    assert_eq!(
+        (
+            st.claims,
+            st.duplicates_suppressed,
+            st.conflicts,
+            st.vanished,
+            st.dead_letters
+        ),
+        (3, 1, 1, 1, 1)
+    );
+    l.purge_through(4, "2026-11-30T00:00:00.000000Z");
+    let st = counts(&l);
+    assert_eq!(st, recount(&l), "after the purge");
+    assert_eq!((st.claims, st.tombstones, st.dead_letters), (1, 2, 0));
+    tick();
+    l.record(&[item(&s3, "7-0"), item(&s2, "8-0")], "c", STREAM)
+        .unwrap();
+    let st = counts(&l);
+    assert_eq!(
+        st,
+        recount(&l),
+        "after the purge, a new claim and a purged one again"
+    );
+    assert_eq!((st.claims, st.duplicates_suppressed), (2, 1));
 }
 
 fn a_conflicting_resubmission_is_paid_and_linked_under_record<L: Subject>() {

@@ -181,18 +181,24 @@ impl Ledger for PgLedger {
 /// Counts and totals in one snapshot (a repeatable-read, read-only transaction).
 fn stats(conn: &mut Conn) -> Result<Stats> {
     let mut tx = snapshot(&mut conn.client)?;
+    // One pass over each table: the audit log's four counts come from one scan of it, the
+    // disbursements' count and sum from one (each is a whole-table scan, paid on every scrape;
+    // the audit log is the largest table).
     let row = tx.query_one(
         "SELECT (SELECT COUNT(*) FROM processed_messages),
-                (SELECT COUNT(*) FROM disbursements),
-                (SELECT COALESCE(SUM(amount_cents), 0)::text FROM disbursements),
-                (SELECT COUNT(*) FROM outbox WHERE published_at IS NULL),
-                (SELECT MIN(created_at) FROM outbox WHERE published_at IS NULL),
+                d.n, d.total, o.n, o.oldest,
                 (SELECT COUNT(*) FROM dead_letters),
-                (SELECT COUNT(*) FILTER (WHERE kind = 'duplicate') FROM audit_log),
-                (SELECT COUNT(*) FILTER (WHERE kind = 'conflict') FROM audit_log),
-                (SELECT COUNT(*) FILTER (WHERE kind = 'vanished') FROM audit_log),
-                (SELECT COUNT(*) FROM audit_log),
-                (SELECT COUNT(*) FROM claim_tombstones)",
+                a.duplicates, a.conflicts, a.vanished, a.n,
+                (SELECT COUNT(*) FROM claim_tombstones)
+         FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount_cents), 0)::text AS total
+               FROM disbursements) d,
+              (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
+               FROM outbox WHERE published_at IS NULL) o,
+              (SELECT COUNT(*) AS n,
+                      COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
+                      COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
+                      COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
+               FROM audit_log) a",
         &[],
     )?;
     tx.commit()?;

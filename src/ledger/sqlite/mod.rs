@@ -21,6 +21,7 @@ mod outbox;
 mod purge;
 mod raw;
 mod restore;
+mod tally;
 mod upgrade;
 mod verify;
 
@@ -68,6 +69,8 @@ pub struct SqliteLedger {
     /// The retention purge under way: the connection holding its claim-key map, kept from
     /// `export_purge` to the `purge_batch` calls that follow it (see `purge.rs`).
     purge: Mutex<Option<purge::Session>>,
+    /// What `stats` counted last time (`tally.rs`).
+    tally: Mutex<Option<tally::Tally>>,
     /// The shared lock on `<ledger>.lock` (`lock.rs`) that tells `restore` this ledger is in
     /// use; declared last, so it is released after the connections close.
     _lock: Option<lock::LedgerLock>,
@@ -111,6 +114,7 @@ impl SqliteLedger {
             on_conflict: cfg.on_conflict,
             claims_by_spelling,
             purge: Mutex::new(None),
+            tally: Mutex::new(None),
             _lock: lock,
         })
     }
@@ -354,45 +358,32 @@ impl Ledger for SqliteLedger {
         Ok(outcomes)
     }
 
+    /// Counts only what was added since the last call (`tally.rs`), in one read transaction.
     fn stats(&self) -> Result<Stats> {
-        let conn = self.conn()?;
-        stats(&conn)
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let mut last = self.tally.lock().unwrap_or_else(|p| p.into_inner());
+        let t = tally::Tally::of(&tx, last.take())?;
+        *last = Some(t.clone());
+        drop(last);
+        // The unpublished rows have an index of their own; these stay cheap as the ledger grows.
+        let (outbox_backlog, oldest): (i64, Option<String>) = tx.query_row(
+            "SELECT COUNT(*), MIN(created_at) FROM outbox WHERE published_at IS NULL",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok(Stats {
+            claims: t.claims,
+            disbursements: t.disbursements,
+            disbursed_cents_total: t.disbursed_cents_total,
+            outbox_backlog: outbox_backlog as u64,
+            outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
+            dead_letters: t.dead_letters,
+            duplicates_suppressed: t.duplicates,
+            conflicts: t.conflicts,
+            vanished: t.vanished,
+            audit_records: t.audit_records,
+            tombstones: t.tombstones,
+        })
     }
-}
-
-/// The exact sum of every disbursement. SQLite's SUM stops with "integer overflow" past i64
-/// and TOTAL rounds to a float, so the amounts are summed in two halves that cannot overflow —
-/// the high 32 bits (each under 2^31, amounts being positive) and the low 32 bits (each under
-/// 2^32), exact for fewer than 2^31 rows — and joined in an i128 here.
-fn disbursed_cents_total(conn: &Connection) -> Result<i128> {
-    let (high, low): (i64, i64) = conn.query_row(
-        "SELECT COALESCE(SUM(amount_cents >> 32), 0), COALESCE(SUM(amount_cents & 4294967295), 0)
-         FROM disbursements",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    Ok((i128::from(high) << 32) + i128::from(low))
-}
-
-fn stats(conn: &Connection) -> Result<Stats> {
-    let count =
-        |sql: &str| -> Result<u64> { Ok(conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
-    let oldest: Option<String> = conn.query_row(
-        "SELECT MIN(created_at) FROM outbox WHERE published_at IS NULL",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(Stats {
-        claims: count("SELECT COUNT(*) FROM processed_messages")?,
-        disbursements: count("SELECT COUNT(*) FROM disbursements")?,
-        disbursed_cents_total: disbursed_cents_total(conn)?,
-        outbox_backlog: count("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")?,
-        outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
-        dead_letters: count("SELECT COUNT(*) FROM dead_letters")?,
-        duplicates_suppressed: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'")?,
-        conflicts: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'")?,
-        vanished: count("SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'")?,
-        audit_records: count("SELECT COUNT(*) FROM audit_log")?,
-        tombstones: count("SELECT COUNT(*) FROM claim_tombstones")?,
-    })
 }
