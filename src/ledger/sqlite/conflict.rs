@@ -150,14 +150,7 @@ impl Filter {
     /// transaction: [`Groups`] catches up with what was committed after it). On an error the
     /// filter must be dropped: a full read stops part way through the claims, in index order.
     fn sync(&mut self, tx: &Connection) -> Result<()> {
-        let purges: i64 = tx
-            .query_row(
-                "SELECT CAST(value AS INTEGER) FROM ledger_meta WHERE name = ?1",
-                [PURGES_META],
-                |r| r.get(0),
-            )
-            .optional()?
-            .unwrap_or(0);
+        let purges = purges(tx)?;
         if self.purges_seen != Some(purges) {
             // The first sync, or claims were purged since: start again from the claims there
             // are, in a filter sized for them at once. Sized by the filter's growth alone, a
@@ -370,6 +363,19 @@ fn build(
             filter.sync(&tx)?;
             Ok(filter)
         })
+}
+
+/// How many retention purges have removed claims from this ledger ([`PURGES_META`]; 0 for
+/// none): what the claim-group filter and `stats`' tally (`tally.rs`) watch to start again.
+pub(super) fn purges(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .query_row(
+            "SELECT CAST(value AS INTEGER) FROM ledger_meta WHERE name = ?1",
+            [PURGES_META],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
 }
 
 /// How many claim ids lie between the lowest and the highest claim, both included (0 for no

@@ -17,14 +17,13 @@
 //! Tombstones are written only by purges (and by the upgrade at open, before any tally), so
 //! they are counted only when the tally starts again.
 
-use super::conflict::PURGES_META;
 use crate::error::Result;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 /// The ledger's counts as of the last call, and how far each table was counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Tally {
-    /// [`PURGES_META`] when counted.
+    /// [`super::conflict::PURGES_META`] when counted.
     purges: i64,
     /// The highest audit `seq`, claim id, disbursement claim id and dead-letter rowid counted.
     seq_seen: i64,
@@ -48,14 +47,7 @@ impl Tally {
     /// no tally yet or a purge happened since. Call inside one read transaction, so every count
     /// comes from one snapshot.
     pub(super) fn of(conn: &Connection, last: Option<Tally>) -> Result<Tally> {
-        let purges: i64 = conn
-            .query_row(
-                "SELECT CAST(value AS INTEGER) FROM ledger_meta WHERE name = ?1",
-                [PURGES_META],
-                |r| r.get(0),
-            )
-            .optional()?
-            .unwrap_or(0);
+        let purges = super::conflict::purges(conn)?;
         let mut t = match last {
             Some(t) if t.purges == purges => t,
             _ => {
