@@ -84,7 +84,13 @@ fn recopy_missing(
         .map(|r| r.stream_entry_id.as_deref().unwrap_or_default());
     let copies: Vec<Option<Vec<u8>>> =
         conn.query(redis::cmd("HMGET").arg(index).arg(ids.collect::<Vec<_>>()))?;
-    assert_eq!(copies.len(), records.len(), "HMGET answers once per field");
+    if copies.len() != records.len() {
+        return Err(crate::Error::Other(format!(
+            "HMGET of {index} answered {} values for {} fields",
+            copies.len(),
+            records.len()
+        )));
+    }
     done.recorded += records.len() as u64;
     for (record, copy) in records.drain(..).zip(copies) {
         if copy.is_none() {
