@@ -7,6 +7,7 @@ use super::PgLedger;
 use crate::domain::audit::{Kind, GENESIS_HASH};
 use crate::error::{Error, Result};
 use crate::ledger::copy::{Counters, Row, Sink};
+use postgres::binary_copy::BinaryCopyInWriter;
 
 /// Rows buffered before they are written. Each buffer goes in table by table, claims first:
 /// the dump sends every claim before any disbursement or outbox row, so every row that names a
@@ -56,45 +57,31 @@ impl PgLedger {
 }
 
 /// Writes the buffered rows: claims, disbursements, outbox rows and audit records (nearly all
-/// of a ledger) by binary COPY, one per table per buffer; the rest (dead letters, tombstones,
-/// holds, facts) one prepared INSERT each. Row by row, every disbursement and outbox row ran
-/// its table's statement trigger once: a ledger of 1,000,000 claims took 13 min 50 s to
-/// migrate (BENCHMARKS.md).
+/// of a ledger) by binary COPY, one per table per buffer, claims first; the rest (dead letters,
+/// tombstones, holds, facts) one prepared INSERT each. Row by row, every disbursement and
+/// outbox row ran its table's statement trigger once: a ledger of 1,000,000 claims took
+/// 13 min 50 s to migrate (BENCHMARKS.md).
 fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
-    use postgres::binary_copy::BinaryCopyInWriter;
     use postgres::types::Type;
-    let (mut claims, mut disbursements, mut outbox, mut audit, mut rest) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for row in buf.drain(..) {
-        match row {
-            Row::Claim { .. } => claims.push(row),
-            Row::Disbursement { .. } => disbursements.push(row),
-            Row::Outbox { .. } => outbox.push(row),
-            Row::Audit(r) => audit.push(r),
-            _ => rest.push(row),
-        }
-    }
-    if !claims.is_empty() {
-        let mut w = BinaryCopyInWriter::new(
-            tx.copy_in(
-                "COPY processed_messages (claim_id, idempotency_key, award_id,
-                     submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
-                     submission_instant) FROM STDIN (FORMAT binary)",
-            )?,
-            &[
-                Type::INT8,
-                Type::BYTEA,
-                Type::TEXT,
-                Type::TEXT,
-                Type::INT8,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-            ],
-        );
-        for row in &claims {
-            let Row::Claim {
+    copy_in(
+        tx,
+        "COPY processed_messages (claim_id, idempotency_key, award_id, submission_timestamp,
+             amount_cents, claimed_at, stream_entry_id, consumer, submission_instant)
+         FROM STDIN (FORMAT binary)",
+        &[
+            Type::INT8,
+            Type::BYTEA,
+            Type::TEXT,
+            Type::TEXT,
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+        ],
+        buf,
+        |w, row| match row {
+            Row::Claim {
                 claim_id,
                 key,
                 award_id,
@@ -104,11 +91,7 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 stream_entry_id,
                 consumer,
                 submission_instant,
-            } = row
-            else {
-                unreachable!("sorted above")
-            };
-            w.write(&[
+            } => w.write(&[
                 claim_id,
                 &key.as_bytes().as_slice(),
                 award_id,
@@ -118,93 +101,81 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 stream_entry_id,
                 consumer,
                 submission_instant,
-            ])?;
-        }
-        w.finish()?;
-    }
-    if !disbursements.is_empty() {
-        let mut w = BinaryCopyInWriter::new(
-            tx.copy_in(
-                "COPY disbursements (id, claim_id, idempotency_key, award_id, amount_cents,
-                     recorded_at) FROM STDIN (FORMAT binary)",
-            )?,
-            &[
-                Type::INT8,
-                Type::INT8,
-                Type::BYTEA,
-                Type::TEXT,
-                Type::INT8,
-                Type::TEXT,
-            ],
-        );
-        for row in &disbursements {
-            let Row::Disbursement {
+            ]),
+            _ => Ok(()),
+        },
+    )?;
+    copy_in(
+        tx,
+        "COPY disbursements (id, claim_id, idempotency_key, award_id, amount_cents, recorded_at)
+         FROM STDIN (FORMAT binary)",
+        &[
+            Type::INT8,
+            Type::INT8,
+            Type::BYTEA,
+            Type::TEXT,
+            Type::INT8,
+            Type::TEXT,
+        ],
+        buf,
+        |w, row| match row {
+            Row::Disbursement {
                 id,
                 claim_id,
                 key,
                 award_id,
                 amount_cents,
                 recorded_at,
-            } = row
-            else {
-                unreachable!("sorted above")
-            };
-            w.write(&[
+            } => w.write(&[
                 id,
                 claim_id,
                 &key.as_bytes().as_slice(),
                 award_id,
                 amount_cents,
                 recorded_at,
-            ])?;
-        }
-        w.finish()?;
-    }
-    if !outbox.is_empty() {
-        let mut w = BinaryCopyInWriter::new(
-            tx.copy_in(
-                "COPY outbox (id, claim_id, event_type, payload, created_at, published_at)
-                 FROM STDIN (FORMAT binary)",
-            )?,
-            &[
-                Type::INT8,
-                Type::INT8,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-            ],
-        );
-        for row in &outbox {
-            let Row::Outbox {
+            ]),
+            _ => Ok(()),
+        },
+    )?;
+    copy_in(
+        tx,
+        "COPY outbox (id, claim_id, event_type, payload, created_at, published_at)
+         FROM STDIN (FORMAT binary)",
+        &[
+            Type::INT8,
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+        ],
+        buf,
+        |w, row| match row {
+            Row::Outbox {
                 id,
                 claim_id,
                 event_type,
                 payload,
                 created_at,
                 published_at,
-            } = row
-            else {
-                unreachable!("sorted above")
-            };
-            w.write(&[id, claim_id, event_type, payload, created_at, published_at])?;
-        }
-        w.finish()?;
-    }
-    if !audit.is_empty() {
-        let mut w = BinaryCopyInWriter::new(
-            tx.copy_in(&format!(
-                "COPY audit_log ({}) FROM STDIN (FORMAT binary)",
-                super::audit_store::COLUMNS
-            ))?,
-            &super::audit_store::COLUMN_TYPES,
-        );
-        for r in &audit {
-            w.write(&super::audit_store::params(r, &r.kind.as_str()))?;
-        }
-        w.finish()?;
-    }
-    for row in rest {
+            } => w.write(&[id, claim_id, event_type, payload, created_at, published_at]),
+            _ => Ok(()),
+        },
+    )?;
+    copy_in(
+        tx,
+        &format!(
+            "COPY audit_log ({}) FROM STDIN (FORMAT binary)",
+            super::audit_store::COLUMNS
+        ),
+        &super::audit_store::COLUMN_TYPES,
+        buf,
+        |w, row| match row {
+            Row::Audit(r) => w.write(&super::audit_store::params(r, &r.kind.as_str())),
+            _ => Ok(()),
+        },
+    )?;
+    for row in buf.drain(..) {
         match row {
             Row::DeadLetter {
                 stream,
@@ -244,11 +215,27 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 "INSERT INTO ledger_meta (name, value) VALUES ($1, $2)",
                 &[&name, &value],
             )?,
-            Row::Claim { .. } | Row::Disbursement { .. } | Row::Outbox { .. } | Row::Audit(_) => {
-                unreachable!("written by COPY above")
-            }
+            // Written by COPY above.
+            Row::Claim { .. } | Row::Disbursement { .. } | Row::Outbox { .. } | Row::Audit(_) => 0,
         };
     }
+    Ok(())
+}
+
+/// One binary COPY (`sql`, columns of `types`) of the rows of `buf` that `write` writes; it
+/// passes over the rows of other tables (a COPY of no rows is one round trip).
+fn copy_in(
+    tx: &mut postgres::Transaction<'_>,
+    sql: &str,
+    types: &[postgres::types::Type],
+    buf: &[Row],
+    write: impl Fn(&mut BinaryCopyInWriter<'_>, &Row) -> std::result::Result<(), postgres::Error>,
+) -> Result<()> {
+    let mut w = BinaryCopyInWriter::new(tx.copy_in(sql)?, types);
+    for row in buf {
+        write(&mut w, row)?;
+    }
+    w.finish()?;
     Ok(())
 }
 
