@@ -46,6 +46,11 @@ pub const COMMIT_BYTES_MAX: usize = 16 << 20;
 /// How long one blocking XREADGROUP waits. Short, so shutdown and idle checks stay prompt;
 /// an arriving entry ends the wait at once, so this adds no latency.
 pub const BLOCK_MS_DEFAULT: u64 = 200;
+/// How long one blocking XREADGROUP waits under `--exit-when-idle`. The idle check runs after
+/// a read that brought nothing, so with the default BLOCK a drain ended 200–400 ms after its
+/// last acknowledgement (one empty read, then another while the last commit finished). A job
+/// that drains a backlog should end when the backlog is done.
+pub const EXIT_WHEN_IDLE_BLOCK_MS: u64 = 10;
 /// Slack added on top of BLOCK for the blocking connection's response timeout, so the client
 /// never gives up on a read the server is still legitimately holding.
 pub const BLOCK_TIMEOUT_SLACK_MS: u64 = 5_000;

@@ -9,7 +9,7 @@ use crate::broker::stream::{self, Conn};
 use crate::config::HEARTBEAT_IDS_MAX;
 use crate::retry::Episode;
 use crate::support::failpoint;
-use std::sync::atomic::Ordering;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 /// Every third of `claim_idle_ms`, re-claims this consumer's in-flight entries for itself with
@@ -19,18 +19,20 @@ use std::time::{Duration, Instant};
 /// entries cross `--max-deliveries` and are dead-lettered although nothing failed. When the
 /// process dies the heartbeat stops with it and its entries are taken over after
 /// `claim_idle_ms`. Returns once the pipeline is done.
-pub(super) fn run(client: &stream::Target, shared: &Shared<'_>) {
+pub(super) fn run(client: &stream::Target, shared: &Shared<'_>, pipeline_done: Receiver<()>) {
     let (cfg, wcfg) = (shared.cfg, shared.wcfg);
     let interval = Duration::from_millis((wcfg.claim_idle_ms / 3).clamp(10, 10_000));
     let mut conn = Conn::new(client.clone());
     let mut due = Instant::now() + interval;
     let mut episode = Episode::new("refreshing in-flight entries (heartbeat)");
-    while !shared.pipeline_done.load(Ordering::SeqCst) {
-        // Short naps, so the end of the pipeline is noticed within 50 ms.
-        std::thread::sleep(
-            due.saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(50)),
-        );
+    loop {
+        // Sleeps until the beat is due, woken at once when the pipeline is done (its sender is
+        // dropped then): a worker draining under --exit-when-idle exits without waiting here.
+        let nap = due.saturating_duration_since(Instant::now());
+        match pipeline_done.recv_timeout(nap) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
         if Instant::now() < due {
             continue;
         }

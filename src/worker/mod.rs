@@ -6,8 +6,9 @@
 //! ```text
 //! reader (reader.rs: 1 thread, blocking XREADGROUP / XAUTOCLAIM)
 //!   → parse pool (parse.rs, --threads: validate, hash, enforce the delivery cap)
-//!     → writer (writer.rs, 1 thread: dead letters, one ledger transaction per batch, XACK)
-//!       → reporter (reporter.rs, 1 thread: audit log lines and counters)
+//!     → writer (writer.rs, 1 thread: dead letters, one ledger transaction per batch)
+//!       → acker (acker.rs, 1 thread: held copies, XACK, in-flight ids let go)
+//!         → reporter (reporter.rs, 1 thread: audit log lines and counters)
 //! heartbeat (heartbeat.rs, 1 thread: keeps our in-flight entries from looking abandoned)
 //! ```
 //!
@@ -17,11 +18,12 @@
 //! This file wires the threads and channels together and holds the state they share.
 //!
 //! **Invariant:** nothing under `worker/` sends XACK for an entry before the ledger transaction
-//! covering it has committed. The writer acknowledges every entry it handles, and only after
-//! that commit; the reader acknowledges nothing but pending ids whose entries are gone from the
+//! covering it has committed. The acker acknowledges every entry the writer committed, and
+//! only what the writer hands it after that commit; the reader acknowledges nothing but pending ids whose entries are gone from the
 //! stream (there is nothing left to process). A crash anywhere before the XACK leaves the
 //! entries pending; their redelivery finds the claims already taken and becomes a duplicate.
 
+mod acker;
 mod dead_letters;
 mod heartbeat;
 mod in_flight;
@@ -56,8 +58,6 @@ struct Shared<'a> {
     wcfg: &'a WorkerConfig,
     /// Set by SIGINT/SIGTERM (or a test): stop reading, finish what is in flight.
     shutdown: &'a AtomicBool,
-    /// Set once the reader and writer have returned: the heartbeat's cue to stop.
-    pipeline_done: AtomicBool,
     /// Counters for metrics and summaries.
     metrics: &'a Metrics,
     /// Ids read but not yet acknowledged or abandoned by this process.
@@ -146,7 +146,6 @@ pub fn run(
         cfg,
         wcfg,
         shutdown,
-        pipeline_done: AtomicBool::new(false),
         metrics,
         in_flight: InFlight::default(),
         filter: wcfg
@@ -160,6 +159,9 @@ pub fn run(
     // Audit log lines, counters and freeing the batch happen on a thread of their own, so
     // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).
     let (report_tx, report_rx) = bounded::<Committed>(CHANNEL_BATCHES_MAX);
+    // The XACK of one batch overlaps the transaction of the next. One batch may wait: the
+    // writer runs at most one commit ahead of the acknowledgements.
+    let (ack_tx, ack_rx) = bounded::<acker::Settled>(1);
     let (shared, client) = (&shared, &client);
     std::thread::scope(|s| {
         for _ in 0..wcfg.threads.max(1) {
@@ -183,17 +185,26 @@ pub fn run(
                 Ok(())
             })
         });
+        let acker_conn = Conn::new(client.clone());
+        let acker = s.spawn(move || {
+            signals::block_termination();
+            shared.stage("acker", || {
+                acker::run(ack_rx, acker_conn, shared, report_tx)
+            })
+        });
         let writer_conn = Conn::new(client.clone());
         let writer = s.spawn(move || {
             signals::block_termination();
             shared.stage("writer", || {
-                writer::run(parsed_rx, ledger, writer_conn, shared, report_tx)
+                writer::run(parsed_rx, ledger, writer_conn, shared, ack_tx)
             })
         });
+        // Dropped once the reader, writer and acker have returned: the heartbeat's cue to stop.
+        let (pipeline_done, pipeline_done_rx) = bounded::<()>(0);
         let heartbeat = s.spawn(move || {
             signals::block_termination();
             shared.stage("heartbeat", || {
-                heartbeat::run(client, shared);
+                heartbeat::run(client, shared, pipeline_done_rx);
                 Ok(())
             })
         });
@@ -203,10 +214,12 @@ pub fn run(
         });
         let read_result = joined(reader, "reader");
         let write_result = joined(writer, "writer");
-        shared.pipeline_done.store(true, Ordering::SeqCst);
+        let ack_result = joined(acker, "acker");
+        drop(pipeline_done);
         let _ = heartbeat.join();
-        // The writer's failure is usually the cause of the reader's stop, so it is named first.
-        write_result.and(read_result)
+        // A later stage's failure is usually the cause of an earlier one's stop, so it is
+        // named first.
+        ack_result.and(write_result).and(read_result)
     })
 }
 

@@ -20,7 +20,7 @@ use super::quarantine::{handoff, Quarantine};
 use super::read_size::ReadSize;
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry};
-use crate::config::BLOCK_TIMEOUT_SLACK_MS;
+use crate::config::{BLOCK_TIMEOUT_SLACK_MS, EXIT_WHEN_IDLE_BLOCK_MS};
 use crate::error::{Error, Result};
 use crate::ledger::{Item, Ledger};
 use crate::retry::Episode;
@@ -290,9 +290,16 @@ impl<'a> Reader<'a> {
         Ok(shared.in_flight.track(read.entries))
     }
 
-    /// New entries, blocking up to `block_ms`; `None` when none came.
+    /// New entries, blocking up to `block_ms` (at most [`EXIT_WHEN_IDLE_BLOCK_MS`] under
+    /// `exit_when_idle`, so the idle check follows the last acknowledgement closely); `None`
+    /// when none came.
     fn read_new(&mut self) -> Result<Option<Vec<Entry>>> {
         let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
+        let block_ms = if wcfg.exit_when_idle {
+            wcfg.block_ms.min(EXIT_WHEN_IDLE_BLOCK_MS)
+        } else {
+            wcfg.block_ms
+        };
         let read = stream::read_group(
             &mut self.conn,
             &cfg.stream,
@@ -300,7 +307,7 @@ impl<'a> Reader<'a> {
             &wcfg.consumer,
             ">",
             self.size.count(),
-            Some(wcfg.block_ms),
+            Some(block_ms),
         )?;
         if read.entries.is_empty() {
             return Ok(None);

@@ -107,6 +107,81 @@ fn a_dead_letter_stream_of_the_wrong_type_stops_the_worker_with_exit_1_and_loses
 }
 
 #[test]
+fn an_acknowledgement_step_that_fails_for_good_stops_the_worker_with_exit_1_and_pays_nothing_twice()
+{
+    // The acker (its own thread since the XACK left the writer) copies held entries and
+    // acknowledges; a failure there that will not clear must stop the worker like any other
+    // stage, after the commit and before any XACK of that batch.
+    // 1. `grants:submissions:dead` holds a string; a worker runs under `--on-conflict hold`.
+    // 2. One batch: A, then B with A's award and time and another amount, then C. The ledger
+    //    commits A and C paid and B held; copying B to the dead-letter stream fails with
+    //    WRONGTYPE: one ERROR line names the acker and WRONGTYPE, the process exits 1, and
+    //    nothing of the batch was acknowledged (all three pending, committed).
+    // 3. The key is fixed; a drain redelivers all three: A and C are duplicates, B is held
+    //    again and copied this time; nothing is paid twice and nothing stays pending.
+    let w = World::new();
+    let _: () = redis::cmd("SET")
+        .arg("grants:submissions:dead")
+        .arg("x")
+        .query(&mut w.conn())
+        .unwrap();
+    let same = |cents: i64| {
+        format!(
+            r#"{{"award_id":"A-77","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{cents}}}"#
+        )
+    };
+    let (a, b, c) = (same(100), same(200), submission(3));
+    let addr = metrics_addr();
+    let mut worker = start_worker(
+        &w,
+        &[
+            "--on-conflict",
+            "hold",
+            "--metrics-addr",
+            &addr,
+            "--claim-idle-ms",
+            "60000",
+        ],
+    );
+    assert!(
+        wait_for(SOON, || matches!(
+            http_get(&addr, "/healthz"),
+            Some((200, _))
+        )),
+        "never healthy:\n{}",
+        worker.log_text()
+    );
+    w.add_atomically(&[a.as_bytes(), b.as_bytes(), c.as_bytes()]);
+    assert_eq!(exit_code(&mut worker), Some(1), "{}", worker.log_text());
+    let errors = worker.lines_with("stopping the worker");
+    assert_eq!(errors.len(), 1, "{}", worker.log_text());
+    assert!(errors[0].contains("ERROR"), "{}", errors[0]);
+    assert!(errors[0].contains("acker stopped"), "{}", errors[0]);
+    assert!(errors[0].contains("WRONGTYPE"), "{}", errors[0]);
+    assert_eq!(w.pending(), 3, "nothing of the batch may be acknowledged");
+    assert_eq!(w.count("disbursements"), 2, "A and C committed");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM dead_letters WHERE reason_code = 'conflict_hold'"),
+        1
+    );
+
+    let _: () = redis::cmd("DEL")
+        .arg("grants:submissions:dead")
+        .query(&mut w.conn())
+        .unwrap();
+    w.drain(&["--on-conflict", "hold"]);
+    assert_eq!(w.pending(), 0);
+    assert_eq!(w.count("disbursements"), 2, "nothing paid twice");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        2,
+        "A and C redelivered as duplicates"
+    );
+    assert_eq!(w.xlen("grants:submissions:dead"), 1, "B copied once");
+    w.run_ok(&["verify"]);
+}
+
+#[test]
 fn a_reader_that_fails_for_good_is_unhealthy_at_once_while_the_writer_gives_up_its_batch() {
     // 1. The ledger is locked by another process (BEGIN IMMEDIATE); a worker with /healthz
     //    reads three submissions and starts waiting out the lock with them.
