@@ -16,6 +16,7 @@ mod error;
 mod load;
 mod outbox;
 mod retention;
+mod tally;
 mod verify;
 
 pub use batch::{group_lock, head_hold};
@@ -52,6 +53,8 @@ pub struct PgLedger {
     purge: Mutex<Option<PooledConnection<Manager>>>,
     /// Entries `record` deferred and has not seen again (`batch.rs`, step 1).
     deferred: Mutex<std::collections::HashSet<String>>,
+    /// What `stats` counted last time (`tally.rs`).
+    tally: Mutex<Option<tally::Tally>>,
 }
 
 impl PgLedger {
@@ -98,6 +101,7 @@ impl PgLedger {
             on_conflict: cfg.on_conflict,
             purge: Mutex::new(None),
             deferred: Mutex::new(std::collections::HashSet::new()),
+            tally: Mutex::new(None),
         })
     }
 
@@ -174,52 +178,41 @@ impl Ledger for PgLedger {
     }
 
     fn stats(&self) -> Result<Stats> {
-        stats(&mut *self.conn()?)
+        stats(&mut *self.conn()?, &self.tally)
     }
 }
 
-/// Counts and totals in one snapshot (a repeatable-read, read-only transaction).
-fn stats(conn: &mut Conn) -> Result<Stats> {
+/// Counts and totals in one snapshot (a repeatable-read, read-only transaction): what committed
+/// since the last call added to `last` (`tally.rs`), the dead letters and the unpublished
+/// outbox rows counted whole.
+fn stats(conn: &mut Conn, last: &Mutex<Option<tally::Tally>>) -> Result<Stats> {
     let mut tx = snapshot(&mut conn.client)?;
-    // One pass over each table: the audit log's four counts come from one scan of it, the
-    // disbursements' count and sum from one (each is a whole-table scan, paid on every scrape;
-    // the audit log is the largest table).
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    let t = tally::Tally::of(&mut tx, last.take())?;
+    *last = Some(t.clone());
+    drop(last);
+    // The unpublished rows have an index of their own (`outbox_unpublished`).
     let row = tx.query_one(
-        "SELECT (SELECT COUNT(*) FROM processed_messages),
-                d.n, d.total, o.n, o.oldest,
-                (SELECT COUNT(*) FROM dead_letters),
-                a.duplicates, a.conflicts, a.vanished, a.n,
-                (SELECT COUNT(*) FROM claim_tombstones)
-         FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount_cents), 0)::text AS total
-               FROM disbursements) d,
-              (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
-               FROM outbox WHERE published_at IS NULL) o,
-              (SELECT COUNT(*) AS n,
-                      COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
-                      COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
-                      COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
-               FROM audit_log) a",
+        "SELECT (SELECT COUNT(*) FROM dead_letters), o.n, o.oldest
+         FROM (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
+               FROM outbox WHERE published_at IS NULL) o",
         &[],
     )?;
     tx.commit()?;
     let n = |i: usize| row.get::<_, i64>(i) as u64;
-    // SUM over BIGINT is NUMERIC in PostgreSQL: exact at any size; read as text into an i128.
-    let total: String = row.get(2);
-    let oldest: Option<String> = row.get(4);
+    let oldest: Option<String> = row.get(2);
     Ok(Stats {
-        claims: n(0),
-        disbursements: n(1),
-        disbursed_cents_total: total.parse().map_err(|_| {
-            Error::Invariant(format!("the disbursed total {total} is not an integer"))
-        })?,
-        outbox_backlog: n(3),
+        claims: t.claims,
+        disbursements: t.disbursements,
+        disbursed_cents_total: t.disbursed_cents_total,
+        outbox_backlog: n(1),
         outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
-        dead_letters: n(5),
-        duplicates_suppressed: n(6),
-        conflicts: n(7),
-        vanished: n(8),
-        audit_records: n(9),
-        tombstones: n(10),
+        dead_letters: n(0),
+        duplicates_suppressed: t.duplicates,
+        conflicts: t.conflicts,
+        vanished: t.vanished,
+        audit_records: t.audit_records,
+        tombstones: t.tombstones,
     })
 }
 

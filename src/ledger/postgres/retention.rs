@@ -356,6 +356,13 @@ fn purge_batch(
     };
     checkpoint.seal(&continues_from);
     audit_store::insert(&mut tx, &checkpoint)?;
+    // Every purge batch moves the purge count, as SQLite's do: a process's `stats` tally
+    // (`tally.rs`) counts only above the chain head, and this batch deleted below it.
+    tx.execute(
+        "INSERT INTO ledger_meta (name, value) VALUES ($1, '1')
+         ON CONFLICT (name) DO UPDATE SET value = (ledger_meta.value::bigint + 1)::text",
+        &[&super::tally::PURGES_META],
+    )?;
     tx.commit()?;
     Ok(Removed {
         records,
