@@ -198,6 +198,40 @@ pub enum Outcome {
     },
 }
 
+/// The counts a backend's `stats` keeps from one call to the next (`sqlite/tally.rs`,
+/// `postgres/tally.rs`): every [`Stats`] field but the outbox backlog, which is read afresh.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) claims: u64,
+    pub(crate) disbursements: u64,
+    pub(crate) disbursed_cents_total: i128,
+    pub(crate) dead_letters: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) conflicts: u64,
+    pub(crate) vanished: u64,
+    pub(crate) audit_records: u64,
+    pub(crate) tombstones: u64,
+}
+
+impl Counts {
+    /// These counts with the outbox backlog read beside them.
+    pub(crate) fn stats(&self, outbox_backlog: u64, outbox_oldest_age_s: Option<f64>) -> Stats {
+        Stats {
+            claims: self.claims,
+            disbursements: self.disbursements,
+            disbursed_cents_total: self.disbursed_cents_total,
+            outbox_backlog,
+            outbox_oldest_age_s,
+            dead_letters: self.dead_letters,
+            duplicates_suppressed: self.duplicates,
+            conflicts: self.conflicts,
+            vanished: self.vanished,
+            audit_records: self.audit_records,
+            tombstones: self.tombstones,
+        }
+    }
+}
+
 /// Ledger-wide counts, as `status` shows them.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Stats {

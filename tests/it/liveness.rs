@@ -28,6 +28,34 @@ fn metrics_addr() -> String {
     format!("127.0.0.1:{}", free_port().expect("a free port"))
 }
 
+/// A careless operator's `SET` where the dead-letter stream must be: every copy to it fails
+/// with WRONGTYPE.
+fn spoil_dead_letter_stream(w: &World) {
+    let _: () = redis::cmd("SET")
+        .arg("grants:submissions:dead")
+        .arg("x")
+        .query(&mut w.conn())
+        .unwrap();
+}
+
+/// Starts `claimgate run ARGS --metrics-addr ADDR` and waits until `/healthz` answers 200;
+/// the address and the worker.
+fn start_healthy_worker(w: &World, args: &[&str]) -> (String, Logged) {
+    let addr = metrics_addr();
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--metrics-addr", &addr]);
+    let worker = start_worker(w, &all);
+    assert!(
+        wait_for(SOON, || matches!(
+            http_get(&addr, "/healthz"),
+            Some((200, _))
+        )),
+        "never healthy:\n{}",
+        worker.log_text()
+    );
+    (addr, worker)
+}
+
 /// Waits until the worker exits (at most [`SOON`]); its exit code.
 fn exit_code(worker: &mut Logged) -> Option<i32> {
     let deadline = Instant::now() + SOON;
@@ -52,21 +80,8 @@ fn a_dead_letter_stream_of_the_wrong_type_stops_the_worker_with_exit_1_and_loses
     //    is 200.
     // 4. Nothing was paid or acknowledged: all six are still pending.
     let w = World::new();
-    let _: () = redis::cmd("SET")
-        .arg("grants:submissions:dead")
-        .arg("x")
-        .query(&mut w.conn())
-        .unwrap();
-    let addr = metrics_addr();
-    let mut worker = start_worker(&w, &["--metrics-addr", &addr]);
-    assert!(
-        wait_for(SOON, || matches!(
-            http_get(&addr, "/healthz"),
-            Some((200, _))
-        )),
-        "never healthy:\n{}",
-        worker.log_text()
-    );
+    spoil_dead_letter_stream(&w);
+    let (addr, mut worker) = start_healthy_worker(&w, &[]);
 
     let valid: Vec<String> = (0..5).map(submission).collect();
     let mut payloads: Vec<&[u8]> = vec![b"{not json"];
@@ -120,37 +135,15 @@ fn an_acknowledgement_step_that_fails_for_good_stops_the_worker_with_exit_1_and_
     // 3. The key is fixed; a drain redelivers all three: A and C are duplicates, B is held
     //    again and copied this time; nothing is paid twice and nothing stays pending.
     let w = World::new();
-    let _: () = redis::cmd("SET")
-        .arg("grants:submissions:dead")
-        .arg("x")
-        .query(&mut w.conn())
-        .unwrap();
+    spoil_dead_letter_stream(&w);
     let same = |cents: i64| {
         format!(
             r#"{{"award_id":"A-77","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{cents}}}"#
         )
     };
     let (a, b, c) = (same(100), same(200), submission(3));
-    let addr = metrics_addr();
-    let mut worker = start_worker(
-        &w,
-        &[
-            "--on-conflict",
-            "hold",
-            "--metrics-addr",
-            &addr,
-            "--claim-idle-ms",
-            "60000",
-        ],
-    );
-    assert!(
-        wait_for(SOON, || matches!(
-            http_get(&addr, "/healthz"),
-            Some((200, _))
-        )),
-        "never healthy:\n{}",
-        worker.log_text()
-    );
+    let (_, mut worker) =
+        start_healthy_worker(&w, &["--on-conflict", "hold", "--claim-idle-ms", "60000"]);
     w.add_atomically(&[a.as_bytes(), b.as_bytes(), c.as_bytes()]);
     assert_eq!(exit_code(&mut worker), Some(1), "{}", worker.log_text());
     let errors = worker.lines_with("stopping the worker");

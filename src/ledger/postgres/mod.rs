@@ -24,7 +24,7 @@ pub use batch::{group_lock, head_hold};
 use crate::config::{LedgerConfig, OnConflict};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
-use crate::ledger::{Backup, BackupCopied, Item, Ledger, Outcome, Stats};
+use crate::ledger::{Backup, BackupCopied, Counts, Item, Ledger, Outcome, Stats};
 use connect::{Conn, Manager, Target};
 use r2d2::{Pool, PooledConnection};
 use std::sync::atomic::AtomicBool;
@@ -201,19 +201,11 @@ fn stats(conn: &mut Conn, last: &Mutex<Option<tally::Tally>>) -> Result<Stats> {
     tx.commit()?;
     let n = |i: usize| row.get::<_, i64>(i) as u64;
     let oldest: Option<String> = row.get(2);
-    Ok(Stats {
-        claims: t.claims,
-        disbursements: t.disbursements,
-        disbursed_cents_total: t.disbursed_cents_total,
-        outbox_backlog: n(1),
-        outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
+    let counts = Counts {
         dead_letters: n(0),
-        duplicates_suppressed: t.duplicates,
-        conflicts: t.conflicts,
-        vanished: t.vanished,
-        audit_records: t.audit_records,
-        tombstones: t.tombstones,
-    })
+        ..t.counts
+    };
+    Ok(counts.stats(n(1), oldest.as_deref().and_then(age_seconds)))
 }
 
 impl Backup for PgLedger {

@@ -28,6 +28,7 @@
 //! are counted whole on every call; there are few of them in any ledger that is working.
 
 use crate::error::{Error, Result};
+use crate::ledger::Counts;
 use postgres::Transaction;
 
 /// The `ledger_meta` row every purge batch moves; the name SQLite uses, so `migrate` carries it.
@@ -41,15 +42,8 @@ pub(super) struct Tally {
     /// The chain head's `seq` and `outbox_id_last` when counted.
     seq_seen: i64,
     outbox_seen: i64,
-    /// The counts.
-    pub(super) claims: u64,
-    pub(super) disbursements: u64,
-    pub(super) disbursed_cents_total: i128,
-    pub(super) duplicates: u64,
-    pub(super) conflicts: u64,
-    pub(super) vanished: u64,
-    pub(super) audit_records: u64,
-    pub(super) tombstones: u64,
+    /// The counts (`dead_letters` stays 0 here: they are counted whole on every call).
+    pub(super) counts: Counts,
 }
 
 impl Tally {
@@ -100,14 +94,17 @@ impl Tally {
             purges,
             seq_seen: seq,
             outbox_seen: outbox,
-            claims: n(0),
-            disbursements: n(1),
-            disbursed_cents_total: cents(row.get(2))?,
-            audit_records: n(3),
-            duplicates: n(4),
-            conflicts: n(5),
-            vanished: n(6),
-            tombstones: n(7),
+            counts: Counts {
+                claims: n(0),
+                disbursements: n(1),
+                disbursed_cents_total: cents(row.get(2))?,
+                dead_letters: 0,
+                audit_records: n(3),
+                duplicates: n(4),
+                conflicts: n(5),
+                vanished: n(6),
+                tombstones: n(7),
+            },
         })
     }
 
@@ -135,13 +132,14 @@ impl Tally {
             &[&self.seq_seen, &seq, &self.outbox_seen, &outbox],
         )?;
         let n = |i: usize| row.get::<_, i64>(i) as u64;
-        self.audit_records += n(0);
-        self.duplicates += n(1);
-        self.conflicts += n(2);
-        self.vanished += n(3);
-        self.claims += n(4);
-        self.disbursements += n(5);
-        self.disbursed_cents_total += cents(row.get(6))?;
+        let c = &mut self.counts;
+        c.audit_records += n(0);
+        c.duplicates += n(1);
+        c.conflicts += n(2);
+        c.vanished += n(3);
+        c.claims += n(4);
+        c.disbursements += n(5);
+        c.disbursed_cents_total += cents(row.get(6))?;
         self.seq_seen = seq;
         self.outbox_seen = outbox;
         Ok(self)

@@ -372,18 +372,9 @@ impl Ledger for SqliteLedger {
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        Ok(Stats {
-            claims: t.claims,
-            disbursements: t.disbursements,
-            disbursed_cents_total: t.disbursed_cents_total,
-            outbox_backlog: outbox_backlog as u64,
-            outbox_oldest_age_s: oldest.as_deref().and_then(age_seconds),
-            dead_letters: t.dead_letters,
-            duplicates_suppressed: t.duplicates,
-            conflicts: t.conflicts,
-            vanished: t.vanished,
-            audit_records: t.audit_records,
-            tombstones: t.tombstones,
-        })
+        Ok(t.counts.stats(
+            outbox_backlog as u64,
+            oldest.as_deref().and_then(age_seconds),
+        ))
     }
 }

@@ -18,6 +18,7 @@
 //! they are counted only when the tally starts again.
 
 use crate::error::Result;
+use crate::ledger::Counts;
 use rusqlite::Connection;
 
 /// The ledger's counts as of the last call, and how far each table was counted.
@@ -31,15 +32,7 @@ pub(super) struct Tally {
     disbursement_seen: i64,
     dead_letter_seen: i64,
     /// The counts.
-    pub(super) claims: u64,
-    pub(super) disbursements: u64,
-    pub(super) disbursed_cents_total: i128,
-    pub(super) dead_letters: u64,
-    pub(super) duplicates: u64,
-    pub(super) conflicts: u64,
-    pub(super) vanished: u64,
-    pub(super) audit_records: u64,
-    pub(super) tombstones: u64,
+    pub(super) counts: Counts,
 }
 
 impl Tally {
@@ -55,7 +48,10 @@ impl Tally {
                     conn.query_row("SELECT COUNT(*) FROM claim_tombstones", [], |r| r.get(0))?;
                 Tally {
                     purges,
-                    tombstones: tombstones as u64,
+                    counts: Counts {
+                        tombstones: tombstones as u64,
+                        ..Counts::default()
+                    },
                     ..Tally::default()
                 }
             }
@@ -69,17 +65,17 @@ impl Tally {
                 [t.seq_seen],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )?;
-        t.audit_records += n as u64;
-        t.duplicates += duplicates as u64;
-        t.conflicts += conflicts as u64;
-        t.vanished += vanished as u64;
+        t.counts.audit_records += n as u64;
+        t.counts.duplicates += duplicates as u64;
+        t.counts.conflicts += conflicts as u64;
+        t.counts.vanished += vanished as u64;
         t.seq_seen = seq.unwrap_or(t.seq_seen);
         let (n, claim_id) = above(
             conn,
             "SELECT COUNT(*), MAX(claim_id) FROM processed_messages WHERE claim_id > ?1",
             t.claim_id_seen,
         )?;
-        t.claims += n;
+        t.counts.claims += n;
         t.claim_id_seen = claim_id;
         // The amounts summed in two halves that cannot overflow, joined in an i128: SQLite's
         // SUM stops with "integer overflow" past i64 and TOTAL rounds to a float. The high 32
@@ -92,15 +88,15 @@ impl Tally {
             [t.disbursement_seen],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
-        t.disbursements += n as u64;
-        t.disbursed_cents_total += (i128::from(high) << 32) + i128::from(low);
+        t.counts.disbursements += n as u64;
+        t.counts.disbursed_cents_total += (i128::from(high) << 32) + i128::from(low);
         t.disbursement_seen = claim_id.unwrap_or(t.disbursement_seen);
         let (n, rowid) = above(
             conn,
             "SELECT COUNT(*), MAX(rowid) FROM dead_letters WHERE rowid > ?1",
             t.dead_letter_seen,
         )?;
-        t.dead_letters += n;
+        t.counts.dead_letters += n;
         t.dead_letter_seen = rowid;
         Ok(t)
     }
