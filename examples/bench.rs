@@ -1025,6 +1025,7 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
                 recorded_at: at.into(),
                 prev_hash: String::new(),
                 hash: String::new(),
+                batch_index: None,
             };
             r.seal(&prev);
             claimgate::ledger::sqlite::audit_store::insert(&tx, &r).map_err(|e| e.to_string())?;

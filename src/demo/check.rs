@@ -74,7 +74,8 @@ impl Trail {
                 | Kind::Vanished
                 | Kind::HoldAdded
                 | Kind::HoldRemoved
-                | Kind::Restored => return Ok(()),
+                | Kind::Restored
+                | Kind::Batch => return Ok(()),
             }
             accounted.extend(entry);
             Ok(())

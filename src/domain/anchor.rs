@@ -416,6 +416,7 @@ mod tests {
                     recorded_at: at.into(),
                     prev_hash: String::new(),
                     hash: String::new(),
+                    batch_index: None,
                 };
                 r.seal(&prev);
                 prev = r.hash.clone();

@@ -4,6 +4,23 @@
 //! [`GENESIS_HASH`]. Editing a record changes its hash; deleting or reordering records breaks the
 //! link from the next one. The ledger writes records in the same transaction as the effect they
 //! describe; this module is pure and never touches SQLite or Redis.
+//!
+//! # Batches: records sealed before their place in the chain is known
+//!
+//! A ledger with one writer seals each record after the one before it (SQLite, the memory
+//! ledger). A ledger with several writers (PostgreSQL) cannot: the previous record is decided
+//! by the database when a batch is linked, and a batch's records are written before that, so
+//! that no writer holds the chain's one lock while it writes rows. There a batch's records are
+//! *members*: member `i` (from 1) is hashed exactly as a record whose `seq` is `i` and whose
+//! `prev_hash` is member `i - 1`'s hash (the first member's is [`GENESIS_HASH`]), and it
+//! carries `batch_index: i`. After the last member comes the batch's **link**, a record of kind
+//! `batch` sealed like any other after the chain's head, whose detail names how many members the
+//! batch has and the last one's hash ([`detail::batch_link`]). So the link pins every member
+//! (an edit changes the last hash; a deletion, the count), and the links chain the batches in
+//! the order the database linked them. Every record still has its own `seq` in the chain: the
+//! members take the numbers before their link's. [`Verifier`] checks both kinds of record, in
+//! any mix: a ledger made by one writer and later moved to a shared one (`claimgate migrate`)
+//! has record-by-record seals followed by batches.
 
 use crate::domain::key::to_hex;
 use serde::{Deserialize, Serialize};
@@ -42,6 +59,10 @@ pub enum Kind {
     /// The ledger was put in place from a backup by `claimgate restore`: which backup, and
     /// which outbox rows were marked published because the events stream already held them.
     Restored,
+    /// The link of a batch of member records into the chain (shared ledgers; see the module
+    /// doc): its detail names the batch, its member count, the last member's hash and the
+    /// outbox ids the batch's rows were given ([`detail::batch_link`]).
+    Batch,
 }
 
 impl Kind {
@@ -57,6 +78,7 @@ impl Kind {
             Kind::HoldAdded => "hold_added",
             Kind::HoldRemoved => "hold_removed",
             Kind::Restored => "restored",
+            Kind::Batch => "batch",
         }
     }
 
@@ -72,6 +94,7 @@ impl Kind {
             Kind::HoldAdded,
             Kind::HoldRemoved,
             Kind::Restored,
+            Kind::Batch,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -105,6 +128,11 @@ pub struct Record {
     pub prev_hash: String,
     /// This record's hash.
     pub hash: String,
+    /// For a member of a batch, its place in the batch (1 for the first): the `seq` its hash
+    /// is taken with, while `seq` is its place in the chain. `None` for every other record,
+    /// and then absent from its JSON, so records sealed one by one read and hash as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_index: Option<i64>,
 }
 
 impl Record {
@@ -125,7 +153,20 @@ impl Record {
             recorded_at: recorded_at.to_owned(),
             prev_hash: String::new(),
             hash: String::new(),
+            batch_index: None,
         }
+    }
+
+    /// The link record of a batch at `seq`, written at `recorded_at`, after the chain's head
+    /// `prev_hash`, sealed; `detail` is [`detail::batch_link`]'s.
+    pub fn link(seq: i64, detail: String, recorded_at: &str, prev_hash: &str) -> Record {
+        let mut r = Record {
+            seq,
+            detail: Some(detail),
+            ..Record::unsealed(Kind::Batch, recorded_at)
+        };
+        r.seal(prev_hash);
+        r
     }
 
     /// A legal hold's record (`hold_added` / `hold_removed`), unsealed: the award and the
@@ -140,7 +181,8 @@ impl Record {
 
     /// The hash this record should carry, computed from its content and `prev_hash`:
     /// `sha256(prev_hash || canonical JSON)`, the JSON being this record as serde_json writes
-    /// it with `hash` empty (field order as declared, `None` as `null`). The JSON is spelled by
+    /// it with `hash` empty and no `batch_index` (field order as declared, `None` as `null`),
+    /// and, for a batch member, `seq` replaced by its `batch_index`. The JSON is spelled by
     /// [`Record::canonical_json`] rather than by serde, because this runs once per record on
     /// the ledger's single writer thread: no clone of the record, no intermediate value.
     pub fn compute_hash(&self) -> String {
@@ -153,11 +195,12 @@ impl Record {
     }
 
     /// Appends the canonical JSON the hash is taken over to `out`: byte for byte what
-    /// `serde_json::to_vec` writes for this record with `hash` set to `""` (a unit test holds
-    /// the two equal over arbitrary records, and the vectors below pin both).
+    /// `serde_json::to_vec` writes for this record with `hash` set to `""`, `batch_index`
+    /// absent and, for a batch member, `seq` set to its `batch_index` (a unit test holds the
+    /// two equal over arbitrary records, and the vectors below pin both).
     pub fn canonical_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"seq\":");
-        json::int(out, self.seq);
+        json::int(out, self.batch_index.unwrap_or(self.seq));
         out.extend_from_slice(b",\"kind\":");
         json::string(out, self.kind.as_str());
         out.extend_from_slice(b",\"idempotency_key\":");
@@ -186,6 +229,21 @@ impl Record {
         self.prev_hash = prev_hash.to_owned();
         self.hash = self.compute_hash();
     }
+}
+
+/// Seals `members` as one batch (see the module doc): member `i` gets `batch_index` `i + 1`
+/// and links to the one before it, the first to [`GENESIS_HASH`]. Their `seq`s are left as
+/// they are (the chain numbers them when the batch is linked). Returns the last member's
+/// hash, which the batch's link names; the genesis hash for no members.
+pub fn seal_batch(members: &mut [Record]) -> String {
+    let mut prev = GENESIS_HASH.to_owned();
+    for (i, r) in members.iter_mut().enumerate() {
+        assert_ne!(r.kind, Kind::Batch, "a link is never a member of a batch");
+        r.batch_index = Some(i as i64 + 1);
+        r.seal(&prev);
+        prev.clone_from(&r.hash);
+    }
+    prev
 }
 
 /// Room for a typical record's canonical JSON, so spelling it allocates once.
@@ -265,12 +323,14 @@ pub struct Break {
     pub reason: String,
 }
 
-/// Walks records in order and checks every link and hash. See [`Verifier`].
+/// Walks records in order and checks every link and hash, and that the chain does not end
+/// inside a batch. See [`Verifier`].
 pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<u64, Break> {
     let mut v = Verifier::default();
     for r in records {
         v.push(r)?;
     }
+    v.end()?;
     Ok(v.count)
 }
 
@@ -281,19 +341,43 @@ pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result
 /// hash it continues from, and the next record must link to that; its own `hash` seals its
 /// content (what was purged, and the export's digest). Anywhere else a checkpoint is an
 /// ordinary link, so nothing can jump the chain mid-way.
+///
+/// Records sealed one by one link to the chain's head. Batch members (see the module doc) link
+/// to each other from the genesis hash, with consecutive `batch_index`es and `seq`s, and the
+/// batch's link record must come right after the last one, name exactly that many members and
+/// that member's hash, sit at the next `seq`, and link to the chain's head; the link then is
+/// the head. Nothing else may come between a batch's first member and its link, and a chain
+/// may not end inside a batch ([`Verifier::end`]).
 #[derive(Debug, Default, Clone)]
 pub struct Verifier {
-    /// The `prev_hash` the next record must carry; `None` before the first record.
+    /// The `prev_hash` the next record sealed after the chain's head must carry; `None` before
+    /// the first.
     expected_prev: Option<String>,
     /// The last record's seq, for the ordering check.
     last_seq: Option<i64>,
+    /// The batch whose members are being read and whose link has not come yet.
+    open: Option<OpenBatch>,
     /// Records checked so far.
     pub count: u64,
 }
 
+/// A batch between its first member and its link, as [`Verifier`] reads it.
+#[derive(Debug, Clone)]
+struct OpenBatch {
+    /// The seq of the first member read.
+    first_seq: i64,
+    /// The last member read: its `batch_index` and hash.
+    index: i64,
+    running: String,
+    /// The walk started inside this batch (a verifier continuing from a member's hash): the
+    /// chain's head before the batch is unknown, so the link's `prev_hash` is taken as it is.
+    partial: bool,
+}
+
 impl Verifier {
     /// A verifier whose first record must link to `prev_hash` (to check an export that starts
-    /// mid-chain, against the hash its predecessor ended on).
+    /// mid-chain, against the hash its predecessor ended on). The predecessor may be a batch
+    /// member: then the first record is the next member of that batch.
     pub fn continuing_from(prev_hash: &str) -> Self {
         Verifier {
             expected_prev: Some(prev_hash.to_owned()),
@@ -316,29 +400,179 @@ impl Verifier {
                 });
             }
         }
+        match (r.batch_index, r.kind) {
+            (Some(_), Kind::Batch | Kind::Checkpoint) => {
+                return Err(Break {
+                    seq: r.seq,
+                    reason: format!("a {} record cannot be a batch member", r.kind.as_str()),
+                })
+            }
+            (Some(index), _) => self.member(r, index)?,
+            (None, Kind::Batch) => self.link(r)?,
+            (None, _) => self.single(r)?,
+        }
+        self.last_seq = Some(r.seq);
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Fails if the records pushed so far end inside a batch (its link is missing: the chain
+    /// was cut there).
+    pub fn end(&self) -> Result<(), Break> {
+        match &self.open {
+            Some(b) => Err(Break {
+                seq: b.first_seq,
+                reason: "the batch starting here has no link record (the chain ends inside it)"
+                    .into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A record sealed after the chain's head (or a leading checkpoint).
+    fn single(&mut self, r: &Record) -> Result<(), Break> {
+        if let Some(b) = &self.open {
+            return Err(Break {
+                seq: r.seq,
+                reason: format!(
+                    "a {} record inside the batch whose members start at seq {} (its link \
+                     record is missing)",
+                    r.kind.as_str(),
+                    b.first_seq
+                ),
+            });
+        }
         let leading_checkpoint = self.expected_prev.is_none() && r.kind == Kind::Checkpoint;
         if !leading_checkpoint && r.prev_hash != self.head() {
-            return Err(Break {
-                seq: r.seq,
-                reason: "prev_hash does not match the previous record's hash (a record before it was edited, deleted or moved)".into(),
-            });
+            return Err(prev_mismatch(r));
         }
-        if r.compute_hash() != r.hash {
-            return Err(Break {
-                seq: r.seq,
-                reason: "content does not match its hash (edited)".into(),
-            });
-        }
+        check_hash(r)?;
         let next = if leading_checkpoint {
             &r.prev_hash
         } else {
             &r.hash
         };
         self.expected_prev = Some(next.clone());
-        self.last_seq = Some(r.seq);
-        self.count += 1;
         Ok(())
     }
+
+    /// Member `index` of a batch.
+    fn member(&mut self, r: &Record, index: i64) -> Result<(), Break> {
+        let broken = |reason: String| Break { seq: r.seq, reason };
+        let (expected_prev, first_seq, partial) = match &self.open {
+            Some(b) if index == 1 => {
+                return Err(broken(format!(
+                    "a new batch starts before the batch whose members start at seq {} was \
+                     linked (its link record is missing)",
+                    b.first_seq
+                )))
+            }
+            Some(b) if index != b.index + 1 => {
+                return Err(broken(format!(
+                    "batch member {index} follows member {} (a member before it was deleted \
+                     or moved)",
+                    b.index
+                )))
+            }
+            Some(b) if self.last_seq.is_some_and(|s| r.seq != s + 1) => {
+                return Err(broken("batch members do not have consecutive seqs".into()))
+            }
+            Some(b) => (b.running.clone(), b.first_seq, b.partial),
+            None if index == 1 => (GENESIS_HASH.to_owned(), r.seq, false),
+            // An export that starts inside a batch, continuing from the member before it.
+            None if self.count == 0 && self.expected_prev.is_some() => {
+                (self.head().to_owned(), r.seq, true)
+            }
+            None => {
+                return Err(broken(format!(
+                    "batch member {index} without the members before it (a record before it \
+                     was deleted or moved)"
+                )))
+            }
+        };
+        if r.prev_hash != expected_prev {
+            return Err(prev_mismatch(r));
+        }
+        check_hash(r)?;
+        self.open = Some(OpenBatch {
+            first_seq,
+            index,
+            running: r.hash.clone(),
+            partial,
+        });
+        Ok(())
+    }
+
+    /// The link of the open batch.
+    fn link(&mut self, r: &Record) -> Result<(), Break> {
+        let broken = |reason: String| Break { seq: r.seq, reason };
+        let Some(b) = self.open.take() else {
+            return Err(broken(
+                "a batch link with no members before it (they were deleted or moved)".into(),
+            ));
+        };
+        let Some(link) = r.detail.as_deref().and_then(detail::parse_batch_link) else {
+            return Err(broken(
+                "a batch link whose detail does not name its members (edited)".into(),
+            ));
+        };
+        if self.last_seq.is_some_and(|s| r.seq != s + 1) {
+            return Err(broken(
+                "a batch link not at the seq after its last member".into(),
+            ));
+        }
+        if link.records != b.index {
+            return Err(broken(format!(
+                "the link names {} members but {} precede it (a member was deleted or added)",
+                link.records, b.index
+            )));
+        }
+        if link.last_hash != b.running {
+            return Err(broken(format!(
+                "the link names {} as its last member's hash, but that member hashes to {} \
+                 (a member was edited or moved)",
+                link.last_hash, b.running
+            )));
+        }
+        if !b.partial && r.prev_hash != self.head() {
+            return Err(prev_mismatch(r));
+        }
+        check_hash(r)?;
+        self.expected_prev = Some(r.hash.clone());
+        Ok(())
+    }
+}
+
+fn prev_mismatch(r: &Record) -> Break {
+    Break {
+        seq: r.seq,
+        reason: "prev_hash does not match the previous record's hash (a record before it was edited, deleted or moved)".into(),
+    }
+}
+
+fn check_hash(r: &Record) -> Result<(), Break> {
+    if r.compute_hash() != r.hash {
+        return Err(Break {
+            seq: r.seq,
+            reason: "content does not match its hash (edited)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// What a batch's link record says of its batch ([`detail::batch_link`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchLink {
+    /// The batch's number in its ledger (how the ledger stores its members).
+    pub batch_id: i64,
+    /// How many members it has.
+    pub records: i64,
+    /// The last member's hash.
+    pub last_hash: String,
+    /// How many outbox rows the batch wrote.
+    pub outbox_rows: i64,
+    /// The outbox id its first row was given (the next after the previous batch's).
+    pub outbox_first: i64,
 }
 
 /// The `detail` text of each kind of record, defined once for every ledger: it is hashed into
@@ -388,6 +622,41 @@ pub mod detail {
     /// A legal hold lifted; `reason` is the reason the hold had.
     pub fn hold_removed(reason: &str, held_at: &str) -> String {
         format!("legal hold lifted (placed at {held_at}: {reason})")
+    }
+
+    /// A batch's link record: which batch, how many members and the last one's hash, and the
+    /// outbox ids its rows were given. One grammar, parsed back by [`parse_batch_link`];
+    /// PostgreSQL's `claimgate_link` spells it too, and every `verify` checks the two agree.
+    pub fn batch_link(link: &super::BatchLink) -> String {
+        format!(
+            "batch {}: {} records, last {}; {} outbox rows from id {}",
+            link.batch_id, link.records, link.last_hash, link.outbox_rows, link.outbox_first
+        )
+    }
+
+    /// The fields of a [`batch_link`] text, or `None` if it is not one.
+    pub fn parse_batch_link(text: &str) -> Option<super::BatchLink> {
+        let rest = text.strip_prefix("batch ")?;
+        let (batch_id, rest) = rest.split_once(": ")?;
+        let (records, rest) = rest.split_once(" records, last ")?;
+        let (last_hash, rest) = rest.split_once("; ")?;
+        let (outbox_rows, outbox_first) = rest.split_once(" outbox rows from id ")?;
+        let int = |s: &str| -> Option<i64> {
+            // Only the spelling `batch_link` writes: no sign, no leading zeros, no spaces.
+            let canonical = s == "0" || (!s.starts_with('0') && !s.is_empty());
+            if !canonical || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            s.parse().ok()
+        };
+        let link = super::BatchLink {
+            batch_id: int(batch_id)?,
+            records: int(records)?,
+            last_hash: last_hash.to_owned(),
+            outbox_rows: int(outbox_rows)?,
+            outbox_first: int(outbox_first)?,
+        };
+        (batch_link(&link) == text).then_some(link)
     }
 
     /// A ledger restored from `backup`, with the outbox rows at or below `mark_upto` (the
@@ -464,6 +733,7 @@ mod tests {
             recorded_at: "2026-11-29T00:00:00.000000Z".into(),
             prev_hash: String::new(),
             hash: String::new(),
+            batch_index: None,
         }
     }
 
@@ -635,10 +905,261 @@ mod tests {
         );
     }
 
-    /// serde_json's spelling of `r` with `hash` empty: the definition `canonical_json` keeps.
+    /// A chain of `singles` records sealed one by one, then one batch of `members` members per
+    /// entry of `batches`, each linked after the head; seqs numbered through.
+    fn mixed_chain(singles: i64, batches: &[i64]) -> Vec<Record> {
+        let mut out = chain(singles);
+        let mut head = out
+            .last()
+            .map_or(GENESIS_HASH.to_owned(), |r| r.hash.clone());
+        let mut seq = singles;
+        let mut outbox = 1;
+        for (b, &n) in batches.iter().enumerate() {
+            let mut members: Vec<Record> =
+                (0..n).map(|i| record(0, &format!("B{b}-{i}"))).collect();
+            let last_hash = seal_batch(&mut members);
+            for m in &mut members {
+                seq += 1;
+                m.seq = seq;
+            }
+            seq += 1;
+            let text = detail::batch_link(&BatchLink {
+                batch_id: b as i64 + 1,
+                records: n,
+                last_hash,
+                outbox_rows: n,
+                outbox_first: outbox,
+            });
+            outbox += n;
+            let link = Record::link(seq, text, "2026-11-29T00:00:01.000000Z", &head);
+            head.clone_from(&link.hash);
+            out.extend(members);
+            out.push(link);
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_link_detail_reads_back_and_nothing_but_its_own_spelling_does() {
+        let link = BatchLink {
+            batch_id: 7,
+            records: 2,
+            last_hash: "ab".repeat(32),
+            outbox_rows: 0,
+            outbox_first: 12,
+        };
+        let text = detail::batch_link(&link);
+        assert_eq!(
+            text,
+            format!(
+                "batch 7: 2 records, last {}; 0 outbox rows from id 12",
+                "ab".repeat(32)
+            )
+        );
+        assert_eq!(detail::parse_batch_link(&text), Some(link));
+        for other in [
+            "batch 7: 2 records",
+            "batch 07: 2 records, last x; 0 outbox rows from id 12",
+            "batch 7: +2 records, last x; 0 outbox rows from id 12",
+            "batch 7: 2 records, last x; 0 outbox rows from id 12 ",
+            "batch -7: 2 records, last x; 0 outbox rows from id 12",
+        ] {
+            assert_eq!(detail::parse_batch_link(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn records_sealed_one_by_one_then_batches_verify_as_one_chain() {
+        let c = mixed_chain(3, &[2, 1, 4]);
+        assert_eq!(c.len(), 3 + 3 + 2 + 5);
+        assert_eq!(verify_chain(&c), Ok(13));
+        assert_eq!(verify_chain(&mixed_chain(0, &[1])), Ok(2));
+        // Each seq is its place in the chain; each member hashes with its place in the batch.
+        assert_eq!(
+            c.iter().map(|r| r.batch_index).collect::<Vec<_>>()[3..8],
+            [Some(1), Some(2), None, Some(1), None]
+        );
+    }
+
+    #[test]
+    fn every_edit_deletion_move_or_cut_inside_a_batch_is_caught_at_the_right_record() {
+        let c = mixed_chain(2, &[3, 3]);
+        // seqs: 1 2 | 3 4 5 link 6 | 7 8 9 link 10
+        let broken = |f: &dyn Fn(&mut Vec<Record>)| {
+            let mut t = c.clone();
+            f(&mut t);
+            verify_chain(&t).unwrap_err()
+        };
+        let edited = broken(&|t| t[3].amount_cents = Some(1));
+        assert_eq!((edited.seq, edited.reason.contains("edited")), (4, true));
+        assert_eq!(
+            broken(&|t| {
+                t.remove(3);
+            })
+            .seq,
+            5,
+            "a member deleted"
+        );
+        let swapped = broken(&|t| {
+            t.swap(2, 3);
+            (t[2].seq, t[3].seq) = (3, 4);
+        });
+        assert_eq!(
+            swapped.seq, 3,
+            "two members swapped, each keeping its place's seq"
+        );
+        assert_eq!(
+            broken(&|t| {
+                t.remove(5);
+            })
+            .seq,
+            7,
+            "a link deleted"
+        );
+        // A member renumbered in the chain: seqs are pinned by the link's own seq.
+        assert_eq!(broken(&|t| t[4].seq = 4).seq, 4);
+        // The whole last batch edited and its members re-sealed: its link names the old hash.
+        let resealed = broken(&|t| {
+            t[6].amount_cents = Some(1);
+            let last = seal_batch(&mut t[6..9]);
+            assert_ne!(last, c[8].hash);
+        });
+        assert_eq!(resealed.seq, 10);
+        // ...and the link re-sealed too, after the same head: only an anchor can tell.
+        let mut all = c.clone();
+        all[6].amount_cents = Some(1);
+        let last_hash = seal_batch(&mut all[6..9]);
+        let mut link = detail::parse_batch_link(all[9].detail.as_deref().unwrap()).unwrap();
+        link.last_hash = last_hash;
+        let head = all[9].prev_hash.clone();
+        all[9] = Record::link(10, detail::batch_link(&link), &all[9].recorded_at, &head);
+        assert_eq!(verify_chain(&all), Ok(10));
+        // A batch cut short: members with no link after them.
+        let mut cut = c.clone();
+        cut.truncate(8);
+        let end = verify_chain(&cut).unwrap_err();
+        assert_eq!((end.seq, end.reason.contains("no link")), (7, true));
+        // A link claiming a member more or less than precede it.
+        let miscounted = broken(&|t| {
+            let mut l = detail::parse_batch_link(t[5].detail.as_deref().unwrap()).unwrap();
+            l.records = 2;
+            let head = t[5].prev_hash.clone();
+            t[5] = Record::link(6, detail::batch_link(&l), "T", &head);
+        });
+        assert_eq!(miscounted.seq, 6);
+        // A record sealed one by one placed inside a batch.
+        let mut inside = c.clone();
+        inside.insert(3, inside[1].clone());
+        assert!(verify_chain(&inside).is_err());
+        // A link or checkpoint pretending to be a member.
+        assert_eq!(broken(&|t| t[5].batch_index = Some(4)).seq, 6);
+    }
+
+    #[test]
+    fn an_export_starting_inside_a_batch_verifies_from_the_member_before_it() {
+        let c = mixed_chain(1, &[4, 2]);
+        // seqs: 1 | 2 3 4 5 link 6 | 7 8 link 9; start at seq 4 (member 3).
+        let mut v = Verifier::continuing_from(&c[2].hash);
+        for r in &c[3..] {
+            v.push(r).expect("the rest links on");
+        }
+        assert_eq!((v.count, v.head()), (6, c[8].hash.as_str()));
+        let mut wrong = Verifier::continuing_from(&c[1].hash);
+        assert_eq!(wrong.push(&c[3]).map_err(|b| b.seq), Err(4));
+        // Starting at a batch's first member: the link must join the hash continued from.
+        let mut at_start = Verifier::continuing_from(&c[5].hash);
+        for r in &c[6..] {
+            at_start.push(r).unwrap();
+        }
+        let mut off = Verifier::continuing_from(&c[4].hash);
+        off.push(&c[6]).unwrap();
+        off.push(&c[7]).unwrap();
+        assert_eq!(off.push(&c[8]).map_err(|b| b.seq), Err(9));
+    }
+
+    /// Batch members and a link pinned by vectors computed outside Rust (Python's `hashlib`
+    /// over the canonical JSON), as `the_hash_matches_vectors_computed_outside_rust` pins
+    /// records sealed one by one: a member hashes with its place in the batch as `seq`, the
+    /// first from the genesis hash; the link is sealed after the head like any record.
+    #[test]
+    fn batch_hashes_match_vectors_computed_outside_rust() {
+        let first = Record {
+            seq: 41,
+            kind: Kind::Processed,
+            idempotency_key: Some("ab".repeat(32)),
+            award_id: Some("A-2026-014".into()),
+            amount_cents: Some(125_000),
+            stream_entry_id: Some("1719824400000-0".into()),
+            consumer: Some("node-1".into()),
+            delivery_count: Some(1),
+            detail: None,
+            recorded_at: "2026-07-01T09:00:00.123456Z".into(),
+            prev_hash: String::new(),
+            hash: String::new(),
+            batch_index: None,
+        };
+        let second = Record {
+            seq: 42,
+            kind: Kind::Duplicate,
+            amount_cents: None,
+            stream_entry_id: Some("1719824400001-0".into()),
+            delivery_count: Some(2),
+            detail: Some("first claimed at 2026-07-01T09:00:00.123456Z".into()),
+            ..first.clone()
+        };
+        let mut members = vec![first, second];
+        let last = seal_batch(&mut members);
+        assert_eq!(
+            members[0].hash,
+            "15bd8c861ce87dd9fc466f1d292cd5adc06004662b673fc1b8c226a6c59690e4"
+        );
+        assert_eq!(
+            last,
+            "f7f64fb773db0332d34d862d371fa4a4866801ba66bb68b5bbd28c9fa7669448"
+        );
+        assert_eq!((members[0].seq, members[1].batch_index), (41, Some(2)));
+        let text = detail::batch_link(&BatchLink {
+            batch_id: 7,
+            records: 2,
+            last_hash: last,
+            outbox_rows: 1,
+            outbox_first: 12,
+        });
+        let link = Record::link(43, text, "2026-07-01T09:00:00.200000Z", &"11".repeat(32));
+        let mut canonical = Vec::new();
+        link.canonical_json(&mut canonical);
+        assert_eq!(
+            String::from_utf8(canonical).unwrap(),
+            concat!(
+                r#"{"seq":43,"kind":"batch","idempotency_key":null,"award_id":null,"#,
+                r#""amount_cents":null,"stream_entry_id":null,"consumer":null,"#,
+                r#""delivery_count":null,"detail":"batch 7: 2 records, last "#,
+                r#"f7f64fb773db0332d34d862d371fa4a4866801ba66bb68b5bbd28c9fa7669448; "#,
+                r#"1 outbox rows from id 12","recorded_at":"2026-07-01T09:00:00.200000Z","#,
+                r#""prev_hash":"1111111111111111111111111111111111111111111111111111111111111111","#,
+                r#""hash":""}"#
+            )
+        );
+        assert_eq!(
+            link.hash,
+            "f7d82c48dee5427f2fd145b6fcd641bc918a8ac4ee1d62d1e5bcce08b0ef1e68"
+        );
+        // A member's JSON says where it sits in its batch; a record sealed alone's does not.
+        let json = serde_json::to_string(&members[1]).unwrap();
+        assert!(json.ends_with(r#","batch_index":2}"#), "{json}");
+        assert!(!serde_json::to_string(&link)
+            .unwrap()
+            .contains("batch_index"));
+    }
+
+    /// serde_json's spelling of `r` with `hash` empty and, for a batch member, `seq` its place
+    /// in the batch: the definition `canonical_json` keeps.
     fn serde_canonical(r: &Record) -> Vec<u8> {
         let mut content = r.clone();
         content.hash = String::new();
+        if let Some(i) = content.batch_index.take() {
+            content.seq = i;
+        }
         serde_json::to_vec(&content).unwrap()
     }
 
@@ -655,6 +1176,7 @@ mod tests {
             deliveries in proptest::option::of(proptest::num::i64::ANY),
             recorded_at in "(?s).{0,30}",
             prev_hash in "[0-9a-f\"\\\\\u{0}-\u{1f}]{0,64}",
+            batch_index in proptest::option::of(1i64..1_000_000),
         ) {
             let kinds = [Kind::Processed, Kind::Duplicate, Kind::DeadLetter, Kind::Conflict,
                 Kind::Checkpoint, Kind::Vanished, Kind::HoldAdded, Kind::HoldRemoved, Kind::Restored];
@@ -671,6 +1193,7 @@ mod tests {
                 recorded_at,
                 prev_hash,
                 hash: "ignored: the hash is spelled empty".into(),
+                batch_index,
             };
             let mut ours = Vec::new();
             r.canonical_json(&mut ours);
@@ -711,6 +1234,7 @@ mod tests {
             recorded_at: "2026-07-01T09:00:00.123456Z".into(),
             prev_hash: String::new(),
             hash: String::new(),
+            batch_index: None,
         };
         first.seal(GENESIS_HASH);
         let mut content = first.clone();

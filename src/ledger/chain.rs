@@ -16,11 +16,19 @@ pub fn check(v: &mut Verifier, record: &Record) -> Result<()> {
         .map_err(|b| Error::Invariant(format!("audit chain broken at seq {}: {}", b.seq, b.reason)))
 }
 
+/// After the last record: the record count and the head hash (the hash the next record will
+/// link to), or [`Error::Invariant`] if the walk ended inside a batch (its link is missing).
+pub fn end(v: &Verifier) -> Result<(u64, String)> {
+    v.end().map_err(|b| {
+        Error::Invariant(format!("audit chain broken at seq {}: {}", b.seq, b.reason))
+    })?;
+    Ok((v.count, v.head().to_owned()))
+}
+
 /// Recomputes the whole chain of `log` from one snapshot; returns the record count and the
-/// head hash (the hash the next record will link to), or [`Error::Invariant`] naming the first
-/// broken record.
+/// head hash, or [`Error::Invariant`] naming the first broken record.
 pub fn verify(log: &(impl AuditLog + ?Sized)) -> Result<(u64, String)> {
     let mut v = Verifier::default();
     log.for_each_record(&Since::All, &mut |r| check(&mut v, &r))?;
-    Ok((v.count, v.head().to_owned()))
+    end(&v)
 }

@@ -106,6 +106,7 @@ pub fn take(ledger: &dyn Backend, key: Option<&SigningKey>) -> Result<Anchor> {
         last = Some(r);
         Ok(())
     })?;
+    ledger::chain::end(&v)?;
     let mut anchor = Anchor {
         ledger_id,
         seq: last.as_ref().map_or(0, |r| r.seq),
@@ -208,6 +209,7 @@ pub fn verify(
         evidence.push(&r);
         Ok(())
     })?;
+    ledger::chain::end(&v)?;
     let findings = evidence.finish();
     if !findings.contradictions.is_empty() {
         let lines: Vec<String> = findings

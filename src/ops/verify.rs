@@ -56,5 +56,5 @@ pub fn file(path: &Path, continuing_from: Option<&str>) -> Result<(u64, String)>
         };
         ledger::chain::check(&mut v, &record)?;
     }
-    Ok((v.count, v.head().to_owned()))
+    ledger::chain::end(&v)
 }

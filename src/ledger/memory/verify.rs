@@ -78,6 +78,7 @@ pub(super) fn state(state: &State) -> Result<Summary> {
             Error::Invariant(format!("audit chain broken at seq {}: {}", b.seq, b.reason))
         })?;
     }
+    crate::ledger::chain::end(&v)?;
     Ok(Summary {
         claims: state.claims.len() as u64,
         disbursements: state.disbursements.len() as u64,

@@ -166,5 +166,6 @@ fn record_of(row: &Row) -> Result<Record> {
         recorded_at: row.try_get(9)?,
         prev_hash: row.try_get(10)?,
         hash: row.try_get(11)?,
+        batch_index: None,
     })
 }

@@ -193,5 +193,6 @@ fn record_of(row: &Row<'_>) -> Result<Record> {
         recorded_at: row.get(9)?,
         prev_hash: row.get(10)?,
         hash: row.get(11)?,
+        batch_index: None,
     })
 }

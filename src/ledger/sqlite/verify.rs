@@ -178,6 +178,7 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
     }
     let mut links = Verifier::default();
     audit_store::for_each(&tx, &Since::All, |r| chain::check(&mut links, &r))?;
+    chain::end(&links)?;
     Ok(Summary {
         claims: count("SELECT COUNT(*) FROM processed_messages")?,
         disbursements,

@@ -135,6 +135,7 @@ fn read_sqlite(world: &World) -> Ledger {
         recorded_at: text(&r[9]).expect("recorded_at"),
         prev_hash: text(&r[10]).expect("prev_hash"),
         hash: text(&r[11]).expect("hash"),
+        batch_index: None,
     })
     .collect();
     let mut integrity: Vec<String> = rows("PRAGMA integrity_check")
@@ -191,9 +192,12 @@ fn read_postgres(world: &World) -> Ledger {
         .iter()
         .map(|r| r.get(0))
         .collect();
+    // The view of every record, batch members numbered by their batch's link; members of a
+    // batch not linked yet have no seq and are not part of the chain.
     let audit: Vec<Record> = rows(
         "SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
-                delivery_count, detail, recorded_at, prev_hash, hash FROM audit_log ORDER BY seq",
+                delivery_count, detail, recorded_at, prev_hash, hash, batch_index
+         FROM audit_log WHERE seq IS NOT NULL ORDER BY seq",
     )
     .iter()
     .map(|r| Record {
@@ -209,6 +213,7 @@ fn read_postgres(world: &World) -> Ledger {
         recorded_at: r.get(9),
         prev_hash: r.get(10),
         hash: r.get(11),
+        batch_index: r.get::<_, Option<i32>>(12).map(i64::from),
     })
     .collect();
     let head = &rows("SELECT seq, hash, outbox_id_last FROM chain_head")[0];
