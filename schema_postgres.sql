@@ -6,19 +6,69 @@
 -- names hold on both: keys are 32 raw bytes (BYTEA), times are the ledger's fixed-width UTC
 -- text (src/domain/clock.rs), compared as text exactly as on SQLite. What differs, and why:
 --
--- * outbox.id has no sequence. Ids are handed out by the batch from chain_head.outbox_id_last,
---   under the chain-head row lock that is held until COMMIT, so ids are assigned in commit
---   order: no row can become visible below an id a relay has already read (contract point 5).
---   A sequence would hand out ids at insert time and let them become visible out of order.
--- * audit_log.seq likewise comes from chain_head.seq under the same lock: one linear chain
---   whatever number of nodes write (contract point 4).
--- * chain_head is new: one row, the chain's last seq and hash, the last outbox id. See
+-- * A batch is written in two transactions, so that no writer holds the one lock every node
+--   shares while it writes rows (src/ledger/postgres/batch.rs). The first writes everything
+--   the batch does — claims, disbursements, outbox rows, dead letters, and its audit records
+--   as *members* of the batch (src/domain/audit.rs: hashed among themselves, not after the
+--   chain's head) — plus one `audit_batches` row naming how many members and outbox rows it
+--   has and the last member's hash. The second, `claimgate_link` (end of this file), is one
+--   statement: it locks the chain head, gives every committed batch not linked yet its place
+--   (its link record's seq after its members' seqs, its outbox rows' ids, its link hash
+--   sealed after the head) and advances the head. That lock is held for a few row updates and
+--   a commit of a few hundred bytes of WAL, whatever the size of the batch. A link is a seal,
+--   not an event: it carries its batch's last seq, and every seq still names one record.
+-- * So `audit_log` and `outbox` are views, with the columns and meanings they have on SQLite:
+--   `audit_log` every record (records sealed one by one in `audit_chain`, batch members in
+--   `audit_members`) with its seq; `outbox` every row (`outbox_rows`) with its id. The batches'
+--   links are `audit_batches` rows. A batch committed but not linked yet
+--   shows its records without a seq and its outbox rows without an id: they are written, not
+--   yet placed. The relay, the chain walk and the purge read the tables underneath.
+-- * outbox ids are handed out when a batch is linked, under the chain-head row lock held until
+--   that commit, so they are assigned in the order batches become visible as linked: no row can
+--   become visible below an id a relay has already read (contract point 5). A sequence would
+--   hand out ids at insert time and let them become visible out of order.
+-- * audit seqs likewise come from chain_head.seq at link time: one linear chain whatever
+--   number of nodes write (contract point 4).
+-- * chain_head: one row, the chain's last seq and hash, the last outbox id. See
 --   ARCHITECTURE.md, "src/ledger/postgres/".
--- * disbursements.claim_id and outbox.claim_id are held to an existing claim by statement
+-- * disbursements.claim_id and outbox_rows.claim_id are held to an existing claim by statement
 --   triggers (at the end of this file), not by FOREIGN KEY. A foreign key checks and locks
 --   the claim row once per inserted row; measured on the batch path it was 17 of 44 us of
 --   server CPU per submission (BENCHMARKS.md). The triggers check a whole statement's rows in
 --   one set-based query, with the same refusal (SQLSTATE 23503) for every writer.
+--
+-- Ledgers made by earlier releases had `audit_log` and `outbox` as tables, every record sealed
+-- one by one and every outbox id numbered under the head lock: they are renamed to
+-- `audit_chain` and `outbox_rows` below, kept as they are, and the batches written from then
+-- on chain after them. Every node on one ledger must run this release from then on (README,
+-- "Upgrading a shared ledger").
+
+-- Earlier releases' tables, renamed (only where they are still tables).
+DO $$
+DECLARE
+    pk TEXT;
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = to_regclass('audit_log')) = 'r' THEN
+        ALTER TABLE audit_log RENAME TO audit_chain;
+    END IF;
+    IF (SELECT relkind FROM pg_class WHERE oid = to_regclass('outbox')) = 'r' THEN
+        ALTER TABLE outbox RENAME TO outbox_rows;
+        SELECT conname INTO pk FROM pg_constraint
+        WHERE conrelid = 'outbox_rows'::regclass AND contype = 'p';
+        IF pk IS NOT NULL THEN
+            EXECUTE format('ALTER TABLE outbox_rows DROP CONSTRAINT %I', pk);
+        END IF;
+        ALTER TABLE outbox_rows ALTER COLUMN id DROP NOT NULL,
+            ADD CONSTRAINT outbox_rows_id_key UNIQUE (id),
+            ADD COLUMN batch_id BIGINT,
+            ADD COLUMN batch_index INTEGER,
+            ADD CONSTRAINT outbox_rows_batch_id_batch_index_key UNIQUE (batch_id, batch_index),
+            ADD CONSTRAINT outbox_rows_placed
+                CHECK ((id IS NULL) = (batch_id IS NOT NULL)
+                       AND (batch_id IS NULL) = (batch_index IS NULL));
+    END IF;
+END;
+$$;
 
 -- The durable claim. UNIQUE (submission_instant, award_id, idempotency_key) is uniqueness of
 -- the key (schema.sql gives the argument), keeps new claims at the index's right edge, and is
@@ -62,14 +112,22 @@ CREATE TABLE IF NOT EXISTS disbursements (
     recorded_at     TEXT    NOT NULL
 );
 
--- The transactional outbox (ids from chain_head, see above; claim_id as for disbursements).
-CREATE TABLE IF NOT EXISTS outbox (
-    id           BIGINT  PRIMARY KEY CHECK (id > 0),
+-- The transactional outbox's rows (claim_id as for disbursements). A row a batch wrote has its
+-- batch and its place among the batch's rows, and no id of its own: its id is its batch's
+-- `outbox_first` plus its place, given when the batch is linked (the view `outbox`, below). A
+-- row written by an earlier release, or copied by `migrate`, has its id and no batch.
+CREATE TABLE IF NOT EXISTS outbox_rows (
+    id           BIGINT  UNIQUE CHECK (id > 0),
     claim_id     BIGINT  NOT NULL UNIQUE,
     event_type   TEXT    NOT NULL,
     payload      TEXT    NOT NULL,
     created_at   TEXT    NOT NULL,
-    published_at TEXT
+    published_at TEXT,
+    batch_id     BIGINT,
+    batch_index  INTEGER,
+    UNIQUE (batch_id, batch_index),
+    CONSTRAINT outbox_rows_placed
+        CHECK ((id IS NULL) = (batch_id IS NOT NULL) AND (batch_id IS NULL) = (batch_index IS NULL))
 );
 -- Its index of unpublished rows is created with the audit log's, below.
 
@@ -85,8 +143,9 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     PRIMARY KEY (stream, stream_entry_id)
 );
 
--- The hash-chained audit trail (src/domain/audit.rs), seq from chain_head.
-CREATE TABLE IF NOT EXISTS audit_log (
+-- The audit records sealed one by one (src/domain/audit.rs), seq from chain_head: those of
+-- earlier releases and of ledgers `migrate` copied, and a retention purge's checkpoint.
+CREATE TABLE IF NOT EXISTS audit_chain (
     seq             BIGINT  PRIMARY KEY,
     kind            TEXT    NOT NULL,
     idempotency_key TEXT,
@@ -106,22 +165,79 @@ CREATE TABLE IF NOT EXISTS audit_log (
 -- one random-keyed entry per submission.
 DROP INDEX IF EXISTS audit_processed_key;
 
+-- One row per batch: written with the batch (its member count, its last member's hash, how
+-- many outbox rows it wrote), then given its place in the chain by `claimgate_link` (the
+-- columns from link_seq on, all at once). Its link record, as an audit export shows it, is
+-- made of these columns: kind `batch`, seq `link_seq` (its last member's), detail
+-- `claimgate_link_detail(..)`, recorded at `linked_at`, sealed after `prev_hash` into `hash`.
+CREATE TABLE IF NOT EXISTS audit_batches (
+    batch_id     BIGINT  GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    record_count INTEGER NOT NULL CHECK (record_count > 0),
+    last_hash    TEXT    NOT NULL,
+    outbox_count INTEGER NOT NULL CHECK (outbox_count >= 0),
+    created_at   TEXT    NOT NULL,
+    link_seq     BIGINT  UNIQUE,
+    outbox_first BIGINT,
+    linked_at    TEXT,
+    prev_hash    TEXT,
+    hash         TEXT,
+    CONSTRAINT audit_batches_linked_whole CHECK (
+        (link_seq IS NULL) = (outbox_first IS NULL) AND (link_seq IS NULL) = (linked_at IS NULL)
+        AND (link_seq IS NULL) = (prev_hash IS NULL) AND (link_seq IS NULL) = (hash IS NULL))
+);
+
+-- A batch's audit records, as written: each hashed after the one before it in the batch (the
+-- first after the genesis hash) with its place in the batch as its seq (src/domain/audit.rs).
+-- Its seq in the chain is its batch's link_seq - record_count + batch_index.
+CREATE TABLE IF NOT EXISTS audit_members (
+    batch_id        BIGINT  NOT NULL,
+    batch_index     INTEGER NOT NULL CHECK (batch_index > 0),
+    kind            TEXT    NOT NULL,
+    idempotency_key TEXT,
+    award_id        TEXT,
+    amount_cents    BIGINT,
+    stream_entry_id TEXT,
+    consumer        TEXT,
+    delivery_count  BIGINT,
+    detail          TEXT,
+    recorded_at     TEXT    NOT NULL,
+    prev_hash       TEXT    NOT NULL,
+    hash            TEXT    NOT NULL,
+    PRIMARY KEY (batch_id, batch_index)
+);
+
 -- Partial indexes, created only where missing: `CREATE INDEX IF NOT EXISTS` takes a SHARE lock
 -- on its table even when the index is there, so at every node's start it would wait for the
 -- batches in flight and stall every other node's writers behind it.
--- * outbox_unpublished: the relay's next rows.
--- * audit_dead_letters: the dead-letter records, and only those. Dead-letter reconciliation
---   reads them before a worker behind Sentinel reads and after every failover
---   (src/ops/reconcile.rs); it must not walk the whole trail for them. No entry is written
---   for any other record, so the batch path under the chain-head lock pays nothing for it. A
---   ledger from before it gets it at the first start, in one pass over the trail.
+-- * outbox_unpublished: the rows not yet marked published (the backlog, and what the relay
+--   marks). Earlier releases' is on (id); it serves the same queries.
+-- * audit_dead_letters, audit_member_dead_letters: the dead-letter records, and only those.
+--   Dead-letter reconciliation reads them before a worker behind Sentinel reads and after
+--   every failover (src/ops/reconcile.rs); it must not walk the whole trail for them. No entry
+--   is written for any other record. A ledger from before them gets them at the first start,
+--   in one pass over the trail.
+-- * audit_batches_unlinked: the batches `claimgate_link` places (few: it runs after every
+--   batch).
+-- * audit_batches_outbox: linked batches with outbox rows, by the id after their last row, so
+--   the relay finds the rows above its position in one index range.
 DO $$
 BEGIN
     IF to_regclass('outbox_unpublished') IS NULL THEN
-        CREATE INDEX outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+        CREATE INDEX outbox_unpublished ON outbox_rows (claim_id) WHERE published_at IS NULL;
     END IF;
     IF to_regclass('audit_dead_letters') IS NULL THEN
-        CREATE INDEX audit_dead_letters ON audit_log (seq) WHERE kind = 'dead_letter';
+        CREATE INDEX audit_dead_letters ON audit_chain (seq) WHERE kind = 'dead_letter';
+    END IF;
+    IF to_regclass('audit_member_dead_letters') IS NULL THEN
+        CREATE INDEX audit_member_dead_letters ON audit_members (batch_id, batch_index)
+            WHERE kind = 'dead_letter';
+    END IF;
+    IF to_regclass('audit_batches_unlinked') IS NULL THEN
+        CREATE INDEX audit_batches_unlinked ON audit_batches (batch_id) WHERE link_seq IS NULL;
+    END IF;
+    IF to_regclass('audit_batches_outbox') IS NULL THEN
+        CREATE INDEX audit_batches_outbox ON audit_batches ((outbox_first + outbox_count))
+            WHERE link_seq IS NOT NULL AND outbox_count > 0;
     END IF;
 END;
 $$;
@@ -200,7 +316,7 @@ BEGIN
     SELECT o.claim_id INTO named FROM claimgate_old o
     WHERE NOT EXISTS (SELECT 1 FROM processed_messages p WHERE p.claim_id = o.claim_id)
       AND (EXISTS (SELECT 1 FROM disbursements d WHERE d.claim_id = o.claim_id)
-           OR EXISTS (SELECT 1 FROM outbox x WHERE x.claim_id = o.claim_id))
+           OR EXISTS (SELECT 1 FROM outbox_rows x WHERE x.claim_id = o.claim_id))
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'claim % is still named by its disbursement or outbox row', named
@@ -219,8 +335,8 @@ BEGIN
     FOR t IN SELECT * FROM (VALUES
         ('disbursements', 'claimgate_claim_on_insert', 'INSERT', 'NEW', 'claimgate_rows_name_claims'),
         ('disbursements', 'claimgate_claim_on_update', 'UPDATE', 'NEW', 'claimgate_rows_name_claims'),
-        ('outbox', 'claimgate_claim_on_insert', 'INSERT', 'NEW', 'claimgate_rows_name_claims'),
-        ('outbox', 'claimgate_claim_on_update', 'UPDATE', 'NEW', 'claimgate_rows_name_claims'),
+        ('outbox_rows', 'claimgate_claim_on_insert', 'INSERT', 'NEW', 'claimgate_rows_name_claims'),
+        ('outbox_rows', 'claimgate_claim_on_update', 'UPDATE', 'NEW', 'claimgate_rows_name_claims'),
         ('processed_messages', 'claimgate_named_on_delete', 'DELETE', 'OLD', 'claimgate_claims_unnamed'),
         ('processed_messages', 'claimgate_named_on_update', 'UPDATE', 'OLD', 'claimgate_claims_unnamed')
     ) AS v(tab, name, event, side, func)
@@ -235,9 +351,113 @@ BEGIN
     END LOOP;
     FOR t IN SELECT c.conrelid::regclass AS tab, c.conname AS name FROM pg_constraint c
              WHERE c.contype = 'f' AND c.confrelid = 'processed_messages'::regclass
-               AND c.conrelid IN ('disbursements'::regclass, 'outbox'::regclass)
+               AND c.conrelid IN ('disbursements'::regclass, 'outbox_rows'::regclass)
     LOOP
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', t.tab, t.name);
     END LOOP;
+END;
+$$;
+
+-- A batch's link detail, spelled exactly as `detail::batch_link` spells it in
+-- src/domain/audit.rs: the link's hash covers it, and every `verify` recomputes that hash in
+-- Rust from these same columns, so a spelling that drifted apart would fail every check.
+CREATE OR REPLACE FUNCTION claimgate_link_detail(
+    batch_id BIGINT, records INTEGER, last_hash TEXT, outbox_rows INTEGER, outbox_first BIGINT)
+    RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$
+    SELECT 'batch ' || batch_id || ': ' || records || ' records, last ' || last_hash || '; '
+           || outbox_rows || ' outbox rows from id ' || outbox_first
+$$;
+
+-- Every audit record, with its seq, as on SQLite (see the top of this file). Members of a
+-- batch not linked yet have no seq (and `batch_id` says which batch); `batch_index` is set
+-- for batch members. The links are not records: `audit_batches` holds them. Created only where missing (CREATE OR REPLACE VIEW locks the view against
+-- every reader at every node's start); a release that changes a view drops it first.
+DO $$
+BEGIN
+    IF to_regclass('audit_log') IS NULL THEN
+        CREATE VIEW audit_log AS
+        SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
+               delivery_count, detail, recorded_at, prev_hash, hash,
+               NULL::integer AS batch_index, NULL::bigint AS batch_id
+        FROM audit_chain
+        UNION ALL
+        SELECT b.link_seq - b.record_count + m.batch_index, m.kind, m.idempotency_key,
+               m.award_id, m.amount_cents, m.stream_entry_id, m.consumer, m.delivery_count,
+               m.detail, m.recorded_at, m.prev_hash, m.hash, m.batch_index, m.batch_id
+        FROM audit_members m LEFT JOIN audit_batches b ON b.batch_id = m.batch_id;
+    END IF;
+    -- Every outbox row with its id (none yet for a batch not linked).
+    IF to_regclass('outbox') IS NULL THEN
+        CREATE VIEW outbox AS
+        SELECT COALESCE(o.id, b.outbox_first + o.batch_index - 1) AS id, o.claim_id,
+               o.event_type, o.payload, o.created_at, o.published_at, o.batch_id, o.batch_index
+        FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id;
+    END IF;
+END;
+$$;
+
+-- Links every committed batch not linked yet into the chain, oldest batch first, at `at` (the
+-- ledger's time format, checked: it is spelled into hashed JSON): each batch's members take
+-- the seqs after the head's and its link the last of them, its outbox rows the ids after the
+-- head's, and the link's hash is sealed after the head exactly as `Record::seal` seals it;
+-- then the head moves past them.
+-- Called as one statement outside any transaction (src/ledger/postgres/batch.rs), so the
+-- chain-head row lock it takes first is held for these updates and the statement's own commit
+-- only. Returns how many batches it linked, how long it waited for the head and how long it
+-- held it until the commit began, in microseconds. A batch another call linked first is not
+-- seen again (READ COMMITTED: the query after the lock sees every link committed before it).
+CREATE OR REPLACE FUNCTION claimgate_link(at TEXT)
+    RETURNS TABLE (linked INTEGER, waited_us BIGINT, held_us BIGINT)
+    LANGUAGE plpgsql AS $$
+DECLARE
+    began TIMESTAMPTZ := clock_timestamp();
+    locked TIMESTAMPTZ;
+    h RECORD;
+    b RECORD;
+    last_seq BIGINT;
+    head TEXT;
+    outbox_last BIGINT;
+    detail TEXT;
+    n INTEGER := 0;
+BEGIN
+    IF at !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$' THEN
+        RAISE EXCEPTION 'claimgate_link: % is not a ledger time', at;
+    END IF;
+    SELECT c.seq, c.hash, c.outbox_id_last INTO h FROM chain_head c WHERE c.id = 1 FOR UPDATE;
+    locked := clock_timestamp();
+    last_seq := h.seq;
+    head := h.hash;
+    outbox_last := h.outbox_id_last;
+    FOR b IN SELECT a.batch_id, a.record_count, a.last_hash, a.outbox_count
+             FROM audit_batches a WHERE a.link_seq IS NULL ORDER BY a.batch_id
+    LOOP
+        IF head !~ '^[0-9a-f]{64}$' OR b.last_hash !~ '^[0-9a-f]{64}$' THEN
+            RAISE EXCEPTION 'claimgate_link: batch % or the chain head holds a hash that is not one (edited)', b.batch_id;
+        END IF;
+        last_seq := last_seq + b.record_count;
+        detail := claimgate_link_detail(b.batch_id, b.record_count, b.last_hash,
+                                        b.outbox_count, outbox_last + 1);
+        UPDATE audit_batches SET
+            link_seq = last_seq,
+            outbox_first = outbox_last + 1,
+            linked_at = at,
+            prev_hash = head,
+            hash = encode(sha256(convert_to(head
+                || '{"seq":' || last_seq || ',"kind":"batch","idempotency_key":null,"award_id":null,'
+                || '"amount_cents":null,"stream_entry_id":null,"consumer":null,'
+                || '"delivery_count":null,"detail":"' || detail || '","recorded_at":"' || at
+                || '","prev_hash":"' || head || '","hash":""}', 'UTF8')), 'hex')
+        WHERE audit_batches.batch_id = b.batch_id
+        RETURNING audit_batches.hash INTO head;
+        outbox_last := outbox_last + b.outbox_count;
+        n := n + 1;
+    END LOOP;
+    IF n > 0 THEN
+        UPDATE chain_head SET seq = last_seq, hash = head, outbox_id_last = outbox_last
+        WHERE id = 1;
+    END IF;
+    RETURN QUERY SELECT n,
+        (extract(epoch FROM locked - began) * 1000000)::bigint,
+        (extract(epoch FROM clock_timestamp() - locked) * 1000000)::bigint;
 END;
 $$;

@@ -284,6 +284,13 @@ impl<'a> EvidenceCheck<'a> {
                 self.settle_covered(r.seq, valid);
             }
         }
+        // A batch member's hash is its batch's business; what seq `n` hashed to, where `n`
+        // ends a batch, is the hash of the batch's link, which follows at the same seq. So a
+        // member settles no anchor at its own seq, only those it has passed.
+        if r.batch_index.is_some() {
+            self.skipped_below(r.seq);
+            return;
+        }
         // What record `seq` hashed to: a leading checkpoint stands for the purged record whose
         // hash it continues from.
         let hash = if leading { &r.prev_hash } else { &r.hash };
@@ -300,15 +307,16 @@ impl<'a> EvidenceCheck<'a> {
                 self.fail(Some(a.line), r.seq, reason);
             }
         }
-        // Anchored seqs skipped over are records gone from the middle of the chain.
-        let skipped: Vec<i64> = self.open.range(..r.seq).map(|(s, _)| *s).collect();
-        for seq in skipped {
+        self.skipped_below(r.seq);
+    }
+
+    /// Anchored seqs below `seq` not settled yet: records gone from the middle of the chain.
+    fn skipped_below(&mut self, seq: i64) {
+        let skipped: Vec<i64> = self.open.range(..seq).map(|(s, _)| *s).collect();
+        for gone in skipped {
             self.missing(
-                seq,
-                &format!(
-                    "no record at seq {seq} (the chain jumps past it to {})",
-                    r.seq
-                ),
+                gone,
+                &format!("no record at seq {gone} (the chain jumps past it to {seq})"),
             );
         }
     }
@@ -488,6 +496,69 @@ mod tests {
             .starts_with(b"claimgate anchor v1\n{\"ledger_id\":\"L\","));
         assert!(checkpoint_bytes(7, &"ab".repeat(32), "retention purge")
             .starts_with(b"claimgate checkpoint v1\n{\"seq\":7,"));
+    }
+
+    /// Two sealed records, then batches of 3 and 2 members, each closed by its link at its
+    /// last member's seq: seqs 1 2 | 3 4 5 (5) | 6 7 (7).
+    fn batched(at: &str) -> Vec<Record> {
+        use crate::domain::audit::{detail, seal_batch, BatchLink};
+        let mut out = chain(2, at);
+        let mut head = out[1].hash.clone();
+        for (b, n) in [(1, 3), (2, 2)] {
+            let first = out.iter().filter(|r| r.kind != Kind::Batch).count() as i64 + 1;
+            let mut members: Vec<Record> = chain(n, at);
+            let last_hash = seal_batch(&mut members);
+            for (i, m) in members.iter_mut().enumerate() {
+                m.seq = first + i as i64;
+            }
+            let last = first + n - 1;
+            let text = detail::batch_link(&BatchLink {
+                batch_id: b,
+                records: n,
+                last_hash,
+                outbox_rows: 0,
+                outbox_first: 1,
+            });
+            let link = Record::link(last, text, at, &head);
+            head.clone_from(&link.hash);
+            out.extend(members);
+            out.push(link);
+        }
+        assert_eq!(crate::domain::audit::verify_chain(&out), Ok(7));
+        out
+    }
+
+    #[test]
+    fn an_anchor_at_the_end_of_a_batch_pins_its_link_and_a_members_own_hash_does_not_pass() {
+        // What seq 5 hashed to is the link closing the batch there: an anchor taken of the
+        // head holds that hash. An anchor claiming the member's own in-batch hash at seq 5
+        // contradicts the chain, and one past the end is missing.
+        let records = batched(NOW);
+        let link = |seq: i64| {
+            records
+                .iter()
+                .find(|r| r.seq == seq && r.kind == Kind::Batch)
+                .unwrap()
+                .clone()
+        };
+        let at = |seq: i64, hash: &str, line: usize| {
+            let mut a = anchor_at(&records, seq.min(7), line);
+            a.anchor.seq = seq;
+            a.anchor.hash = hash.to_owned();
+            a
+        };
+        let member5 = records.iter().find(|r| r.seq == 5).unwrap().hash.clone();
+        let anchors = [
+            at(5, &link(5).hash, 1),
+            at(7, &link(7).hash, 2),
+            at(2, &records[1].hash, 3),
+            at(5, &member5, 4),
+            at(8, &link(7).hash, 5),
+        ];
+        let f = run(&records, &anchors, None);
+        assert_eq!(f.matched, 3);
+        let lines: Vec<Option<usize>> = f.contradictions.iter().map(|c| c.line).collect();
+        assert_eq!(lines, [Some(4), Some(5)], "{:?}", f.contradictions);
     }
 
     #[test]

@@ -17,10 +17,13 @@
 //! `batch` sealed like any other after the chain's head, whose detail names how many members the
 //! batch has and the last one's hash ([`detail::batch_link`]). So the link pins every member
 //! (an edit changes the last hash; a deletion, the count), and the links chain the batches in
-//! the order the database linked them. Every record still has its own `seq` in the chain: the
-//! members take the numbers before their link's. [`Verifier`] checks both kinds of record, in
-//! any mix: a ledger made by one writer and later moved to a shared one (`claimgate migrate`)
-//! has record-by-record seals followed by batches.
+//! the order the database linked them. A link is a seal, not an event: it carries the `seq` of
+//! its batch's last member (which it closes) and is not counted among the records, so every
+//! `seq` still names one record of what happened, numbered in the order the chain holds them,
+//! and "the hash at seq `n`" is the link's when `n` ends a batch — the hash the next record
+//! links to. [`Verifier`] checks both kinds of seal, in any mix: a ledger made by one writer
+//! and later moved to a shared one (`claimgate migrate`) has record-by-record seals followed
+//! by batches.
 
 use crate::domain::key::to_hex;
 use serde::{Deserialize, Serialize};
@@ -344,10 +347,10 @@ pub fn verify_chain<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result
 ///
 /// Records sealed one by one link to the chain's head. Batch members (see the module doc) link
 /// to each other from the genesis hash, with consecutive `batch_index`es and `seq`s, and the
-/// batch's link record must come right after the last one, name exactly that many members and
-/// that member's hash, sit at the next `seq`, and link to the chain's head; the link then is
-/// the head. Nothing else may come between a batch's first member and its link, and a chain
-/// may not end inside a batch ([`Verifier::end`]).
+/// batch's link record must come right after the last one, carry that member's `seq`, name
+/// exactly that many members and that member's hash, and link to the chain's head; the link
+/// then is the head. Nothing else may come between a batch's first member and its link, and a
+/// chain may not end inside a batch ([`Verifier::end`]). Links are not counted in `count`.
 #[derive(Debug, Default, Clone)]
 pub struct Verifier {
     /// The `prev_hash` the next record sealed after the chain's head must carry; `None` before
@@ -357,7 +360,7 @@ pub struct Verifier {
     last_seq: Option<i64>,
     /// The batch whose members are being read and whose link has not come yet.
     open: Option<OpenBatch>,
-    /// Records checked so far.
+    /// Records checked so far (links of batches are seals, not records: not counted).
     pub count: u64,
 }
 
@@ -390,10 +393,12 @@ impl Verifier {
         self.expected_prev.as_deref().unwrap_or(GENESIS_HASH)
     }
 
-    /// Checks the next record.
+    /// Checks the next record (or a batch's link).
     pub fn push(&mut self, r: &Record) -> Result<(), Break> {
+        // A link closes its batch at its last member's seq; every other record comes after.
+        let closes = r.kind == Kind::Batch && r.batch_index.is_none();
         if let Some(last) = self.last_seq {
-            if r.seq <= last {
+            if r.seq < last || (r.seq == last && !closes) {
                 return Err(Break {
                     seq: r.seq,
                     reason: format!("out of order after seq {last}"),
@@ -412,7 +417,9 @@ impl Verifier {
             (None, _) => self.single(r)?,
         }
         self.last_seq = Some(r.seq);
-        self.count += 1;
+        if !closes {
+            self.count += 1;
+        }
         Ok(())
     }
 
@@ -516,9 +523,9 @@ impl Verifier {
                 "a batch link whose detail does not name its members (edited)".into(),
             ));
         };
-        if self.last_seq.is_some_and(|s| r.seq != s + 1) {
+        if self.last_seq != Some(r.seq) {
             return Err(broken(
-                "a batch link not at the seq after its last member".into(),
+                "a batch link not at its last member's seq".into(),
             ));
         }
         if link.records != b.index {
@@ -922,7 +929,6 @@ mod tests {
                 seq += 1;
                 m.seq = seq;
             }
-            seq += 1;
             let text = detail::batch_link(&BatchLink {
                 batch_id: b as i64 + 1,
                 records: n,
@@ -972,8 +978,13 @@ mod tests {
     fn records_sealed_one_by_one_then_batches_verify_as_one_chain() {
         let c = mixed_chain(3, &[2, 1, 4]);
         assert_eq!(c.len(), 3 + 3 + 2 + 5);
-        assert_eq!(verify_chain(&c), Ok(13));
-        assert_eq!(verify_chain(&mixed_chain(0, &[1])), Ok(2));
+        assert_eq!(verify_chain(&c), Ok(10), "links are seals, not records");
+        assert_eq!(verify_chain(&mixed_chain(0, &[1])), Ok(1));
+        // A link carries its last member's seq: every seq names one record.
+        assert_eq!(
+            c.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5, 5, 6, 6, 7, 8, 9, 10, 10]
+        );
         // Each seq is its place in the chain; each member hashes with its place in the batch.
         assert_eq!(
             c.iter().map(|r| r.batch_index).collect::<Vec<_>>()[3..8],
@@ -984,7 +995,7 @@ mod tests {
     #[test]
     fn every_edit_deletion_move_or_cut_inside_a_batch_is_caught_at_the_right_record() {
         let c = mixed_chain(2, &[3, 3]);
-        // seqs: 1 2 | 3 4 5 link 6 | 7 8 9 link 10
+        // seqs: 1 2 | 3 4 5 link(5) | 6 7 8 link(8)
         let broken = |f: &dyn Fn(&mut Vec<Record>)| {
             let mut t = c.clone();
             f(&mut t);
@@ -1013,7 +1024,7 @@ mod tests {
                 t.remove(5);
             })
             .seq,
-            7,
+            6,
             "a link deleted"
         );
         // A member renumbered in the chain: seqs are pinned by the link's own seq.
@@ -1024,7 +1035,7 @@ mod tests {
             let last = seal_batch(&mut t[6..9]);
             assert_ne!(last, c[8].hash);
         });
-        assert_eq!(resealed.seq, 10);
+        assert_eq!(resealed.seq, 8);
         // ...and the link re-sealed too, after the same head: only an anchor can tell.
         let mut all = c.clone();
         all[6].amount_cents = Some(1);
@@ -1032,38 +1043,40 @@ mod tests {
         let mut link = detail::parse_batch_link(all[9].detail.as_deref().unwrap()).unwrap();
         link.last_hash = last_hash;
         let head = all[9].prev_hash.clone();
-        all[9] = Record::link(10, detail::batch_link(&link), &all[9].recorded_at, &head);
-        assert_eq!(verify_chain(&all), Ok(10));
+        all[9] = Record::link(8, detail::batch_link(&link), &all[9].recorded_at, &head);
+        assert_eq!(verify_chain(&all), Ok(8));
         // A batch cut short: members with no link after them.
         let mut cut = c.clone();
         cut.truncate(8);
         let end = verify_chain(&cut).unwrap_err();
-        assert_eq!((end.seq, end.reason.contains("no link")), (7, true));
+        assert_eq!((end.seq, end.reason.contains("no link")), (6, true));
         // A link claiming a member more or less than precede it.
         let miscounted = broken(&|t| {
             let mut l = detail::parse_batch_link(t[5].detail.as_deref().unwrap()).unwrap();
             l.records = 2;
             let head = t[5].prev_hash.clone();
-            t[5] = Record::link(6, detail::batch_link(&l), "T", &head);
+            t[5] = Record::link(5, detail::batch_link(&l), "T", &head);
         });
-        assert_eq!(miscounted.seq, 6);
+        assert_eq!(miscounted.seq, 5);
         // A record sealed one by one placed inside a batch.
         let mut inside = c.clone();
         inside.insert(3, inside[1].clone());
         assert!(verify_chain(&inside).is_err());
         // A link or checkpoint pretending to be a member.
-        assert_eq!(broken(&|t| t[5].batch_index = Some(4)).seq, 6);
+        assert_eq!(broken(&|t| t[5].batch_index = Some(4)).seq, 5);
+        // A link moved off its last member's seq.
+        assert_eq!(broken(&|t| t[5].seq = 6).seq, 6);
     }
 
     #[test]
     fn an_export_starting_inside_a_batch_verifies_from_the_member_before_it() {
         let c = mixed_chain(1, &[4, 2]);
-        // seqs: 1 | 2 3 4 5 link 6 | 7 8 link 9; start at seq 4 (member 3).
+        // seqs: 1 | 2 3 4 5 link(5) | 6 7 link(7); start at seq 4 (member 3).
         let mut v = Verifier::continuing_from(&c[2].hash);
         for r in &c[3..] {
             v.push(r).expect("the rest links on");
         }
-        assert_eq!((v.count, v.head()), (6, c[8].hash.as_str()));
+        assert_eq!((v.count, v.head()), (4, c[8].hash.as_str()));
         let mut wrong = Verifier::continuing_from(&c[1].hash);
         assert_eq!(wrong.push(&c[3]).map_err(|b| b.seq), Err(4));
         // Starting at a batch's first member: the link must join the hash continued from.
@@ -1074,7 +1087,7 @@ mod tests {
         let mut off = Verifier::continuing_from(&c[4].hash);
         off.push(&c[6]).unwrap();
         off.push(&c[7]).unwrap();
-        assert_eq!(off.push(&c[8]).map_err(|b| b.seq), Err(9));
+        assert_eq!(off.push(&c[8]).map_err(|b| b.seq), Err(7));
     }
 
     /// Batch members and a link pinned by vectors computed outside Rust (Python's `hashlib`
@@ -1125,13 +1138,13 @@ mod tests {
             outbox_rows: 1,
             outbox_first: 12,
         });
-        let link = Record::link(43, text, "2026-07-01T09:00:00.200000Z", &"11".repeat(32));
+        let link = Record::link(42, text, "2026-07-01T09:00:00.200000Z", &"11".repeat(32));
         let mut canonical = Vec::new();
         link.canonical_json(&mut canonical);
         assert_eq!(
             String::from_utf8(canonical).unwrap(),
             concat!(
-                r#"{"seq":43,"kind":"batch","idempotency_key":null,"award_id":null,"#,
+                r#"{"seq":42,"kind":"batch","idempotency_key":null,"award_id":null,"#,
                 r#""amount_cents":null,"stream_entry_id":null,"consumer":null,"#,
                 r#""delivery_count":null,"detail":"batch 7: 2 records, last "#,
                 r#"f7f64fb773db0332d34d862d371fa4a4866801ba66bb68b5bbd28c9fa7669448; "#,
@@ -1142,7 +1155,7 @@ mod tests {
         );
         assert_eq!(
             link.hash,
-            "f7d82c48dee5427f2fd145b6fcd641bc918a8ac4ee1d62d1e5bcce08b0ef1e68"
+            "5a90d80094fdf291f8fca75b45f27928fc67b61a5a70686eecff0d6b1033ca6e"
         );
         // A member's JSON says where it sits in its batch; a record sealed alone's does not.
         let json = serde_json::to_string(&members[1]).unwrap();

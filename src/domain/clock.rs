@@ -37,6 +37,11 @@ pub fn now_rfc3339() -> String {
     ledger_time(OffsetDateTime::now_utc())
 }
 
+/// The time `ago` before now, as the ledger stores times.
+pub fn ago_rfc3339(ago: std::time::Duration) -> String {
+    ledger_time(OffsetDateTime::now_utc() - ago)
+}
+
 /// `t` as the ledger stores times (converted to UTC first).
 pub fn ledger_time(t: OffsetDateTime) -> String {
     t.to_offset(time::UtcOffset::UTC)

@@ -366,6 +366,11 @@ pub struct Summary {
     pub tombstones: u64,
     /// The chain's head: the hash the next record will link to.
     pub head_hash: String,
+    /// Batches committed but not linked into the chain yet (a shared ledger only: a writer
+    /// links its batch right after committing it, so these are batches in that moment, or left
+    /// by a writer that stopped in it, which the next link by any node places). Their rows
+    /// are checked with the rest; their records are not in the chain yet.
+    pub unlinked_batches: u64,
 }
 
 /// Looking at a ledger without changing it: `verify`, `status`, `/healthz`.

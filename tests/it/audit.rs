@@ -3,6 +3,7 @@
 //! each tampering done in SQL both dialects share.
 
 use crate::support::{self, Store, World};
+use claimgate::domain::audit::{detail, seal_batch, Kind, Record, GENESIS_HASH};
 use std::process::Output;
 
 on_both_ledgers!(
@@ -73,27 +74,52 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone(st
     // One session throughout: the saved rows live in its temporary tables (unqualified names
     // find a temporary table first in both dialects).
     let mut db = w.sql();
-    db.exec("UPDATE audit_log SET amount_cents = amount_cents + 1 WHERE seq = 10");
+    let (table, at10) = record_row(store, 10);
+    db.exec(&format!(
+        "UPDATE {table} SET amount_cents = amount_cents + 1 WHERE {at10}"
+    ));
     assert!(fails(&w, &["audit", "verify"]).contains("seq 10"));
-    db.exec("UPDATE audit_log SET amount_cents = amount_cents - 1 WHERE seq = 10");
+    db.exec(&format!(
+        "UPDATE {table} SET amount_cents = amount_cents - 1 WHERE {at10}"
+    ));
     w.run_ok(&["audit", "verify"]);
 
-    db.exec(
-        "CREATE TEMP TABLE saved AS SELECT * FROM audit_log WHERE seq = 12;
-         DELETE FROM audit_log WHERE seq = 12;",
-    );
+    let (_, at12) = record_row(store, 12);
+    db.exec(&format!(
+        "CREATE TEMP TABLE saved AS SELECT * FROM {table} WHERE {at12};
+         DELETE FROM {table} WHERE {at12};"
+    ));
     assert!(fails(&w, &["audit", "verify"]).contains("seq 13"));
-    db.exec("INSERT INTO audit_log SELECT * FROM saved; DROP TABLE saved;");
+    db.exec(&format!(
+        "INSERT INTO {table} SELECT * FROM saved; DROP TABLE saved;"
+    ));
     w.run_ok(&["audit", "verify"]);
 
-    let swap = format!(
-        "CREATE TEMP TABLE a AS SELECT {COLS} FROM audit_log WHERE seq = 5;
-         CREATE TEMP TABLE b AS SELECT {COLS} FROM audit_log WHERE seq = 6;
-         DELETE FROM audit_log WHERE seq IN (5, 6);
-         INSERT INTO audit_log (seq, {COLS}) SELECT 5, * FROM b;
-         INSERT INTO audit_log (seq, {COLS}) SELECT 6, * FROM a;
-         DROP TABLE a; DROP TABLE b;"
-    );
+    // Records 5 and 6 trade places: each row keeps its place (seq, or place in its batch)
+    // and takes the other's content.
+    let swap = match store {
+        Store::Sqlite => format!(
+            "CREATE TEMP TABLE a AS SELECT {COLS} FROM audit_log WHERE seq = 5;
+             CREATE TEMP TABLE b AS SELECT {COLS} FROM audit_log WHERE seq = 6;
+             DELETE FROM audit_log WHERE seq IN (5, 6);
+             INSERT INTO audit_log (seq, {COLS}) SELECT 5, * FROM b;
+             INSERT INTO audit_log (seq, {COLS}) SELECT 6, * FROM a;
+             DROP TABLE a; DROP TABLE b;"
+        ),
+        Store::Postgres => {
+            let (_, at5) = record_row(store, 5);
+            let (_, at6) = record_row(store, 6);
+            format!(
+                "CREATE TEMP TABLE a AS SELECT * FROM audit_members WHERE {at5};
+                 CREATE TEMP TABLE b AS SELECT * FROM audit_members WHERE {at6};
+                 UPDATE audit_members m SET ({COLS}) = (SELECT {COLS} FROM b)
+                 FROM a WHERE (m.batch_id, m.batch_index) = (a.batch_id, a.batch_index);
+                 UPDATE audit_members m SET ({COLS}) = (SELECT {COLS} FROM a)
+                 FROM b WHERE (m.batch_id, m.batch_index) = (b.batch_id, b.batch_index);
+                 DROP TABLE a; DROP TABLE b;"
+            )
+        }
+    };
     db.exec(&swap);
     assert!(fails(&w, &["audit", "verify"]).contains("seq 5"));
     db.exec(&swap);
@@ -119,7 +145,7 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone(st
         std::fs::write(&export, tampered).unwrap();
         assert!(fails(&w, &file_arg).contains("audit chain broken at seq"));
     }
-    std::fs::write(&export, original).unwrap();
+    std::fs::write(&export, &original).unwrap();
     w.run_ok(&file_arg);
 
     // An increment exported with --since verifies against the hash its predecessor ended on.
@@ -132,7 +158,15 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone(st
         "--out",
         tail.to_str().unwrap(),
     ]);
-    let prev = db.text("SELECT hash FROM audit_log WHERE seq = 19");
+    // What the tail continues from: the hash at seq 19 in the full export (on a shared
+    // ledger, the link closing seq 19's batch when 19 ends one, else member 19's own).
+    let prev = original
+        .lines()
+        .map(|l| serde_json::from_str::<Record>(l).unwrap())
+        .filter(|r| r.seq < 20)
+        .last()
+        .unwrap()
+        .hash;
     w.run_ok(&[
         "audit",
         "verify",
@@ -165,7 +199,10 @@ fn verify_catches_an_edited_amount_and_a_deleted_outbox_row(store: Store) {
     db.exec("UPDATE disbursements SET amount_cents = amount_cents - 5000 WHERE id = 3");
     w.run_ok(&["verify"]);
 
-    db.exec("DELETE FROM outbox WHERE claim_id = 4");
+    db.exec(&format!(
+        "DELETE FROM {} WHERE claim_id = 4",
+        outbox_table(store)
+    ));
     let msg = fails(&w, &["verify"]);
     assert!(msg.contains("has no outbox row"), "{msg}");
 }
@@ -229,17 +266,39 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
 
 /// Moves the first `n` audit records (and the claims they describe) back to `old`, then re-seals
 /// the chain (and, on PostgreSQL, moves the chain head with it), as a ledger that has really
-/// been running that long would be.
+/// been running that long would be. On PostgreSQL `n` must end a batch (a shared ledger's
+/// batches are written, and purged, whole): drain with [`ONE_PER_BATCH`] to have every record
+/// end one.
 pub(crate) fn backdate(w: &World, n: i64, old: &str) {
     let mut db = w.sql();
-    db.exec(&format!(
-        "UPDATE audit_log SET recorded_at = '{old}' WHERE seq <= {n}"
-    ));
+    let (table, _) = record_row(w.store, 0);
     db.exec(&format!(
         "UPDATE processed_messages SET claimed_at = '{old}' WHERE idempotency_key IN
          (SELECT {} FROM audit_log WHERE seq <= {n} AND kind = 'processed')",
         w.unhex_sql("idempotency_key")
     ));
+    match w.store {
+        Store::Sqlite => db.exec(&format!(
+            "UPDATE audit_log SET recorded_at = '{old}' WHERE seq <= {n}"
+        )),
+        Store::Postgres => {
+            assert_eq!(
+                db.text(&format!(
+                    "SELECT ((SELECT COUNT(*) FROM audit_batches WHERE link_seq = {n})
+                            + (SELECT COUNT(*) FROM audit_chain WHERE seq = {n}))::text"
+                )),
+                "1",
+                "seq {n} does not end a batch"
+            );
+            db.exec(&format!(
+                "UPDATE audit_chain SET recorded_at = '{old}' WHERE seq <= {n};
+                 UPDATE {table} m SET recorded_at = '{old}' FROM audit_batches b
+                 WHERE b.batch_id = m.batch_id AND b.link_seq <= {n};
+                 UPDATE audit_batches SET created_at = '{old}', linked_at = '{old}'
+                 WHERE link_seq <= {n};"
+            ))
+        }
+    }
     let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
     let mut records = Vec::new();
     ledger
@@ -249,19 +308,83 @@ pub(crate) fn backdate(w: &World, n: i64, old: &str) {
         })
         .unwrap();
     drop(ledger);
-    let mut prev = claimgate::domain::audit::GENESIS_HASH.to_owned();
+    reseal(&mut db, w.store, records);
+}
+
+/// Seals `records` (the whole chain, as read) again from the genesis hash and writes every
+/// hash back: records sealed one by one after the head, a batch's members among themselves
+/// and its link after the head, as the ledger seals them.
+fn reseal(db: &mut support::Sql, store: Store, records: Vec<Record>) {
+    let mut prev = GENESIS_HASH.to_owned();
+    let mut members: Vec<Record> = Vec::new();
     for mut r in records {
-        r.seal(&prev);
+        if r.batch_index.is_some() {
+            members.push(r);
+            continue;
+        }
+        if r.kind != Kind::Batch {
+            r.seal(&prev);
+            let table = if store == Store::Postgres { "audit_chain" } else { "audit_log" };
+            db.exec(&format!(
+                "UPDATE {table} SET prev_hash = '{}', hash = '{}' WHERE seq = {}",
+                r.prev_hash, r.hash, r.seq
+            ));
+            prev = r.hash;
+            continue;
+        }
+        let mut link = detail::parse_batch_link(r.detail.as_deref().unwrap()).unwrap();
+        link.last_hash = seal_batch(&mut members);
+        for m in members.drain(..) {
+            db.exec(&format!(
+                "UPDATE audit_members SET prev_hash = '{}', hash = '{}'
+                 WHERE batch_id = {} AND batch_index = {}",
+                m.prev_hash,
+                m.hash,
+                link.batch_id,
+                m.batch_index.unwrap()
+            ));
+        }
+        let sealed = Record::link(r.seq, detail::batch_link(&link), &r.recorded_at, &prev);
         db.exec(&format!(
-            "UPDATE audit_log SET prev_hash = '{}', hash = '{}' WHERE seq = {}",
-            r.prev_hash, r.hash, r.seq
+            "UPDATE audit_batches SET last_hash = '{}', prev_hash = '{}', hash = '{}'
+             WHERE batch_id = {}",
+            link.last_hash, sealed.prev_hash, sealed.hash, link.batch_id
         ));
-        prev = r.hash;
+        prev = sealed.hash;
     }
-    if w.store == Store::Postgres {
+    assert!(members.is_empty(), "the chain ends inside a batch");
+    if store == Store::Postgres {
         db.exec(&format!("UPDATE chain_head SET hash = '{prev}'"));
     }
 }
+
+/// The table and the condition that find the stored row of the audit record at `seq`: its
+/// `audit_log` row on SQLite; on PostgreSQL, its batch member's row (every record a worker or
+/// a hold writes is one).
+fn record_row(store: Store, seq: i64) -> (&'static str, String) {
+    match store {
+        Store::Sqlite => ("audit_log", format!("seq = {seq}")),
+        Store::Postgres => (
+            "audit_members",
+            format!(
+                "(batch_id, batch_index) = (SELECT batch_id, batch_index FROM audit_log \
+                 WHERE seq = {seq})"
+            ),
+        ),
+    }
+}
+
+/// Where outbox rows are stored (on PostgreSQL `outbox` is a view over them).
+fn outbox_table(store: Store) -> &'static str {
+    match store {
+        Store::Sqlite => "outbox",
+        Store::Postgres => "outbox_rows",
+    }
+}
+
+/// `run` flags that make every entry a batch of its own on a shared ledger, so that every
+/// record ends a batch (for tests that back-date or purge a given number of records).
+pub(crate) const ONE_PER_BATCH: [&str; 1] = ["--per-message"];
 
 fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable(
     store: Store,
@@ -275,7 +398,7 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
     w.add(&(0..10).map(support::submission).collect::<Vec<_>>());
     w.add_fields(&[("payload", b"[]")]);
     w.add(&(10..20).map(support::submission).collect::<Vec<_>>());
-    w.drain(&[]);
+    w.drain(&ONE_PER_BATCH);
     backdate(&w, 12, "2020-03-01T12:00:00.000000Z");
     backdate(&w, 5, "2019-03-01T12:00:00.000000Z");
     w.run_ok(&["verify"]);
@@ -350,7 +473,7 @@ fn retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the
     assert_eq!(
         exported
             .lines()
-            .filter(|l| l.contains(r#""table":"audit_log""#))
+            .filter(|l| l.contains(r#""table":"audit_log""#) && !l.contains(r#""kind":"batch""#))
             .count(),
         12 - 5 + 1,
         "the second export holds the first checkpoint and records 6..=12"
@@ -377,7 +500,7 @@ fn a_purge_that_cannot_find_a_records_claim_removes_nothing(store: Store) {
     // 2. The purge refuses and names the problem; every row is still there; verify passes.
     let w = World::on(store);
     w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
-    w.drain(&[]);
+    w.drain(&ONE_PER_BATCH);
     w.run_ok(&["relay", "--exit-when-idle"]);
     backdate(&w, 6, "2019-03-01T12:00:00.000000Z");
     w.sql()
@@ -417,7 +540,7 @@ fn a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself(store: Store) 
     use claimgate::ledger::Removed;
     let w = World::on(store);
     w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
-    w.drain(&[]);
+    w.drain(&ONE_PER_BATCH);
     w.run_ok(&["relay", "--exit-when-idle"]);
     backdate(&w, 4, "2019-03-01T12:00:00.000000Z");
     let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();

@@ -27,6 +27,9 @@ const STREAM: &str = "grants:submissions";
 
 /// A ledger under test: a fresh one per test, and the fault hook.
 trait Subject: Ledger + Outbox + AuditLog + Inspect + Clone + 'static {
+    /// Whether each batch is closed in the chain by a `batch` link after its records (a shared
+    /// ledger's batches, `domain::audit`): a seal at the last record's seq, not a record.
+    const LINKS: bool = false;
     /// An empty ledger with this conflict policy.
     fn fresh(on_conflict: OnConflict) -> Self;
     /// From now on, a batch that would pay a new claim of `award_id` fails, after the batch's
@@ -175,6 +178,7 @@ impl Postgres {
 }
 
 impl Subject for Postgres {
+    const LINKS: bool = true;
     fn fresh(on_conflict: OnConflict) -> Self {
         let url = crate::pg::fresh_database();
         let mut cfg = LedgerConfig::new(&url);
@@ -207,9 +211,16 @@ impl Subject for Postgres {
             )
             .unwrap();
     }
+    /// Through the end of the batch holding `last`: a shared ledger purges whole batches.
     fn purge_through(&self, last: i64, now: &str) -> claimgate::ledger::Removed {
         use claimgate::ledger::Retention;
-        let first = records(self, &Since::All)[0].seq;
+        let chain = chain(self, &Since::All);
+        let first = chain[0].seq;
+        let last = chain
+            .iter()
+            .find(|r| r.seq >= last && r.batch_index.is_none())
+            .unwrap()
+            .seq;
         let cutoff = "9999-12-31T23:59:59.999999Z";
         self.ledger
             .purge_batch(first, last, cutoff, "contract purge", now)
@@ -396,7 +407,8 @@ fn dead(entry_id: &str) -> Item<'_> {
 
 // ----- Reading state back -----------------------------------------------------------------------
 
-fn records(l: &impl AuditLog, since: &Since) -> Vec<Record> {
+/// Every record of the chain, links of batches included.
+fn chain(l: &impl AuditLog, since: &Since) -> Vec<Record> {
     let mut out = Vec::new();
     l.for_each_record(since, &mut |r| {
         out.push(r);
@@ -404,6 +416,20 @@ fn records(l: &impl AuditLog, since: &Since) -> Vec<Record> {
     })
     .unwrap();
     out
+}
+
+/// The records of what happened: the chain without the links of batches.
+fn records(l: &impl AuditLog, since: &Since) -> Vec<Record> {
+    chain(l, since)
+        .into_iter()
+        .filter(|r| r.kind != Kind::Batch)
+        .collect()
+}
+
+/// How many entries `records` records of what happened, in `batches` batches, make in the
+/// walk of the chain: each batch's link comes too, on a ledger that links batches.
+fn chain_len<L: Subject>(records: usize, batches: usize) -> usize {
+    records + if L::LINKS { batches } else { 0 }
 }
 
 fn kinds(records: &[Record]) -> Vec<Kind> {
@@ -460,7 +486,10 @@ fn duplicates_inside_one_batch_are_decided_in_batch_order<L: Subject>() {
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements, st.outbox_backlog), (1, 1, 1));
     assert_eq!(st.disbursed_cents_total, 101);
-    assert_eq!((st.duplicates_suppressed, st.audit_records), (1, 2));
+    assert_eq!(
+        (st.duplicates_suppressed, st.audit_records),
+        (1, 2)
+    );
 }
 
 fn a_duplicate_in_a_later_batch_names_the_first_claim_and_pays_nothing<L: Subject>() {
@@ -669,13 +698,14 @@ fn concurrent_writers_leave_one_linear_chain_and_lose_nothing<L: Subject>() {
         }
     });
     let n = (WRITERS * KEYS) as i64;
+    let all = chain(&l, &Since::All);
     let recs = records(&l, &Since::All);
     assert_eq!(seqs(&recs), (1..=n).collect::<Vec<_>>());
     let processed = recs.iter().filter(|r| r.kind == Kind::Processed).count();
     assert_eq!(processed, KEYS);
     let summary = l.verify().unwrap();
     assert_eq!(summary.audit_records, n as u64);
-    assert_eq!(summary.head_hash, recs.last().unwrap().hash);
+    assert_eq!(summary.head_hash, all.last().unwrap().hash);
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements), (KEYS as u64, KEYS as u64));
     assert_eq!(st.duplicates_suppressed, ((WRITERS - 1) * KEYS) as u64);
@@ -782,7 +812,8 @@ fn audit_records_read_back_in_seq_order_from_where_asked<L: Subject>() {
     let all = records(&l, &Since::All);
     assert_eq!(seqs(&all), [1, 2, 3, 4]);
     assert_eq!(records(&l, &Since::Seq(2)), all[1..]);
-    assert_eq!(records(&l, &Since::Seq(5)), vec![]);
+    let past = chain(&l, &Since::All).last().unwrap().seq + 1;
+    assert_eq!(chain(&l, &Since::Seq(past)), vec![]);
     let second_batch = Since::Time(all[2].recorded_at.clone());
     assert_eq!(records(&l, &second_batch), all[2..]);
 
@@ -1181,7 +1212,9 @@ fn verify_summarises_a_clean_ledger<L: Subject>() {
     )
     .unwrap();
     let summary = l.verify().unwrap();
-    let recs = records(&l, &Since::All);
+    let recs = chain(&l, &Since::All);
+    // Four records of what happened; a shared ledger adds the batch's link after them.
+    assert_eq!(recs.len(), chain_len::<L>(4, 1));
     assert_eq!(
         summary,
         Summary {
@@ -1190,7 +1223,8 @@ fn verify_summarises_a_clean_ledger<L: Subject>() {
             outbox_rows: 2,
             audit_records: 4,
             tombstones: 0,
-            head_hash: recs[3].hash.clone(),
+            head_hash: recs.last().unwrap().hash.clone(),
+            unlinked_batches: 0,
         }
     );
     assert_eq!(claimgate::domain::audit::verify_chain(&recs), Ok(4));
@@ -1305,16 +1339,20 @@ fn transcript<L: Subject>(on_conflict: OnConflict, script: &[Vec<Item<'_>>]) -> 
             *purged_at = purged_at.as_deref().map(name);
         }
     }
-    let records = records(&l, &Since::All)
+    // A shared ledger's records are batch members, each also numbered within its batch.
+    let records: Vec<Record> = records(&l, &Since::All)
         .into_iter()
         .map(|r| Record {
             recorded_at: name(&r.recorded_at),
             detail: r.detail.as_deref().map(name),
             prev_hash: String::new(),
             hash: String::new(),
+            batch_index: None,
             ..r
         })
         .collect();
+    let links = chain(&l, &Since::All).len() - records.len();
+    assert_eq!(links, chain_len::<L>(0, script.len()));
     l.verify().unwrap();
     Transcript {
         outcomes,
@@ -1447,8 +1485,13 @@ fn postgres_verify_names_a_planted_inconsistency() {
     let l = Postgres::fresh(OnConflict::Record);
     l.record(&[item(&s1, "1-0"), item(&s1, "2-0")], "c", STREAM)
         .unwrap();
+    // The record at seq 2 is the second member of the batch: its row in `audit_members`.
     l.raw()
-        .batch_execute("UPDATE audit_log SET detail = 'first claimed never' WHERE seq = 2")
+        .batch_execute(
+            "UPDATE audit_members SET detail = 'first claimed never'
+             WHERE (batch_id, batch_index) = (SELECT batch_id, batch_index FROM audit_log
+                                              WHERE seq = 2)",
+        )
         .unwrap();
     let err = l.verify().unwrap_err().to_string();
     assert!(err.contains("audit chain broken at seq 2"), "{err}");
@@ -1572,10 +1615,12 @@ fn postgres_runs_one_retention_purge_at_a_time() {
 /// continue the chain after them, and a purge of them leaves the outbox id counter alone.
 fn holds_leave_chained_records<L: Subject>(l: &L, holds: &dyn Retention) {
     // 1. Two payments, then hold add (twice) and hold remove (twice) on award A-000001.
-    // 2. Exactly two records, hold_added and hold_removed, worded by `detail`, seq 3 and 4;
+    // 2. Exactly two records, hold_added and hold_removed, worded by `detail`, seq 3 and 4
+    //    (on a ledger that links batches, each a batch of its own after the payments' batch);
     //    the repeats return false and add nothing.
-    // 3. A third payment chains after them (seq 5); the chain and `verify` pass.
-    // 4. Purge through seq 4: outbox_id_max is still 3, only id 3 is unpublished.
+    // 3. A third payment chains after them; the chain and `verify` pass.
+    // 4. Purge through the hold_removed record: outbox_id_max is still 3, only id 3 is
+    //    unpublished.
     let (s1, s2, s3) = (sub(1), sub(2), sub(3));
     l.record(&[item(&s1, "1-0"), item(&s2, "2-0")], "c", STREAM)
         .unwrap();
@@ -1596,7 +1641,8 @@ fn holds_leave_chained_records<L: Subject>(l: &L, holds: &dyn Retention) {
             Kind::HoldRemoved
         ]
     );
-    assert_eq!(seqs(&recs), [1, 2, 3, 4]);
+    let expected = [1, 2, 3, 4, 5];
+    assert_eq!(seqs(&recs), expected[..4]);
     let (added, removed) = (&recs[2], &recs[3]);
     assert_eq!(added.award_id.as_deref(), Some("A-000001"));
     assert_eq!(added.detail, Some(detail::hold_added("case 7")));
@@ -1606,13 +1652,14 @@ fn holds_leave_chained_records<L: Subject>(l: &L, holds: &dyn Retention) {
 
     l.record(&[item(&s3, "3-0")], "c", STREAM).unwrap();
     let recs = records(l, &Since::All);
-    assert_eq!(recs[4].seq, 5);
-    assert_eq!(recs[4].prev_hash, recs[3].hash);
-    assert_eq!(claimgate::domain::audit::verify_chain(&recs), Ok(5));
+    assert_eq!(recs[4].seq, expected[4]);
+    let all = chain(l, &Since::All);
+    assert_eq!(all.len(), chain_len::<L>(5, 4));
+    assert_eq!(claimgate::domain::audit::verify_chain(&all), Ok(5));
     assert_eq!(l.verify().unwrap().audit_records, 5);
 
     assert_eq!(l.outbox_id_max().unwrap(), 3);
-    l.purge_through(4, "2026-11-30T00:00:00.000000Z");
+    l.purge_through(expected[3], "2026-11-30T00:00:00.000000Z");
     assert_eq!(
         l.outbox_id_max().unwrap(),
         3,
@@ -1762,8 +1809,8 @@ fn postgres_verify_names_a_claimed_tombstone_an_unbacked_duplicate_and_a_lost_de
         .unwrap();
     l.raw()
         .batch_execute(
-            "DELETE FROM outbox; DELETE FROM disbursements; DELETE FROM processed_messages;
-             DELETE FROM audit_log WHERE kind = 'processed';",
+            "DELETE FROM outbox_rows; DELETE FROM disbursements; DELETE FROM processed_messages;
+             DELETE FROM audit_members WHERE kind = 'processed';",
         )
         .unwrap();
     let err = l.verify().unwrap_err().to_string();

@@ -115,8 +115,14 @@ fn every_command_works_against_a_postgres_ledger() {
     );
     let export = w.dir.path().join("audit.jsonl");
     w.run_ok(&["audit", "export", "--out", export.to_str().unwrap()]);
-    let lines = std::fs::read_to_string(&export).unwrap().lines().count();
-    assert_eq!(lines as i64, w.count("audit_log"));
+    // Every record, and after each batch of them its link (a seal, not a record).
+    let exported = std::fs::read_to_string(&export).unwrap();
+    let records = exported
+        .lines()
+        .filter(|l| !l.contains(r#""kind":"batch""#))
+        .count();
+    assert_eq!(records as i64, w.count("audit_log"));
+    assert!(exported.lines().count() > records, "the batches' links are exported");
     w.run_ok(&["audit", "verify"]);
     w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
 
@@ -437,7 +443,7 @@ fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
     w.add(&(0..5).map(submission).collect::<Vec<_>>());
     w.add_fields(&[("payload", b"[]")]);
     w.add(&(5..20).map(submission).collect::<Vec<_>>());
-    w.drain(&[]);
+    w.drain(&crate::audit::ONE_PER_BATCH);
     w.run_ok(&["relay", "--exit-when-idle"]);
     crate::audit::backdate(&w, 9, "2019-03-01T12:00:00.000000Z");
     w.run_ok(&["verify"]);
@@ -490,7 +496,7 @@ fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
     assert_eq!(
         exported
             .lines()
-            .filter(|l| l.contains("\"audit_log\""))
+            .filter(|l| l.contains("\"audit_log\"") && !l.contains(r#""kind":"batch""#))
             .count(),
         9
     );
@@ -588,7 +594,7 @@ const ONE_PAID_CLAIM: &str = "
         '2026-01-01T00:00:00.000000Z', '1-1', 'hand', '2026-01-01T00:00:00.000000Z');
     INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
     VALUES (900001, decode(repeat('ab', 32), 'hex'), 'AWD-FK', 100, '2026-01-01T00:00:00.000000Z');
-    INSERT INTO outbox (id, claim_id, event_type, payload, created_at)
+    INSERT INTO outbox_rows (id, claim_id, event_type, payload, created_at)
     VALUES (900001, 900001, 'disbursement.recorded', '{}', '2026-01-01T00:00:00.000000Z')";
 
 /// What the schema's statement triggers must refuse, with the foreign-key SQLSTATE, on a
@@ -600,10 +606,10 @@ fn assert_rows_are_held_to_claims(url: &str) {
     let orphans = [
         "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at)
          VALUES (777, decode(repeat('cd', 32), 'hex'), 'AWD-FK', 5, 'x')",
-        "INSERT INTO outbox (id, claim_id, event_type, payload, created_at)
+        "INSERT INTO outbox_rows (id, claim_id, event_type, payload, created_at)
          VALUES (900002, 777, 'disbursement.recorded', '{}', 'x')",
         "UPDATE disbursements SET claim_id = 777 WHERE claim_id = 900001",
-        "UPDATE outbox SET claim_id = 777 WHERE claim_id = 900001",
+        "UPDATE outbox_rows SET claim_id = 777 WHERE claim_id = 900001",
         "DELETE FROM processed_messages WHERE claim_id = 900001",
         "UPDATE processed_messages SET claim_id = 900009 WHERE claim_id = 900001",
     ];
@@ -612,7 +618,7 @@ fn assert_rows_are_held_to_claims(url: &str) {
     }
     // The batch writes outbox rows by COPY: the same refusal there.
     let mut copy = c
-        .copy_in("COPY outbox (id, claim_id, event_type, payload, created_at) FROM STDIN")
+        .copy_in("COPY outbox_rows (id, claim_id, event_type, payload, created_at) FROM STDIN")
         .unwrap();
     std::io::Write::write_all(&mut copy, b"900003\t777\tdisbursement.recorded\t{}\tx\n").unwrap();
     let refused = copy.finish().unwrap_err();
@@ -637,10 +643,10 @@ fn assert_rows_are_held_to_claims(url: &str) {
         count(&mut c, "SELECT COUNT(*) FROM outbox WHERE claim_id = 777"),
         0
     );
-    c.batch_execute("UPDATE outbox SET published_at = 'now' WHERE claim_id = 900001")
+    c.batch_execute("UPDATE outbox_rows SET published_at = 'now' WHERE claim_id = 900001")
         .unwrap();
     c.batch_execute(
-        "BEGIN; DELETE FROM outbox WHERE claim_id = 900001;
+        "BEGIN; DELETE FROM outbox_rows WHERE claim_id = 900001;
          DELETE FROM disbursements WHERE claim_id = 900001;
          DELETE FROM processed_messages WHERE claim_id = 900001; COMMIT",
     )
@@ -679,7 +685,9 @@ fn postgres_ledgers_new_and_upgraded_hold_rows_to_claims_and_claims_to_one_per_k
     //    submissions, 3 resent and one conflicting resubmission are paid once each, the
     //    conflict found; verify passes; the same refusals hold.
     let indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'processed_messages'";
-    let audit_indexes = "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'audit_log'";
+    // Records sealed one by one: `audit_chain`, the `audit_log` table of earlier releases.
+    let audit_indexes = "SELECT COUNT(*) FROM pg_indexes
+         WHERE tablename IN ('audit_log', 'audit_chain')";
     let foreign_keys = "SELECT COUNT(*) FROM pg_constraint WHERE contype = 'f'
          AND confrelid = 'processed_messages'::regclass";
     let triggers = "SELECT COUNT(*) FROM pg_trigger WHERE tgname LIKE 'claimgate_%'";

@@ -111,9 +111,9 @@ fn reference_check_4_a_failed_outbox_insert_leaves_no_disbursement_and_no_claim(
         Store::Postgres => (
             "CREATE FUNCTION fail_outbox() RETURNS trigger LANGUAGE plpgsql AS
              $$ BEGIN RAISE EXCEPTION 'forced outbox failure'; END $$;
-             CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox
+             CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox_rows
              FOR EACH ROW EXECUTE FUNCTION fail_outbox();",
-            "DROP TRIGGER fail_outbox ON outbox",
+            "DROP TRIGGER fail_outbox ON outbox_rows",
         ),
     };
     conn.exec(fail);

@@ -86,6 +86,7 @@ pub(super) fn state(state: &State) -> Result<Summary> {
         audit_records: v.count,
         tombstones: state.tombstones.len() as u64,
         head_hash: v.head().to_owned(),
+        unlinked_batches: 0,
     })
 }
 

@@ -1,21 +1,59 @@
-//! Reading the audit log back out of PostgreSQL in chain order, one record at a time
-//! ([`AuditLog`]), writing one record exactly as sealed (a purge's checkpoint, migrate), and
-//! appending one record at the chain head outside a batch (legal holds).
+//! Reading the audit chain back out of PostgreSQL in chain order, one record at a time
+//! ([`AuditLog`]), and writing a record sealed one by one exactly as given (a purge's
+//! checkpoint, migrate).
+//!
+//! The chain is stored in two parts (`schema_postgres.sql`): records sealed one by one in
+//! `audit_chain` (those of earlier releases and of migrated ledgers, and checkpoints), and
+//! batches — members in `audit_members`, each batch's link in its `audit_batches` row. Every
+//! record of the first part comes before every linked batch: batches are only ever linked
+//! after the head, earlier releases' records and migrated ones were there before any batch
+//! (migrate loads into an empty ledger only; an upgraded ledger starts batching at its head),
+//! and a checkpoint takes the seq of the last record it replaced, at the front. So a walk reads
+//! the first part in seq order, then the linked batches in link order, each batch's members in
+//! their order followed by its link record (at the last member's seq). Batches not linked yet
+//! are not in the chain.
 
 use super::PgLedger;
-use crate::domain::audit::{Kind, Record};
+use crate::domain::audit::{detail, BatchLink, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{AuditLog, Since};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
 
-/// The columns, in `Record` order.
+/// The columns of `audit_chain`, in `Record` order.
 pub(super) const COLUMNS: &str = "seq, kind, idempotency_key, award_id, amount_cents, \
      stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash";
 
+/// The columns of `audit_members`, for a batch's COPY.
+pub(super) const MEMBER_COLUMNS: &str = "batch_id, batch_index, kind, idempotency_key, \
+     award_id, amount_cents, stream_entry_id, consumer, delivery_count, detail, recorded_at, \
+     prev_hash, hash";
+
+/// A linked batch's link columns, then each of its members' columns (none, for a batch whose
+/// members are gone: its link is still read, and the walk names what is missing).
+const BATCH_ROWS: &str = "SELECT b.link_seq, b.batch_id, b.record_count, b.last_hash,
+        b.outbox_count, b.outbox_first, b.linked_at, b.prev_hash, b.hash,
+        m.batch_index, m.kind, m.idempotency_key, m.award_id, m.amount_cents,
+        m.stream_entry_id, m.consumer, m.delivery_count, m.detail, m.recorded_at, m.prev_hash,
+        m.hash
+     FROM audit_batches b LEFT JOIN audit_members m ON m.batch_id = b.batch_id";
+
+/// Which records a walk reads.
+#[derive(Debug, Clone)]
+pub(super) enum Range<'a> {
+    /// As [`AuditLog::for_each_record`] is asked. By time, a batch is read whole when its link
+    /// was written at or after the time (its members were written a moment before its link).
+    Since(&'a Since),
+    /// Records with seqs in `first..=last`, which begins and ends at the edge of a batch
+    /// (a retention purge's range).
+    Seqs(i64, i64),
+    /// The dead-letter records only.
+    DeadLetters,
+}
+
 impl AuditLog for PgLedger {
-    /// One repeatable-read transaction around the whole walk: batches committing meanwhile add
+    /// One repeatable-read transaction around the whole walk: batches linked meanwhile add
     /// nothing to what `f` sees. Rows are streamed, one at a time.
     fn for_each_record(
         &self,
@@ -24,86 +62,180 @@ impl AuditLog for PgLedger {
     ) -> Result<()> {
         let mut conn = self.conn()?;
         let mut tx = super::snapshot(&mut conn.client)?;
-        for_each(&mut tx, since, f)
+        for_each(&mut tx, &Range::Since(since), f)
     }
 
-    /// Through the partial index `audit_dead_letters` (`schema_postgres.sql`), streamed.
+    /// Through the partial indexes of dead-letter records (`schema_postgres.sql`), streamed.
     fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
         let mut conn = self.conn()?;
         let mut tx = super::snapshot(&mut conn.client)?;
-        let mut rows = tx.query_raw(
-            &format!("SELECT {COLUMNS} FROM audit_log WHERE kind = 'dead_letter' ORDER BY seq"),
-            std::iter::empty::<i64>(),
-        )?;
-        while let Some(row) = rows.next()? {
-            f(record_of(&row)?)?;
-        }
-        Ok(())
+        for_each(&mut tx, &Range::DeadLetters, f)
     }
 }
 
-/// Calls `f` with each selected record, lowest seq first (inside the caller's transaction).
+/// Calls `f` with each record of `range`, lowest seq first (inside the caller's transaction).
 pub(super) fn for_each(
     client: &mut impl GenericClient,
-    since: &Since,
+    range: &Range<'_>,
     f: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<()> {
-    let base = format!("SELECT {COLUMNS} FROM audit_log");
-    let mut rows = match since {
-        Since::All => {
-            client.query_raw(&format!("{base} ORDER BY seq"), std::iter::empty::<i64>())?
+    let base = format!("SELECT {COLUMNS} FROM audit_chain");
+    let none = std::iter::empty::<i64>();
+    let mut rows = match range {
+        Range::Since(Since::All) => client.query_raw(&format!("{base} ORDER BY seq"), none)?,
+        Range::Since(Since::Seq(n)) => {
+            client.query_raw(&format!("{base} WHERE seq >= $1 ORDER BY seq"), [*n])?
         }
-        Since::Seq(n) => client.query_raw(&format!("{base} WHERE seq >= $1 ORDER BY seq"), [*n])?,
-        Since::Time(t) => client.query_raw(
+        Range::Since(Since::Time(t)) => client.query_raw(
             &format!("{base} WHERE recorded_at >= $1 ORDER BY seq"),
             [t.as_str()],
+        )?,
+        Range::Seqs(first, last) => client.query_raw(
+            &format!("{base} WHERE seq BETWEEN $1 AND $2 ORDER BY seq"),
+            [*first, *last],
+        )?,
+        Range::DeadLetters => client.query_raw(
+            &format!("{base} WHERE kind = 'dead_letter' ORDER BY seq"),
+            none,
         )?,
     };
     while let Some(row) = rows.next()? {
         f(record_of(&row)?)?;
     }
-    Ok(())
+    drop(rows);
+    for_each_batched(client, range, f)
 }
 
-/// Records with `seq` in `first..=last`, in order (bounded by the caller).
+/// The linked batches' part of a walk.
+fn for_each_batched(
+    client: &mut impl GenericClient,
+    range: &Range<'_>,
+    f: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<()> {
+    let order = "ORDER BY b.link_seq, m.batch_index";
+    let linked = "b.link_seq IS NOT NULL";
+    let none = std::iter::empty::<i64>();
+    let mut from_seq = i64::MIN;
+    let mut rows = match range {
+        Range::Since(Since::All) => {
+            client.query_raw(&format!("{BATCH_ROWS} WHERE {linked} {order}"), none)?
+        }
+        Range::Since(Since::Seq(n)) => {
+            from_seq = *n;
+            client.query_raw(
+                &format!("{BATCH_ROWS} WHERE {linked} AND b.link_seq >= $1 {order}"),
+                [*n],
+            )?
+        }
+        Range::Since(Since::Time(t)) => client.query_raw(
+            &format!("{BATCH_ROWS} WHERE {linked} AND b.linked_at >= $1 {order}"),
+            [t.as_str()],
+        )?,
+        Range::Seqs(first, last) => client.query_raw(
+            &format!("{BATCH_ROWS} WHERE b.link_seq BETWEEN $1 AND $2 {order}"),
+            [*first, *last],
+        )?,
+        Range::DeadLetters => client.query_raw(
+            "SELECT b.link_seq, b.batch_id, b.record_count, b.last_hash, b.outbox_count,
+                    b.outbox_first, b.linked_at, b.prev_hash, b.hash,
+                    m.batch_index, m.kind, m.idempotency_key, m.award_id, m.amount_cents,
+                    m.stream_entry_id, m.consumer, m.delivery_count, m.detail, m.recorded_at,
+                    m.prev_hash, m.hash
+             FROM audit_members m JOIN audit_batches b ON b.batch_id = m.batch_id
+             WHERE m.kind = 'dead_letter' AND b.link_seq IS NOT NULL
+             ORDER BY b.link_seq, m.batch_index",
+            none,
+        )?,
+    };
+    let links = !matches!(range, Range::DeadLetters);
+    let mut pending: Option<Record> = None;
+    while let Some(row) = rows.next()? {
+        let link = link_of(&row)?;
+        if pending.as_ref().is_some_and(|p| p.seq != link.seq) {
+            f(pending.take().expect("checked"))?;
+        }
+        if let Some(member) = member_of(&row, link.seq)? {
+            if member.seq >= from_seq {
+                f(member)?;
+            }
+        }
+        if links && pending.is_none() {
+            pending = Some(link);
+        }
+    }
+    match pending {
+        Some(link) => f(link),
+        None => Ok(()),
+    }
+}
+
+/// A linked batch's link record, from the first columns of a [`BATCH_ROWS`] row.
+fn link_of(row: &Row) -> Result<Record> {
+    let seq: i64 = row.try_get(0)?;
+    let link = BatchLink {
+        batch_id: row.try_get(1)?,
+        records: row.try_get::<_, i32>(2)?.into(),
+        last_hash: row.try_get(3)?,
+        outbox_rows: row.try_get::<_, i32>(4)?.into(),
+        outbox_first: row.try_get(5)?,
+    };
+    Ok(Record {
+        seq,
+        detail: Some(detail::batch_link(&link)),
+        prev_hash: row.try_get(7)?,
+        hash: row.try_get(8)?,
+        ..Record::unsealed(Kind::Batch, &row.try_get::<_, String>(6)?)
+    })
+}
+
+/// The member of a [`BATCH_ROWS`] row (none for a batch without members), numbered in the
+/// chain up to its link's `link_seq`, the seq of the batch's last member.
+fn member_of(row: &Row, link_seq: i64) -> Result<Option<Record>> {
+    let Some(index) = row.try_get::<_, Option<i32>>(9)? else {
+        return Ok(None);
+    };
+    let records: i32 = row.try_get(2)?;
+    let seq = link_seq - i64::from(records) + i64::from(index);
+    let kind: String = row.try_get(10)?;
+    let kind = Kind::parse(&kind).ok_or_else(|| {
+        Error::Invariant(format!(
+            "audit record seq {seq}: unknown kind {kind:?} (edited)"
+        ))
+    })?;
+    Ok(Some(Record {
+        seq,
+        kind,
+        idempotency_key: row.try_get(11)?,
+        award_id: row.try_get(12)?,
+        amount_cents: row.try_get(13)?,
+        stream_entry_id: row.try_get(14)?,
+        consumer: row.try_get(15)?,
+        delivery_count: row.try_get(16)?,
+        detail: row.try_get(17)?,
+        recorded_at: row.try_get(18)?,
+        prev_hash: row.try_get(19)?,
+        hash: row.try_get(20)?,
+        batch_index: Some(index.into()),
+    }))
+}
+
+/// Records with `seq` in `first..=last`, in order (bounded by the caller; the range begins
+/// and ends at the edge of a batch).
 pub(super) fn range(client: &mut impl GenericClient, first: i64, last: i64) -> Result<Vec<Record>> {
-    client
-        .query(
-            &format!("SELECT {COLUMNS} FROM audit_log WHERE seq BETWEEN $1 AND $2 ORDER BY seq"),
-            &[&first, &last],
-        )?
-        .iter()
-        .map(record_of)
-        .collect()
+    let mut out = Vec::new();
+    for_each(client, &Range::Seqs(first, last), &mut |r| {
+        out.push(r);
+        Ok(())
+    })?;
+    Ok(out)
 }
 
-/// Appends `r` to the chain inside the caller's transaction, exactly as a batch appends its
-/// records (`batch.rs`, step 5): locks the chain head row (`SELECT … FOR UPDATE`, held until
-/// the caller commits), seals `r` at the next `seq` after the head's hash, inserts it and
-/// advances the head. The head is the last lock every writer takes, so the caller must have
-/// made its other changes already and commit right after; concurrent batches then wait for
-/// this commit and continue the chain after `r`. Returns the sealed record.
-pub(super) fn append(tx: &mut postgres::Transaction<'_>, mut r: Record) -> Result<Record> {
-    let head = tx.query_one(
-        "SELECT seq, hash FROM chain_head WHERE id = 1 FOR UPDATE",
-        &[],
-    )?;
-    let (seq, hash): (i64, String) = (head.get(0), head.get(1));
-    r.seq = seq + 1;
-    r.seal(&hash);
-    insert(tx, &r)?;
-    tx.execute(
-        "UPDATE chain_head SET seq = $1, hash = $2 WHERE id = 1",
-        &[&r.seq, &r.hash],
-    )?;
-    Ok(r)
-}
-
-/// Inserts a record exactly as given (seq included).
+/// Inserts a record sealed one by one exactly as given (seq included) into `audit_chain`.
 pub(super) fn insert(client: &mut impl GenericClient, r: &Record) -> Result<()> {
+    assert!(r.batch_index.is_none(), "a batch member goes in with its batch");
     client.execute(
         &format!(
-            "INSERT INTO audit_log ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            "INSERT INTO audit_chain ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         ),
         &params(r, &r.kind.as_str()),
     )?;
@@ -129,9 +261,50 @@ pub(super) fn params<'a>(r: &'a Record, kind: &'a &'static str) -> [&'a (dyn ToS
     ]
 }
 
+/// A member's values in [`MEMBER_COLUMNS`] order, for a binary COPY.
+pub(super) fn member_params<'a>(
+    r: &'a Record,
+    batch_id: &'a i64,
+    index: &'a i32,
+    kind: &'a &'static str,
+) -> [&'a (dyn ToSql + Sync); 13] {
+    [
+        batch_id,
+        index,
+        kind,
+        &r.idempotency_key,
+        &r.award_id,
+        &r.amount_cents,
+        &r.stream_entry_id,
+        &r.consumer,
+        &r.delivery_count,
+        &r.detail,
+        &r.recorded_at,
+        &r.prev_hash,
+        &r.hash,
+    ]
+}
+
 /// The types of [`COLUMNS`], for a binary COPY.
 pub(super) const COLUMN_TYPES: [Type; 12] = [
     Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+];
+
+/// The types of [`MEMBER_COLUMNS`], for a binary COPY.
+pub(super) const MEMBER_COLUMN_TYPES: [Type; 13] = [
+    Type::INT8,
+    Type::INT4,
     Type::TEXT,
     Type::TEXT,
     Type::TEXT,

@@ -26,12 +26,22 @@
 //!    the new claims (sorted by the claim index's own order; `ON CONFLICT DO NOTHING
 //!    RETURNING` — with the group locks held every one of them must take, which is asserted),
 //!    and their disbursements.
-//! 5. **Chain head, last.** `SELECT … FOR UPDATE` of the one `chain_head` row; seal the
-//!    batch's audit records after it and number its outbox rows after it; COPY both in
-//!    (binary), advance the head; COMMIT. The head lock is held only for this and the commit,
-//!    never while claims are written, and it orders every batch's `seq`s and outbox ids by
-//!    commit (contract points 4 and 5; ARCHITECTURE.md gives the argument). Its hold time is
-//!    measured ([`head_hold`]): about 6 us per record plus the COMMIT's WAL flush.
+//! 5. **The batch's records and outbox rows, then COMMIT.** The audit records are sealed as
+//!    one batch of members (`domain::audit::seal_batch`: among themselves, not after the
+//!    chain's head, so no lock is needed to seal them); one `audit_batches` row names how many
+//!    there are, the last one's hash and how many outbox rows the batch wrote; the members and
+//!    the outbox rows (numbered within the batch, with no ids yet) go in by binary COPY. COMMIT:
+//!    the batch's effects are durable, and no lock any other node waits for was held.
+//! 6. **Link**, in a second transaction: one call of `claimgate_link` (`schema_postgres.sql`),
+//!    one statement outside any transaction, which locks the chain head, gives every committed
+//!    batch not yet linked (this one, and any a stopped writer left) its seqs, its outbox ids
+//!    and its link record sealed after the head, advances the head and commits. That is the
+//!    one lock every node shares, and it is held for a few row updates and a commit of a few
+//!    hundred bytes, whatever the batch's size (contract points 4 and 5; ARCHITECTURE.md gives
+//!    the argument); its hold is measured ([`head_hold`]). A link that fails for a transient
+//!    reason leaves the batch committed and unlinked: it is logged, the outcomes stand (they
+//!    are durable), and the next link by any node — the next batch, a node's start, a relay
+//!    round — links it.
 
 use super::connect::Conn;
 use crate::config::OnConflict;
@@ -113,22 +123,22 @@ const INSERT_DISBURSEMENTS: &str = "INSERT INTO disbursements (claim_id, idempot
      SELECT c, k, a, amt, $1 FROM UNNEST($2::int8[], $3::bytea[], $4::text[], $5::int8[])
           AS t(c, k, a, amt)";
 
-const LOCK_HEAD: &str = "SELECT seq, hash, outbox_id_last FROM chain_head WHERE id = 1 FOR UPDATE";
+const INSERT_BATCH: &str = "INSERT INTO audit_batches (record_count, last_hash, outbox_count,
+         created_at) VALUES ($1, $2, $3, $4) RETURNING batch_id";
 
-// Step 5's rows go in by binary COPY, the cheapest way PostgreSQL takes rows, because they are
-// written under the chain-head lock: every microsecond here is one every other node waits.
-static COPY_AUDIT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+// Step 5's rows go in by binary COPY, the cheapest way PostgreSQL takes rows.
+static COPY_MEMBERS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "COPY audit_log ({}) FROM STDIN (FORMAT binary)",
-        super::audit_store::COLUMNS
+        "COPY audit_members ({}) FROM STDIN (FORMAT binary)",
+        super::audit_store::MEMBER_COLUMNS
     )
 });
 
-const COPY_OUTBOX: &str =
-    "COPY outbox (id, claim_id, event_type, payload, created_at) FROM STDIN (FORMAT binary)";
+const COPY_OUTBOX: &str = "COPY outbox_rows (claim_id, event_type, payload, created_at, batch_id,
+         batch_index) FROM STDIN (FORMAT binary)";
 
-const ADVANCE_HEAD: &str =
-    "UPDATE chain_head SET seq = $1, hash = $2, outbox_id_last = $3 WHERE id = 1";
+/// Step 6, on its own: one statement, so PostgreSQL commits it before it answers.
+const LINK: &str = "SELECT linked, waited_us, held_us FROM claimgate_link($1)";
 
 /// The earlier claim a submission conflicts with.
 #[derive(Clone)]
@@ -191,11 +201,12 @@ impl Facts {
     }
 }
 
-/// How long each batch held the chain-head row lock (from the return of `SELECT … FOR UPDATE`,
-/// so not counting the wait for it, to the end of COMMIT) and how much of that was the COMMIT
-/// itself (its WAL flush), in microseconds, for the summary [`head_hold`] gives: the
-/// benchmark's figure for "the lock is held only for the commit". Bounded: past
-/// [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
+/// How long each link held the chain-head row lock (from its grant inside `claimgate_link`,
+/// so not counting the wait for it, to the end of the statement's COMMIT, as an upper bound:
+/// the call's time less the wait) and how much of that came after the function's own work
+/// (the COMMIT's WAL flush and the answer's way back), in microseconds, for the summary
+/// [`head_hold`] gives: the benchmark's figure for "the lock is held only for the commit".
+/// Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
 static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
 
 /// Samples kept for [`head_hold`].
@@ -224,8 +235,9 @@ impl Spread {
     }
 }
 
-/// The chain-head lock's hold time over the batches this process committed so far, and that
-/// of the COMMITs within it: `(batches, hold, commit)`, or `None` before the first.
+/// The chain-head lock's hold time over the links this process made so far, and that of the
+/// COMMITs within it (with the answer's return): `(links, hold, commit)`, or `None` before
+/// the first.
 pub fn head_hold() -> Option<(usize, Spread, Spread)> {
     let v = HEAD_HOLDS_US
         .lock()
@@ -292,14 +304,20 @@ pub(super) fn record<'a>(
         .map(|(n, (item, d))| out.item(ctx, &now, item, d, first_dead.contains(&n), &claim_ids))
         .collect::<Result<_>>()?;
     insert_disbursements(&mut tx, &st, &out, &now)?;
-    write_tail(tx, &st, out, &now)?;
+    let written = write_members(&mut tx, &st, &mut out.audit, &out.paid, &now)?;
+    failpoint::hit("before_commit");
+    tx.commit()?;
     // After the commit: a batch that failed is retried whole, offers and all.
     note_deferred(ctx, items, &deferred);
+    if written {
+        failpoint::hit("before_link");
+        link_committed(conn)?;
+    }
     Ok(outcomes)
 }
 
 /// The batch's statements, prepared once per connection.
-struct Statements {
+pub(super) struct Statements {
     lock_groups: postgres::Statement,
     try_groups: postgres::Statement,
     claimed: postgres::Statement,
@@ -307,14 +325,13 @@ struct Statements {
     insert_dead: postgres::Statement,
     insert_claims: postgres::Statement,
     insert_disbursements: postgres::Statement,
-    lock_head: postgres::Statement,
-    copy_audit: postgres::Statement,
+    insert_batch: postgres::Statement,
+    copy_members: postgres::Statement,
     copy_outbox: postgres::Statement,
-    advance_head: postgres::Statement,
 }
 
 impl Statements {
-    fn prepare(conn: &mut Conn) -> Result<Self> {
+    pub(super) fn prepare(conn: &mut Conn) -> Result<Self> {
         Ok(Statements {
             lock_groups: conn.prepared(LOCK_GROUPS)?,
             try_groups: conn.prepared(TRY_GROUPS)?,
@@ -323,10 +340,9 @@ impl Statements {
             insert_dead: conn.prepared(INSERT_DEAD)?,
             insert_claims: conn.prepared(INSERT_CLAIMS)?,
             insert_disbursements: conn.prepared(INSERT_DISBURSEMENTS)?,
-            lock_head: conn.prepared(LOCK_HEAD)?,
-            copy_audit: conn.prepared(COPY_AUDIT.as_str())?,
+            insert_batch: conn.prepared(INSERT_BATCH)?,
+            copy_members: conn.prepared(COPY_MEMBERS.as_str())?,
             copy_outbox: conn.prepared(COPY_OUTBOX)?,
-            advance_head: conn.prepared(ADVANCE_HEAD)?,
         })
     }
 }
@@ -890,61 +906,108 @@ fn insert_disbursements(
     Ok(())
 }
 
-/// Step 5: lock the chain head, seal and number after it, write, advance it, commit.
-fn write_tail(
-    mut tx: postgres::Transaction<'_>,
+/// Step 5: seals `members` as one batch and writes them, with the outbox rows of `paid` and
+/// the batch's row, inside `tx`. False, writing nothing, when there are no members (only
+/// possible for a batch of dead letters every one of which was recorded before). Holds use it
+/// too, for their one record.
+pub(super) fn write_members(
+    tx: &mut postgres::Transaction<'_>,
     st: &Statements,
-    mut out: Written<'_>,
+    members: &mut [Record],
+    paid: &[(i64, &Submission, String)],
     now: &str,
-) -> Result<()> {
-    if out.audit.is_empty() {
-        // Only possible for a batch of dead letters every one of which was recorded before.
-        failpoint::hit("before_commit");
-        tx.commit()?;
-        return Ok(());
+) -> Result<bool> {
+    if members.is_empty() {
+        return Ok(false);
     }
-    let head = tx.query_one(&st.lock_head, &[])?;
-    // Held from here: the wait for another batch's COMMIT before this is not this one's hold.
-    let locked_at = Instant::now();
-    let (mut seq, mut hash, outbox_last): (i64, String, i64) =
-        (head.get(0), head.get(1), head.get(2));
-    for r in &mut out.audit {
-        seq += 1;
-        r.seq = seq;
-        r.seal(&hash);
-        hash.clone_from(&r.hash);
-    }
+    let last_hash = crate::domain::audit::seal_batch(members);
+    let count = |n: usize| {
+        i32::try_from(n).map_err(|_| Error::Invariant(format!("a batch of {n} rows")))
+    };
+    let batch_id: i64 = tx
+        .query_one(
+            &st.insert_batch,
+            &[&count(members.len())?, &last_hash, &count(paid.len())?, &now],
+        )?
+        .get(0);
     use postgres::binary_copy::BinaryCopyInWriter;
     use postgres::types::Type;
     let mut audit = BinaryCopyInWriter::new(
-        tx.copy_in(&st.copy_audit)?,
-        &super::audit_store::COLUMN_TYPES,
+        tx.copy_in(&st.copy_members)?,
+        &super::audit_store::MEMBER_COLUMN_TYPES,
     );
-    for r in &out.audit {
-        audit.write(&super::audit_store::params(r, &r.kind.as_str()))?;
+    for r in members.iter() {
+        let index = count(r.batch_index.expect("sealed as a member") as usize)?;
+        audit.write(&super::audit_store::member_params(
+            r,
+            &batch_id,
+            &index,
+            &r.kind.as_str(),
+        ))?;
     }
     audit.finish()?;
-    if !out.paid.is_empty() {
+    if !paid.is_empty() {
         let mut outbox = BinaryCopyInWriter::new(
             tx.copy_in(&st.copy_outbox)?,
-            &[Type::INT8, Type::INT8, Type::TEXT, Type::TEXT, Type::TEXT],
+            &[
+                Type::INT8,
+                Type::TEXT,
+                Type::TEXT,
+                Type::TEXT,
+                Type::INT8,
+                Type::INT4,
+            ],
         );
-        for (n, (claim_id, _, payload)) in out.paid.iter().enumerate() {
+        for (n, (claim_id, _, payload)) in paid.iter().enumerate() {
             outbox.write(&[
-                &(outbox_last + 1 + n as i64),
                 claim_id,
                 &DISBURSEMENT_RECORDED,
                 payload,
                 &now,
+                &batch_id,
+                &count(n + 1)?,
             ])?;
         }
         outbox.finish()?;
     }
-    let outbox_last_now = outbox_last + out.paid.len() as i64;
-    tx.execute(&st.advance_head, &[&seq, &hash, &outbox_last_now])?;
-    failpoint::hit("before_commit");
-    let committing = Instant::now();
-    tx.commit()?;
-    note_head_hold(locked_at.elapsed(), committing.elapsed());
-    Ok(())
+    Ok(true)
+}
+
+/// Step 6 for a batch this process just committed: [`link`]. A transient failure leaves the
+/// batch committed and unlinked — its outcomes stand — and says so: the next link by any node
+/// places it. A permanent one (the ledger's tables edited so that no link can be sealed) is
+/// the caller's to report.
+pub(super) fn link_committed(conn: &mut Conn) -> Result<()> {
+    match link(conn) {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_transient() => {
+            log::warn!(
+                "a batch is committed but could not be linked into the audit chain yet ({e}); \
+                 its effects stand, and the next batch, node start or relay round links it"
+            );
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Links every committed batch not linked yet (`claimgate_link`), and notes how long it held
+/// the chain head. Returns how many it linked.
+pub(super) fn link(conn: &mut Conn) -> Result<i32> {
+    let st = conn.prepared(LINK)?;
+    let now = crate::domain::clock::now_rfc3339();
+    let called = Instant::now();
+    let row = conn.client.query_one(&st, &[&now])?;
+    let elapsed = called.elapsed();
+    let (linked, waited_us, held_us): (i32, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    if linked > 0 {
+        // The lock is held from its grant inside the call to the end of the statement's
+        // commit: at most the call's time less the wait for the grant. That bound also counts
+        // the answer's way back to this process, so it is an upper bound.
+        let waited = Duration::from_micros(waited_us.max(0) as u64);
+        let held = elapsed.saturating_sub(waited);
+        let in_function = Duration::from_micros(held_us.max(0) as u64);
+        note_head_hold(held, held.saturating_sub(in_function));
+    }
+    Ok(linked)
 }

@@ -142,6 +142,16 @@ pub(super) struct Conn {
     prepared: HashMap<&'static str, Statement>,
 }
 
+impl From<Client> for Conn {
+    /// A connection made outside the pool (the open step's first), with nothing prepared.
+    fn from(client: Client) -> Conn {
+        Conn {
+            client,
+            prepared: HashMap::new(),
+        }
+    }
+}
+
 impl Conn {
     /// The statement for `sql`, prepared on this connection the first time it is asked for.
     pub(super) fn prepared(&mut self, sql: &'static str) -> Result<Statement> {

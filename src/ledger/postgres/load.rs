@@ -1,7 +1,9 @@
 //! Taking a whole ledger in, for `claimgate migrate` (`ledger/copy.rs`): every row as it was,
 //! ids and audit records unchanged, into an empty PostgreSQL ledger, in one transaction that
-//! holds the chain head from the start (no worker can write meanwhile), then the chain head and
-//! the id sequences set to continue after what was copied.
+//! holds the chain head from the start (no link can be made meanwhile), then the chain head and
+//! the id sequences set to continue after what was copied. The copied records are sealed one
+//! by one (`audit_chain`) and the outbox rows keep their ids (`outbox_rows.id`); batches written
+//! afterwards chain after them.
 
 use super::PgLedger;
 use crate::domain::audit::{Kind, GENESIS_HASH};
@@ -23,8 +25,9 @@ impl PgLedger {
         tx.query_one("SELECT 1 FROM chain_head WHERE id = 1 FOR UPDATE", &[])?;
         let rows: i64 = tx
             .query_one(
-                "SELECT (SELECT COUNT(*) FROM processed_messages) + (SELECT COUNT(*) FROM outbox)
-                      + (SELECT COUNT(*) FROM dead_letters) + (SELECT COUNT(*) FROM audit_log)
+                "SELECT (SELECT COUNT(*) FROM processed_messages) + (SELECT COUNT(*) FROM outbox_rows)
+                      + (SELECT COUNT(*) FROM dead_letters) + (SELECT COUNT(*) FROM audit_chain)
+                      + (SELECT COUNT(*) FROM audit_batches) + (SELECT COUNT(*) FROM audit_members)
                       + (SELECT COUNT(*) FROM legal_holds) + (SELECT COUNT(*) FROM ledger_meta)
                       + (SELECT COUNT(*) FROM claim_tombstones)
                       + (SELECT seq FROM chain_head WHERE id = 1)",
@@ -139,7 +142,7 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
     )?;
     copy_in(
         tx,
-        "COPY outbox (id, claim_id, event_type, payload, created_at, published_at)
+        "COPY outbox_rows (id, claim_id, event_type, payload, created_at, published_at)
          FROM STDIN (FORMAT binary)",
         &[
             Type::INT8,
@@ -165,7 +168,7 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
     copy_in(
         tx,
         &format!(
-            "COPY audit_log ({}) FROM STDIN (FORMAT binary)",
+            "COPY audit_chain ({}) FROM STDIN (FORMAT binary)",
             super::audit_store::COLUMNS
         ),
         &super::audit_store::COLUMN_TYPES,
@@ -244,7 +247,7 @@ fn copy_in(
 /// copied ids.
 fn continue_after(tx: &mut postgres::Transaction<'_>, counters: Counters) -> Result<()> {
     let last = tx.query_opt(
-        "SELECT seq, kind, prev_hash, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
+        "SELECT seq, kind, prev_hash, hash FROM audit_chain ORDER BY seq DESC LIMIT 1",
         &[],
     )?;
     let (seq, hash) = match last {

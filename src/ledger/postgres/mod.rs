@@ -85,7 +85,16 @@ impl PgLedger {
             )),
             other => other,
         })?;
-        drop(first);
+        if cfg.create {
+            // Batches a writer committed and did not live to link (stopped in between): placed
+            // now, so their events reach the relay whether or not another batch ever comes.
+            let linked = batch::link(&mut Conn::from(first))?;
+            if linked > 0 {
+                log::info!("linked {linked} committed batch(es) left unlinked into the audit chain");
+            }
+        } else {
+            drop(first);
+        }
         let pool = Pool::builder()
             .max_size(cfg.pool_size_max)
             .min_idle(Some(0))
@@ -195,7 +204,7 @@ fn stats(conn: &mut Conn, last: &Mutex<Option<tally::Tally>>) -> Result<Stats> {
     let row = tx.query_one(
         "SELECT (SELECT COUNT(*) FROM dead_letters), o.n, o.oldest
          FROM (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
-               FROM outbox WHERE published_at IS NULL) o",
+               FROM outbox_rows WHERE published_at IS NULL) o",
         &[],
     )?;
     tx.commit()?;
@@ -227,9 +236,9 @@ impl Drop for PgLedger {
     fn drop(&mut self) {
         if let Some((n, hold, commit)) = batch::head_hold() {
             log::info!(
-                "chain head lock held per batch over {n} batches: p50 {} us, p99 {} us, max {} \
-                 us; its COMMIT (the WAL flush, under the lock) p50 {} us, COMMIT p99 {} us, \
-                 max {} us",
+                "chain head lock held per link over {n} links (at most): p50 {} us, p99 {} us, \
+                 max {} us; its COMMIT (the WAL flush, under the lock, and the answer's return) \
+                 p50 {} us, COMMIT p99 {} us, max {} us",
                 hold.p50,
                 hold.p99,
                 hold.max,

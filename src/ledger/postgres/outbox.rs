@@ -4,47 +4,84 @@
 //! # Why PostgreSQL keeps contract point 5 (rows become visible in id order)
 //! With several writers, a sequence would hand out ids when rows are inserted, and those rows
 //! would become visible when their transactions commit — in another order, so a relay that has
-//! read id `n` could later see `n - 1` appear and skip it. Here ids are not drawn from a
-//! sequence: a batch numbers its outbox rows after `chain_head.outbox_id_last`, which it reads
-//! with `SELECT … FOR UPDATE` and advances in the same transaction (`batch.rs`, step 5). The
-//! row lock is held until the batch commits, so the next batch to number rows waits for that
-//! commit and then reads the advanced value (READ COMMITTED re-reads a row updated by the
-//! transaction it waited for). A transaction is visible to new snapshots before its locks are
-//! released, so when a later batch commits, every earlier-numbered batch is already visible:
-//! any snapshot that shows id `n` shows every committed id below `n`, and no id below `n` can
-//! commit afterwards. `outbox_id_last` never decreases (a purge leaves it), so ids are never
-//! reused.
+//! read id `n` could later see `n - 1` appear and skip it. Here a batch writes its outbox rows
+//! with no ids (numbered only within the batch), and they get ids when the batch is *linked*
+//! (`claimgate_link`, `schema_postgres.sql`): the batch's `outbox_first` is the next after
+//! `chain_head.outbox_id_last`, read with `SELECT … FOR UPDATE` and advanced in the same
+//! one-statement transaction. The row lock is held until that transaction commits, so the next
+//! link waits for the commit and then reads the advanced value (the statements after the lock
+//! take a new snapshot). A transaction is visible to new snapshots before its locks are
+//! released, so when a later link commits, every earlier link is already visible: any snapshot
+//! that shows id `n` shows every id below `n` that will ever exist (a row is read here only
+//! through its batch's link, and the batch's rows committed before it could be linked).
+//! `outbox_id_last` never decreases (a purge leaves it), so ids are never reused. Rows written
+//! by earlier releases, and rows `migrate` copied, keep the ids they have, all below every
+//! batch's.
+//!
+//! # A batch left unlinked
+//! A writer stopped between its batch's commit and the link leaves rows no relay can publish
+//! yet. Any link places them (the next batch of any node, a node's start); so that a quiet
+//! ledger does not keep them waiting, a relay round that finds a batch unlinked for longer
+//! than [`UNLINKED_GRACE_MS`] links it first.
 
 use super::PgLedger;
 use crate::error::Result;
 use crate::ledger::{Outbox, OutboxRow};
 
+/// How long a committed batch may stay unlinked before a relay round links it: its own writer
+/// links it within milliseconds unless it stopped in between.
+pub const UNLINKED_GRACE_MS: u64 = 1_000;
+
+/// Rows with ids above `$1`: earlier releases' and migrated rows first (their ids are below
+/// every batch's), then linked batches' in id order.
+const ROWS_STORED: &str = "SELECT id, event_type, payload FROM outbox_rows
+     WHERE id > $1 ORDER BY id LIMIT $2";
+const ROWS_LINKED: &str = "SELECT b.outbox_first + o.batch_index - 1, o.event_type, o.payload
+     FROM audit_batches b JOIN outbox_rows o ON o.batch_id = b.batch_id
+     WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0
+       AND b.outbox_first + b.outbox_count > $1::int8 + 1
+       AND o.batch_index > $1::int8 - b.outbox_first + 1
+     ORDER BY b.outbox_first + b.outbox_count, o.batch_index LIMIT $2";
+
 impl Outbox for PgLedger {
     fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let mut conn = self.conn()?;
-        let st = conn.prepared(
-            "SELECT id, event_type, payload FROM outbox WHERE id > $1 ORDER BY id LIMIT $2",
-        )?;
-        Ok(conn
+        link_stale(&mut conn)?;
+        let row = |r: &postgres::Row| OutboxRow {
+            id: r.get(0),
+            event_type: r.get(1),
+            payload: r.get(2),
+        };
+        let stored = conn.prepared(ROWS_STORED)?;
+        let mut rows: Vec<OutboxRow> = conn
             .client
-            .query(&st, &[&after_id, &(limit as i64)])?
+            .query(&stored, &[&after_id, &(limit as i64)])?
             .iter()
-            .map(|r| OutboxRow {
-                id: r.get(0),
-                event_type: r.get(1),
-                payload: r.get(2),
-            })
-            .collect())
+            .map(row)
+            .collect();
+        if rows.len() < limit {
+            let after = rows.last().map_or(after_id, |r| r.id);
+            let linked = conn.prepared(ROWS_LINKED)?;
+            let more = (limit - rows.len()) as i64;
+            rows.extend(conn.client.query(&linked, &[&after, &more])?.iter().map(row));
+        }
+        Ok(rows)
     }
 
     fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
         let mut conn = self.conn()?;
+        // Through the index of unpublished rows; a row of a batch not linked yet has no id,
+        // so it is never at or below any position.
         let st = conn.prepared(
-            "UPDATE outbox SET published_at = $1 WHERE published_at IS NULL AND id <= $2",
+            "UPDATE outbox_rows o SET published_at = $1
+             WHERE o.published_at IS NULL
+               AND (o.id <= $2
+                    OR EXISTS (SELECT 1 FROM audit_batches b
+                               WHERE b.batch_id = o.batch_id AND b.link_seq IS NOT NULL
+                                 AND b.outbox_first + o.batch_index - 1 <= $2))",
         )?;
         Ok(conn.client.execute(&st, &[&now, &upto_id])?)
     }
-
     fn ledger_id(&self) -> Result<String> {
         let mut conn = self.conn()?;
         // One statement, atomic on its own; ON CONFLICT lets two first relays race safely.
@@ -62,9 +99,9 @@ impl Outbox for PgLedger {
     }
 
     /// The head's counter, not `MAX(id)`: ids are numbered from it under the head lock and it
-    /// only grows, so it still counts rows a purge removed. Read without the lock: a batch
-    /// that has numbered rows but not committed has not advanced it for anyone else yet, and
-    /// its rows are not visible either.
+    /// only grows, so it still counts rows a purge removed. Read without the lock: a link that
+    /// has numbered rows but not committed has not advanced it for anyone else yet, and its
+    /// rows have no ids for anyone else either.
     fn outbox_id_max(&self) -> Result<i64> {
         let mut conn = self.conn()?;
         let row = conn
@@ -72,4 +109,23 @@ impl Outbox for PgLedger {
             .query_one("SELECT outbox_id_last FROM chain_head WHERE id = 1", &[])?;
         Ok(row.get(0))
     }
+}
+
+/// Links the batches left unlinked for longer than [`UNLINKED_GRACE_MS`], if there are any (one
+/// probe of the unlinked batches' index when there are none).
+fn link_stale(conn: &mut super::connect::Conn) -> Result<()> {
+    let st = conn.prepared(
+        "SELECT EXISTS (SELECT 1 FROM audit_batches WHERE link_seq IS NULL AND created_at < $1)",
+    )?;
+    let before = crate::domain::clock::ago_rfc3339(std::time::Duration::from_millis(
+        UNLINKED_GRACE_MS,
+    ));
+    if conn.client.query_one(&st, &[&before])?.get(0) {
+        let n = super::batch::link(conn)?;
+        log::warn!(
+            "linked {n} committed batch(es) that had waited over {UNLINKED_GRACE_MS} ms for \
+             their link (a writer stopped between its commit and its link)"
+        );
+    }
+    Ok(())
 }

@@ -10,13 +10,16 @@
 //! Each batch is one transaction that removes records `first..=last` with the rows they
 //! describe, leaves a tombstone for every claim it removes and a checkpoint at `last`; the
 //! chain head is not touched (a checkpoint at the very end continues from the hash the head
-//! already holds).
+//! already holds). A purge takes whole batches of the chain only: a range begins at a batch's
+//! first member or a record sealed alone and ends at a batch's link or a record sealed alone,
+//! so the checkpoint at `last` continues from a hash the next batch's link was sealed after.
+//! Batches not linked yet are not in the chain, and nothing of theirs is purged.
 //!
 //! A hold placed or lifted leaves its `hold_added` / `hold_removed` record in the same
-//! transaction, appended at the chain head under the head's row lock like a batch's records
-//! (`audit_store::append`): the `legal_holds` row is written first, the head locked last.
+//! transaction, as a batch of one member (`batch::write_members`), linked right after the
+//! commit like a worker's batch.
 
-use super::{audit_store, connect::Manager, PgLedger, PURGE_LOCK};
+use super::{audit_store, batch, connect::Manager, PgLedger, PURGE_LOCK};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Hold, PurgePlan, Removed, Retention};
@@ -26,6 +29,7 @@ use r2d2::PooledConnection;
 impl Retention for PgLedger {
     fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool> {
         let mut conn = self.conn()?;
+        let st = batch::Statements::prepare(&mut conn)?;
         let mut tx = conn.client.transaction()?;
         // A concurrent hold of the same award waits on this row's unique index entry, then
         // finds it and writes nothing: one hold, one record.
@@ -36,14 +40,18 @@ impl Retention for PgLedger {
         )?;
         if n == 1 {
             let text = detail::hold_added(reason);
-            audit_store::append(&mut tx, Record::hold(Kind::HoldAdded, award_id, text, now))?;
+            hold_record(&mut tx, &st, Record::hold(Kind::HoldAdded, award_id, text, now), now)?;
         }
         tx.commit()?;
+        if n == 1 {
+            batch::link_committed(&mut conn)?;
+        }
         Ok(n == 1)
     }
 
     fn hold_remove(&self, award_id: &str, now: &str) -> Result<bool> {
         let mut conn = self.conn()?;
+        let st = batch::Statements::prepare(&mut conn)?;
         let mut tx = conn.client.transaction()?;
         let held = tx.query_opt(
             "DELETE FROM legal_holds WHERE award_id = $1 RETURNING reason, held_at",
@@ -51,12 +59,17 @@ impl Retention for PgLedger {
         )?;
         if let Some(row) = &held {
             let text = detail::hold_removed(row.get(0), row.get(1));
-            audit_store::append(
+            hold_record(
                 &mut tx,
+                &st,
                 Record::hold(Kind::HoldRemoved, award_id, text, now),
+                now,
             )?;
         }
         tx.commit()?;
+        if held.is_some() {
+            batch::link_committed(&mut conn)?;
+        }
         Ok(held.is_some())
     }
 
@@ -144,6 +157,17 @@ impl Retention for PgLedger {
     }
 }
 
+/// Writes a hold's record inside `tx` as a batch of one, to be linked after the commit.
+fn hold_record(
+    tx: &mut postgres::Transaction<'_>,
+    st: &batch::Statements,
+    record: Record,
+    now: &str,
+) -> Result<()> {
+    batch::write_members(tx, st, &mut [record], &[], now)?;
+    Ok(())
+}
+
 impl PgLedger {
     /// A connection holding the purge lock, or a refusal when another purge holds it.
     fn purge_session(&self) -> Result<PooledConnection<Manager>> {
@@ -195,22 +219,57 @@ fn index_claim_keys(client: &mut postgres::Client, cutoff: &str) -> Result<()> {
     Ok(())
 }
 
+/// The records with seqs in `$1..=$2` (a range of whole batches), the columns a purge asks
+/// about: those sealed alone by their seq, a batch's members by their batch's link.
+macro_rules! records_in {
+    () => {
+        "(SELECT kind, idempotency_key, award_id, stream_entry_id FROM audit_chain
+          WHERE seq BETWEEN $1 AND $2
+          UNION ALL
+          SELECT m.kind, m.idempotency_key, m.award_id, m.stream_entry_id
+          FROM audit_batches b JOIN audit_members m ON m.batch_id = b.batch_id
+          WHERE b.link_seq BETWEEN $1 AND $2)"
+    };
+}
+
 /// Claims whose `processed` record lies in `$1..=$2`.
-const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
-     JOIN claim_keys k ON k.idempotency_key = decode(a.idempotency_key, 'hex')
-     WHERE a.kind = 'processed' AND a.seq BETWEEN $1 AND $2";
+const CLAIMS_IN: &str = concat!(
+    "SELECT k.claim_id FROM ",
+    records_in!(),
+    " a JOIN claim_keys k ON k.idempotency_key = decode(a.idempotency_key, 'hex')
+     WHERE a.kind = 'processed'"
+);
 
 /// Dead-letter entries whose `dead_letter` record lies in `$1..=$2`.
-const DEAD_IN: &str = "SELECT stream_entry_id FROM audit_log
-     WHERE kind = 'dead_letter' AND seq BETWEEN $1 AND $2";
+const DEAD_IN: &str = concat!(
+    "SELECT a.stream_entry_id FROM ",
+    records_in!(),
+    " a WHERE a.kind = 'dead_letter'"
+);
 
-/// The audit prefix a purge before `cutoff` may remove, as in `sqlite/purge.rs`.
+/// The seqs a purge range may end at: records sealed alone and batches' links.
+const ENDS: &str = "(SELECT seq AS e FROM audit_chain UNION ALL
+     SELECT link_seq FROM audit_batches WHERE link_seq IS NOT NULL)";
+
+/// The audit prefix a purge before `cutoff` may remove, as in `sqlite/purge.rs`: it ends
+/// before the first record at or after `cutoff` that is not a checkpoint, and a batch counts
+/// as at or after `cutoff` if any of its records is (its members were written when its row
+/// was, its link when it was linked).
 fn prefix(client: &mut impl GenericClient, cutoff: &str) -> Result<Option<(i64, i64)>> {
     let row = client.query_one(
-        "SELECT (SELECT MIN(seq) FROM audit_log),
-                (SELECT MAX(seq) FROM audit_log WHERE seq < COALESCE(
-                    (SELECT MIN(seq) FROM audit_log WHERE recorded_at >= $1 AND kind <> 'checkpoint'),
-                    9223372036854775807))",
+        &format!(
+            "SELECT (SELECT MIN(s) FROM (SELECT MIN(seq) AS s FROM audit_chain UNION ALL
+                     SELECT MIN(link_seq - record_count + 1) FROM audit_batches) f),
+                    (SELECT MAX(e) FROM {ENDS} x WHERE e < COALESCE(
+                        (SELECT MIN(s) FROM (
+                            SELECT MIN(seq) AS s FROM audit_chain
+                            WHERE recorded_at >= $1 AND kind <> 'checkpoint'
+                            UNION ALL
+                            SELECT MIN(link_seq - record_count + 1) FROM audit_batches
+                            WHERE link_seq IS NOT NULL
+                              AND (created_at >= $1 OR linked_at >= $1)) t),
+                        9223372036854775807))"
+        ),
         &[&cutoff],
     )?;
     let (Some(first), Some(last)): (Option<i64>, Option<i64>) = (row.get(0), row.get(1)) else {
@@ -218,7 +277,9 @@ fn prefix(client: &mut impl GenericClient, cutoff: &str) -> Result<Option<(i64, 
     };
     let only_checkpoint = client
         .query_opt(
-            "SELECT 1 FROM audit_log WHERE seq BETWEEN $1 AND $2 AND kind <> 'checkpoint' LIMIT 1",
+            "SELECT 1 FROM audit_chain WHERE seq BETWEEN $1 AND $2 AND kind <> 'checkpoint'
+             UNION ALL
+             SELECT 1 FROM audit_batches WHERE link_seq BETWEEN $1 AND $2 LIMIT 1",
             &[&first, &last],
         )?
         .is_none();
@@ -229,12 +290,16 @@ fn prefix(client: &mut impl GenericClient, cutoff: &str) -> Result<Option<(i64, 
     })
 }
 
-/// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
+/// The seq ending a purge batch of at most `count` records starting at `first`, within
+/// `..=last`, at the edge of a chain batch (a chain batch larger than `count` is taken whole).
 fn batch_end(client: &mut impl GenericClient, first: i64, last: i64, count: usize) -> Result<i64> {
     let end: Option<i64> = client
         .query_one(
-            "SELECT MAX(seq) FROM (SELECT seq FROM audit_log WHERE seq BETWEEN $1 AND $2
-                                   ORDER BY seq LIMIT $3) b",
+            &format!(
+                "SELECT COALESCE(
+                     (SELECT MAX(e) FROM {ENDS} x WHERE e BETWEEN $1 AND LEAST($2, $1 + $3 - 1)),
+                     (SELECT MIN(e) FROM {ENDS} x WHERE e BETWEEN $1 AND $2))"
+            ),
             &[&first, &last, &(count as i64)],
         )?
         .get(0);
@@ -245,8 +310,11 @@ fn batch_end(client: &mut impl GenericClient, first: i64, last: i64, count: usiz
 fn held_in(client: &mut impl GenericClient, first: i64, last: i64) -> Result<Vec<String>> {
     Ok(client
         .query(
-            "SELECT DISTINCT a.award_id FROM audit_log a JOIN legal_holds h ON h.award_id = a.award_id
-             WHERE a.seq BETWEEN $1 AND $2 ORDER BY a.award_id",
+            concat!(
+                "SELECT DISTINCT a.award_id FROM ",
+                records_in!(),
+                " a JOIN legal_holds h ON h.award_id = a.award_id ORDER BY a.award_id"
+            ),
             &[&first, &last],
         )?
         .iter()
@@ -259,7 +327,7 @@ fn unpublished_in(client: &mut impl GenericClient, first: i64, last: i64) -> Res
     let n: i64 = client
         .query_one(
             &format!(
-                "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
+                "SELECT COUNT(*) FROM outbox_rows WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
             ),
             &[&first, &last],
         )?
@@ -338,17 +406,32 @@ fn purge_batch(
         )));
     }
     let continues_from: String = tx
-        .query_one("SELECT hash FROM audit_log WHERE seq = $1", &[&last])?
+        .query_one(
+            "SELECT hash FROM audit_chain WHERE seq = $1
+             UNION ALL SELECT hash FROM audit_batches WHERE link_seq = $1",
+            &[&last],
+        )?
         .get(0);
     let claims = delete_claims(&mut tx, first, last, now)?;
     let dead_letters = tx.execute(
         &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
         &[&first, &last],
     )?;
-    let records = tx.execute(
-        "DELETE FROM audit_log WHERE seq BETWEEN $1 AND $2",
+    let sealed_alone = tx.execute(
+        "DELETE FROM audit_chain WHERE seq BETWEEN $1 AND $2",
         &[&first, &last],
     )?;
+    let members = tx.execute(
+        "DELETE FROM audit_members m USING audit_batches b
+         WHERE m.batch_id = b.batch_id AND b.link_seq BETWEEN $1 AND $2",
+        &[&first, &last],
+    )?;
+    // The links go with their batches; they are seals, not records, so not counted.
+    tx.execute(
+        "DELETE FROM audit_batches WHERE link_seq BETWEEN $1 AND $2",
+        &[&first, &last],
+    )?;
+    let records = sealed_alone + members;
     let mut checkpoint = Record {
         seq: last,
         detail: Some(detail.to_owned()),
@@ -391,7 +474,11 @@ fn delete_claims(
         .collect();
     let records: i64 = tx
         .query_one(
-            "SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND seq BETWEEN $1 AND $2",
+            concat!(
+                "SELECT COUNT(*) FROM ",
+                records_in!(),
+                " a WHERE a.kind = 'processed'"
+            ),
             &[&first, &last],
         )?
         .get(0);
@@ -410,7 +497,7 @@ fn delete_claims(
          ON CONFLICT DO NOTHING",
         &[&ids, &now],
     )?;
-    for table in ["outbox", "disbursements", "processed_messages"] {
+    for table in ["outbox_rows", "disbursements", "processed_messages"] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE claim_id = ANY($1)"),
             &[&ids],

@@ -8,22 +8,24 @@
 //!
 //! How far a tally reaches cannot be "the highest claim id": claim ids come from a sequence at
 //! insert and become visible at commit, out of order (a claim with a lower id can commit after
-//! one with a higher id was counted). What *is* in commit order is what a batch numbers under
-//! the chain-head row lock, which it holds until its COMMIT (`batch.rs`, step 5): audit `seq`s
-//! and outbox ids. The head row read in the same snapshot bounds both exactly: every record
-//! with a `seq` up to the head's is visible, and none above it.
+//! one with a higher id was counted). What *is* in commit order is what a link numbers under
+//! the chain-head row lock, which it holds until its COMMIT (`claimgate_link`): the batches'
+//! `link_seq`s. The head row read in the same snapshot bounds them exactly: every batch linked
+//! at a seq up to the head's is visible, and none above it.
 //!
-//! **Invariant:** between purges, rows are only added, and each claim is added in the
-//! transaction that adds its disbursement and its outbox row, numbered above every committed
-//! outbox id (a batch under the head lock; `migrate`, into an empty ledger, in one transaction
-//! that sets the head last). So the claims and disbursements committed since the last count are
-//! exactly those of the outbox rows between the two heads' `outbox_id_last`, and the records
-//! those between the two heads' `seq`. A hold's records are appended under the head lock too
-//! (`audit_store::append`). The one thing that deletes rows, or writes a record below the head
-//! (its checkpoint), is a retention purge batch, and every one moves
-//! [`PURGES_META`] in `ledger_meta`, as on SQLite; `migrate` copies SQLite's value, which is
-//! above zero wherever there are tombstones to copy. A tally that sees it moved, or a head that
-//! went backwards, counts everything again. Tombstones are written only by purges and by
+//! **Invariant:** between purges, rows are only added; each claim is added in the transaction
+//! that adds its disbursement and its outbox row, in a batch that is linked later, at a
+//! `link_seq` above every linked batch's. So what a tally counts is the *linked* ledger: the
+//! records of the chain, and the claims and disbursements of the outbox rows of linked batches
+//! (and of rows stored with their ids, which an earlier release or `migrate` wrote, counted
+//! whole once and never added to again). What was linked since the last count is exactly the
+//! batches with `link_seq` between the two heads' `seq`s: their members, outbox rows and the
+//! claims and disbursements those name. A hold's record is a batch too. A claim
+//! of a batch not linked yet is counted when its batch is. The one thing that deletes rows, or
+//! writes a record below the head (its checkpoint), is a retention purge batch, and every one
+//! moves [`PURGES_META`] in `ledger_meta`, as on SQLite; `migrate` copies SQLite's value, which
+//! is above zero wherever there are tombstones to copy. A tally that sees it moved, or a head
+//! that went backwards, counts everything again. Tombstones are written only by purges and by
 //! `migrate`, so they are counted only then. Dead letters carry no commit-ordered number and
 //! are counted whole on every call; there are few of them in any ledger that is working.
 
@@ -67,26 +69,41 @@ impl Tally {
         }
     }
 
-    /// Everything, from scratch, up to the head (`seq`, `outbox`).
+    /// Everything, from scratch, up to the head (`seq`, `outbox`): what is linked.
     fn whole(
         tx: &mut Transaction<'_>,
         purges: Option<String>,
         seq: i64,
         outbox: i64,
     ) -> Result<Tally> {
-        // One pass over each table: the audit log's four counts from one scan of it, the
-        // disbursements' count and sum from one.
+        // One pass over each table; the claims and disbursements of batches not linked yet
+        // (few: a writer links right after its commit) are taken off.
         let row = tx.query_one(
-            "SELECT (SELECT COUNT(*) FROM processed_messages), d.n, d.total,
-                    a.n, a.duplicates, a.conflicts, a.vanished,
+            "WITH unlinked AS (
+                 SELECT o.claim_id FROM audit_batches b
+                 JOIN outbox_rows o ON o.batch_id = b.batch_id WHERE b.link_seq IS NULL),
+             u AS (SELECT COUNT(*) AS claims, COUNT(d.claim_id) AS disbursements,
+                          COALESCE(SUM(d.amount_cents), 0) AS total
+                   FROM unlinked LEFT JOIN disbursements d ON d.claim_id = unlinked.claim_id)
+             SELECT (SELECT COUNT(*) FROM processed_messages) - u.claims,
+                    d.n - u.disbursements, (d.total - u.total)::text,
+                    a.n + m.n, a.duplicates + m.duplicates, a.conflicts + m.conflicts,
+                    a.vanished + m.vanished,
                     (SELECT COUNT(*) FROM claim_tombstones)
-             FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount_cents), 0)::text AS total
+             FROM u,
+                  (SELECT COUNT(*) AS n, COALESCE(SUM(amount_cents), 0) AS total
                    FROM disbursements) d,
                   (SELECT COUNT(*) AS n,
                           COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
                           COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
                           COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
-                   FROM audit_log) a",
+                   FROM audit_chain) a,
+                  (SELECT COUNT(*) AS n,
+                          COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
+                          COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
+                          COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
+                   FROM audit_members m JOIN audit_batches b ON b.batch_id = m.batch_id
+                   WHERE b.link_seq IS NOT NULL) m",
             &[],
         )?;
         let n = |i: usize| row.get::<_, i64>(i) as u64;
@@ -108,28 +125,28 @@ impl Tally {
         })
     }
 
-    /// This tally plus what committed since, up to the head (`seq`, `outbox`): two range
-    /// scans of primary keys, however large the ledger.
+    /// This tally plus what was linked since, up to the head (`seq`, `outbox`): range scans
+    /// of the batches' link index and the primary keys under them, however large the ledger.
     fn since(mut self, tx: &mut Transaction<'_>, seq: i64, outbox: i64) -> Result<Tally> {
         // The planner cannot know a range past its statistics' last bucket is nearly empty; it
         // guessed thousands of rows and started parallel workers, whose start-up was 20 ms of a
         // scrape that reads a handful of index entries (measured on a 1,000,000-claim ledger).
         tx.batch_execute("SET LOCAL max_parallel_workers_per_gather = 0")?;
         let row = tx.query_one(
-            "SELECT a.n, a.duplicates, a.conflicts, a.vanished, c.claims, c.disbursements,
-                    c.total
+            "WITH b AS (SELECT batch_id FROM audit_batches WHERE link_seq > $1 AND link_seq <= $2)
+             SELECT a.n, a.duplicates, a.conflicts, a.vanished,
+                    c.claims, c.disbursements, c.total
              FROM (SELECT COUNT(*) AS n,
                           COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
                           COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
                           COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
-                   FROM audit_log WHERE seq > $1 AND seq <= $2) a,
+                   FROM b JOIN audit_members m ON m.batch_id = b.batch_id) a,
                   (SELECT COUNT(p.claim_id) AS claims, COUNT(d.claim_id) AS disbursements,
                           COALESCE(SUM(d.amount_cents), 0)::text AS total
-                   FROM outbox o
+                   FROM b JOIN outbox_rows o ON o.batch_id = b.batch_id
                    LEFT JOIN processed_messages p ON p.claim_id = o.claim_id
-                   LEFT JOIN disbursements d ON d.claim_id = o.claim_id
-                   WHERE o.id > $3 AND o.id <= $4) c",
-            &[&self.seq_seen, &seq, &self.outbox_seen, &outbox],
+                   LEFT JOIN disbursements d ON d.claim_id = o.claim_id) c",
+            &[&self.seq_seen, &seq],
         )?;
         let n = |i: usize| row.get::<_, i64>(i) as u64;
         let c = &mut self.counts;

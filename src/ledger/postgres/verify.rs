@@ -5,7 +5,14 @@
 //! transaction, the audit chain included, so nodes committing meanwhile cannot make a
 //! consistent ledger look inconsistent. PostgreSQL has no whole-database `integrity_check`;
 //! the checks that stand in for it are the ones only this backend needs: the chain head row
-//! agrees with the chain, and no outbox id is above the head's counter.
+//! agrees with the chain, no outbox id is above the head's counter or given twice, every batch
+//! member and batched outbox row belongs to a batch, each batch has exactly the outbox rows its
+//! link names, and linked batches' outbox ids follow each other without a gap.
+//!
+//! The checks read the views `audit_log` and `outbox` (`schema_postgres.sql`), which show a
+//! batch committed but not linked yet with its rows (records without a seq, outbox rows without
+//! an id): its claims, disbursements and records are checked against each other like any
+//! other. Only the chain walk, which checks what is linked, leaves it out.
 
 use super::{audit_store, PgLedger};
 use crate::domain::audit::Verifier;
@@ -31,7 +38,7 @@ impl Inspect for PgLedger {
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
 /// nothing; the same checks, in the same order, as `sqlite/verify.rs`.
-const CHECKS: [(&str, &str); 12] = [
+const CHECKS: [(&str, &str); 17] = [
     (
         "key claimed twice",
         "SELECT 'key ' || encode(idempotency_key, 'hex') || ' has ' || COUNT(*) || ' claims'
@@ -63,18 +70,20 @@ const CHECKS: [(&str, &str); 12] = [
         "disbursement without an outbox row",
         "SELECT 'disbursement ' || d.id || ' (claim ' || d.claim_id || ', key '
                 || encode(d.idempotency_key, 'hex') || ') has no outbox row'
-         FROM disbursements d LEFT JOIN outbox o ON o.claim_id = d.claim_id
-         WHERE o.id IS NULL ORDER BY d.id LIMIT 1",
+         FROM disbursements d LEFT JOIN outbox_rows o ON o.claim_id = d.claim_id
+         WHERE o.claim_id IS NULL ORDER BY d.id LIMIT 1",
     ),
     (
         "outbox row without a disbursement",
-        "SELECT 'outbox row ' || o.id || ' refers to claim ' || o.claim_id || ', which has no disbursement'
+        "SELECT 'outbox row ' || COALESCE(o.id::text, o.batch_index || ' of batch ' || o.batch_id)
+                || ' refers to claim ' || o.claim_id || ', which has no disbursement'
          FROM outbox o LEFT JOIN disbursements d ON d.claim_id = o.claim_id
-         WHERE d.id IS NULL ORDER BY o.id LIMIT 1",
+         WHERE d.id IS NULL ORDER BY o.id, o.batch_id, o.batch_index LIMIT 1",
     ),
     (
         "outbox event differs from its disbursement",
-        "SELECT 'outbox row ' || o.id || ' announces ' || COALESCE(j.v ->> 'amount_cents', 'no amount')
+        "SELECT 'outbox row ' || COALESCE(o.id::text, o.batch_index || ' of batch ' || o.batch_id)
+                || ' announces ' || COALESCE(j.v ->> 'amount_cents', 'no amount')
                 || ' cents but disbursement ' || d.id || ' records ' || d.amount_cents
          FROM outbox o JOIN disbursements d ON d.claim_id = o.claim_id
          CROSS JOIN LATERAL (SELECT claimgate_json(o.payload) AS v) j
@@ -83,11 +92,12 @@ const CHECKS: [(&str, &str); 12] = [
             OR (j.v ->> 'amount_cents') IS DISTINCT FROM d.amount_cents::text
             OR (j.v ->> 'award_id') IS DISTINCT FROM d.award_id
             OR (j.v ->> 'idempotency_key') IS DISTINCT FROM encode(d.idempotency_key, 'hex')
-         ORDER BY o.id LIMIT 1",
+         ORDER BY o.id, o.batch_id, o.batch_index LIMIT 1",
     ),
     (
         "processed record without a matching disbursement",
-        "SELECT 'audit record ' || a.seq || ' (processed, key ' || COALESCE(a.idempotency_key, 'none') || ', '
+        "SELECT 'audit record ' || COALESCE(a.seq::text, a.batch_index || ' of batch ' || a.batch_id)
+                || ' (processed, key ' || COALESCE(a.idempotency_key, 'none') || ', '
                 || COALESCE(a.amount_cents::text, 'no') || ' cents) ' ||
                 CASE WHEN d.id IS NULL THEN 'has no disbursement'
                      ELSE 'but disbursement ' || d.id || ' records award ' || d.award_id || ', '
@@ -98,7 +108,7 @@ const CHECKS: [(&str, &str); 12] = [
          WHERE a.kind = 'processed'
            AND (d.id IS NULL OR d.amount_cents IS DISTINCT FROM a.amount_cents
                 OR d.award_id IS DISTINCT FROM a.award_id)
-         ORDER BY a.seq LIMIT 1",
+         ORDER BY a.seq, a.batch_id, a.batch_index LIMIT 1",
     ),
     (
         "key processed twice in the audit log",
@@ -119,7 +129,8 @@ const CHECKS: [(&str, &str); 12] = [
         // the processed check above does), so an edited key that is not hex is named, not an
         // error.
         "duplicate record without a claim or tombstone",
-        "SELECT 'audit record ' || a.seq || ' (duplicate, key ' || COALESCE(a.idempotency_key, 'none')
+        "SELECT 'audit record ' || COALESCE(a.seq::text, a.batch_index || ' of batch ' || a.batch_id)
+                || ' (duplicate, key ' || COALESCE(a.idempotency_key, 'none')
                 || ') names a key with no claim and no tombstone'
          FROM audit_log a
          WHERE a.kind = 'duplicate'
@@ -127,7 +138,7 @@ const CHECKS: [(&str, &str); 12] = [
                            WHERE encode(p.idempotency_key, 'hex') = a.idempotency_key)
            AND NOT EXISTS (SELECT 1 FROM claim_tombstones t
                            WHERE encode(t.idempotency_key, 'hex') = a.idempotency_key)
-         ORDER BY a.seq LIMIT 1",
+         ORDER BY a.seq, a.batch_id, a.batch_index LIMIT 1",
     ),
     (
         // One `dead_letters` row per `dead_letter` record, counted per stream entry id (the
@@ -144,6 +155,50 @@ const CHECKS: [(&str, &str); 12] = [
                UNION ALL
                SELECT r.e, 0, r.n FROM r LEFT JOIN d ON d.e = r.e WHERE d.e IS NULL) x
          ORDER BY e COLLATE \"C\" LIMIT 1",
+    ),
+    (
+        "batch member without its batch",
+        "SELECT 'audit member ' || m.batch_index || ' of batch ' || m.batch_id
+                || ' belongs to no batch'
+         FROM audit_members m LEFT JOIN audit_batches b ON b.batch_id = m.batch_id
+         WHERE b.batch_id IS NULL ORDER BY m.batch_id, m.batch_index LIMIT 1",
+    ),
+    (
+        "batch outbox rows disagree with the batch",
+        "SELECT 'batch ' || b.batch_id || ' has ' || b.outbox_count || ' outbox rows, but '
+                || COALESCE(o.n, 0) || ' are numbered ' || COALESCE(o.lo || '..' || o.hi, 'none')
+         FROM audit_batches b
+         LEFT JOIN (SELECT batch_id, COUNT(*) AS n, MIN(batch_index) AS lo, MAX(batch_index) AS hi
+                    FROM outbox_rows WHERE batch_id IS NOT NULL GROUP BY batch_id) o
+           ON o.batch_id = b.batch_id
+         WHERE COALESCE(o.n, 0) <> b.outbox_count
+            OR (o.n > 0 AND (o.lo <> 1 OR o.hi <> b.outbox_count))
+         ORDER BY b.batch_id LIMIT 1",
+    ),
+    (
+        "outbox row without its batch",
+        "SELECT 'outbox row ' || o.batch_index || ' of batch ' || o.batch_id || ' (claim '
+                || o.claim_id || ') belongs to no batch'
+         FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id
+         WHERE o.batch_id IS NOT NULL AND b.batch_id IS NULL
+         ORDER BY o.batch_id, o.batch_index LIMIT 1",
+    ),
+    (
+        // The relay skips every id at or below the events stream's position: an id given
+        // twice, or a gap a later link could fill, would lose or repeat an event.
+        "outbox id given twice",
+        "SELECT 'outbox id ' || id || ' is given to ' || COUNT(*) || ' rows'
+         FROM outbox WHERE id IS NOT NULL GROUP BY id HAVING COUNT(*) > 1 ORDER BY id LIMIT 1",
+    ),
+    (
+        "linked batches' outbox ids do not follow each other",
+        "SELECT 'batch ' || batch_id || ' (linked at seq ' || link_seq || ') has outbox ids from '
+                || outbox_first || ', but the batch linked before it ends at ' || (expected - 1)
+         FROM (SELECT batch_id, link_seq, outbox_first,
+                      LAG(outbox_first + outbox_count) OVER (ORDER BY link_seq) AS expected
+               FROM audit_batches WHERE link_seq IS NOT NULL) x
+         WHERE expected IS NOT NULL AND outbox_first <> expected
+         ORDER BY link_seq LIMIT 1",
     ),
 ];
 
@@ -163,7 +218,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     }
     let counts = tx.query_one(
         "SELECT (SELECT COUNT(*) FROM processed_messages), (SELECT COUNT(*) FROM disbursements),
-                (SELECT COUNT(*) FROM outbox),
+                (SELECT COUNT(*) FROM outbox_rows),
                 (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'),
                 (SELECT COUNT(*) FROM claim_tombstones)",
         &[],
@@ -176,7 +231,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
             "SELECT 'disbursement ' || d.id || ' (key ' || encode(d.idempotency_key, 'hex') || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
                ON a.kind = 'processed' AND a.idempotency_key = encode(d.idempotency_key, 'hex')
-             WHERE a.seq IS NULL ORDER BY d.id LIMIT 1",
+             WHERE a.kind IS NULL ORDER BY d.id LIMIT 1",
             &[],
         )?.get(0);
         return Err(Error::Invariant(format!(
@@ -185,18 +240,26 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     }
     let mut links = Verifier::default();
     let mut last_seq = 0;
-    audit_store::for_each(tx, &Since::All, &mut |r| {
+    audit_store::for_each(tx, &audit_store::Range::Since(&Since::All), &mut |r| {
         last_seq = r.seq;
         chain::check(&mut links, &r)
     })?;
-    head(tx, last_seq, links.head())?;
+    let (records, head_hash) = chain::end(&links)?;
+    head(tx, last_seq, &head_hash)?;
+    let unlinked: i64 = tx
+        .query_one(
+            "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
+            &[],
+        )?
+        .get(0);
     Ok(Summary {
         claims,
         disbursements,
         outbox_rows,
-        audit_records: links.count,
+        audit_records: records,
         tombstones,
-        head_hash: links.head().to_owned(),
+        head_hash,
+        unlinked_batches: unlinked as u64,
     })
 }
 

@@ -186,6 +186,7 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
         audit_records: links.count,
         tombstones: count("SELECT COUNT(*) FROM claim_tombstones")?,
         head_hash: links.head().to_owned(),
+        unlinked_batches: 0,
     })
 }
 

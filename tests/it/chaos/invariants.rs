@@ -184,7 +184,8 @@ fn read_postgres(world: &World) -> Ledger {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    let outbox: Vec<(i64, i64)> = rows("SELECT id, claim_id FROM outbox")
+    // A row of a batch never linked has no id: -1 here, a gap the check below names.
+    let outbox: Vec<(i64, i64)> = rows("SELECT COALESCE(id, -1), claim_id FROM outbox")
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
@@ -192,12 +193,21 @@ fn read_postgres(world: &World) -> Ledger {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // The view of every record, batch members numbered by their batch's link; members of a
-    // batch not linked yet have no seq and are not part of the chain.
+    // The chain as stored: every record (the view numbers batch members by their batch's
+    // link; members of a batch not linked yet have no seq and are not in the chain), and after
+    // each batch's last member the batch's link, at that seq, its detail spelled here from the
+    // row's columns.
     let audit: Vec<Record> = rows(
         "SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
-                delivery_count, detail, recorded_at, prev_hash, hash, batch_index
-         FROM audit_log WHERE seq IS NOT NULL ORDER BY seq",
+                delivery_count, detail, recorded_at, prev_hash, hash, batch_index, 0 AS link
+         FROM audit_log WHERE seq IS NOT NULL
+         UNION ALL
+         SELECT link_seq, 'batch', NULL, NULL, NULL, NULL, NULL, NULL,
+                'batch ' || batch_id || ': ' || record_count || ' records, last ' || last_hash
+                    || '; ' || outbox_count || ' outbox rows from id ' || outbox_first,
+                linked_at, prev_hash, hash, NULL, 1
+         FROM audit_batches WHERE link_seq IS NOT NULL
+         ORDER BY seq, link",
     )
     .iter()
     .map(|r| Record {
@@ -516,6 +526,12 @@ fn nothing_pending(world: &World, plan: &Plan) -> Check {
 /// The audit chain verifies; its records agree with the ledger and the load.
 fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
     let chain = audit::verify_chain(&ledger.audit);
+    // Links of batches are seals in the chain, not records.
+    let records = ledger
+        .audit
+        .iter()
+        .filter(|r| r.kind != Kind::Batch)
+        .count();
     let mut kinds: HashMap<&str, usize> = HashMap::new();
     for r in &ledger.audit {
         *kinds.entry(r.kind.as_str()).or_default() += 1;
@@ -602,7 +618,7 @@ fn audit_trail(ledger: &Ledger, expected: &Expected) -> Vec<Check> {
         ),
         check(
             "the audit chain verifies over every row",
-            chain == Ok(ledger.audit.len() as u64),
+            chain == Ok(records as u64),
             format!("{:?} over {} rows", chain.map_err(|b| format!("break at seq {}: {}", b.seq, b.reason)), ledger.audit.len()),
         ),
         check(
@@ -715,8 +731,12 @@ fn faults_fired(plan: &Plan, tally: &Tally) -> Vec<Check> {
 /// Rehashes the chain without the project's own `Record::compute_hash` or `verify_chain` (the
 /// code under test): the canonical text is written out here field by field, in the order and
 /// with the escaping the stored chain was sealed with (serde_json's: `"`, `\\` and control
-/// characters escaped, nothing else), and each record must link to the one before it, the
-/// first to the all-zero genesis hash. Returns the number of records, or the first bad seq.
+/// characters escaped, nothing else). A record sealed alone must link to the chain's head, the
+/// first to the all-zero genesis hash. A batch member (shared ledger) is hashed with its place
+/// in the batch as its seq and links to the member before it, the first to the genesis hash;
+/// the batch's link follows its last member at that seq, names how many members there were
+/// and the last one's hash, and links to the chain's head. Returns the number of records
+/// (links are not records), or the first bad seq.
 fn recompute_chain(records: &[Record]) -> Result<usize, String> {
     use sha2::{Digest, Sha256};
     fn text(s: &str) -> String {
@@ -743,19 +763,12 @@ fn recompute_chain(records: &[Record]) -> Result<usize, String> {
     fn opt_int(n: Option<i64>) -> String {
         n.map_or_else(|| "null".to_owned(), |n| n.to_string())
     }
-    let mut prev = "0".repeat(64);
-    for r in records {
-        if r.prev_hash != prev {
-            return Err(format!(
-                "seq {}: prev_hash does not link to the record before",
-                r.seq
-            ));
-        }
+    fn hash_of(r: &Record, seq: i64) -> String {
         let canonical = format!(
             "{{\"seq\":{},\"kind\":{},\"idempotency_key\":{},\"award_id\":{},\"amount_cents\":{},\
              \"stream_entry_id\":{},\"consumer\":{},\"delivery_count\":{},\"detail\":{},\
              \"recorded_at\":{},\"prev_hash\":{},\"hash\":\"\"}}",
-            r.seq,
+            seq,
             text(r.kind.as_str()),
             opt_text(&r.idempotency_key),
             opt_text(&r.award_id),
@@ -770,16 +783,59 @@ fn recompute_chain(records: &[Record]) -> Result<usize, String> {
         let mut h = Sha256::new();
         h.update(r.prev_hash.as_bytes());
         h.update(canonical.as_bytes());
-        let hash: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        if hash != r.hash {
-            return Err(format!(
-                "seq {}: stored hash is not the hash of its content",
-                r.seq
-            ));
-        }
-        prev = hash;
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
-    Ok(records.len())
+    let genesis = "0".repeat(64);
+    let mut head = genesis.clone();
+    // The batch being read: its last member's place and hash.
+    let mut batch: Option<(i64, String)> = None;
+    let mut count = 0;
+    for r in records {
+        let bad = |what: &str| Err(format!("seq {}: {what}", r.seq));
+        let expected_prev = match (r.batch_index, r.kind, &batch) {
+            (Some(1), _, None) => genesis.clone(),
+            (Some(i), _, Some((last, running))) if i == last + 1 => running.clone(),
+            (Some(_), _, _) => return bad("a batch member out of its place"),
+            (None, Kind::Batch, Some((last, running))) => {
+                // "batch ID: N records, last HASH; M outbox rows from id F"
+                let named = r.detail.as_deref().and_then(|d| {
+                    let (_, rest) = d.split_once(": ")?;
+                    let (n, rest) = rest.split_once(" records, last ")?;
+                    let (h, _) = rest.split_once("; ")?;
+                    Some((n.parse::<i64>().ok()?, h.to_owned()))
+                });
+                if named != Some((*last, running.clone())) {
+                    return bad("a link naming other members than precede it");
+                }
+                head.clone()
+            }
+            (None, Kind::Batch, None) => return bad("a link with no batch before it"),
+            (None, _, Some(_)) => return bad("a record inside a batch"),
+            (None, _, None) => head.clone(),
+        };
+        if r.prev_hash != expected_prev {
+            return bad("prev_hash does not link to the record before");
+        }
+        let hash = hash_of(r, r.batch_index.unwrap_or(r.seq));
+        if hash != r.hash {
+            return bad("stored hash is not the hash of its content");
+        }
+        match (r.batch_index, r.kind) {
+            (Some(i), _) => batch = Some((i, hash)),
+            (None, Kind::Batch) => {
+                batch = None;
+                head = hash;
+            }
+            (None, _) => head = hash,
+        }
+        if r.kind != Kind::Batch {
+            count += 1;
+        }
+    }
+    if batch.is_some() {
+        return Err("the chain ends inside a batch".into());
+    }
+    Ok(count)
 }
 
 /// The faults hit work in flight, not idle processes: most kills found their victim holding
