@@ -209,7 +209,11 @@ fn bench(o: &Opts) -> Res<()> {
 
     let main_load = env.load("bench:main", o.n, o.dup, 1, Shape::Arrival)?;
     if o.postgres {
-        return pg_mode::run(&env, o, &main_load);
+        pg_mode::run(&env, o, &main_load)?;
+        if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
+            println!("kept {}", work.keep().display());
+        }
+        return Ok(());
     }
     let shuffled_load = env.load("bench:shuffled", o.n, o.dup, 1, Shape::Shuffled)?;
     let pm_load = env.load("bench:pm", o.per_message_n, o.dup, 2, Shape::Arrival)?;

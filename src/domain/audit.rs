@@ -524,9 +524,7 @@ impl Verifier {
             ));
         };
         if self.last_seq != Some(r.seq) {
-            return Err(broken(
-                "a batch link not at its last member's seq".into(),
-            ));
+            return Err(broken("a batch link not at its last member's seq".into()));
         }
         if link.records != b.index {
             return Err(broken(format!(

@@ -6,7 +6,8 @@
 //! survive. Unset, a hit costs one load of an already-initialised value.
 //!
 //! The points, in the order an entry meets them: `after_read`, `after_claim` (claim inserted,
-//! transaction open), `before_commit`, `after_commit` (committed, not yet acknowledged),
+//! transaction open), `before_commit`, `before_link` (a shared ledger's batch committed, not
+//! yet linked into the audit chain), `after_commit` (committed, not yet acknowledged),
 //! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
 //! purge between two committed batches).
 //!

@@ -163,8 +163,7 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone(st
     let prev = original
         .lines()
         .map(|l| serde_json::from_str::<Record>(l).unwrap())
-        .filter(|r| r.seq < 20)
-        .last()
+        .rfind(|r| r.seq < 20)
         .unwrap()
         .hash;
     w.run_ok(&[
@@ -324,7 +323,11 @@ fn reseal(db: &mut support::Sql, store: Store, records: Vec<Record>) {
         }
         if r.kind != Kind::Batch {
             r.seal(&prev);
-            let table = if store == Store::Postgres { "audit_chain" } else { "audit_log" };
+            let table = if store == Store::Postgres {
+                "audit_chain"
+            } else {
+                "audit_log"
+            };
             db.exec(&format!(
                 "UPDATE {table} SET prev_hash = '{}', hash = '{}' WHERE seq = {}",
                 r.prev_hash, r.hash, r.seq

@@ -486,10 +486,7 @@ fn duplicates_inside_one_batch_are_decided_in_batch_order<L: Subject>() {
     let st = counts(&l);
     assert_eq!((st.claims, st.disbursements, st.outbox_backlog), (1, 1, 1));
     assert_eq!(st.disbursed_cents_total, 101);
-    assert_eq!(
-        (st.duplicates_suppressed, st.audit_records),
-        (1, 2)
-    );
+    assert_eq!((st.duplicates_suppressed, st.audit_records), (1, 2));
 }
 
 fn a_duplicate_in_a_later_batch_names_the_first_claim_and_pays_nothing<L: Subject>() {

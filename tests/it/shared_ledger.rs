@@ -122,7 +122,10 @@ fn every_command_works_against_a_postgres_ledger() {
         .filter(|l| !l.contains(r#""kind":"batch""#))
         .count();
     assert_eq!(records as i64, w.count("audit_log"));
-    assert!(exported.lines().count() > records, "the batches' links are exported");
+    assert!(
+        exported.lines().count() > records,
+        "the batches' links are exported"
+    );
     w.run_ok(&["audit", "verify"]);
     w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
 
@@ -909,5 +912,162 @@ fn a_worker_pays_the_rest_of_a_batch_while_another_node_holds_one_group_and_then
         0
     );
     assert_eq!(w.pending(), 0);
+    w.run_ok(&["verify"]);
+}
+
+/// Batches committed and never linked (the writer died between the two), as SQL sees them.
+fn unlinked(w: &World) -> (i64, i64) {
+    (
+        w.sql_i64("SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL"),
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE seq IS NULL"),
+    )
+}
+
+/// A worker that dies between its batch's commit and the batch's link.
+fn crash_before_link(w: &World, extra: &[&str]) {
+    let mut args = vec!["run", "--consumer", "doomed", "--exit-when-idle"];
+    args.extend_from_slice(extra);
+    let out = w.crash_at(w.cmd(&args), "before_link");
+    assert!(!out.status.success(), "before_link should have fired");
+}
+
+#[test]
+fn a_batch_committed_and_left_unlinked_is_linked_at_the_next_start_and_published_once() {
+    // 1. A worker commits a batch of 5 and dies before linking it (failpoint before_link):
+    //    the claims and records are committed, the records have no seq, the outbox rows no id,
+    //    nothing is acknowledged; verify passes and says one batch waits for its link; the
+    //    chain (empty) verifies.
+    // 2. A worker starts: its open links the batch, the redeliveries are duplicates.
+    // 3. Everything is in one chain, each event is published once with ids 1..=5, and an
+    //    anchor of the head is matched after more work.
+    let w = World::on(Store::Postgres);
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    crash_before_link(&w, &[]);
+    assert_eq!(w.count("processed_messages"), 5);
+    assert_eq!(unlinked(&w), (1, 5));
+    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM outbox WHERE id IS NULL"), 5);
+    assert_eq!(w.pending(), 5, "nothing acknowledged before the link");
+    let verified = w.run_ok(&["verify"]);
+    let said = String::from_utf8_lossy(&verified.stdout);
+    assert!(
+        said.contains("1 committed batch(es) not linked into the audit chain yet"),
+        "{said}"
+    );
+    w.run_ok(&["audit", "verify"]);
+
+    w.drain(&[]);
+    assert_eq!(unlinked(&w), (0, 0));
+    assert_eq!(w.pending(), 0);
+    assert_eq!(w.count("disbursements"), 5);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        5
+    );
+    assert_eq!(
+        w.sql_i64("SELECT MAX(seq) FROM audit_log"),
+        10,
+        "seq 1..=10: the linked batch, then the duplicates' batch"
+    );
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 5);
+    assert_eq!(
+        w.sql_i64(
+            "SELECT COUNT(*) FROM outbox WHERE id BETWEEN 1 AND 5 AND published_at IS NOT NULL"
+        ),
+        5
+    );
+    let anchors = w.dir.path().join("anchors.jsonl");
+    w.run_ok(&["audit", "anchor", "--out", anchors.to_str().unwrap()]);
+    w.add(&(5..8).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["audit", "verify", "--anchors", anchors.to_str().unwrap()]);
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_batch_left_unlinked_leaves_other_nodes_working_and_a_running_relay_places_it() {
+    // 1. A node on another stream of the same ledger runs; a worker on the main stream dies
+    //    between its batch's commit and its link. The other node's batches go on being linked
+    //    after it (a writer links its own batch only, never waits on one left behind); the
+    //    chain verifies and verify names the batch still waiting.
+    // 2. A worker's start links that batch. A relay runs; another worker dies before its
+    //    link: past its grace the relay links the batch itself and publishes every event, each
+    //    once.
+    let w = World::on(Store::Postgres);
+    let other = w.spawn(&[
+        "run",
+        "--stream",
+        "other:submissions",
+        "--consumer",
+        "other",
+    ]);
+    w.add(&(0..4).map(submission).collect::<Vec<_>>());
+    crash_before_link(&w, &[]);
+    assert_eq!(unlinked(&w), (1, 4));
+    let mut c = w.conn();
+    for i in 100..103 {
+        let _: String = redis::cmd("XADD")
+            .arg("other:submissions")
+            .arg("*")
+            .arg("payload")
+            .arg(submission(i).as_bytes())
+            .query(&mut c)
+            .unwrap();
+    }
+    assert!(
+        wait_for(Duration::from_secs(20), || w.count("disbursements") == 7
+            && w.sql_i64(
+                "SELECT COUNT(*) FROM audit_log WHERE seq IS NOT NULL"
+            ) == 3),
+        "the other node's entries are linked: {:?}",
+        unlinked(&w)
+    );
+    drop(other);
+    assert_eq!(
+        unlinked(&w),
+        (1, 4),
+        "the batch left behind is still waiting"
+    );
+    w.run_ok(&["audit", "verify"]);
+    let said = String::from_utf8_lossy(&w.run_ok(&["verify"]).stdout).into_owned();
+    assert!(said.contains("1 committed batch(es) not linked"), "{said}");
+
+    // The entries of the batch left behind are still pending: a worker's start links the
+    // batch, and their redelivery is recorded as duplicates.
+    w.drain(&[]);
+    assert_eq!(unlinked(&w), (0, 0));
+    assert_eq!(w.pending(), 0);
+    // To see a running relay link a batch left behind, the relay is up first and the batch
+    // is left after.
+    let relay = w.spawn(&["relay"]);
+    assert!(wait_for(Duration::from_secs(20), || w
+        .xlen("grants:events")
+        == 7));
+    assert_eq!(unlinked(&w), (0, 0));
+    w.add(&(10..13).map(submission).collect::<Vec<_>>());
+    crash_before_link(&w, &[]);
+    assert_eq!(unlinked(&w).0, 1);
+    assert!(
+        wait_for(Duration::from_secs(20), || w.xlen("grants:events") == 10),
+        "the relay links the batch and publishes its events: {} on the stream, {:?} unlinked",
+        w.xlen("grants:events"),
+        unlinked(&w)
+    );
+    assert_eq!(unlinked(&w), (0, 0));
+    assert!(
+        relay.log_text().contains("linked 1 committed batch(es)"),
+        "{}",
+        relay.log_text()
+    );
+    drop(relay);
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 10);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 10, "each event once");
+    let ids: Vec<i64> = (1..=10).collect();
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(DISTINCT id) FROM outbox WHERE id BETWEEN 1 AND 10"),
+        ids.len() as i64
+    );
     w.run_ok(&["verify"]);
 }

@@ -54,21 +54,24 @@ pub(super) enum Range<'a> {
 
 impl AuditLog for PgLedger {
     /// One repeatable-read transaction around the whole walk: batches linked meanwhile add
-    /// nothing to what `f` sees. Rows are streamed, one at a time.
+    /// nothing to what `f` sees, and every link in it is durable before `f` sees the first
+    /// record (an export or an anchor must not name a link a server crash could undo). Rows
+    /// are streamed, one at a time.
     fn for_each_record(
         &self,
         since: &Since,
         f: &mut dyn FnMut(Record) -> Result<()>,
     ) -> Result<()> {
         let mut conn = self.conn()?;
-        let mut tx = super::snapshot(&mut conn.client)?;
+        let mut tx = self.durable_snapshot(&mut conn.client)?;
         for_each(&mut tx, &Range::Since(since), f)
     }
 
-    /// Through the partial indexes of dead-letter records (`schema_postgres.sql`), streamed.
+    /// Through the partial indexes of dead-letter records (`schema_postgres.sql`), streamed,
+    /// from a durable snapshot as above.
     fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
         let mut conn = self.conn()?;
-        let mut tx = super::snapshot(&mut conn.client)?;
+        let mut tx = self.durable_snapshot(&mut conn.client)?;
         for_each(&mut tx, &Range::DeadLetters, f)
     }
 }
@@ -232,7 +235,10 @@ pub(super) fn range(client: &mut impl GenericClient, first: i64, last: i64) -> R
 
 /// Inserts a record sealed one by one exactly as given (seq included) into `audit_chain`.
 pub(super) fn insert(client: &mut impl GenericClient, r: &Record) -> Result<()> {
-    assert!(r.batch_index.is_none(), "a batch member goes in with its batch");
+    assert!(
+        r.batch_index.is_none(),
+        "a batch member goes in with its batch"
+    );
     client.execute(
         &format!(
             "INSERT INTO audit_chain ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"

@@ -33,15 +33,14 @@
 //!    the outbox rows (numbered within the batch, with no ids yet) go in by binary COPY. COMMIT:
 //!    the batch's effects are durable, and no lock any other node waits for was held.
 //! 6. **Link**, in a second transaction: one call of `claimgate_link` (`schema_postgres.sql`),
-//!    one statement outside any transaction, which locks the chain head, gives every committed
-//!    batch not yet linked (this one, and any a stopped writer left) its seqs, its outbox ids
-//!    and its link record sealed after the head, advances the head and commits. That is the
-//!    one lock every node shares, and it is held for a few row updates and a commit of a few
-//!    hundred bytes, whatever the batch's size (contract points 4 and 5; ARCHITECTURE.md gives
-//!    the argument); its hold is measured ([`head_hold`]). A link that fails for a transient
-//!    reason leaves the batch committed and unlinked: it is logged, the outcomes stand (they
-//!    are durable), and the next link by any node — the next batch, a node's start, a relay
-//!    round — links it.
+//!    one statement outside any transaction, which locks the chain head, gives this batch its
+//!    seqs, its outbox ids and its link record sealed after the head, advances the head and
+//!    commits without waiting for the disk. That is the one lock every node shares, and it is
+//!    held for two row updates, whatever the batch's size (contract points 4 and 5;
+//!    ARCHITECTURE.md gives the argument); its hold is measured ([`head_hold`]). A link that
+//!    fails for a transient reason, or a writer that stops before it, leaves the batch
+//!    committed and unlinked: the outcomes stand (they are durable), and a node's start or a
+//!    relay round links it (`claimgate_link` with no batch named: every batch not linked).
 
 use super::connect::Conn;
 use crate::config::OnConflict;
@@ -137,8 +136,9 @@ static COPY_MEMBERS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 const COPY_OUTBOX: &str = "COPY outbox_rows (claim_id, event_type, payload, created_at, batch_id,
          batch_index) FROM STDIN (FORMAT binary)";
 
-/// Step 6, on its own: one statement, so PostgreSQL commits it before it answers.
-const LINK: &str = "SELECT linked, waited_us, held_us FROM claimgate_link($1)";
+/// Step 6, on its own: one statement, so PostgreSQL commits it before it answers. `$2` is the
+/// writer's own batch, or NULL for every batch not linked yet.
+const LINK: &str = "SELECT linked, waited_us, held_us FROM claimgate_link($1, $2)";
 
 /// The earlier claim a submission conflicts with.
 #[derive(Clone)]
@@ -201,12 +201,12 @@ impl Facts {
     }
 }
 
-/// How long each link held the chain-head row lock (from its grant inside `claimgate_link`,
-/// so not counting the wait for it, to the end of the statement's COMMIT, as an upper bound:
-/// the call's time less the wait) and how much of that came after the function's own work
-/// (the COMMIT's WAL flush and the answer's way back), in microseconds, for the summary
-/// [`head_hold`] gives: the benchmark's figure for "the lock is held only for the commit".
-/// Bounded: past [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
+/// How long each link held the chain-head row lock, in microseconds: from its grant inside
+/// `claimgate_link` to the end of the function's work, on the server's clock (the commit after
+/// it writes no WAL to disk), and, as an upper bound of the whole hold, the call's time less the
+/// wait for the grant (which also counts the round trip and this process's scheduling). For
+/// the summary [`head_hold`] gives, the benchmark's figures. Bounded: past [`HEAD_HOLDS_MAX`]
+/// samples the oldest half is dropped.
 static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
 
 /// Samples kept for [`head_hold`].
@@ -235,9 +235,9 @@ impl Spread {
     }
 }
 
-/// The chain-head lock's hold time over the links this process made so far, and that of the
-/// COMMITs within it (with the answer's return): `(links, hold, commit)`, or `None` before
-/// the first.
+/// The chain-head lock's hold time over the links this process made so far, on the server's
+/// clock, and its upper bound seen from here: `(links, hold, bound)`, or `None` before the
+/// first.
 pub fn head_hold() -> Option<(usize, Spread, Spread)> {
     let v = HEAD_HOLDS_US
         .lock()
@@ -247,17 +247,17 @@ pub fn head_hold() -> Option<(usize, Spread, Spread)> {
         return None;
     }
     let n = v.len();
-    let (hold, commit) = v.into_iter().unzip();
-    Some((n, Spread::of(hold), Spread::of(commit)))
+    let (hold, bound) = v.into_iter().unzip();
+    Some((n, Spread::of(hold), Spread::of(bound)))
 }
 
-fn note_head_hold(held: Duration, commit: Duration) {
+fn note_head_hold(held: Duration, bound: Duration) {
     let us = |d: Duration| d.as_micros().min(u32::MAX as u128) as u32;
     let mut v = HEAD_HOLDS_US.lock().unwrap_or_else(|p| p.into_inner());
     if v.len() >= HEAD_HOLDS_MAX {
         v.drain(..HEAD_HOLDS_MAX / 2);
     }
-    v.push((us(held), us(commit)));
+    v.push((us(held), us(bound)));
 }
 
 /// Records `items` in one transaction on `conn`; see the module doc for the steps.
@@ -309,9 +309,9 @@ pub(super) fn record<'a>(
     tx.commit()?;
     // After the commit: a batch that failed is retried whole, offers and all.
     note_deferred(ctx, items, &deferred);
-    if written {
+    if let Some(batch) = written {
         failpoint::hit("before_link");
-        link_committed(conn)?;
+        link_committed(conn, batch)?;
     }
     Ok(outcomes)
 }
@@ -907,27 +907,31 @@ fn insert_disbursements(
 }
 
 /// Step 5: seals `members` as one batch and writes them, with the outbox rows of `paid` and
-/// the batch's row, inside `tx`. False, writing nothing, when there are no members (only
-/// possible for a batch of dead letters every one of which was recorded before). Holds use it
-/// too, for their one record.
+/// the batch's row, inside `tx`; returns the batch's id. `None`, writing nothing, when there
+/// are no members (only possible for a batch of dead letters every one of which was recorded
+/// before). Holds use it too, for their one record.
 pub(super) fn write_members(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
     members: &mut [Record],
     paid: &[(i64, &Submission, String)],
     now: &str,
-) -> Result<bool> {
+) -> Result<Option<i64>> {
     if members.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     let last_hash = crate::domain::audit::seal_batch(members);
-    let count = |n: usize| {
-        i32::try_from(n).map_err(|_| Error::Invariant(format!("a batch of {n} rows")))
-    };
+    let count =
+        |n: usize| i32::try_from(n).map_err(|_| Error::Invariant(format!("a batch of {n} rows")));
     let batch_id: i64 = tx
         .query_one(
             &st.insert_batch,
-            &[&count(members.len())?, &last_hash, &count(paid.len())?, &now],
+            &[
+                &count(members.len())?,
+                &last_hash,
+                &count(paid.len())?,
+                &now,
+            ],
         )?
         .get(0);
     use postgres::binary_copy::BinaryCopyInWriter;
@@ -970,20 +974,20 @@ pub(super) fn write_members(
         }
         outbox.finish()?;
     }
-    Ok(true)
+    Ok(Some(batch_id))
 }
 
-/// Step 6 for a batch this process just committed: [`link`]. A transient failure leaves the
-/// batch committed and unlinked — its outcomes stand — and says so: the next link by any node
-/// places it. A permanent one (the ledger's tables edited so that no link can be sealed) is
-/// the caller's to report.
-pub(super) fn link_committed(conn: &mut Conn) -> Result<()> {
-    match link(conn) {
+/// Step 6 for `batch`, which this process just committed: [`link`]. A transient failure
+/// leaves the batch committed and unlinked — its outcomes stand — and says so: a node's start
+/// or a relay round places it. A permanent one (the ledger's tables edited so that no link can
+/// be sealed) is the caller's to report.
+pub(super) fn link_committed(conn: &mut Conn, batch: i64) -> Result<()> {
+    match link(conn, Some(batch)) {
         Ok(_) => Ok(()),
         Err(e) if e.is_transient() => {
             log::warn!(
-                "a batch is committed but could not be linked into the audit chain yet ({e}); \
-                 its effects stand, and the next batch, node start or relay round links it"
+                "batch {batch} is committed but could not be linked into the audit chain yet \
+                 ({e}); its effects stand, and a node's start or a relay round links it"
             );
             Ok(())
         }
@@ -991,23 +995,23 @@ pub(super) fn link_committed(conn: &mut Conn) -> Result<()> {
     }
 }
 
-/// Links every committed batch not linked yet (`claimgate_link`), and notes how long it held
-/// the chain head. Returns how many it linked.
-pub(super) fn link(conn: &mut Conn) -> Result<i32> {
+/// Links `batch`, or with `None` every committed batch not linked yet (`claimgate_link`), and
+/// notes how long it held the chain head. Returns how many it linked.
+pub(super) fn link(conn: &mut Conn, batch: Option<i64>) -> Result<i32> {
     let st = conn.prepared(LINK)?;
     let now = crate::domain::clock::now_rfc3339();
     let called = Instant::now();
-    let row = conn.client.query_one(&st, &[&now])?;
+    let row = conn.client.query_one(&st, &[&now, &batch])?;
     let elapsed = called.elapsed();
     let (linked, waited_us, held_us): (i32, i64, i64) = (row.get(0), row.get(1), row.get(2));
     if linked > 0 {
-        // The lock is held from its grant inside the call to the end of the statement's
-        // commit: at most the call's time less the wait for the grant. That bound also counts
-        // the answer's way back to this process, so it is an upper bound.
+        // Held from the grant inside the call to the end of the statement's commit, which
+        // writes no WAL to disk: the function's own work (server clock) and a commit record's
+        // insertion. Bounded above by the call's time less the wait for the grant, which also
+        // counts the round trip and this process's scheduling.
         let waited = Duration::from_micros(waited_us.max(0) as u64);
-        let held = elapsed.saturating_sub(waited);
         let in_function = Duration::from_micros(held_us.max(0) as u64);
-        note_head_hold(held, held.saturating_sub(in_function));
+        note_head_hold(in_function, elapsed.saturating_sub(waited));
     }
     Ok(linked)
 }

@@ -18,6 +18,12 @@
 //! by earlier releases, and rows `migrate` copied, keep the ids they have, all below every
 //! batch's.
 //!
+//! # Durable before published
+//! A link commits without waiting for its WAL to reach the disk (the chain-head lock is never
+//! held across a disk write), so a link just read could still be lost in a server crash, and
+//! its batch linked again later at other ids. The rows this returns are therefore made durable
+//! first (`make_durable`): the relay only ever publishes ids no crash can take back.
+//!
 //! # A batch left unlinked
 //! A writer stopped between its batch's commit and the link leaves rows no relay can publish
 //! yet. Any link places them (the next batch of any node, a node's start); so that a quiet
@@ -63,8 +69,15 @@ impl Outbox for PgLedger {
             let after = rows.last().map_or(after_id, |r| r.id);
             let linked = conn.prepared(ROWS_LINKED)?;
             let more = (limit - rows.len()) as i64;
-            rows.extend(conn.client.query(&linked, &[&after, &more])?.iter().map(row));
+            rows.extend(
+                conn.client
+                    .query(&linked, &[&after, &more])?
+                    .iter()
+                    .map(row),
+            );
         }
+        // The ids are the relay's event ids: only those of links a crash cannot undo leave.
+        super::make_durable(&mut conn.client)?;
         Ok(rows)
     }
 
@@ -117,11 +130,10 @@ fn link_stale(conn: &mut super::connect::Conn) -> Result<()> {
     let st = conn.prepared(
         "SELECT EXISTS (SELECT 1 FROM audit_batches WHERE link_seq IS NULL AND created_at < $1)",
     )?;
-    let before = crate::domain::clock::ago_rfc3339(std::time::Duration::from_millis(
-        UNLINKED_GRACE_MS,
-    ));
+    let before =
+        crate::domain::clock::ago_rfc3339(std::time::Duration::from_millis(UNLINKED_GRACE_MS));
     if conn.client.query_one(&st, &[&before])?.get(0) {
-        let n = super::batch::link(conn)?;
+        let n = super::batch::link(conn, None)?;
         log::warn!(
             "linked {n} committed batch(es) that had waited over {UNLINKED_GRACE_MS} ms for \
              their link (a writer stopped between its commit and its link)"

@@ -38,13 +38,16 @@ impl Retention for PgLedger {
              ON CONFLICT (award_id) DO NOTHING",
             &[&award_id, &reason, &now],
         )?;
-        if n == 1 {
+        let written = if n == 1 {
             let text = detail::hold_added(reason);
-            hold_record(&mut tx, &st, Record::hold(Kind::HoldAdded, award_id, text, now), now)?;
-        }
+            let r = Record::hold(Kind::HoldAdded, award_id, text, now);
+            Some(hold_record(&mut tx, &st, r, now)?)
+        } else {
+            None
+        };
         tx.commit()?;
-        if n == 1 {
-            batch::link_committed(&mut conn)?;
+        if let Some(b) = written {
+            batch::link_committed(&mut conn, b)?;
         }
         Ok(n == 1)
     }
@@ -57,18 +60,17 @@ impl Retention for PgLedger {
             "DELETE FROM legal_holds WHERE award_id = $1 RETURNING reason, held_at",
             &[&award_id],
         )?;
-        if let Some(row) = &held {
-            let text = detail::hold_removed(row.get(0), row.get(1));
-            hold_record(
-                &mut tx,
-                &st,
-                Record::hold(Kind::HoldRemoved, award_id, text, now),
-                now,
-            )?;
-        }
+        let written = match &held {
+            Some(row) => {
+                let text = detail::hold_removed(row.get(0), row.get(1));
+                let r = Record::hold(Kind::HoldRemoved, award_id, text, now);
+                Some(hold_record(&mut tx, &st, r, now)?)
+            }
+            None => None,
+        };
         tx.commit()?;
-        if held.is_some() {
-            batch::link_committed(&mut conn)?;
+        if let Some(b) = written {
+            batch::link_committed(&mut conn, b)?;
         }
         Ok(held.is_some())
     }
@@ -157,15 +159,16 @@ impl Retention for PgLedger {
     }
 }
 
-/// Writes a hold's record inside `tx` as a batch of one, to be linked after the commit.
+/// Writes a hold's record inside `tx` as a batch of one, to be linked after the commit;
+/// returns the batch.
 fn hold_record(
     tx: &mut postgres::Transaction<'_>,
     st: &batch::Statements,
     record: Record,
     now: &str,
-) -> Result<()> {
-    batch::write_members(tx, st, &mut [record], &[], now)?;
-    Ok(())
+) -> Result<i64> {
+    batch::write_members(tx, st, &mut [record], &[], now)?
+        .ok_or_else(|| Error::Invariant("a hold's record wrote no batch".into()))
 }
 
 impl PgLedger {

@@ -22,7 +22,8 @@ use crate::ledger::{chain, Inspect, Since, Summary};
 impl Inspect for PgLedger {
     fn verify(&self) -> Result<Summary> {
         let mut conn = self.conn()?;
-        let mut tx = super::snapshot(&mut conn.client)?;
+        // Durable, as the chain's head it reports may be written down as evidence.
+        let mut tx = self.durable_snapshot(&mut conn.client)?;
         ledger(&mut tx)
     }
 

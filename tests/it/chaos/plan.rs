@@ -113,6 +113,8 @@ pub struct Role {
     pub count: fn(&Size) -> usize,
     /// The failpoints on this role's path, each armed `arms_per_failpoint` times.
     pub failpoints: &'static [&'static str],
+    /// More on its path on a shared ledger only, armed the same way there.
+    pub postgres_failpoints: &'static [&'static str],
     /// The command line for a process of this role with this consumer name.
     pub args: fn(&Plan, &str) -> Vec<String>,
 }
@@ -122,6 +124,8 @@ pub static WORKER: Role = Role {
     name: "worker",
     count: |size| size.workers,
     failpoints: &["after_read", "after_claim", "before_commit", "after_commit"],
+    // Committed, not linked into the chain: a batch only another link can place.
+    postgres_failpoints: &["before_link"],
     args: worker_args,
 };
 
@@ -131,6 +135,7 @@ pub static RELAY: Role = Role {
     name: "relay",
     count: |size| size.relays,
     failpoints: &["relay_after_publish"],
+    postgres_failpoints: &[],
     args: relay_args,
 };
 
@@ -386,7 +391,11 @@ fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role], store: Store) -
         if role_slots.is_empty() {
             continue;
         }
-        for point in role.failpoints {
+        let shared: &[&'static str] = match store {
+            Store::Sqlite => &[],
+            Store::Postgres => role.postgres_failpoints,
+        };
+        for point in role.failpoints.iter().chain(shared) {
             for _ in 0..size.arms_per_failpoint {
                 let action = Action::Arm {
                     slot: role_slots[rng.usize(0..role_slots.len())],
