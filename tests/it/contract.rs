@@ -1834,3 +1834,66 @@ fn postgres_verify_names_a_claimed_tombstone_an_unbacked_duplicate_and_a_lost_de
         "{err}"
     );
 }
+
+#[test]
+fn postgres_verify_names_every_tampering_of_the_batch_tables() {
+    // Two batches (3 and 2 submissions, seqs 1..=3 and 4..=5, outbox ids 1..=3 and 4..=5);
+    // each tampering on a fresh copy, and verify names it: a batch's outbox ids moved (an id
+    // given twice), a member deleted (the chain breaks at the next record), a batch's row
+    // deleted (its members belong to no batch), an outbox row renumbered within its batch, a
+    // link sealed after another head, a member moved into the other batch, a link's seq moved.
+    // (A member deleted is named by the first check it fails: its payment has no record.)
+    let cases: [(&str, &str); 7] = [
+        (
+            "UPDATE audit_batches SET outbox_first = outbox_first + 1 WHERE batch_id = {first}",
+            "outbox id given twice: outbox id 4",
+        ),
+        (
+            "DELETE FROM audit_members WHERE batch_id = {first} AND batch_index = 2",
+            "disbursement without a processed record: disbursement 2",
+        ),
+        (
+            "DELETE FROM audit_batches WHERE batch_id = {second}",
+            "batch member without its batch",
+        ),
+        (
+            "UPDATE outbox_rows SET batch_index = 7 WHERE batch_id = {first} AND batch_index = 3",
+            "batch outbox rows disagree with the batch",
+        ),
+        (
+            "UPDATE audit_batches SET prev_hash = repeat('0', 64) WHERE batch_id = {second}",
+            "audit chain broken at seq 5",
+        ),
+        (
+            "UPDATE audit_members SET batch_id = {second}, batch_index = 3
+             WHERE batch_id = {first} AND batch_index = 3",
+            "audit chain broken at seq 3",
+        ),
+        (
+            "UPDATE audit_batches SET link_seq = link_seq + 1 WHERE batch_id = {second}",
+            "audit chain broken",
+        ),
+    ];
+    for (tamper, named) in cases {
+        let l = Postgres::fresh(OnConflict::Record);
+        let subs: Vec<Submission> = (1..=5).map(sub).collect();
+        let entries: Vec<String> = (1..=5).map(|i| format!("{i}-0")).collect();
+        let items: Vec<Item<'_>> = subs.iter().zip(&entries).map(|(s, e)| item(s, e)).collect();
+        l.record(&items[..3], "c", STREAM).unwrap();
+        l.record(&items[3..], "c", STREAM).unwrap();
+        l.verify().unwrap();
+        let mut raw = l.raw();
+        let ids: Vec<i64> = raw
+            .query("SELECT batch_id FROM audit_batches ORDER BY link_seq", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let sql = tamper
+            .replace("{first}", &ids[0].to_string())
+            .replace("{second}", &ids[1].to_string());
+        raw.batch_execute(&sql).unwrap();
+        let err = l.verify().unwrap_err().to_string();
+        assert!(err.contains(named), "{sql}: {err}");
+    }
+}

@@ -1071,3 +1071,263 @@ fn a_batch_left_unlinked_leaves_other_nodes_working_and_a_running_relay_places_i
     );
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn a_ledger_of_the_release_before_batches_is_continued_with_its_chain_ids_and_anchors_intact() {
+    // 1. A ledger as the previous release left it (its schema applied by hand, fixture
+    //    schema-postgres-v2.sql): 3 paid submissions and a duplicate, each record sealed after
+    //    the head, outbox ids 1..=3 numbered under the head lock, the head at seq 4.
+    // 2. Opened by this release (verify): the tables are renamed under the views, nothing
+    //    else changes; verify passes; an anchor of the head is taken.
+    // 3. A worker pays 5 new submissions and finds a resent old one a duplicate; a relay
+    //    publishes ids 1..=8 once each, old rows first.
+    // 4. One chain: the old records sealed alone, then the batches; verify, audit verify and
+    //    the anchor pass.
+    use claimgate::domain::audit::{detail, Kind, Record, GENESIS_HASH};
+    let w = World::on(Store::Postgres);
+    let url = w.db.to_str().unwrap().to_owned();
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute(include_str!("fixtures/schema-postgres-v2.sql"))
+        .unwrap();
+    let at = "2026-11-01T09:00:00.000000Z";
+    let mut prev = GENESIS_HASH.to_owned();
+    let mut seal = |mut r: Record, c: &mut postgres::Client| {
+        r.seal(&prev);
+        prev.clone_from(&r.hash);
+        c.execute(
+            "INSERT INTO audit_log (seq, kind, idempotency_key, award_id, amount_cents,
+                 stream_entry_id, consumer, delivery_count, detail, recorded_at, prev_hash, hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            &[
+                &r.seq,
+                &r.kind.as_str(),
+                &r.idempotency_key,
+                &r.award_id,
+                &r.amount_cents,
+                &r.stream_entry_id,
+                &r.consumer,
+                &r.delivery_count,
+                &r.detail,
+                &r.recorded_at,
+                &r.prev_hash,
+                &r.hash,
+            ],
+        )
+        .unwrap();
+    };
+    for i in 1..=3usize {
+        let s = support::parsed(i);
+        let id = i as i64;
+        c.execute(
+            "INSERT INTO processed_messages (claim_id, idempotency_key, award_id,
+                 submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+                 submission_instant) VALUES ($1, $2, $3, $4, $5, $6, $7, 'old', $8)",
+            &[
+                &id,
+                &s.key.as_bytes().as_slice(),
+                &s.award_id,
+                &s.submission_timestamp,
+                &s.amount_cents,
+                &at,
+                &format!("1-{i}"),
+                &s.submission_instant,
+            ],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO disbursements (id, claim_id, idempotency_key, award_id, amount_cents,
+                 recorded_at) VALUES ($1, $1, $2, $3, $4, $5)",
+            &[
+                &id,
+                &s.key.as_bytes().as_slice(),
+                &s.award_id,
+                &s.amount_cents,
+                &at,
+            ],
+        )
+        .unwrap();
+        let payload = claimgate::domain::event::payload(&s, &s.key.to_hex());
+        c.execute(
+            "INSERT INTO outbox (id, claim_id, event_type, payload, created_at)
+             VALUES ($1, $1, 'disbursement.recorded', $2, $3)",
+            &[&id, &payload, &at],
+        )
+        .unwrap();
+        let r = Record {
+            seq: id,
+            idempotency_key: Some(s.key.to_hex()),
+            award_id: Some(s.award_id.clone()),
+            amount_cents: Some(s.amount_cents),
+            stream_entry_id: Some(format!("1-{i}")),
+            consumer: Some("old".into()),
+            delivery_count: Some(1),
+            ..Record::unsealed(Kind::Processed, at)
+        };
+        seal(r, &mut c);
+    }
+    let s1 = support::parsed(1);
+    let resent = Record {
+        seq: 4,
+        idempotency_key: Some(s1.key.to_hex()),
+        award_id: Some(s1.award_id.clone()),
+        stream_entry_id: Some("1-9".into()),
+        consumer: Some("old".into()),
+        delivery_count: Some(1),
+        detail: Some(detail::duplicate(at)),
+        ..Record::unsealed(Kind::Duplicate, at)
+    };
+    seal(resent, &mut c);
+    c.execute(
+        "UPDATE chain_head SET seq = 4, hash = $1, outbox_id_last = 3",
+        &[&prev],
+    )
+    .unwrap();
+    c.batch_execute("SELECT setval(pg_get_serial_sequence('processed_messages', 'claim_id'), 3)")
+        .unwrap();
+
+    let said = String::from_utf8_lossy(&w.run_ok(&["verify"]).stdout).into_owned();
+    assert!(
+        said.contains("3 claims") && said.contains("4 audit records"),
+        "{said}"
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT COUNT(*) FROM pg_class WHERE relname IN ('audit_log', 'outbox') AND relkind = 'v'"
+        ),
+        2,
+        "the tables of the release before are under views now"
+    );
+    let anchors = w.dir.path().join("anchors.jsonl");
+    w.run_ok(&["audit", "anchor", "--out", anchors.to_str().unwrap()]);
+
+    let mut payloads: Vec<String> = (4..=8).map(submission).collect();
+    payloads.push(submission(2));
+    w.add(&payloads);
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 8);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'"),
+        2,
+        "the resent old submission is found claimed"
+    );
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 8);
+    let ids: Vec<i64> = (1..=8).collect();
+    let listed = w.sql_text("SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox");
+    assert_eq!(
+        listed,
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    let said = String::from_utf8_lossy(&w.run_ok(&["verify"]).stdout).into_owned();
+    assert!(
+        said.contains("8 claims") && said.contains("10 audit records"),
+        "{said}"
+    );
+    w.run_ok(&["audit", "verify", "--anchors", anchors.to_str().unwrap()]);
+    let export = w.dir.path().join("audit.jsonl");
+    w.run_ok(&["audit", "export", "--out", export.to_str().unwrap()]);
+    let lines: Vec<Record> = std::fs::read_to_string(&export)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines[..4].iter().all(|r| r.batch_index.is_none()));
+    assert!(lines[4..].iter().any(|r| r.kind == Kind::Batch));
+    assert_eq!(lines.last().unwrap().kind, Kind::Batch);
+    w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
+}
+
+/// The pid of the cluster's WAL writer; `None` while the server cannot say (a connection made
+/// just before a crash is ended under the query, and during recovery there is no WAL writer).
+fn wal_writer(admin: &mut postgres::Client) -> Option<i32> {
+    admin
+        .query_opt(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'",
+            &[],
+        )
+        .ok()
+        .flatten()
+        .map(|r| r.get(0))
+}
+
+#[test]
+fn what_a_relay_published_survives_a_server_crash_although_links_commit_without_waiting_for_the_disk(
+) {
+    // A link commits without waiting for its WAL flush, so it can be lost in a crash; what
+    // leaves the database with a link's decisions must not be. The server's WAL writer is
+    // stopped (SIGSTOP), so nothing but claimgate's own commits writes WAL out.
+    // 1. A relay runs. A worker records 3 submissions (its batch durable, its link only in WAL
+    //    buffers).
+    // 2. The relay publishes the 3 events and dies before marking them (relay_after_publish).
+    // 3. The WAL writer is killed: the server crashes (every process ended, shared memory and
+    //    the WAL buffers in it thrown away) and recovers.
+    // 4. The link the relay published from is still there: batch linked, ids 1..=3, head at 3.
+    //    A relay then marks the rows without publishing anything twice; verify passes.
+    let pg = crate::pg::own_cluster();
+    let url = pg.create_database("durable").unwrap();
+    let admin_url = pg.url("postgres");
+    let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+    let writer = wal_writer(&mut admin).expect("the WAL writer of a running cluster");
+    drop(admin);
+    let w = World::on_postgres_url(&url);
+    w.create_ledger();
+    // The relay runs before the batch: its own start (which writes to the catalog, applying
+    // the schema) flushes nothing of what comes after.
+    let relay = w.spawn_armed(&["relay"], "relay_after_publish");
+    std::thread::sleep(Duration::from_millis(500));
+    signal_pid(writer, libc::SIGSTOP);
+    w.add(&(0..3).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NOT NULL"),
+        1
+    );
+    let mut relay = relay;
+    let died = support::wait_exit(&mut relay, Duration::from_secs(30));
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(died.signal(), Some(libc::SIGABRT), "{}", relay.log_text());
+    }
+    assert!(relay
+        .log_text()
+        .contains("failpoint relay_after_publish fired"));
+    assert_eq!(w.xlen("grants:events"), 3, "published before the crash");
+    signal_pid(writer, libc::SIGKILL);
+    let mut fresh_writer = None;
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            fresh_writer = postgres::Client::connect(&admin_url, postgres::NoTls)
+                .ok()
+                .and_then(|mut c| wal_writer(&mut c));
+            fresh_writer.is_some_and(|p| p != writer)
+        }),
+        "the server recovers from the crash"
+    );
+    assert_eq!(
+        w.sql_text(
+            "SELECT string_agg(link_seq || ':' || outbox_first || ':' || outbox_count, ',')
+             FROM audit_batches"
+        ),
+        "3:1:3",
+        "the link the relay published from survived the crash"
+    );
+    assert_eq!(w.sql_i64("SELECT outbox_id_last FROM chain_head"), 3);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 3, "nothing published twice");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NOT NULL"),
+        3
+    );
+    w.run_ok(&["verify"]);
+}
+
+/// Sends `sig` to process `pid` (a server process of the test's own cluster).
+fn signal_pid(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a process of the cluster this test started and owns.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "signal {sig} to {pid}");
+}

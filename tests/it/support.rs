@@ -204,6 +204,17 @@ impl World {
     /// its own in the world's directory (a pipe nobody reads would fill and stall it), killed
     /// when the handle is dropped (a failed assertion leaves no process behind).
     pub fn spawn(&self, args: &[&str]) -> Spawned {
+        self.spawn_cmd(self.cmd(args))
+    }
+
+    /// Like [`World::spawn`], armed with failpoint `point`.
+    pub fn spawn_armed(&self, args: &[&str], point: &str) -> Spawned {
+        let mut cmd = self.cmd(args);
+        cmd.env(claimgate::support::failpoint::ENV, point);
+        self.spawn_cmd(cmd)
+    }
+
+    fn spawn_cmd(&self, mut cmd: Command) -> Spawned {
         let log = tempfile::Builder::new()
             .prefix("spawned-")
             .suffix(".log")
@@ -213,8 +224,7 @@ impl World {
             .keep()
             .expect("keep child log");
         let file = std::fs::File::create(&log).expect("child log file");
-        let child = self
-            .cmd(args)
+        let child = cmd
             .stdout(file.try_clone().expect("child log file"))
             .stderr(file)
             .spawn()
