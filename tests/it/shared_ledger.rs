@@ -1331,3 +1331,88 @@ fn signal_pid(pid: i32, sig: i32) {
     // SAFETY: kill(2) on a process of the cluster this test started and owns.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "signal {sig} to {pid}");
 }
+
+#[test]
+fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_counted() {
+    // A link commits without waiting for the disk, so a crash can unlink a batch `stats` has
+    // already counted; the chain then moves past where the count reached with other batches.
+    // 1. The WAL writer stopped: a batch of 3 is recorded (durable) and linked (only in WAL
+    //    buffers); `stats` counts it: 3 claims, head at seq 3.
+    // 2. The server crashes and recovers: the link is gone, the batch unlinked.
+    // 3. A batch of 5 is linked at seqs 1..=5, past where the count reached; then a new handle
+    //    links the batch left behind. The first handle's counts equal a recount: 8 claims,
+    //    8 records, not 3 + 5 + 3.
+    use claimgate::config::LedgerConfig;
+    use claimgate::ledger::postgres::PgLedger;
+    use claimgate::ledger::{Item, Ledger};
+    let pg = crate::pg::own_cluster();
+    let url = pg.create_database("tally").unwrap();
+    let admin_url = pg.url("postgres");
+    let ledger = PgLedger::open(&LedgerConfig::new(&url)).unwrap();
+    let subs: Vec<_> = (0..8).map(support::parsed).collect();
+    let entries: Vec<String> = (0..8).map(|i| format!("1-{i}")).collect();
+    let items: Vec<Item<'_>> = subs
+        .iter()
+        .zip(&entries)
+        .map(|(s, e)| Item::Submission {
+            submission: s,
+            entry_id: e,
+            delivery_count: 1,
+        })
+        .collect();
+    let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+    let writer = wal_writer(&mut admin).expect("the WAL writer of a running cluster");
+    drop(admin);
+    signal_pid(writer, libc::SIGSTOP);
+    ledger
+        .record(&items[..3], "c", "grants:submissions")
+        .unwrap();
+    let counted = ledger.stats().unwrap();
+    assert_eq!((counted.claims, counted.audit_records), (3, 3));
+    signal_pid(writer, libc::SIGKILL);
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            postgres::Client::connect(&admin_url, postgres::NoTls)
+                .ok()
+                .and_then(|mut c| wal_writer(&mut c))
+                .is_some_and(|p| p != writer)
+        }),
+        "the server recovers from the crash"
+    );
+    let mut raw = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    assert_eq!(
+        count(
+            &mut raw,
+            "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL"
+        ),
+        1,
+        "the crash took the link back"
+    );
+    // The first handle's pooled connections died with the server: retried as a worker would.
+    assert!(wait_for(Duration::from_secs(30), || ledger
+        .record(&items[3..], "c", "grants:submissions")
+        .is_ok()));
+    assert_eq!(count(&mut raw, "SELECT seq FROM chain_head"), 5);
+    drop(PgLedger::open(&LedgerConfig::new(&url)).unwrap());
+    assert_eq!(count(&mut raw, "SELECT seq FROM chain_head"), 8);
+    let recount = PgLedger::open(&LedgerConfig::new(&url))
+        .unwrap()
+        .stats()
+        .unwrap();
+    assert_eq!((recount.claims, recount.audit_records), (8, 8));
+    let mut again = None;
+    assert!(wait_for(Duration::from_secs(30), || {
+        again = ledger.stats().ok();
+        again.is_some()
+    }));
+    let totals = |s: &claimgate::ledger::Stats| {
+        (
+            s.claims,
+            s.disbursements,
+            s.disbursed_cents_total,
+            s.audit_records,
+            s.outbox_backlog,
+        )
+    };
+    assert_eq!(totals(&again.unwrap()), totals(&recount));
+}

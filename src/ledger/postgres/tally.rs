@@ -24,10 +24,18 @@
 //! of a batch not linked yet is counted when its batch is. The one thing that deletes rows, or
 //! writes a record below the head (its checkpoint), is a retention purge batch, and every one
 //! moves [`PURGES_META`] in `ledger_meta`, as on SQLite; `migrate` copies SQLite's value, which
-//! is above zero wherever there are tombstones to copy. A tally that sees it moved, or a head
-//! that went backwards, counts everything again. Tombstones are written only by purges and by
-//! `migrate`, so they are counted only then. Dead letters carry no commit-ordered number and
-//! are counted whole on every call; there are few of them in any ledger that is working.
+//! is above zero wherever there are tombstones to copy. A tally that sees it moved counts
+//! everything again. Tombstones are written only by purges and by `migrate`, so they are
+//! counted only then. Dead letters carry no commit-ordered number and are counted whole on
+//! every call; there are few of them in any ledger that is working.
+//!
+//! A link commits without waiting for the disk (`claimgate_link`), so a server crash can take
+//! back links a tally has already counted: their batches are unlinked again and linked anew,
+//! at other seqs, and the head may by then be below the tally's or past it. Either way the
+//! link the tally's head was is gone or sealed differently (a link's hash covers its seq and
+//! every link before it), so a tally whose head was a link checks that this link still stands
+//! with the hash it had, and counts everything again when it does not; a head that is not a
+//! link (an earlier release's or a migrated chain's end) was written by a durable commit.
 
 use crate::error::{Error, Result};
 use crate::ledger::Counts;
@@ -44,28 +52,42 @@ pub(super) struct Tally {
     /// The chain head's `seq` and `outbox_id_last` when counted.
     seq_seen: i64,
     outbox_seen: i64,
+    /// The head's hash when counted, if the head was a link (the batch linked at `seq_seen`):
+    /// the counts hold only while that link stands.
+    link_seen: Option<String>,
     /// The counts (`dead_letters` stays 0 here: they are counted whole on every call).
     pub(super) counts: Counts,
 }
 
 impl Tally {
     /// Brings `last` (if any) up to what `tx` sees, or counts everything when there is no tally
-    /// yet, a purge happened since, or the head is behind it. `tx` must be one snapshot
-    /// (repeatable read), so the head it reads bounds every count.
+    /// yet, a purge happened since, or the head it reached is behind the head or no longer
+    /// stands (a link a server crash took back). `tx` must be one snapshot (repeatable read),
+    /// so the head it reads bounds every count.
     pub(super) fn of(tx: &mut Transaction<'_>, last: Option<Tally>) -> Result<Tally> {
+        // Both link lookups are probes of the unique index on link_seq.
+        let seen = last.as_ref().map_or(-1, |t| t.seq_seen);
         let head = tx.query_one(
             "SELECT h.seq, h.outbox_id_last,
-                    (SELECT value FROM ledger_meta WHERE name = $1)
+                    (SELECT value FROM ledger_meta WHERE name = $1),
+                    (SELECT b.hash FROM audit_batches b WHERE b.link_seq = h.seq),
+                    (SELECT b.hash FROM audit_batches b WHERE b.link_seq = $2)
              FROM chain_head h WHERE h.id = 1",
-            &[&PURGES_META],
+            &[&PURGES_META, &seen],
         )?;
         let (seq, outbox, purges): (i64, i64, Option<String>) =
             (head.get(0), head.get(1), head.get(2));
+        let (link, link_at_seen): (Option<String>, Option<String>) = (head.get(3), head.get(4));
         match last {
-            Some(t) if t.purges == purges && t.seq_seen <= seq && t.outbox_seen <= outbox => {
-                t.since(tx, seq, outbox)
+            Some(t)
+                if t.purges == purges
+                    && t.seq_seen <= seq
+                    && t.outbox_seen <= outbox
+                    && (t.link_seen.is_none() || t.link_seen == link_at_seen) =>
+            {
+                t.since(tx, seq, outbox, link)
             }
-            _ => Tally::whole(tx, purges, seq, outbox),
+            _ => Tally::whole(tx, purges, seq, outbox, link),
         }
     }
 
@@ -75,6 +97,7 @@ impl Tally {
         purges: Option<String>,
         seq: i64,
         outbox: i64,
+        link: Option<String>,
     ) -> Result<Tally> {
         // One pass over each table; the claims and disbursements of batches not linked yet
         // (few: a writer links right after its commit) are taken off.
@@ -111,6 +134,7 @@ impl Tally {
             purges,
             seq_seen: seq,
             outbox_seen: outbox,
+            link_seen: link,
             counts: Counts {
                 claims: n(0),
                 disbursements: n(1),
@@ -127,7 +151,13 @@ impl Tally {
 
     /// This tally plus what was linked since, up to the head (`seq`, `outbox`): range scans
     /// of the batches' link index and the primary keys under them, however large the ledger.
-    fn since(mut self, tx: &mut Transaction<'_>, seq: i64, outbox: i64) -> Result<Tally> {
+    fn since(
+        mut self,
+        tx: &mut Transaction<'_>,
+        seq: i64,
+        outbox: i64,
+        link: Option<String>,
+    ) -> Result<Tally> {
         // The planner cannot know a range past its statistics' last bucket is nearly empty; it
         // guessed thousands of rows and started parallel workers, whose start-up was 20 ms of a
         // scrape that reads a handful of index entries (measured on a 1,000,000-claim ledger).
@@ -159,6 +189,7 @@ impl Tally {
         c.disbursed_cents_total += cents(row.get(6))?;
         self.seq_seen = seq;
         self.outbox_seen = outbox;
+        self.link_seen = link;
         Ok(self)
     }
 }
