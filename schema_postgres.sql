@@ -12,7 +12,8 @@
 --   as *members* of the batch (src/domain/audit.rs: hashed among themselves, not after the
 --   chain's head) — plus one `audit_batches` row naming how many members and outbox rows it
 --   has and the last member's hash. The second, `claimgate_link` (end of this file), is one
---   statement: it locks the chain head, gives every committed batch not linked yet its place
+--   statement: it locks the chain head, gives the writer's own committed batch (or, at a
+--   node's start and in a relay round, every batch a stopped writer left unlinked) its place
 --   (its link record's seq after its members' seqs, its outbox rows' ids, its link hash
 --   sealed after the head) and advances the head. That lock is held for a few row updates and
 --   a commit that does not wait for the disk, whatever the size of the batch. A link is a seal,
@@ -41,7 +42,7 @@
 -- one by one and every outbox id numbered under the head lock: they are renamed to
 -- `audit_chain` and `outbox_rows` below, kept as they are, and the batches written from then
 -- on chain after them. Every node on one ledger must run this release from then on (README,
--- "Upgrading a shared ledger").
+-- "When one box is not enough", upgrading).
 
 -- Earlier releases' tables, renamed (only where they are still tables).
 DO $$
@@ -243,9 +244,10 @@ BEGIN
 END;
 $$;
 
--- The chain's head: the one row every batch locks, last thing before COMMIT. `seq` and `hash`
--- are the last record's (for a checkpoint, the hash it continues from, as SQLite's tail read
--- does); `outbox_id_last` only grows, so outbox ids are never reused, not even after a purge.
+-- The chain's head: the one row every link locks (`claimgate_link`); besides links only a
+-- hold's record, a purge's checkpoint and `migrate` move it. `seq` and `hash` are the last
+-- record's (for a checkpoint, the hash it continues from, as SQLite's tail read does);
+-- `outbox_id_last` only grows, so outbox ids are never reused, not even after a purge.
 CREATE TABLE IF NOT EXISTS chain_head (
     id             INTEGER PRIMARY KEY CHECK (id = 1),
     seq            BIGINT  NOT NULL,

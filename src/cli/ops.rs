@@ -105,7 +105,7 @@ pub fn verify(cfg: &Config) -> Result<()> {
     if s.unlinked_batches > 0 {
         println!(
             "{} committed batch(es) not linked into the audit chain yet: checked with the rest; \
-             the next batch, node start or relay round links them",
+             a node's start or a relay round links them",
             s.unlinked_batches
         );
     }

@@ -368,7 +368,7 @@ pub struct Summary {
     pub head_hash: String,
     /// Batches committed but not linked into the chain yet (a shared ledger only: a writer
     /// links its batch right after committing it, so these are batches in that moment, or left
-    /// by a writer that stopped in it, which the next link by any node places). Their rows
+    /// by a writer that stopped in it, which a node's start or a relay round places). Their rows
     /// are checked with the rest; their records are not in the chain yet.
     pub unlinked_batches: u64,
 }

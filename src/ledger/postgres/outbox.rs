@@ -26,9 +26,10 @@
 //!
 //! # A batch left unlinked
 //! A writer stopped between its batch's commit and the link leaves rows no relay can publish
-//! yet. Any link places them (the next batch of any node, a node's start); so that a quiet
-//! ledger does not keep them waiting, a relay round that finds a batch unlinked for longer
-//! than [`UNLINKED_GRACE_MS`] links it first.
+//! yet. A writer links only its own batch, so another writer's next batch does not place them;
+//! a node's start does (`run` or `relay` opening the ledger), and, so that a ledger whose
+//! nodes keep running does not keep them waiting, a relay round that finds a batch unlinked
+//! for longer than [`UNLINKED_GRACE_MS`] links it first.
 
 use super::PgLedger;
 use crate::error::Result;
