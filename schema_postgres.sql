@@ -459,8 +459,10 @@ BEGIN
             EXIT WHEN batch IS NULL;
         END IF;
         -- The link record's canonical JSON, as `Record::canonical_json` spells a record of
-        -- kind `batch` (src/domain/audit.rs), its detail as `claimgate_link_detail`; one
-        -- format() rather than twenty concatenations, for the time under the lock.
+        -- kind `batch` (src/domain/audit.rs), its detail from `claimgate_link_detail` (an
+        -- SQL function the planner inlines; nothing in it needs JSON escaping: digits, hex
+        -- and words); one format() rather than twenty concatenations, for the time under the
+        -- lock.
         UPDATE audit_batches b SET
             link_seq = last_seq + b.record_count,
             outbox_first = outbox_last + 1,
@@ -469,10 +471,12 @@ BEGIN
             hash = encode(sha256(convert_to(format(
                 '%s{"seq":%s,"kind":"batch","idempotency_key":null,"award_id":null,'
                 '"amount_cents":null,"stream_entry_id":null,"consumer":null,'
-                '"delivery_count":null,"detail":"batch %s: %s records, last %s; %s outbox rows '
-                'from id %s","recorded_at":"%s","prev_hash":"%s","hash":""}',
-                head, last_seq + b.record_count, b.batch_id, b.record_count, b.last_hash,
-                b.outbox_count, outbox_last + 1, at, head), 'UTF8')), 'hex')
+                '"delivery_count":null,"detail":"%s","recorded_at":"%s","prev_hash":"%s",'
+                '"hash":""}',
+                head, last_seq + b.record_count,
+                claimgate_link_detail(b.batch_id, b.record_count, b.last_hash, b.outbox_count,
+                                      outbox_last + 1),
+                at, head), 'UTF8')), 'hex')
         WHERE b.batch_id = batch AND b.link_seq IS NULL
         RETURNING b.link_seq, b.outbox_count, b.hash INTO last_seq, added, head;
         IF FOUND THEN
