@@ -1504,6 +1504,49 @@ fn postgres_verify_names_a_planted_inconsistency() {
 }
 
 #[test]
+fn postgres_durable_reads_on_a_pool_of_one_connection_do_not_wait_for_a_second() {
+    // Verify, an export's walk and the dead-letter walk hold a snapshot on one pooled
+    // connection and make its links durable on a second. With a pool of one, a second taken
+    // from the pool never comes: each would wait out the pool's timeout and fail. They must
+    // answer, from the same snapshot the ledger holds.
+    use claimgate::ledger::{AuditLog, Since};
+    let l = Postgres::fresh(OnConflict::Record);
+    let mut cfg = LedgerConfig::new(&l.url);
+    cfg.pool_size_max = 1;
+    let one = PgLedger::open(&cfg).unwrap();
+    let (s1, s2) = (sub(1), sub(2));
+    one.record(
+        &[item(&s1, "1-0"), item(&s2, "2-0"), item(&s1, "3-0")],
+        "c",
+        STREAM,
+    )
+    .unwrap();
+    let began = std::time::Instant::now();
+    let summary = one.verify().unwrap();
+    assert_eq!(summary.claims, 2, "{summary:?}");
+    let mut kinds = Vec::new();
+    one.for_each_record(&Since::All, &mut |r| {
+        kinds.push(r.kind.as_str().to_owned());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(kinds, ["processed", "processed", "duplicate", "batch"]);
+    let mut dead = 0;
+    one.for_each_dead_letter(&mut |_| {
+        dead += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(dead, 0);
+    // A pool's wait would have taken its whole timeout, seconds, before failing.
+    assert_eq!(one.stats().unwrap().claims, 2);
+    eprintln!(
+        "three durable reads on a pool of one: {:?}",
+        began.elapsed()
+    );
+}
+
+#[test]
 fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
     // Contract point 5 under real concurrency: eight writers commit batches while a reader
     // polls `rows_after` the way a relay does (all rows above its position). A row below the

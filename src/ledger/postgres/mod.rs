@@ -45,6 +45,8 @@ pub(super) const PURGE_LOCK: (i32, i32) = (0x636c_6169, 2);
 pub struct PgLedger {
     /// Connections.
     pool: Pool<Manager>,
+    /// Where the pool connects, for a connection made outside it ([`PgLedger::durable_snapshot`]).
+    target: Target,
     /// The URL with its password removed, for messages.
     redacted: String,
     /// What `record` does with a conflicting resubmission.
@@ -105,9 +107,10 @@ impl PgLedger {
                 cfg.busy_timeout_ms.max(connect::CONNECT_TIMEOUT_MS),
             ))
             .error_handler(Box::new(QuietPool))
-            .build_unchecked(Manager(target));
+            .build_unchecked(Manager(target.clone()));
         Ok(PgLedger {
             pool,
+            target,
             redacted,
             on_conflict: cfg.on_conflict,
             purge: Mutex::new(None),
@@ -174,13 +177,21 @@ impl PgLedger {
     /// A repeatable-read, read-only snapshot whose every link is durable ([`make_durable`],
     /// run on a second connection after the snapshot was taken, so it covers all the snapshot
     /// shows), for reads whose result leaves the database.
+    ///
+    /// The second connection is an idle one of the pool, or else one made for this call and
+    /// closed after it: never one waited for. A caller already holds a pooled connection, so
+    /// waiting for another could, with as many such readers as the pool has connections, leave
+    /// each holding one and waiting for the next until the pool timed out.
     fn durable_snapshot<'c>(
         &self,
         client: &'c mut postgres::Client,
     ) -> Result<postgres::Transaction<'c>> {
         let mut tx = snapshot(client)?;
         tx.query_one("SELECT 1", &[])?;
-        make_durable(&mut self.conn()?.client)?;
+        match self.pool.try_get() {
+            Some(mut idle) => make_durable(&mut idle.client)?,
+            None => make_durable(&mut self.target.connect()?)?,
+        }
         Ok(tx)
     }
 }
