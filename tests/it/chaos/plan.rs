@@ -397,10 +397,17 @@ fn schedule(rng: &mut Rng, size: &Size, slots: &[&'static Role], store: Store) -
         };
         for point in role.failpoints.iter().chain(shared) {
             for _ in 0..size.arms_per_failpoint {
+                let slot = role_slots[rng.usize(0..role_slots.len())];
+                let nth = rng.u32(1..=3);
                 let action = Action::Arm {
-                    slot: role_slots[rng.usize(0..role_slots.len())],
+                    slot,
                     point,
-                    nth: rng.u32(1..=3),
+                    // A relay's failpoint is hit once per round that found rows, and the other
+                    // relay takes every round it reaches first: on a busy machine the load's
+                    // rows came in a few large rounds, and a relay armed for its third after
+                    // the load's last chunk waited out the grace time unfired (seen once in a
+                    // full suite run). Its first round is the one aimed at.
+                    nth: if std::ptr::eq(role, &RELAY) { 1 } else { nth },
                     respawn_delay_ms: rng.u64(0..=500),
                     reuse_name: rng.bool(),
                 };
