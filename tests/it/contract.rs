@@ -314,6 +314,7 @@ for_every_ledger!(
     a_duplicate_in_a_later_batch_names_the_first_claim_and_pays_nothing,
     a_mixed_batch_gets_one_outcome_per_item_in_item_order,
     a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later,
+    a_large_batch_is_sealed_in_order_after_the_chain_and_a_failure_in_it_leaves_nothing,
     concurrent_writers_leave_one_linear_chain_and_lose_nothing,
     outbox_rows_appear_in_id_order_above_any_position,
     the_ledger_id_is_stable_and_differs_between_ledgers,
@@ -666,6 +667,61 @@ fn a_batch_that_fails_midway_leaves_nothing_and_succeeds_in_full_later<L: Subjec
     assert_eq!(seqs(&records(&l, &Since::All)), [1, 2, 3, 4, 5, 6]);
     assert_eq!(l.rows_after(0, 100).unwrap().len(), 4);
     l.verify().unwrap();
+}
+
+fn a_large_batch_is_sealed_in_order_after_the_chain_and_a_failure_in_it_leaves_nothing<
+    L: Subject,
+>() {
+    // A batch of 600 records (300 new claims, then a resend of each) is sealed apart from the
+    // rows it writes on SQLite (`sqlite/batch.rs`, from 256 records): a fault in the middle of
+    // its disbursements leaves nothing; redone, its records take seqs 2..=601 after the one
+    // record before them, the chain verifies, and the next large batch continues after it.
+    const NEW: usize = 300;
+    let l = L::fresh(OnConflict::Record);
+    let s0 = sub(0);
+    l.record(&[item(&s0, "0-0")], "c", STREAM).unwrap();
+    let subs: Vec<Submission> = (1..=NEW).map(sub).collect();
+    let ids: Vec<String> = (0..2 * NEW).map(|i| format!("{}-1", i + 1)).collect();
+    let batch: Vec<Item<'_>> = subs
+        .iter()
+        .chain(subs.iter())
+        .zip(&ids)
+        .map(|(s, id)| item(s, id))
+        .collect();
+    l.fail_on_award(&subs[NEW / 2].award_id);
+    assert!(l.record(&batch, "c", STREAM).is_err());
+    assert_eq!(counts(&l).claims, 1);
+    assert_eq!(seqs(&records(&l, &Since::All)), [1]);
+    l.verify().unwrap();
+
+    l.disarm();
+    let outcomes = l.record(&batch, "c", STREAM).unwrap();
+    assert!(outcomes[..NEW].iter().all(|o| *o == Outcome::Processed));
+    assert!(outcomes[NEW..]
+        .iter()
+        .all(|o| matches!(o, Outcome::Duplicate { .. })));
+    let expected: Vec<i64> = (1..=(1 + 2 * NEW) as i64).collect();
+    assert_eq!(seqs(&records(&l, &Since::All)), expected);
+    let again: Vec<String> = (0..2 * NEW).map(|i| format!("{}-2", i + 1)).collect();
+    let resent: Vec<Item<'_>> = subs
+        .iter()
+        .chain(subs.iter())
+        .zip(&again)
+        .map(|(s, id)| item(s, id))
+        .collect();
+    l.record(&resent, "c", STREAM).unwrap();
+    let summary = l.verify().unwrap();
+    assert_eq!(
+        (summary.claims, summary.disbursements),
+        (1 + NEW as u64, 1 + NEW as u64)
+    );
+    let expected: Vec<i64> = (1..=(1 + 4 * NEW) as i64).collect();
+    assert_eq!(seqs(&records(&l, &Since::All)), expected);
+    let st = counts(&l);
+    assert_eq!(
+        st.disbursed_cents_total,
+        (0..=NEW as i128).map(|i| 100 + i).sum::<i128>()
+    );
 }
 
 fn concurrent_writers_leave_one_linear_chain_and_lose_nothing<L: Subject>() {

@@ -40,7 +40,7 @@ pub(super) struct Claim<'a> {
     pub(super) delivery_count: u64,
 }
 
-/// The tail of the audit chain, carried through one transaction.
+/// The tail of the audit chain when a batch starts, read inside its transaction.
 struct ChainTail {
     /// The last record's seq (0 for an empty chain).
     seq: i64,
@@ -119,13 +119,14 @@ pub(super) struct Batch<'t, 'a> {
     pub(super) now: String,
     /// The chain's last seq when the batch started: its first record must follow it.
     start_seq: i64,
-    /// Where the next audit record links in.
+    /// The chain's tail when the batch started: the batch's first record links to its hash.
     tail: ChainTail,
     /// New claims' disbursements, written by `finish`.
     disbursements: Vec<Disbursement<'a>>,
     /// New claims' outbox rows (claim id, event JSON), written by `finish`.
     outbox: Vec<(i64, String)>,
-    /// Sealed audit records in chain order, written by `finish`.
+    /// Audit records in chain order, numbered and not yet sealed: `finish` seals and writes
+    /// them.
     audit: Vec<Record>,
     /// Whether the ledger has any tombstone, read once when the batch starts: a ledger never
     /// purged then pays one read per batch instead of one probe per submission. Tombstones are
@@ -182,22 +183,10 @@ impl<'t, 'a> Batch<'t, 'a> {
         }
     }
 
-    /// Seals `record` after the current tail and queues it for `finish`.
-    ///
-    /// Panics if the new record's seq is not exactly one past the record sealed before it (or
-    /// past the chain's tail, for the batch's first): a chain written out of order must stop
-    /// the process here, before anything commits, not drift into the ledger.
+    /// Numbers `record` after the last one queued (or the chain's tail, for the batch's first)
+    /// and queues it for `finish`, which seals the batch's records in this order.
     pub(super) fn append(&mut self, mut record: Record) {
-        let previous = self.audit.last().map_or(self.start_seq, |r| r.seq);
-        record.seq = self.tail.seq + 1;
-        assert!(
-            record.seq == previous + 1,
-            "audit record sealed out of order: seq {} after seq {previous}",
-            record.seq
-        );
-        record.seal(&self.tail.hash);
-        self.tail.seq = record.seq;
-        self.tail.hash.clone_from(&record.hash);
+        record.seq = self.start_seq + self.audit.len() as i64 + 1;
         self.audit.push(record);
     }
 
@@ -469,8 +458,15 @@ impl<'t, 'a> Batch<'t, 'a> {
         }
     }
 
-    /// Writes the queued disbursements, outbox rows and audit records; returns the highest
-    /// claim id the batch made (0 for none), for the conflict filter once it has committed.
+    /// Seals the queued audit records after the chain's tail and writes them, with the queued
+    /// disbursements and outbox rows; returns the highest claim id the batch made (0 for
+    /// none), for the conflict filter once it has committed.
+    ///
+    /// A large batch's records are sealed on a thread of their own while this one writes the
+    /// disbursements and outbox rows: sealing (canonical JSON and SHA-256, one record after
+    /// another, as each links to the one before) was about a tenth of the writer's time, and
+    /// the writer is the worker's limit. A small batch seals them here: a thread's start
+    /// would cost a lone submission more than its one seal.
     pub(super) fn finish(self) -> Result<i64> {
         let Batch {
             st,
@@ -479,39 +475,86 @@ impl<'t, 'a> Batch<'t, 'a> {
             outbox,
             audit,
             claim_id_max,
+            tail,
             ..
         } = self;
         let now = now.as_str();
-        multirow::insert(
-            st,
-            "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
-             recorded_at)",
-            5,
-            &disbursements,
-            |b, d| {
-                let s = d.submission;
-                b.int(d.claim_id)?;
-                b.blob(s.key.as_bytes())?;
-                b.text(&s.award_id)?;
-                b.int(s.amount_cents)?;
-                b.text(now)
-            },
-        )?;
-        multirow::insert(
-            st,
-            "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
-            4,
-            &outbox,
-            |b, (claim_id, payload)| {
-                b.int(*claim_id)?;
-                b.text(EVENT_DISBURSEMENT_RECORDED)?;
-                b.text(payload)?;
-                b.text(now)
-            },
-        )?;
+        let audit = if audit.len() < SEAL_APART_RECORDS_MIN {
+            write_effects(st, now, &disbursements, &outbox)?;
+            seal(audit, tail.hash)
+        } else {
+            std::thread::scope(|scope| {
+                let sealing = scope.spawn(move || seal(audit, tail.hash));
+                let written = write_effects(st, now, &disbursements, &outbox);
+                let sealed = sealing
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                written.map(|()| sealed)
+            })?
+        };
         super::audit_store::insert_many(st, &audit)?;
         Ok(claim_id_max)
     }
+}
+
+/// Records in a batch from which `finish` seals them on a thread of their own.
+const SEAL_APART_RECORDS_MIN: usize = 256;
+
+/// Seals `records` in order, the first after `prev_hash`, each after the one before it.
+///
+/// Panics if a record's seq is not one past the one before it: a chain sealed out of order
+/// must stop the process here, before anything commits, not drift into the ledger.
+fn seal(mut records: Vec<Record>, mut prev_hash: String) -> Vec<Record> {
+    for pair in records.windows(2) {
+        assert!(
+            pair[1].seq == pair[0].seq + 1,
+            "audit record sealed out of order: seq {} after seq {}",
+            pair[1].seq,
+            pair[0].seq
+        );
+    }
+    for r in &mut records {
+        r.seal(&prev_hash);
+        prev_hash.clone_from(&r.hash);
+    }
+    records
+}
+
+/// Writes a batch's disbursements and outbox rows, many rows per statement.
+fn write_effects(
+    st: &mut raw::Statements,
+    now: &str,
+    disbursements: &[Disbursement<'_>],
+    outbox: &[(i64, String)],
+) -> Result<()> {
+    multirow::insert(
+        st,
+        "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
+             recorded_at)",
+        5,
+        disbursements,
+        |b, d| {
+            let s = d.submission;
+            b.int(d.claim_id)?;
+            b.blob(s.key.as_bytes())?;
+            b.text(&s.award_id)?;
+            b.int(s.amount_cents)?;
+            b.text(now)
+        },
+    )?;
+    multirow::insert(
+        st,
+        "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
+        4,
+        outbox,
+        |b, (claim_id, payload)| {
+            b.int(*claim_id)?;
+            b.text(EVENT_DISBURSEMENT_RECORDED)?;
+            b.text(payload)?;
+            b.text(now)
+        },
+    )?;
+    Ok(())
 }
 
 /// When the claim of `s`'s key was taken, if it was, found by the columns that lead the
