@@ -681,13 +681,18 @@ fn a_large_batch_is_sealed_in_order_after_the_chain_and_a_failure_in_it_leaves_n
     let s0 = sub(0);
     l.record(&[item(&s0, "0-0")], "c", STREAM).unwrap();
     let subs: Vec<Submission> = (1..=NEW).map(sub).collect();
-    let ids: Vec<String> = (0..2 * NEW).map(|i| format!("{}-1", i + 1)).collect();
-    let batch: Vec<Item<'_>> = subs
-        .iter()
-        .chain(subs.iter())
-        .zip(&ids)
-        .map(|(s, id)| item(s, id))
-        .collect();
+    // Every submission, then each again, as entries of delivery round `round`.
+    let entry_ids =
+        |round: usize| -> Vec<String> { (1..=2 * NEW).map(|i| format!("{i}-{round}")).collect() };
+    fn twice<'a>(subs: &'a [Submission], ids: &'a [String]) -> Vec<Item<'a>> {
+        subs.iter()
+            .chain(subs)
+            .zip(ids)
+            .map(|(s, id)| item(s, id))
+            .collect()
+    }
+    let ids = entry_ids(1);
+    let batch = twice(&subs, &ids);
     l.fail_on_award(&subs[NEW / 2].award_id);
     assert!(l.record(&batch, "c", STREAM).is_err());
     assert_eq!(counts(&l).claims, 1);
@@ -702,14 +707,7 @@ fn a_large_batch_is_sealed_in_order_after_the_chain_and_a_failure_in_it_leaves_n
         .all(|o| matches!(o, Outcome::Duplicate { .. })));
     let expected: Vec<i64> = (1..=(1 + 2 * NEW) as i64).collect();
     assert_eq!(seqs(&records(&l, &Since::All)), expected);
-    let again: Vec<String> = (0..2 * NEW).map(|i| format!("{}-2", i + 1)).collect();
-    let resent: Vec<Item<'_>> = subs
-        .iter()
-        .chain(subs.iter())
-        .zip(&again)
-        .map(|(s, id)| item(s, id))
-        .collect();
-    l.record(&resent, "c", STREAM).unwrap();
+    l.record(&twice(&subs, &entry_ids(2)), "c", STREAM).unwrap();
     let summary = l.verify().unwrap();
     assert_eq!(
         (summary.claims, summary.disbursements),
