@@ -1601,6 +1601,66 @@ fn postgres_durable_reads_on_a_pool_of_one_connection_do_not_wait_for_a_second()
 }
 
 #[test]
+fn postgres_a_batch_probes_the_claims_by_index_and_never_scans_them() {
+    // On a ledger of 48,000 claims, with fresh statistics, a batch of 4,000 (half of them
+    // resends) reads `processed_messages` by index only: its sequential-scan counter does not
+    // move. A lookup the planner turned into a hash join scanned the whole table once per
+    // batch, so a batch's cost grew with the ledger.
+    const LEDGER: usize = 48_000;
+    const CHUNK: usize = 4_000;
+    let l = Postgres::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = (0..LEDGER + CHUNK / 2).map(sub).collect();
+    let ids: Vec<String> = (0..LEDGER + CHUNK).map(|i| format!("{i}-0")).collect();
+    for first in (0..LEDGER).step_by(CHUNK) {
+        let batch: Vec<Item<'_>> = (first..first + CHUNK)
+            .map(|i| item(&subs[i], &ids[i]))
+            .collect();
+        l.record(&batch, "c", STREAM).unwrap();
+    }
+    let mut raw = l.raw();
+    raw.batch_execute("ANALYZE processed_messages, claim_tombstones")
+        .unwrap();
+    // Counters of the ledger's own connections reach the statistics when those end.
+    let url = l.url.clone();
+    drop(l);
+    let scans = |raw: &mut ::postgres::Client| -> (i64, i64) {
+        let row = raw
+            .query_one(
+                "SELECT seq_scan, COALESCE(idx_scan, 0) FROM pg_stat_user_tables
+                 WHERE relname = 'processed_messages'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let before = scans(&mut raw);
+    let ledger = PgLedger::open(&LedgerConfig::new(&url)).unwrap();
+    // Resends of the last 2,000 claims, then 2,000 new submissions.
+    let batch: Vec<Item<'_>> = (LEDGER - CHUNK / 2..LEDGER + CHUNK / 2)
+        .map(|i| item(&subs[i], &ids[LEDGER + i % CHUNK]))
+        .collect();
+    let outcomes = ledger.record(&batch, "c", STREAM).unwrap();
+    let duplicates = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Duplicate { .. }))
+        .count();
+    assert_eq!(duplicates, CHUNK / 2);
+    drop(ledger);
+    let mut after = scans(&mut raw);
+    assert!(
+        crate::support::wait_for(std::time::Duration::from_secs(20), || {
+            after = scans(&mut raw);
+            after.1 > before.1
+        }),
+        "the batch's index probes never reached the statistics: {before:?} {after:?}"
+    );
+    assert_eq!(
+        after.0, before.0,
+        "the batch scanned the claims table (seq_scan, idx_scan before {before:?}, after {after:?})"
+    );
+}
+
+#[test]
 fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
     // Contract point 5 under real concurrency: eight writers commit batches while a reader
     // polls `rows_after` the way a relay does (all rows above its position). A row below the
