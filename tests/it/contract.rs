@@ -1674,6 +1674,95 @@ fn postgres_a_batch_probes_the_claims_by_index_and_never_scans_them() {
 }
 
 #[test]
+fn postgres_the_metrics_tally_counts_new_batches_by_index_on_a_large_ledger() {
+    // `/metrics` on a shared ledger counts only the batches linked since the last scrape
+    // (`tally.rs`). On a ledger of 48,000 claims in 12 batches, with fresh statistics, the
+    // count of the last three plans no sequential scan of the members, outbox rows, claims or
+    // disbursements (written as plain joins, the planner hashed all four tables), and it
+    // counts exactly what those batches hold.
+    const BATCHES: usize = 12;
+    const CHUNK: usize = 4_000;
+    let l = Postgres::fresh(OnConflict::Record);
+    let subs: Vec<Submission> = (0..BATCHES * CHUNK).map(sub).collect();
+    let ids: Vec<String> = (0..BATCHES * CHUNK).map(|i| format!("{i}-0")).collect();
+    for first in (0..BATCHES * CHUNK).step_by(CHUNK) {
+        // A resend of the batch's first submission: one duplicate record per batch.
+        let mut batch: Vec<Item<'_>> = (first..first + CHUNK)
+            .map(|i| item(&subs[i], &ids[i]))
+            .collect();
+        batch.push(item(&subs[first], &ids[first + 1]));
+        l.record(&batch, "c", STREAM).unwrap();
+    }
+    let mut raw = l.raw();
+    raw.batch_execute(
+        "ANALYZE audit_batches, audit_members, outbox_rows, processed_messages, disbursements;
+         SET max_parallel_workers_per_gather = 0;
+         SET plan_cache_mode = force_custom_plan",
+    )
+    .unwrap();
+    let heads: Vec<i64> = raw
+        .query(
+            "SELECT link_seq FROM audit_batches ORDER BY link_seq DESC LIMIT 4",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (from, to) = (heads[3], heads[0]);
+    raw.batch_execute(&format!(
+        "PREPARE tally_since(int8, int8) AS {}",
+        claimgate::ledger::postgres::TALLY_SINCE
+    ))
+    .unwrap();
+    // The simple protocol gives the plan (type json) as text.
+    let plan: String = raw
+        .simple_query(&format!(
+            "EXPLAIN (FORMAT JSON) EXECUTE tally_since({from}, {to})"
+        ))
+        .unwrap()
+        .into_iter()
+        .find_map(|m| match m {
+            ::postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let mut scanned = Vec::new();
+    let mut nodes = vec![&plan[0]["Plan"]];
+    while let Some(node) = nodes.pop() {
+        if node["Node Type"] == "Seq Scan" {
+            scanned.push(node["Relation Name"].as_str().unwrap_or("?").to_owned());
+        }
+        if let Some(children) = node["Plans"].as_array() {
+            nodes.extend(children);
+        }
+    }
+    scanned.retain(|t| t != "audit_batches");
+    assert!(scanned.is_empty(), "the tally scans {scanned:?}: {plan}");
+    let row = raw
+        .query_one(&format!("EXECUTE tally_since({from}, {to})"), &[])
+        .unwrap();
+    let counts: Vec<i64> = (0..6).map(|i| row.get(i)).collect();
+    let cents: String = row.get(6);
+    // Three batches: 4,000 processed records and one duplicate each; 4,000 claims each.
+    assert_eq!(
+        counts,
+        [
+            3 * (CHUNK as i64 + 1),
+            3,
+            0,
+            0,
+            3 * CHUNK as i64,
+            3 * CHUNK as i64
+        ]
+    );
+    let first = (BATCHES - 3) * CHUNK;
+    let expected: i64 = (first..BATCHES * CHUNK).map(|i| 100 + i as i64).sum();
+    assert_eq!(cents, expected.to_string());
+}
+
+#[test]
 fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
     // Contract point 5 under real concurrency: eight writers commit batches while a reader
     // polls `rows_after` the way a relay does (all rows above its position). A row below the
