@@ -20,7 +20,6 @@ mod tally;
 mod verify;
 
 pub use batch::{group_lock, head_hold};
-pub use tally::SINCE as TALLY_SINCE;
 
 use crate::config::{LedgerConfig, OnConflict};
 use crate::domain::clock::age_seconds;

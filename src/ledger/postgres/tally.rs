@@ -41,38 +41,6 @@ use crate::error::{Error, Result};
 use crate::ledger::Counts;
 use postgres::Transaction;
 
-/// What was linked between two chain heads' seqs (`$1` exclusive, `$2` inclusive): the
-/// batches' records by kind, and the claims, disbursements and disbursed cents their outbox
-/// rows name. Public so that a test can `EXPLAIN` it on a large ledger.
-///
-/// Each batch's members and outbox rows are counted in a `LATERAL` aggregate (its primary key's
-/// range), and each row's claim and disbursement found by a `LATERAL … LIMIT 1` probe: written
-/// as plain joins, the planner hashed the whole members, outbox, claims and disbursements
-/// tables for a few batches (144–153 ms on a 200,000-entry ledger, growing with it; 78–102 ms
-/// this way, growing only with what was linked since).
-pub const SINCE: &str = "WITH b AS (
-         SELECT batch_id FROM audit_batches WHERE link_seq > $1 AND link_seq <= $2)
-     SELECT COALESCE(SUM(a.n), 0)::int8, COALESCE(SUM(a.duplicates), 0)::int8,
-            COALESCE(SUM(a.conflicts), 0)::int8, COALESCE(SUM(a.vanished), 0)::int8,
-            COALESCE(SUM(c.claims), 0)::int8, COALESCE(SUM(c.disbursements), 0)::int8,
-            COALESCE(SUM(c.total), 0)::text
-     FROM b
-     CROSS JOIN LATERAL (
-         SELECT COUNT(*) AS n,
-                COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
-                COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
-                COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
-         FROM audit_members m WHERE m.batch_id = b.batch_id) a
-     CROSS JOIN LATERAL (
-         SELECT COUNT(p.claimed) AS claims, COUNT(d.amount_cents) AS disbursements,
-                SUM(d.amount_cents) AS total
-         FROM outbox_rows o
-         LEFT JOIN LATERAL (SELECT true AS claimed FROM processed_messages p
-                            WHERE p.claim_id = o.claim_id LIMIT 1) p ON true
-         LEFT JOIN LATERAL (SELECT d.amount_cents FROM disbursements d
-                            WHERE d.claim_id = o.claim_id LIMIT 1) d ON true
-         WHERE o.batch_id = b.batch_id) c";
-
 /// The `ledger_meta` row every purge batch moves; the name SQLite uses, so `migrate` carries it.
 pub(super) const PURGES_META: &str = "claims_purged";
 
@@ -182,8 +150,7 @@ impl Tally {
     }
 
     /// This tally plus what was linked since, up to the head (`seq`, `outbox`): range scans
-    /// of the batches' link index and the primary keys under them, however large the ledger
-    /// ([`SINCE`]).
+    /// of the batches' link index and the primary keys under them, however large the ledger.
     fn since(
         mut self,
         tx: &mut Transaction<'_>,
@@ -195,7 +162,22 @@ impl Tally {
         // guessed thousands of rows and started parallel workers, whose start-up was 20 ms of a
         // scrape that reads a handful of index entries (measured on a 1,000,000-claim ledger).
         tx.batch_execute("SET LOCAL max_parallel_workers_per_gather = 0")?;
-        let row = tx.query_one(SINCE, &[&self.seq_seen, &seq])?;
+        let row = tx.query_one(
+            "WITH b AS (SELECT batch_id FROM audit_batches WHERE link_seq > $1 AND link_seq <= $2)
+             SELECT a.n, a.duplicates, a.conflicts, a.vanished,
+                    c.claims, c.disbursements, c.total
+             FROM (SELECT COUNT(*) AS n,
+                          COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
+                          COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
+                          COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
+                   FROM b JOIN audit_members m ON m.batch_id = b.batch_id) a,
+                  (SELECT COUNT(p.claim_id) AS claims, COUNT(d.claim_id) AS disbursements,
+                          COALESCE(SUM(d.amount_cents), 0)::text AS total
+                   FROM b JOIN outbox_rows o ON o.batch_id = b.batch_id
+                   LEFT JOIN processed_messages p ON p.claim_id = o.claim_id
+                   LEFT JOIN disbursements d ON d.claim_id = o.claim_id) c",
+            &[&self.seq_seen, &seq],
+        )?;
         let n = |i: usize| row.get::<_, i64>(i) as u64;
         let c = &mut self.counts;
         c.audit_records += n(0);
