@@ -1592,7 +1592,7 @@ fn postgres_durable_reads_on_a_pool_of_one_connection_do_not_wait_for_a_second()
     })
     .unwrap();
     assert_eq!(dead, 0);
-    // A pool's wait would have taken its whole timeout, seconds, before failing.
+    // The pool's one connection was handed back: an ordinary read still gets it.
     assert_eq!(one.stats().unwrap().claims, 2);
     eprintln!(
         "three durable reads on a pool of one: {:?}",
