@@ -323,6 +323,7 @@ for_every_ledger!(
     stats_asked_again_and_again_agree_with_a_recount_through_every_kind_of_change,
     a_conflicting_resubmission_is_paid_and_linked_under_record,
     a_conflicting_resubmission_is_held_once_per_entry_under_hold,
+    every_claim_of_a_crowded_group_is_found_again,
     verify_summarises_a_clean_ledger,
     the_disbursed_total_is_exact_past_i64,
     one_instant_spelled_four_ways_is_one_conflict_each_under_record,
@@ -1043,6 +1044,67 @@ fn a_conflicting_resubmission_is_paid_and_linked_under_record<L: Subject>() {
     assert_eq!((st.claims, st.disbursements, st.conflicts), (4, 4, 2));
     assert_eq!(st.disbursed_cents_total, 101 + 901 + 102 + 902);
     l.verify().unwrap();
+}
+
+fn every_claim_of_a_crowded_group_is_found_again<L: Subject>() {
+    // Ten submissions of one award at one time, each paid under record; then all of them again
+    // with an eleventh. A ledger that reads a group's claims a few at a time (PostgreSQL reads
+    // eight) must still find every one of the ten: a key it missed would be claimed twice.
+    let l = L::fresh(OnConflict::Record);
+    let crowd: Vec<Submission> = (0..11).map(crowded).collect();
+    let entries: Vec<String> = (0..crowd.len()).map(|j| format!("{}-0", j + 1)).collect();
+    for (s, e) in crowd[..10].iter().zip(&entries) {
+        l.record(&[item(s, e)], "c", STREAM).unwrap();
+    }
+    let first = Outcome::ProcessedConflicting {
+        other_key: crowd[0].key.to_hex(),
+    };
+    // Latest first, so the keys past any read of the earliest are asked before the rest.
+    let again: Vec<Item<'_>> = crowd
+        .iter()
+        .zip(&entries)
+        .rev()
+        .map(|(s, e)| item(s, e))
+        .collect();
+    let out = l.record(&again, "c", STREAM).unwrap();
+    assert_eq!(out[0], first, "the new one conflicts with the earliest");
+    for (j, o) in out[1..].iter().enumerate() {
+        assert!(
+            matches!(
+                o,
+                Outcome::Duplicate {
+                    purged_at: None,
+                    ..
+                }
+            ),
+            "submission {} of the crowd: {o:?}",
+            9 - j
+        );
+    }
+    let st = counts(&l);
+    assert_eq!(
+        (
+            st.claims,
+            st.disbursements,
+            st.conflicts,
+            st.duplicates_suppressed
+        ),
+        (11, 11, 10, 10)
+    );
+    assert_eq!(
+        st.disbursed_cents_total,
+        (0..11).map(|j| 1000 + j as i128).sum::<i128>()
+    );
+    l.verify().unwrap();
+}
+
+/// Submission `j` of a crowd: one award and one time, payload `j` (amount `1000 + j`).
+fn crowded(j: usize) -> Submission {
+    let payload = format!(
+        r#"{{"award_id":"A-CROWD","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{}}}"#,
+        1000 + j
+    );
+    parse_payload(payload.as_bytes(), MAX).unwrap()
 }
 
 fn a_conflicting_resubmission_is_held_once_per_entry_under_hold<L: Subject>() {

@@ -13,10 +13,13 @@
 //!    instead of making this whole batch wait for that one's commit. Waits come before tries,
 //!    and waits are sorted, so no cycle of waits can form: a batch waiting holds only groups
 //!    below the one it waits for, all of them taken by waiting.
-//! 2. **Facts.** Which of the batch's keys are claimed already or tombstoned (one statement,
-//!    so one snapshot: a purge deletes a claim and writes its tombstone in one transaction, so
-//!    a purged key is seen either still claimed or tombstoned, never neither), and the two
-//!    earliest claims of each group (the earliest with another key is "the conflict").
+//! 2. **Facts.** The claims of each of the batch's groups, earliest first, and the tombstones
+//!    of its keys, in one statement, so one snapshot: a purge deletes a claim and writes its
+//!    tombstone in one transaction, so a purged key is seen either still claimed or
+//!    tombstoned, never neither. A group's claims say both which of its keys are claimed and
+//!    which claim a new one conflicts with (the earliest with another key). A group with more
+//!    claims than one read returns has the keys not found among them looked up one by one,
+//!    claims and tombstones again in one statement.
 //! 3. **Decide**, in item order, in memory, exactly as `sqlite/batch.rs` and the memory ledger
 //!    do: an earlier item of the batch counts as claimed for every later one (contract point 3);
 //!    a tombstoned key is a duplicate before anything else is asked (point 6); a fast-filter
@@ -99,14 +102,36 @@ const CLAIMED: &str = "SELECT k.key, p.claimed_at, t.claimed_at, t.purged_at
      ) t ON true
      WHERE p.claimed_at IS NOT NULL OR t.claimed_at IS NOT NULL";
 
-const EARLIEST: &str = "SELECT g.i, g.a, e.idempotency_key, e.claimed_at
-     FROM (SELECT DISTINCT i, a FROM UNNEST($1::text[], $2::text[]) AS u(i, a)) g
-     CROSS JOIN LATERAL (
-         SELECT idempotency_key, claimed_at, claim_id FROM processed_messages
-         WHERE submission_instant = g.i AND award_id = g.a
-         ORDER BY claim_id LIMIT 2
-     ) e
-     ORDER BY g.i, g.a, e.claim_id";
+/// Step 2 in one statement (one snapshot): the claims of each of the batch's groups, earliest
+/// first, up to [`GROUP_CLAIMS_READ`] per group, and the tombstones of its keys.
+// A group's claims, read by its (instant, award) prefix of the claim index, answer both
+// questions at once: which of the batch's keys are claimed (a claimed key's claim is in its
+// own group, as the key hashes the award and the time) and which claim a new one conflicts
+// with. One probe per group instead of one per key and one per group: groups almost always
+// hold no claim or one. A group that fills the read may hold more; its keys not among those
+// read are asked of `CLAIMED`, one probe each (`read_facts`). Tombstones as in `CLAIMED`.
+static FACTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT g.i, g.a, e.idempotency_key, e.claimed_at, e.claim_id, NULL::text
+         FROM (SELECT DISTINCT i, a FROM UNNEST($1::text[], $2::text[]) AS u(i, a)) g
+         CROSS JOIN LATERAL (
+             SELECT idempotency_key, claimed_at, claim_id FROM processed_messages
+             WHERE submission_instant = g.i AND award_id = g.a
+             ORDER BY claim_id LIMIT {GROUP_CLAIMS_READ}
+         ) e
+         UNION ALL
+         SELECT NULL, NULL, k.key, t.claimed_at, NULL, t.purged_at
+         FROM UNNEST($3::bytea[]) AS k(key)
+         CROSS JOIN LATERAL (
+             SELECT claimed_at, purged_at FROM claim_tombstones
+             WHERE idempotency_key = k.key AND EXISTS (SELECT 1 FROM claim_tombstones)
+             LIMIT 1
+         ) t"
+    )
+});
+
+/// Claims of a group `FACTS` reads. Past it, a key not among them is looked up by itself.
+const GROUP_CLAIMS_READ: usize = 8;
 
 const INSERT_DEAD: &str = "INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason,
          award_id, delivery_count, recorded_at)
@@ -185,7 +210,7 @@ struct Facts {
     claimed: HashMap<IdempotencyKey, String>,
     /// Tombstoned keys → (claimed_at, purged_at).
     tombstones: HashMap<IdempotencyKey, (String, String)>,
-    /// Claims by (instant, award), earliest first: up to two from before the batch, then the
+    /// Claims by (instant, award), earliest first: those read from before the batch, then the
     /// batch's own in item order.
     groups: HashMap<(String, String), Vec<(IdempotencyKey, String)>>,
 }
@@ -326,7 +351,7 @@ pub(super) struct Statements {
     lock_groups: postgres::Statement,
     try_groups: postgres::Statement,
     claimed: postgres::Statement,
-    earliest: postgres::Statement,
+    facts: postgres::Statement,
     insert_dead: postgres::Statement,
     insert_claims: postgres::Statement,
     insert_disbursements: postgres::Statement,
@@ -341,7 +366,7 @@ impl Statements {
             lock_groups: conn.prepared(LOCK_GROUPS)?,
             try_groups: conn.prepared(TRY_GROUPS)?,
             claimed: conn.prepared(CLAIMED)?,
-            earliest: conn.prepared(EARLIEST)?,
+            facts: conn.prepared(FACTS.as_str())?,
             insert_dead: conn.prepared(INSERT_DEAD)?,
             insert_claims: conn.prepared(INSERT_CLAIMS)?,
             insert_disbursements: conn.prepared(INSERT_DISBURSEMENTS)?,
@@ -431,7 +456,7 @@ fn note_deferred(ctx: &Context<'_>, items: &[Item<'_>], deferred: &[bool]) {
 /// Deferred entry ids a ledger handle remembers at most.
 const DEFERRED_REMEMBERED_MAX: usize = 100_000;
 
-/// Step 2: what is claimed already, and each group's earliest claims.
+/// Step 2: what is claimed already or tombstoned, and each group's earliest claims.
 fn read_facts(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
@@ -441,6 +466,64 @@ fn read_facts(
     let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
     let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
     let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
+    let mut read: HashMap<(String, String), Vec<(i64, IdempotencyKey, String)>> = HashMap::new();
+    for row in tx.query(&st.facts, &[&instants, &awards, &keys])? {
+        let key = key_of(row.get(2))?;
+        let claimed_at: String = row.get(3);
+        match (row.get::<_, Option<String>>(0), row.get(1)) {
+            (Some(instant), Some(award)) => {
+                read.entry((instant, award))
+                    .or_default()
+                    .push((row.get(4), key, claimed_at));
+            }
+            _ => {
+                facts.tombstones.insert(key, (claimed_at, row.get(5)));
+            }
+        }
+    }
+    // Earliest first: the conflict is the earliest claim with another key.
+    for claims in read.values_mut() {
+        claims.sort_unstable_by_key(|c| c.0);
+    }
+    // A key of a group read whole is claimed exactly when it is among its group's claims; in a
+    // group that filled the read, a key not among them is looked up by itself.
+    let mut unsure: Vec<&Submission> = Vec::new();
+    for s in subs {
+        let claims = read.get(&(s.submission_instant.clone(), s.award_id.clone()));
+        match claims.and_then(|c| c.iter().find(|(_, k, _)| *k == s.key)) {
+            Some((_, key, at)) => {
+                facts.claimed.insert(*key, at.clone());
+            }
+            None if claims.is_some_and(|c| c.len() >= GROUP_CLAIMS_READ) => unsure.push(s),
+            None => {}
+        }
+    }
+    if !unsure.is_empty() {
+        look_up_keys(tx, st, &unsure, facts)?;
+    }
+    for (group, claims) in read {
+        facts.groups.insert(
+            group,
+            claims.into_iter().map(|(_, key, at)| (key, at)).collect(),
+        );
+    }
+    Ok(())
+}
+
+/// Claims and tombstones of `subs`' keys, one probe each, in one statement: what it finds
+/// replaces what `FACTS` said of these keys, so each key's two facts come from one snapshot.
+fn look_up_keys(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    subs: &[&Submission],
+    facts: &mut Facts,
+) -> Result<()> {
+    let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
+    let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
+    let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
+    for s in subs {
+        facts.tombstones.remove(&s.key);
+    }
     for row in tx.query(&st.claimed, &[&instants, &awards, &keys])? {
         let key = key_of(row.get(0))?;
         if let Some(at) = row.get::<_, Option<String>>(1) {
@@ -449,13 +532,6 @@ fn read_facts(
         if let (Some(claimed), Some(purged)) = (row.get(2), row.get(3)) {
             facts.tombstones.insert(key, (claimed, purged));
         }
-    }
-    for row in tx.query(&st.earliest, &[&instants, &awards])? {
-        facts
-            .groups
-            .entry((row.get(0), row.get(1)))
-            .or_default()
-            .push((key_of(row.get(2))?, row.get(3)));
     }
     Ok(())
 }
