@@ -28,7 +28,7 @@
 //! 4. **Write** dead letters and holds (`ON CONFLICT DO NOTHING RETURNING`: once per entry),
 //!    the new claims (sorted by the claim index's own order; `ON CONFLICT DO NOTHING
 //!    RETURNING` — with the group locks held every one of them must take, which is asserted),
-//!    and their disbursements.
+//!    and their disbursements (one statement: each disbursement is made from its claim row).
 //! 5. **The batch's records and outbox rows, then COMMIT.** The audit records are sealed as
 //!    one batch of members (`domain::audit::seal_batch`: among themselves, not after the
 //!    chain's head, so no lock is needed to seal them); one `audit_batches` row names how many
@@ -139,18 +139,21 @@ const INSERT_DEAD: &str = "INSERT INTO dead_letters (stream, stream_entry_id, re
      FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::int8[]) AS t(e, c, r, a, n)
      ON CONFLICT DO NOTHING RETURNING stream_entry_id";
 
-const INSERT_CLAIMS: &str = "INSERT INTO processed_messages (idempotency_key, award_id,
-         submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
-         submission_instant)
-     SELECT k, a, ts, amt, $1, e, $2, i
-     FROM UNNEST($3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::text[])
-          AS t(k, a, ts, amt, e, i)
-     ON CONFLICT DO NOTHING RETURNING idempotency_key, claim_id";
-
-const INSERT_DISBURSEMENTS: &str = "INSERT INTO disbursements (claim_id, idempotency_key,
-         award_id, amount_cents, recorded_at)
-     SELECT c, k, a, amt, $1 FROM UNNEST($2::int8[], $3::bytea[], $4::text[], $5::int8[])
-          AS t(c, k, a, amt)";
+/// The new claims and their disbursements, in one statement: each disbursement is made from
+/// the claim row the insert returns, so the batch's keys, awards and amounts travel once.
+const INSERT_CLAIMS: &str = "WITH c AS (
+         INSERT INTO processed_messages (idempotency_key, award_id, submission_timestamp,
+             amount_cents, claimed_at, stream_entry_id, consumer, submission_instant)
+         SELECT k, a, ts, amt, $1, e, $2, i
+         FROM UNNEST($3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::text[])
+              AS t(k, a, ts, amt, e, i)
+         ON CONFLICT DO NOTHING RETURNING idempotency_key, claim_id, award_id, amount_cents
+     ), d AS (
+         INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
+             recorded_at)
+         SELECT claim_id, idempotency_key, award_id, amount_cents, $1 FROM c
+     )
+     SELECT idempotency_key, claim_id FROM c";
 
 const INSERT_BATCH: &str = "INSERT INTO audit_batches (record_count, last_hash, outbox_count,
          created_at) VALUES ($1, $2, $3, $4) RETURNING batch_id";
@@ -333,7 +336,6 @@ pub(super) fn record<'a>(
         .enumerate()
         .map(|(n, (item, d))| out.item(ctx, &now, item, d, first_dead.contains(&n), &claim_ids))
         .collect::<Result<_>>()?;
-    insert_disbursements(&mut tx, &st, &out, &now)?;
     let written = write_members(&mut tx, &st, &mut out.audit, &out.paid, &now)?;
     failpoint::hit("before_commit");
     tx.commit()?;
@@ -354,7 +356,6 @@ pub(super) struct Statements {
     facts: postgres::Statement,
     insert_dead: postgres::Statement,
     insert_claims: postgres::Statement,
-    insert_disbursements: postgres::Statement,
     insert_batch: postgres::Statement,
     copy_members: postgres::Statement,
     copy_outbox: postgres::Statement,
@@ -369,7 +370,6 @@ impl Statements {
             facts: conn.prepared(FACTS.as_str())?,
             insert_dead: conn.prepared(INSERT_DEAD)?,
             insert_claims: conn.prepared(INSERT_CLAIMS)?,
-            insert_disbursements: conn.prepared(INSERT_DISBURSEMENTS)?,
             insert_batch: conn.prepared(INSERT_BATCH)?,
             copy_members: conn.prepared(COPY_MEMBERS.as_str())?,
             copy_outbox: conn.prepared(COPY_OUTBOX)?,
@@ -735,7 +735,8 @@ fn insert_dead_letters(
         .collect())
 }
 
-/// Step 4b: the new claims, sorted as the claim index orders them; returns key → claim_id.
+/// Step 4b: the new claims and their disbursements, sorted as the claim index orders them;
+/// returns key → claim_id.
 fn insert_claims(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
@@ -960,31 +961,6 @@ impl<'a> Written<'a> {
             }
         }
     }
-}
-
-/// Step 4c: the new claims' disbursements.
-fn insert_disbursements(
-    tx: &mut postgres::Transaction<'_>,
-    st: &Statements,
-    out: &Written<'_>,
-    now: &str,
-) -> Result<()> {
-    if out.paid.is_empty() {
-        return Ok(());
-    }
-    let claims: Vec<i64> = out.paid.iter().map(|p| p.0).collect();
-    let keys: Vec<&[u8]> = out
-        .paid
-        .iter()
-        .map(|p| p.1.key.as_bytes().as_slice())
-        .collect();
-    let awards: Vec<&str> = out.paid.iter().map(|p| p.1.award_id.as_str()).collect();
-    let amounts: Vec<i64> = out.paid.iter().map(|p| p.1.amount_cents).collect();
-    tx.execute(
-        &st.insert_disbursements,
-        &[&now, &claims, &keys, &awards, &amounts],
-    )?;
-    Ok(())
 }
 
 /// Step 5: seals `members` as one batch and writes them, with the outbox rows of `paid` and
