@@ -31,7 +31,9 @@
 //!    and their disbursements (one statement: each disbursement is made from its claim row).
 //! 5. **The batch's records and outbox rows, then COMMIT.** The audit records are sealed as
 //!    one batch of members (`domain::audit::seal_batch`: among themselves, not after the
-//!    chain's head, so no lock is needed to seal them); one `audit_batches` row names how many
+//!    chain's head, so no lock is needed to seal them; nor a claim id, so a large batch's are
+//!    sealed, and its events spelled, on a thread of their own while the server runs step 4's
+//!    claims insert); one `audit_batches` row names how many
 //!    there are, the last one's hash and how many outbox rows the batch wrote; the members and
 //!    the outbox rows (numbered within the batch, with no ids yet) go in by binary COPY. COMMIT:
 //!    the batch's effects are durable, and no lock any other node waits for was held.
@@ -328,15 +330,48 @@ pub(super) fn record<'a>(
     }
     let decisions = decide(items, &deferred, ctx.on_conflict, &mut facts, &now);
     let first_dead = insert_dead_letters(&mut tx, &st, ctx, items, &decisions, &now)?;
-    let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now)?;
     let mut out = Written::default();
     let outcomes: Vec<Outcome> = items
         .iter()
         .zip(&decisions)
         .enumerate()
-        .map(|(n, (item, d))| out.item(ctx, &now, item, d, first_dead.contains(&n), &claim_ids))
+        .map(|(n, (item, d))| out.item(ctx, &now, item, d, first_dead.contains(&n)))
+        .collect();
+    let Written {
+        audit: mut members,
+        paid,
+    } = out;
+    // The records and events need no claim id: a large batch's are sealed and spelled on a
+    // thread of their own while the server inserts the claims, which the writer only waits for.
+    let (claim_ids, (last_hash, payloads)) = if members.len() < SEAL_APART_RECORDS_MIN {
+        let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now)?;
+        (claim_ids, seal_and_spell(&mut members, &paid))
+    } else {
+        std::thread::scope(|scope| {
+            let sealing = scope.spawn(|| seal_and_spell(&mut members, &paid));
+            let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now);
+            let sealed = sealing
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            claim_ids.map(|ids| (ids, sealed))
+        })?
+    };
+    let paid: Vec<(i64, &Submission, String)> = paid
+        .into_iter()
+        .zip(payloads)
+        .map(|(s, payload)| {
+            let claim_id = *claim_ids.get(&s.key).ok_or_else(|| {
+                Error::Invariant(format!("no claim id for new claim {}", s.key.to_hex()))
+            })?;
+            Ok((claim_id, s, payload))
+        })
         .collect::<Result<_>>()?;
-    let written = write_members(&mut tx, &st, &mut out.audit, &out.paid, &now)?;
+    let written = match last_hash {
+        Some(last_hash) => Some(write_sealed(
+            &mut tx, &st, &members, &last_hash, &paid, &now,
+        )?),
+        None => None,
+    };
     failpoint::hit("before_commit");
     tx.commit()?;
     // After the commit: a batch that failed is retried whole, offers and all.
@@ -466,7 +501,7 @@ fn read_facts(
     let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
     let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
     let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
-    let mut read: HashMap<(String, String), Vec<(i64, IdempotencyKey, String)>> = HashMap::new();
+    let mut read: HashMap<(String, String), Vec<ClaimRead>> = HashMap::new();
     for row in tx.query(&st.facts, &[&instants, &awards, &keys])? {
         let key = key_of(row.get(2))?;
         let claimed_at: String = row.get(3);
@@ -509,6 +544,9 @@ fn read_facts(
     }
     Ok(())
 }
+
+/// A claim as `FACTS` reads it: (claim id, key, claimed_at).
+type ClaimRead = (i64, IdempotencyKey, String);
 
 /// Claims and tombstones of `subs`' keys, one probe each, in one statement: what it finds
 /// replaces what `FACTS` said of these keys, so each key's two facts come from one snapshot.
@@ -814,8 +852,8 @@ fn insert_claims(
 struct Written<'a> {
     /// Unsealed audit records, in chain order.
     audit: Vec<Record>,
-    /// New claims' (claim id, submission, event JSON), in item order.
-    paid: Vec<(i64, &'a Submission, String)>,
+    /// New claims' submissions, in item order.
+    paid: Vec<&'a Submission>,
 }
 
 impl<'a> Written<'a> {
@@ -852,13 +890,12 @@ impl<'a> Written<'a> {
         item: &Item<'a>,
         decision: &Decision<'a>,
         first_dead: bool,
-        claim_ids: &HashMap<IdempotencyKey, i64>,
-    ) -> Result<Outcome> {
+    ) -> Outcome {
         let Some((s, entry_id, delivery_count)) = delivered(item) else {
             return self.direct(ctx, now, item, first_dead);
         };
         if matches!(decision, Decision::Deferred) {
-            return Ok(Outcome::Deferred);
+            return Outcome::Deferred;
         }
         let rec = |kind| Self::claim_record(ctx, now, kind, s, entry_id, delivery_count);
         match decision {
@@ -874,10 +911,10 @@ impl<'a> Written<'a> {
                     *via_filter,
                 ));
                 self.audit.push(r);
-                Ok(Outcome::Duplicate {
+                Outcome::Duplicate {
                     first_claimed_at: first_claimed_at.clone(),
                     purged_at: purged_at.clone(),
-                })
+                }
             }
             Decision::Hold { other } => {
                 if first_dead {
@@ -889,30 +926,26 @@ impl<'a> Written<'a> {
                     d.detail = Some(detail::conflict_hold(&detail::hold_reason(&other.key_hex)));
                     self.audit.push(d);
                 }
-                Ok(Outcome::Held {
+                Outcome::Held {
                     other_key: other.key_hex.clone(),
                     first: first_dead,
-                })
+                }
             }
             Decision::Claim { other, .. } => {
-                let claim_id = *claim_ids.get(&s.key).ok_or_else(|| {
-                    Error::Invariant(format!("no claim id for new claim {}", s.key.to_hex()))
-                })?;
                 let mut r = rec(Kind::Processed);
-                let key_hex = s.key.to_hex();
-                self.paid.push((claim_id, s, event::payload(s, &key_hex)));
+                self.paid.push(s);
                 r.amount_cents = Some(s.amount_cents);
                 self.audit.push(r);
                 let Some(other) = other else {
-                    return Ok(Outcome::Processed);
+                    return Outcome::Processed;
                 };
                 let mut c = rec(Kind::Conflict);
                 c.amount_cents = Some(s.amount_cents);
                 c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
                 self.audit.push(c);
-                Ok(Outcome::ProcessedConflicting {
+                Outcome::ProcessedConflicting {
                     other_key: other.key_hex.clone(),
-                })
+                }
             }
             Decision::Direct | Decision::Deferred => {
                 unreachable!("a submission is decided; a deferred one returned above")
@@ -927,7 +960,7 @@ impl<'a> Written<'a> {
         now: &str,
         item: &Item<'a>,
         first_dead: bool,
-    ) -> Result<Outcome> {
+    ) -> Outcome {
         match item {
             Item::Submission { .. } | Item::KnownDuplicate { .. } => {
                 unreachable!("a submission is decided, not direct")
@@ -941,7 +974,7 @@ impl<'a> Written<'a> {
                 delivery_count,
             } => {
                 if !first_dead {
-                    return Ok(Outcome::AlreadyDeadLettered);
+                    return Outcome::AlreadyDeadLettered;
                 }
                 let mut r = Self::record(ctx, now, Kind::DeadLetter);
                 r.idempotency_key = key.map(|k| k.to_hex());
@@ -950,14 +983,14 @@ impl<'a> Written<'a> {
                 r.delivery_count = Some(*delivery_count as i64);
                 r.detail = Some(detail::dead_letter(reason_code, reason));
                 self.audit.push(r);
-                Ok(Outcome::DeadLettered)
+                Outcome::DeadLettered
             }
             Item::Vanished { entry_id, reason } => {
                 let mut r = Self::record(ctx, now, Kind::Vanished);
                 r.stream_entry_id = Some((*entry_id).to_owned());
                 r.detail = Some(detail::vanished(ctx.stream, reason));
                 self.audit.push(r);
-                Ok(Outcome::Vanished)
+                Outcome::Vanished
             }
         }
     }
@@ -965,8 +998,7 @@ impl<'a> Written<'a> {
 
 /// Step 5: seals `members` as one batch and writes them, with the outbox rows of `paid` and
 /// the batch's row, inside `tx`; returns the batch's id. `None`, writing nothing, when there
-/// are no members (only possible for a batch of dead letters every one of which was recorded
-/// before). Holds use it too, for their one record.
+/// are no members. Holds use it, for their one record.
 pub(super) fn write_members(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
@@ -978,6 +1010,42 @@ pub(super) fn write_members(
         return Ok(None);
     }
     let last_hash = crate::domain::audit::seal_batch(members);
+    write_sealed(tx, st, members, &last_hash, paid, now).map(Some)
+}
+
+/// Seals `members` as one batch and spells the event of each submission in `paid`: the
+/// batch's last hash (`None` for no members) and the events, in order.
+fn seal_and_spell(members: &mut [Record], paid: &[&Submission]) -> (Option<String>, Vec<String>) {
+    let last_hash = (!members.is_empty()).then(|| crate::domain::audit::seal_batch(members));
+    let events = paid
+        .iter()
+        .map(|s| event::payload(s, &s.key.to_hex()))
+        .collect();
+    (last_hash, events)
+}
+
+/// Records in a batch from which `record` seals them on a thread of their own, beside the
+/// claims insert. A smaller batch seals them inline: a thread's start would cost a lone
+/// submission more than its one seal.
+const SEAL_APART_RECORDS_MIN: usize = 256;
+
+/// Writes sealed `members` (the last one's hash `last_hash`), the outbox rows of `paid` and
+/// the batch's row inside `tx`; returns the batch's id.
+fn write_sealed(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    members: &[Record],
+    last_hash: &str,
+    paid: &[(i64, &Submission, String)],
+    now: &str,
+) -> Result<i64> {
+    assert!(
+        members
+            .iter()
+            .zip(1..)
+            .all(|(r, i)| r.batch_index == Some(i)),
+        "a batch's members are written sealed, in index order from 1"
+    );
     let count =
         |n: usize| i32::try_from(n).map_err(|_| Error::Invariant(format!("a batch of {n} rows")));
     let batch_id: i64 = tx
@@ -1031,7 +1099,7 @@ pub(super) fn write_members(
         }
         outbox.finish()?;
     }
-    Ok(Some(batch_id))
+    Ok(batch_id)
 }
 
 /// Step 6 for `batch`, which this process just committed: [`link`]. A transient failure
