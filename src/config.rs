@@ -73,6 +73,10 @@ pub const HEARTBEAT_IDS_MAX: usize = 1_000;
 pub const CHANNEL_BATCHES_MAX: usize = 4;
 /// Most entries written in one group-commit transaction.
 pub const COMMIT_ENTRIES_MAX: usize = 4096;
+/// Batches one worker has in a PostgreSQL ledger at once, each on a connection of its own
+/// (ledger contract point 9): one reads and writes while the other commits or takes its
+/// locks. Within the ledger pool's size (`LedgerConfig::pool_size_max`).
+pub const PG_WRITERS_PER_WORKER: usize = 2;
 /// SQLite's own default checkpoint threshold, kept for every process but the worker.
 pub const WAL_AUTOCHECKPOINT_PAGES_DEFAULT: u32 = 1_000;
 /// Page cache per ledger connection. Sized so the worker's peak RSS stays under 64 MiB while

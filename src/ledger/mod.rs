@@ -77,6 +77,16 @@
 //!    must offer it again, to the same ledger handle, before anything read after it; on that
 //!    second offer the backend waits for the group, so no entry is deferred for ever. SQLite and the memory ledger
 //!    never defer (one writer at a time).
+//! 9. **Writers in turn.** A backend that takes concurrent writers says how many batches one
+//!    worker may have in [`Ledger::record_in_turn`] at once ([`Ledger::writers`]; 1 for
+//!    SQLite and the memory ledger). Each batch calls its `locked` hook once it holds every
+//!    (instant, award) group it will write under, saying whether it deferred anything; the
+//!    worker starts the next batch only after that hook said "nothing deferred", or after the
+//!    deferred items were offered again and took their groups, or after the batch returned.
+//!    So batches take their groups in the order the worker read them: on every group two
+//!    batches share, the one read first writes first, and point 8's second offer still comes
+//!    before anything read after it. Only the locking is in turn; the rest of one batch (its
+//!    reads, writes and commit) overlaps the next one's.
 
 pub(crate) mod chain;
 pub mod copy;
@@ -268,6 +278,26 @@ pub trait Ledger: Send + Sync {
     /// outcome per item, in item order (contract points 1–4). On error nothing of the batch is
     /// visible. `consumer` and `stream` are written into the audit records.
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>>;
+
+    /// How many batches one worker may have in [`Ledger::record_in_turn`] at once (contract
+    /// point 9). A backend with one writer at a time keeps the default, 1.
+    fn writers(&self) -> usize {
+        1
+    }
+
+    /// [`Ledger::record`], calling `locked(deferred_any)` once the batch holds every group it
+    /// will write under (contract point 9), at most once per call. The default, for a backend
+    /// with one writer, never calls it: its caller's next batch waits for the return.
+    fn record_in_turn(
+        &self,
+        items: &[Item<'_>],
+        consumer: &str,
+        stream: &str,
+        locked: &mut dyn FnMut(bool),
+    ) -> Result<Vec<Outcome>> {
+        let _ = locked;
+        self.record(items, consumer, stream)
+    }
 
     /// Counts and totals for `status` and the metrics gauges, read in one snapshot.
     fn stats(&self) -> Result<Stats>;

@@ -45,7 +45,6 @@ use crate::observe::metrics::Metrics;
 use crossbeam_channel::bounded;
 use in_flight::InFlight;
 use log::{error, info};
-use parse::Parsed;
 use reporter::Committed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::ScopedJoinHandle;
@@ -155,13 +154,14 @@ pub fn run(
     };
     announce(cfg, wcfg);
     let (raw_tx, raw_rx) = bounded::<parse::Handoff>(CHANNEL_BATCHES_MAX);
-    let (parsed_tx, parsed_rx) = bounded::<Vec<Parsed>>(CHANNEL_BATCHES_MAX);
+    let (parsed_tx, parsed_rx) = bounded::<parse::Batch>(CHANNEL_BATCHES_MAX);
     // Audit log lines, counters and freeing the batch happen on a thread of their own, so
     // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).
     let (report_tx, report_rx) = bounded::<Committed>(CHANNEL_BATCHES_MAX);
     // The XACK of one batch overlaps the transaction of the next. One batch may wait: the
     // writer runs at most one commit ahead of the acknowledgements.
     let (ack_tx, ack_rx) = bounded::<acker::Settled>(1);
+    let turns = writer::Turns::default();
     let (shared, client) = (&shared, &client);
     std::thread::scope(|s| {
         for _ in 0..wcfg.threads.max(1) {
@@ -192,13 +192,21 @@ pub fn run(
                 acker::run(ack_rx, acker_conn, shared, report_tx)
             })
         });
-        let writer_conn = Conn::new(client.clone());
-        let writer = s.spawn(move || {
-            signals::block_termination();
-            shared.stage("writer", || {
-                writer::run(parsed_rx, ledger, writer_conn, shared, ack_tx)
+        // One writer per batch the ledger takes at once (contract point 9), in turns.
+        let turns = &turns;
+        let writers: Vec<_> = (0..ledger.writers().max(1))
+            .map(|_| {
+                let (rx, acks) = (parsed_rx.clone(), ack_tx.clone());
+                let writer_conn = Conn::new(client.clone());
+                s.spawn(move || {
+                    signals::block_termination();
+                    shared.stage("writer", || {
+                        writer::run(rx, ledger, writer_conn, shared, acks, turns)
+                    })
+                })
             })
-        });
+            .collect();
+        drop((parsed_rx, ack_tx));
         // Dropped once the reader, writer and acker have returned: the heartbeat's cue to stop.
         let (pipeline_done, pipeline_done_rx) = bounded::<()>(0);
         let heartbeat = s.spawn(move || {
@@ -213,7 +221,10 @@ pub fn run(
             shared.stage("reader", || reader::run(client, ledger, raw_tx, shared))
         });
         let read_result = joined(reader, "reader");
-        let write_result = joined(writer, "writer");
+        let write_result = writers
+            .into_iter()
+            .map(|w| joined(w, "writer"))
+            .fold(Ok(()), Result::and);
         let ack_result = joined(acker, "acker");
         drop(pipeline_done);
         let _ = heartbeat.join();

@@ -43,7 +43,13 @@ pub(super) struct Handoff {
     pub(super) solo: bool,
     /// When the read that returned the entries came back.
     pub(super) read_at: Instant,
+    /// Its place among the handoffs, numbered by the reader as it hands them on: the parse
+    /// threads finish them in any order, and the writers take them back in this one.
+    pub(super) seq: u64,
 }
+
+/// A parsed handoff: its `Handoff::seq` and its entries, in stream order.
+pub(super) type Batch = (u64, Vec<Parsed>);
 
 /// What the parse stage decided about an entry.
 pub(super) enum Verdict {
@@ -80,19 +86,19 @@ impl Parsed {
 /// Parses batches from the reader until it hangs up or the writer is gone.
 pub(super) fn run(
     rx: Receiver<Handoff>,
-    tx: Sender<Vec<Parsed>>,
+    tx: Sender<Batch>,
     wcfg: &WorkerConfig,
     mut filter: Option<(&FastFilter, Conn)>,
 ) {
     for handoff in rx {
-        let (solo, read_at) = (handoff.solo, handoff.read_at);
+        let (solo, read_at, seq) = (handoff.solo, handoff.read_at, handoff.seq);
         let mut parsed: Vec<Parsed> = (handoff.entries.into_iter())
             .map(|e| parse_one(e, wcfg, solo, read_at))
             .collect();
         if let Some((filter, conn)) = filter.as_mut() {
             look_up_committed(filter, conn, &mut parsed);
         }
-        if tx.send(parsed).is_err() {
+        if tx.send((seq, parsed)).is_err() {
             return;
         }
     }

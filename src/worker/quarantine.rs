@@ -89,6 +89,7 @@ pub(super) fn handoff(entries: Vec<Entry>, solo: bool) -> Handoff {
         entries,
         solo,
         read_at: std::time::Instant::now(),
+        seq: 0,
     }
 }
 

@@ -42,15 +42,20 @@ pub(super) fn run(
     shared: &Shared<'_>,
 ) -> Result<()> {
     let mut reader = Reader::new(client, ledger, shared);
+    // Handoffs are numbered in the order read, so the writers take them in that order
+    // whichever parse thread finishes first.
+    let mut handed: u64 = 0;
     while !shared.stopping() {
         shared.metrics.beat();
         reader.after_failover(client)?;
         match reader.step() {
-            Ok(Some(handoff)) => {
+            Ok(Some(mut handoff)) => {
                 reader.episode.succeeded();
                 if handoff.entries.is_empty() {
                     continue;
                 }
+                handoff.seq = handed;
+                handed += 1;
                 failpoint::hit("after_read");
                 if tx.send(handoff).is_err() {
                     break;

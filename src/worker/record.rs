@@ -38,7 +38,8 @@ pub(super) fn item_of(p: &Parsed) -> Item<'_> {
     }
 }
 
-/// Records the batch in one transaction. If the ledger refuses the batch for a permanent
+/// Records the batch in one transaction, calling `locked` as the ledger does once the batch
+/// holds its groups (contract point 9). If the ledger refuses the batch for a permanent
 /// reason, each item is tried alone so one bad item cannot hold back the rest; an item the
 /// ledger refuses by itself is left pending (the delivery cap dead-letters it eventually).
 /// Returns each item's outcome and whether it committed.
@@ -46,10 +47,11 @@ pub(super) fn record(
     ledger: &dyn Ledger,
     items: &[Item<'_>],
     shared: &Shared<'_>,
+    locked: &mut dyn FnMut(bool),
 ) -> Result<(Vec<Option<Outcome>>, Vec<bool>)> {
     let (consumer, stream) = (shared.wcfg.consumer.as_str(), shared.cfg.stream.as_str());
     match shared.retry("committing to the ledger", || {
-        ledger.record(items, consumer, stream)
+        ledger.record_in_turn(items, consumer, stream, &mut *locked)
     }) {
         Ok(outcomes) => {
             // Ledger contract, point 2. Everything after the commit (held copies, fast-filter
@@ -85,7 +87,8 @@ pub(super) fn record(
     }
 }
 
-/// The fallback: each item in a transaction of its own.
+/// The fallback: each item in a transaction of its own, all of them in the batch's turn (the
+/// writer lets the turn go once they are done).
 fn one_by_one(
     ledger: &dyn Ledger,
     items: &[Item<'_>],
@@ -94,7 +97,7 @@ fn one_by_one(
     let mut outcomes = Vec::with_capacity(items.len());
     let mut committed = Vec::with_capacity(items.len());
     for item in items {
-        let (o, c) = record(ledger, std::slice::from_ref(item), shared)?;
+        let (o, c) = record(ledger, std::slice::from_ref(item), shared, &mut |_| {})?;
         outcomes.extend(o);
         committed.extend(c);
     }

@@ -1,4 +1,5 @@
-//! The writer: one thread that takes parsed batches, merges what is waiting into one group
+//! The writers: a thread (or, for a ledger that takes concurrent writers, several, taking
+//! their turns: `Turns`) that takes parsed batches, merges what is waiting into one group
 //! commit, and for each commit copies rejected entries to the dead-letter stream, records the
 //! batch in one ledger transaction, and hands what committed to the acker (`acker.rs`), which
 //! copies held entries and acknowledges while this thread records the next batch.
@@ -15,7 +16,7 @@
 
 use super::acker::Settled;
 use super::dead_letters;
-use super::parse::Parsed;
+use super::parse::{Batch, Parsed};
 use super::quarantine;
 use super::record::{item_of, record};
 use super::Shared;
@@ -26,52 +27,171 @@ use crate::ledger::{Item, Ledger, Outcome};
 use crate::support::failpoint;
 use crossbeam_channel::{Receiver, Sender};
 use log::{debug, warn};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-/// Commits batches until the parse pool hangs up; returns a permanent failure.
+/// The order in which a worker's writers take their batches' groups (ledger contract point
+/// 9): batches are numbered as they are taken, in the order read, and batch `n` starts
+/// recording only once batch `n - 1` has let its turn go — when its groups were taken and
+/// nothing deferred, or when it is done, its deferred items offered again included.
+#[derive(Default)]
+pub(super) struct Turns {
+    /// Handoffs back in the order read, and the next batch's number. Held while a batch is
+    /// taken, so numbers follow the read order.
+    order: Mutex<Order>,
+    /// The number whose turn it is.
+    serving: Mutex<u64>,
+    turned: Condvar,
+}
+
+/// The parse pool's output put back in the order read (`Handoff::seq`).
+#[derive(Default)]
+struct Order {
+    /// The seq of the next handoff due.
+    due: u64,
+    /// Handoffs parsed before the one due.
+    early: BTreeMap<u64, Vec<Parsed>>,
+    /// The next batch's number.
+    ticket: u64,
+}
+
+impl Order {
+    /// The handoff due, waiting for it; `None` once the parse pool hung up.
+    fn next(&mut self, rx: &Receiver<Batch>) -> Option<Vec<Parsed>> {
+        loop {
+            if let Some(batch) = self.early.remove(&self.due) {
+                self.due += 1;
+                return Some(batch);
+            }
+            let (seq, batch) = rx.recv().ok()?;
+            self.early.insert(seq, batch);
+        }
+    }
+
+    /// The handoff due if it was parsed already, without waiting for it.
+    fn next_ready(&mut self, rx: &Receiver<Batch>) -> Option<Vec<Parsed>> {
+        while let Ok((seq, batch)) = rx.try_recv() {
+            self.early.insert(seq, batch);
+        }
+        let batch = self.early.remove(&self.due)?;
+        self.due += 1;
+        Some(batch)
+    }
+}
+
+impl Turns {
+    /// The next batch (the handoff due, with those after it that are ready merged into it, as
+    /// one group commit) and its turn, once it has come; `None` once the parse pool hung up.
+    fn take(&self, rx: &Receiver<Batch>) -> Option<(Vec<Parsed>, Turn<'_>)> {
+        let (batch, ticket) = {
+            let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+            let first = order.next(rx)?;
+            let batch = gather(first, &mut order, rx);
+            order.ticket += 1;
+            (batch, order.ticket - 1)
+        };
+        let mut serving = self.serving.lock().unwrap_or_else(|p| p.into_inner());
+        while *serving < ticket {
+            serving = self.turned.wait(serving).unwrap_or_else(|p| p.into_inner());
+        }
+        assert_eq!(*serving, ticket, "a batch's turn came twice");
+        Some((
+            batch,
+            Turn {
+                turns: self,
+                ticket,
+                passed: false,
+            },
+        ))
+    }
+}
+
+/// A batch's turn; let go at the latest when dropped, so a writer that fails or panics
+/// never holds up the others.
+struct Turn<'t> {
+    turns: &'t Turns,
+    ticket: u64,
+    passed: bool,
+}
+
+impl Turn<'_> {
+    fn pass(&mut self) {
+        if self.passed {
+            return;
+        }
+        self.passed = true;
+        let mut serving = self.turns.serving.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(
+            *serving, self.ticket,
+            "a turn let go by a batch not holding it"
+        );
+        *serving += 1;
+        self.turns.turned.notify_all();
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.pass();
+    }
+}
+
+/// Group commit: `first` and the handoffs after it that are already parsed, up to the caps
+/// (entries and bytes), so a backlog drains in large transactions while a quiet stream still
+/// commits at once, and heavy entries never pile up in one commit.
+fn gather(mut batch: Vec<Parsed>, order: &mut Order, rx: &Receiver<Batch>) -> Vec<Parsed> {
+    // The waiting batches are gathered first and moved into one vector of the right size
+    // once: entries are a few hundred bytes each, and growing the vector batch by batch
+    // copied each merged commit several times over (measured: ~4% of the writer's time).
+    let mut bytes: usize = batch.iter().map(|p| p.bytes).sum();
+    let (mut len, mut waiting) = (batch.len(), Vec::new());
+    while len < COMMIT_ENTRIES_MAX && bytes < COMMIT_BYTES_MAX {
+        match order.next_ready(rx) {
+            Some(more) => {
+                bytes += more.iter().map(|p| p.bytes).sum::<usize>();
+                len += more.len();
+                waiting.push(more);
+            }
+            None => break,
+        }
+    }
+    batch.reserve_exact(len - batch.len());
+    for more in waiting {
+        batch.extend(more);
+    }
+    batch
+}
+
+/// Commits batches until the parse pool hangs up; returns a permanent failure. Several
+/// writers may share `rx` when the ledger takes them ([`crate::ledger::Ledger::writers`]);
+/// `turns` keeps their batches' locking in the order read.
 pub(super) fn run(
-    rx: Receiver<Vec<Parsed>>,
+    rx: Receiver<Batch>,
     ledger: &dyn Ledger,
     mut conn: Conn,
     shared: &Shared<'_>,
     acks: Sender<Settled>,
+    turns: &Turns,
 ) -> Result<()> {
-    // Entries a shared ledger deferred (another node's batch holds their group), with
-    // everything this round had not committed yet after them: offered again first, ahead of
-    // anything read later and without waiting for the reader (ledger contract, point 8).
+    // Entries a shared ledger deferred (another batch holds their group), with everything
+    // this round had not committed yet after them: offered again first, in the same turn,
+    // ahead of anything read later and without waiting for the reader (ledger contract,
+    // point 8). Nothing newer is merged into them: a batch read after them may be waiting
+    // for its turn on another writer.
     let mut carried: Vec<Parsed> = Vec::new();
+    let mut turn: Option<Turn<'_>> = None;
     loop {
-        let mut batch = if carried.is_empty() {
-            match rx.recv() {
-                Ok(batch) => batch,
-                Err(_) => break,
-            }
+        let batch = if carried.is_empty() {
+            let Some((batch, taken)) = turns.take(&rx) else {
+                break;
+            };
+            turn = Some(taken);
+            batch
         } else {
             std::mem::take(&mut carried)
         };
-        // Group commit: take whatever else is already waiting, up to the caps (entries and
-        // bytes), so a backlog drains in large transactions while a quiet stream still commits
-        // at once, and heavy entries never pile up in one commit.
-        // The waiting batches are gathered first and moved into one vector of the right size
-        // once: entries are a few hundred bytes each, and growing the vector batch by batch
-        // copied each merged commit several times over (measured: ~4% of the writer's time).
-        let mut bytes: usize = batch.iter().map(|p| p.bytes).sum();
-        let (mut len, mut waiting) = (batch.len(), Vec::new());
-        while len < COMMIT_ENTRIES_MAX && bytes < COMMIT_BYTES_MAX {
-            match rx.try_recv() {
-                Ok(more) => {
-                    bytes += more.iter().map(|p| p.bytes).sum::<usize>();
-                    len += more.len();
-                    waiting.push(more);
-                }
-                Err(_) => break,
-            }
-        }
-        batch.reserve_exact(len - batch.len());
-        for more in waiting {
-            batch.extend(more);
-        }
         // The reader hands an entry on its try alone on its own; kept apart here as well, so
         // no merge can ever put it in a transaction with anything else.
         let (solo, batch): (Vec<Parsed>, Vec<Parsed>) = if batch.iter().any(|p| p.solo) {
@@ -87,9 +207,20 @@ pub(super) fn run(
             vec![batch]
         };
         commits.extend(solo.into_iter().map(|one| vec![one]));
+        let count = commits.len();
         let mut commits = commits.into_iter();
-        for commit in commits.by_ref() {
-            match commit_and_hand_on(commit, ledger, &mut conn, shared, &acks)? {
+        for (n, commit) in commits.by_ref().enumerate() {
+            // The turn goes to the next batch as soon as the last commit of this one holds
+            // its groups having deferred nothing; otherwise once this one is done.
+            let last = n + 1 == count;
+            let mut locked = |deferred: bool| {
+                if last && !deferred {
+                    if let Some(t) = turn.as_mut() {
+                        t.pass();
+                    }
+                }
+            };
+            match commit_and_hand_on(commit, ledger, &mut conn, shared, &acks, &mut locked)? {
                 Some(deferred) => carried = deferred,
                 None => return Ok(()),
             }
@@ -99,6 +230,9 @@ pub(super) fn run(
         }
         // After a deferral nothing later may commit first: it could be of the same group.
         carried.extend(commits.flatten());
+        if carried.is_empty() {
+            turn = None;
+        }
     }
     Ok(())
 }
@@ -136,12 +270,13 @@ fn commit_and_hand_on(
     conn: &mut Conn,
     shared: &Shared<'_>,
     acks: &Sender<Settled>,
+    locked: &mut dyn FnMut(bool),
 ) -> Result<Option<Vec<Parsed>>> {
     let mut started = Instant::now();
     let result = dead_letters::copy_rejected(&batch, conn, shared).and_then(|()| {
         let items: Vec<Item<'_>> = batch.iter().map(item_of).collect();
         started = Instant::now();
-        record(ledger, &items, shared)
+        record(ledger, &items, shared, &mut *locked)
     });
     let (outcomes, committed) = match result {
         Ok(recorded) => recorded,

@@ -1416,3 +1416,66 @@ fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_count
     };
     assert_eq!(totals(&again.unwrap()), totals(&recount));
 }
+
+#[test]
+fn one_workers_two_writers_take_each_group_in_the_order_read() {
+    // One worker has two batches in a PostgreSQL ledger at once (ledger contract point 9).
+    // Each of 3,000 submissions is followed 500 entries later by a conflicting one (same award
+    // and time, another amount), so the two often fall in batches recorded side by side.
+    // Under `--on-conflict hold` the one read first must be paid and the later one held, every
+    // time, as with one writer: a batch that took its groups out of turn would pay a later one.
+    let w = World::on(Store::Postgres);
+    let (n, lag) = (3_000, 500);
+    let mut payloads = Vec::with_capacity(2 * n);
+    for p in 0..n + lag {
+        if p < n {
+            payloads.push(submission(p));
+        }
+        if p >= lag {
+            payloads.push(conflicting_with(p - lag));
+        }
+    }
+    w.add(&payloads);
+    let out = w
+        .cmd(&[
+            "run",
+            "--consumer",
+            "w1",
+            "--on-conflict",
+            "hold",
+            "--exit-when-idle",
+        ])
+        .env("RUST_LOG", "info")
+        .run_with_deadline();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(w.count("disbursements"), n as i64, "{log}");
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(n),
+        "only the submissions read first are paid"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM dead_letters WHERE reason_code = 'conflict_hold'"),
+        n as i64
+    );
+    assert_eq!(w.pending(), 0);
+    // The two writers did meet on groups: the later of a pair was deferred while the earlier
+    // one's batch held the group, and offered again after it.
+    let deferred: u64 = log
+        .split(" deferred and offered again")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no deferral count in the log:\n{log}"));
+    assert!(deferred > 0, "no batch met another on a group:\n{log}");
+    w.run_ok(&["verify"]);
+}
+
+/// Same award and time as [`submission`] `i`, another amount: a conflicting resubmission.
+fn conflicting_with(i: usize) -> String {
+    format!(
+        r#"{{"award_id":"A-{i:06}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{},"program":"rural-broadband"}}"#,
+        900_000 + i
+    )
+}

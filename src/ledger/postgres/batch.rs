@@ -300,6 +300,7 @@ pub(super) fn record<'a>(
     conn: &mut Conn,
     ctx: &Context<'_>,
     items: &[Item<'a>],
+    locked: &mut dyn FnMut(bool),
 ) -> Result<Vec<Outcome>> {
     if items.is_empty() {
         return Ok(Vec::new());
@@ -318,6 +319,9 @@ pub(super) fn record<'a>(
         .iter()
         .map(|g| g.is_some_and(|g| busy.contains(&g)))
         .collect();
+    // Every group this batch writes under is held: the worker's next batch may take its own
+    // (contract point 9).
+    locked(deferred.contains(&true));
     let subs: Vec<&Submission> = items
         .iter()
         .zip(&deferred)

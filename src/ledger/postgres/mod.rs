@@ -228,6 +228,23 @@ fn apply_schema(client: &mut postgres::Client) -> Result<()> {
 
 impl Ledger for PgLedger {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
+        self.record_in_turn(items, consumer, stream, &mut |_| {})
+    }
+
+    /// Two: while one batch reads, writes and commits on its connection, the next takes its
+    /// groups and does the same on another, so one worker keeps two server processes busy
+    /// (BENCHMARKS.md, "Two batches at once").
+    fn writers(&self) -> usize {
+        crate::config::PG_WRITERS_PER_WORKER
+    }
+
+    fn record_in_turn(
+        &self,
+        items: &[Item<'_>],
+        consumer: &str,
+        stream: &str,
+        locked: &mut dyn FnMut(bool),
+    ) -> Result<Vec<Outcome>> {
         let mut conn = self.conn()?;
         let ctx = batch::Context {
             consumer,
@@ -235,7 +252,7 @@ impl Ledger for PgLedger {
             on_conflict: self.on_conflict,
             deferred: &self.deferred,
         };
-        let outcomes = batch::record(&mut conn, &ctx, items)?;
+        let outcomes = batch::record(&mut conn, &ctx, items, locked)?;
         assert_eq!(outcomes.len(), items.len(), "one outcome per item");
         Ok(outcomes)
     }
