@@ -201,8 +201,11 @@ fn postgres_restarted_under_a_running_worker_is_waited_out_and_everything_lands_
     let mut worker =
         support::Logged::spawn(w.cmd(&["run", "--consumer", "w1", "--metrics-addr", &addr]));
     w.add(&(0..300).map(submission).collect::<Vec<_>>());
+    // The worker makes the schema as it starts: polled as 0 until it has.
     assert!(
-        wait_for(Duration::from_secs(60), || w.count("disbursements") == 300),
+        wait_for(Duration::from_secs(60), || w
+            .count_once_made("disbursements")
+            == 300),
         "{}",
         worker.log_text()
     );

@@ -322,7 +322,12 @@ impl World {
                 {
                     0
                 }
-                Err(e) => panic!("{sql}: {e}"),
+                Err(e) => panic!(
+                    "{sql}: {e}{}",
+                    e.as_db_error()
+                        .map(|d| format!(" ({}: {})", d.code().code(), d.message()))
+                        .unwrap_or_default()
+                ),
             };
         }
         if !self.db.exists() {

@@ -502,9 +502,7 @@ fn read_facts(
     subs: &[&Submission],
     facts: &mut Facts,
 ) -> Result<()> {
-    let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
-    let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
-    let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
+    let (instants, awards, keys) = key_arrays(subs);
     let mut read: HashMap<(String, String), Vec<ClaimRead>> = HashMap::new();
     for row in tx.query(&st.facts, &[&instants, &awards, &keys])? {
         let key = key_of(row.get(2))?;
@@ -549,6 +547,15 @@ fn read_facts(
     Ok(())
 }
 
+/// The instants, awards and keys of `subs`, as the step 2 statements take them.
+fn key_arrays<'s>(subs: &[&'s Submission]) -> (Vec<&'s str>, Vec<&'s str>, Vec<&'s [u8]>) {
+    (
+        subs.iter().map(|s| s.submission_instant.as_str()).collect(),
+        subs.iter().map(|s| s.award_id.as_str()).collect(),
+        subs.iter().map(|s| s.key.as_bytes().as_slice()).collect(),
+    )
+}
+
 /// A claim as `FACTS` reads it: (claim id, key, claimed_at).
 type ClaimRead = (i64, IdempotencyKey, String);
 
@@ -560,9 +567,7 @@ fn look_up_keys(
     subs: &[&Submission],
     facts: &mut Facts,
 ) -> Result<()> {
-    let instants: Vec<&str> = subs.iter().map(|s| s.submission_instant.as_str()).collect();
-    let awards: Vec<&str> = subs.iter().map(|s| s.award_id.as_str()).collect();
-    let keys: Vec<&[u8]> = subs.iter().map(|s| s.key.as_bytes().as_slice()).collect();
+    let (instants, awards, keys) = key_arrays(subs);
     for s in subs {
         facts.tombstones.remove(&s.key);
     }
