@@ -5,7 +5,8 @@
 //! nothing is flushed, acknowledged or rolled back politely: it is the crash the design must
 //! survive. Unset, a hit costs one load of an already-initialised value.
 //!
-//! The points, in the order an entry meets them: `after_read`, `after_claim` (claim inserted,
+//! The points, in the order an entry meets them: `after_read`, `before_locks` (a shared
+//! ledger's batch, before it takes its groups), `after_claim` (claim inserted,
 //! transaction open), `before_commit`, `before_link` (a shared ledger's batch committed, not
 //! yet linked into the audit chain), `after_commit` (committed, not yet acknowledged),
 //! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
@@ -14,12 +15,21 @@
 //! `CLAIMGATE_FAILPOINT=panic:NAME[:N]` panics (unwinds) the thread that reaches the point
 //! instead of aborting, to prove a stage that panics stops the worker.
 //!
+//! `CLAIMGATE_FAILPOINT=slow:NAME[:N]` instead holds the thread that reaches the point for
+//! [`SLOW_FOR`], once, so a test can make one step of one batch lose a race it all but always
+//! wins: `before_locks` (a shared ledger's batch, before it takes its groups).
+//!
 //! `CLAIMGATE_FAILPOINT=off:NAME` instead switches off a safeguard named `NAME` for the
 //! process's whole life, so a test can prove that another safeguard holds on its own:
 //! `heartbeat` (the worker never refreshes its in-flight entries' idle time).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// How long `slow:NAME` holds the thread: long past anything a batch's other writer does
+/// while it waits.
+pub const SLOW_FOR: Duration = Duration::from_secs(1);
 
 /// The environment variable that arms a failpoint.
 pub const ENV: &str = "CLAIMGATE_FAILPOINT";
@@ -28,9 +38,19 @@ struct Armed {
     name: String,
     fire_on_hit: u64,
     hits: AtomicU64,
-    /// `panic:NAME[:N]`: unwind the thread that reaches the point instead of aborting the
-    /// process, to prove a stage that panics takes the worker down with it.
-    panic: bool,
+    fire: Fire,
+}
+
+/// What an armed point does when it is due.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fire {
+    /// Abort the process: the crash the design must survive.
+    Abort,
+    /// `panic:NAME[:N]`: unwind the thread that reaches the point instead, to prove a stage
+    /// that panics takes the worker down with it.
+    Panic,
+    /// `slow:NAME[:N]`: hold the thread for [`SLOW_FOR`], and go on.
+    Slow,
 }
 
 fn armed() -> Option<&'static Armed> {
@@ -38,9 +58,12 @@ fn armed() -> Option<&'static Armed> {
     ARMED
         .get_or_init(|| {
             let spec = std::env::var(ENV).ok()?;
-            let (panic, spec) = match spec.strip_prefix("panic:") {
-                Some(rest) => (true, rest.to_owned()),
-                None => (false, spec),
+            let (fire, spec) = if let Some(rest) = spec.strip_prefix("panic:") {
+                (Fire::Panic, rest.to_owned())
+            } else if let Some(rest) = spec.strip_prefix("slow:") {
+                (Fire::Slow, rest.to_owned())
+            } else {
+                (Fire::Abort, spec)
             };
             let (name, nth) = match spec.split_once(':') {
                 Some(("off", _)) => (spec.clone(), 1),
@@ -51,7 +74,7 @@ fn armed() -> Option<&'static Armed> {
                 name,
                 fire_on_hit: nth.max(1),
                 hits: AtomicU64::new(0),
-                panic,
+                fire,
             })
         })
         .as_ref()
@@ -69,11 +92,19 @@ pub fn hit(name: &str) {
         return;
     }
     if armed.hits.fetch_add(1, Ordering::SeqCst) + 1 == armed.fire_on_hit {
-        if armed.panic {
-            eprintln!("claimgate: failpoint {name} fired; panicking");
-            panic!("failpoint {name} fired");
+        match armed.fire {
+            Fire::Panic => {
+                eprintln!("claimgate: failpoint {name} fired; panicking");
+                panic!("failpoint {name} fired");
+            }
+            Fire::Slow => {
+                eprintln!("claimgate: failpoint {name} fired; holding this thread");
+                std::thread::sleep(SLOW_FOR);
+            }
+            Fire::Abort => {
+                eprintln!("claimgate: failpoint {name} fired; aborting");
+                std::process::abort();
+            }
         }
-        eprintln!("claimgate: failpoint {name} fired; aborting");
-        std::process::abort();
     }
 }

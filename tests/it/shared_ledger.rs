@@ -1422,11 +1422,24 @@ fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_count
 
 #[test]
 fn one_workers_two_writers_take_each_group_in_the_order_read() {
-    // One worker has two batches in a PostgreSQL ledger at once (ledger contract point 9).
-    // Each of 3,000 submissions is followed 500 entries later by a conflicting one (same award
-    // and time, another amount), so the two often fall in batches recorded side by side.
-    // Under `--on-conflict hold` the one read first must be paid and the later one held, every
-    // time, as with one writer: a batch that took its groups out of turn would pay a later one.
+    two_writers_pay_the_first_read(None);
+}
+
+#[test]
+fn a_batch_held_back_before_its_group_locks_keeps_its_turn() {
+    // The first batch is held for a second just before it takes its groups (failpoint
+    // `slow:before_locks`), while the next batch, holding the later halves of many of its
+    // pairs, is read and parsed. The next batch must wait for its turn: had the turn been let
+    // go before the locks, it would take those groups first and pay the later submissions.
+    two_writers_pay_the_first_read(Some("slow:before_locks:1"));
+}
+
+/// One worker has two batches in a PostgreSQL ledger at once (ledger contract point 9).
+/// Each of 3,000 submissions is followed 500 entries later by a conflicting one (same award
+/// and time, another amount), so the two often fall in batches recorded side by side.
+/// Under `--on-conflict hold` the one read first must be paid and the later one held, every
+/// time, as with one writer: a batch that took its groups out of turn would pay a later one.
+fn two_writers_pay_the_first_read(failpoint: Option<&str>) {
     let w = World::on(Store::Postgres);
     let (n, lag) = (3_000, 500);
     let mut payloads = Vec::with_capacity(2 * n);
@@ -1439,19 +1452,24 @@ fn one_workers_two_writers_take_each_group_in_the_order_read() {
         }
     }
     w.add(&payloads);
-    let out = w
-        .cmd(&[
-            "run",
-            "--consumer",
-            "w1",
-            "--on-conflict",
-            "hold",
-            "--exit-when-idle",
-        ])
-        .env("RUST_LOG", "info")
-        .run_with_deadline();
+    let mut cmd = w.cmd(&[
+        "run",
+        "--consumer",
+        "w1",
+        "--on-conflict",
+        "hold",
+        "--exit-when-idle",
+    ]);
+    cmd.env("RUST_LOG", "info");
+    if let Some(point) = failpoint {
+        cmd.env(claimgate::support::failpoint::ENV, point);
+    }
+    let out = cmd.run_with_deadline();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
+    if failpoint.is_some() {
+        assert!(log.contains("fired; holding this thread"), "{log}");
+    }
     assert_eq!(w.count("disbursements"), n as i64, "{log}");
     assert_eq!(
         w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),

@@ -314,6 +314,7 @@ pub(super) fn record<'a>(
         .iter()
         .map(|i| delivered(i).map(|(s, _, _)| group_lock(&s.submission_instant, &s.award_id)))
         .collect();
+    failpoint::hit("before_locks");
     let busy = lock_groups(&mut tx, &st, ctx, items, &groups)?;
     let deferred: Vec<bool> = groups
         .iter()
