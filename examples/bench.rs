@@ -65,6 +65,9 @@ struct Opts {
     postgres: bool,
     /// In the PostgreSQL mode, print each run's costliest statements (pg_stat_statements).
     pg_statements: bool,
+    /// In the PostgreSQL mode, server settings (`name=value`) set before the runs, to measure
+    /// what a setting is worth on the same load.
+    pg_set: Vec<String>,
 }
 
 fn main() {
@@ -120,6 +123,7 @@ fn parse_opts(args: &[String]) -> Opts {
         template: None,
         postgres: false,
         pg_statements: false,
+        pg_set: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -152,6 +156,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--run-flag" => o.extra.push(value()),
             "--postgres" => o.postgres = true,
             "--pg-statements" => o.pg_statements = true,
+            "--pg-set" => o.pg_set.push(value()),
             "--help" | "-h" => usage(""),
             other => usage(&format!("unknown flag {other}")),
         }
@@ -172,7 +177,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
-         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements]]"
+         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }

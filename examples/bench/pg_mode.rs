@@ -27,6 +27,10 @@ struct PgRun {
     head_commit_p99_us: u64,
     /// WAL bytes written per entry.
     wal_per_entry: f64,
+    /// Times a backend found the WAL buffers full and wrote them out itself (`pg_stat_wal`,
+    /// the whole server), in the run: a write inside whatever statement was inserting WAL,
+    /// the chain head's link among them.
+    wal_buffers_full: i64,
     /// How long the ledger's own `verify` took afterwards, seconds.
     verify_s: f64,
     /// Entries the workers' ledger deferred and offered again, all workers together.
@@ -40,8 +44,8 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
         "postgres: private PostgreSQL 15 on port {} (fsync=on, synchronous_commit=on)",
         pg.port()
     );
-    if o.pg_statements {
-        track_statements(&mut pg)?;
+    if o.pg_statements || !o.pg_set.is_empty() {
+        configure(&mut pg, o)?;
     }
     let (mut a, mut p1, mut p3) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
@@ -50,12 +54,14 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
         p3.push(pg_run(env, &pg, o, load, &format!("p3r{round}"), 3)?);
         let (x, y) = (&p1[round - 1], &p3[round - 1]);
         println!(
-            "round {round}: (a) sqlite {:>7.0}/s  (p1) {:>7.0}/s head p99 {}  (p3) {:>7.0}/s head p99 {}",
+            "round {round}: (a) sqlite {:>7.0}/s  (p1) {:>7.0}/s head p99 {} WAL buffers full {}  (p3) {:>7.0}/s head p99 {} WAL buffers full {}",
             a[round - 1].rate,
             x.rate,
             ms(x.head_p99_us),
+            x.wal_buffers_full,
             y.rate,
-            ms(y.head_p99_us)
+            ms(y.head_p99_us),
+            y.wal_buffers_full
         );
     }
     println!(
@@ -124,6 +130,7 @@ fn pg_run(
             .map_err(|e| e.to_string())?;
     }
     let wal_before = lsn(&mut admin)?;
+    let full_before = wal_buffers_full(&mut admin)?;
     let cpu_before = server_cpu_s(pg)?;
     let started = Instant::now();
     let mut children = Vec::new();
@@ -162,6 +169,7 @@ fn pg_run(
         )
         .map(|r| r.get(0))
         .map_err(|e| e.to_string())?;
+    let full = wal_buffers_full(&mut admin)? - full_before;
     if o.pg_statements {
         print_statements(&mut admin, label, load.n)?;
     }
@@ -192,27 +200,67 @@ fn pg_run(
         head_p99_us: head,
         head_commit_p99_us: head_commit,
         wal_per_entry: wal / load.n as f64,
+        wal_buffers_full: full,
         verify_s,
         deferred,
     })
 }
 
-/// Turns on pg_stat_statements (it must be preloaded, so the server restarts).
-fn track_statements(pg: &mut LocalPostgres) -> Res<()> {
+/// `pg_stat_wal.wal_buffers_full`, the server's count so far.
+fn wal_buffers_full(admin: &mut postgres::Client) -> Res<i64> {
+    admin
+        .query_one("SELECT wal_buffers_full FROM pg_stat_wal", &[])
+        .map(|r| r.get(0))
+        .map_err(|e| e.to_string())
+}
+
+/// Applies `--pg-set` and turns on pg_stat_statements where asked; both may need a restart
+/// (`shared_preload_libraries`, `wal_buffers`, `shared_buffers`), so the server restarts.
+fn configure(pg: &mut LocalPostgres, o: &Opts) -> Res<()> {
     let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
         .map_err(|e| e.to_string())?;
-    admin
-        .batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        .map_err(|e| e.to_string())?;
+    let mut settings: Vec<(String, String)> = Vec::new();
+    if o.pg_statements {
+        settings.push((
+            "shared_preload_libraries".into(),
+            "pg_stat_statements".into(),
+        ));
+    }
+    for s in &o.pg_set {
+        let (name, value) = s
+            .split_once('=')
+            .filter(|(n, _)| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .ok_or_else(|| format!("--pg-set takes NAME=VALUE, not {s}"))?;
+        settings.push((name.into(), value.into()));
+    }
+    for (name, value) in &settings {
+        // A literal, quoted; the name was checked to be a plain identifier above.
+        let value = value.replace('\'', "''");
+        admin
+            .batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'"))
+            .map_err(|e| format!("setting {name}: {e}"))?;
+    }
     drop(admin);
     pg.stop_immediate().map_err(|e| e.to_string())?;
     pg.start_again().map_err(|e| e.to_string())?;
     let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
         .map_err(|e| e.to_string())?;
-    admin
-        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .map_err(|e| e.to_string())?;
-    println!("postgres: pg_stat_statements on; each run prints its costliest statements");
+    if o.pg_statements {
+        admin
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .map_err(|e| e.to_string())?;
+        println!("postgres: pg_stat_statements on; each run prints its costliest statements");
+    }
+    for (name, _) in settings
+        .iter()
+        .filter(|(n, _)| n != "shared_preload_libraries")
+    {
+        let now: String = admin
+            .query_one(&format!("SHOW {name}"), &[])
+            .map(|r| r.get(0))
+            .map_err(|e| e.to_string())?;
+        println!("postgres: {name} = {now}");
+    }
     Ok(())
 }
 
