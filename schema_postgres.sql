@@ -399,97 +399,112 @@ BEGIN
 END;
 $$;
 
--- Links committed batches not linked yet into the chain, at `at` (the ledger's time format,
+-- Links one committed batch not linked yet into the chain, at `at` (the ledger's time format,
 -- checked: it is spelled into hashed JSON): the batch `mine` (a writer's own, just committed),
--- or, with `mine` NULL, every one, oldest batch first (those a writer that stopped left behind:
--- a node's start and a relay round place them). Each batch's members take the seqs after the
--- head's and its link the last of them, its outbox rows the ids after the head's, and the
--- link's hash is sealed after the head exactly as `Record::seal` seals it; then the head moves
--- past them. A writer's own batch is found by its key, so the lock is never held for a scan
--- of the batches table (whose index of unlinked rows is full of dead entries between
--- vacuums: every link updates a row out of it).
+-- or, with `mine` NULL, the oldest one no writer is linking (those a writer that stopped left
+-- behind: a node's start and a relay round call this until it links none, batch.rs `link`).
+-- The batch's members take the seqs after the head's and its link the last of them, its outbox
+-- rows the ids after the head's, and the link's hash is sealed after the head exactly as
+-- `Record::seal` seals it; then the head moves past them.
+--
+-- The head is taken last, by compare-and-set, so its row lock is held only for its own update
+-- and the commit: (1) the batch's row is locked (a writer's own waits for a round that holds
+-- it; a round skips the rows writers hold: they link them); (2) the head is read without a
+-- lock; (3) the batch's row is given its place after it; (4) the head is moved from exactly
+-- what was read to past the batch, or, if another link moved it in between (or gave the same
+-- seq first), (3) is rolled back (a subtransaction) and the call starts again from (2). A try
+-- lost means another link was made, so links always go forward. No call waits while it holds
+-- the head: (1) and (3) come before it, and a call that finds the head held waits for a commit
+-- that waits for nothing. One batch per call, so a round with many never holds the head
+-- across them, nor loses every try to the writers.
 --
 -- Called as one statement outside any transaction (src/ledger/postgres/batch.rs), so the
--- chain-head row lock it takes first is held for these updates and the statement's own commit
--- only; and that commit does not wait for its WAL to reach the disk (synchronous_commit off,
--- for this transaction alone), so the lock is never held across a disk write. That is safe
--- because a link is derived: the batch it places committed durably before, a link lost in a
--- server crash leaves its batch unlinked (every later link is lost with it: WAL is replayed
--- in order), and the next link places it again; and whatever leaves the database with what a
--- link decided (an event id, an anchor's head, an export) is made durable first
--- (`make_durable`, src/ledger/postgres/mod.rs). Returns how many batches it linked, how long
--- it waited for the head and how long it held it until its work was done, in microseconds.
--- A batch another call linked first is not linked again (READ COMMITTED: the statements after
--- the lock see every link committed before it).
+-- chain-head row lock is held until the statement's own commit only; and that commit does not
+-- wait for its WAL to reach the disk (synchronous_commit off, for this transaction alone), so
+-- the lock is never held across a disk write. That is safe because a link is derived: the
+-- batch it places committed durably before, a link lost in a server crash leaves its batch
+-- unlinked (every later link is lost with it: WAL is replayed in order), and the next link
+-- places it again; and whatever leaves the database with what a link decided (an event id,
+-- an anchor's head, an export) is made durable first (`make_durable`,
+-- src/ledger/postgres/mod.rs). Seqs and outbox ids still become visible in the order given: a
+-- link that gives later ones moves the head from where this one left it, so it commits only
+-- after this one has. Returns how many batches it linked (0 or 1), how long it took before the
+-- try that moved the head and how long that try held it until its work was done, in
+-- microseconds. A batch another call linked first is not linked again (READ COMMITTED: each
+-- statement sees every link committed before it).
 CREATE OR REPLACE FUNCTION claimgate_link(at TEXT, mine BIGINT)
     RETURNS TABLE (linked INTEGER, waited_us BIGINT, held_us BIGINT)
     LANGUAGE plpgsql AS $$
 DECLARE
     began TIMESTAMPTZ := clock_timestamp();
     locked TIMESTAMPTZ;
-    h RECORD;
     batch BIGINT;
+    h RECORD;
     last_seq BIGINT;
     head TEXT;
-    outbox_last BIGINT;
     added INTEGER;
-    n INTEGER := 0;
 BEGIN
     IF at !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$' THEN
         RAISE EXCEPTION 'claimgate_link: % is not a ledger time', at;
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
     -- Each statement below finds rows by their key: planned once per connection, not on
-    -- every call under the lock (claimgate's connections plan every other statement afresh,
-    -- connect.rs), which was most of the hold (0.37 ms median against 0.13 ms).
+    -- every call (claimgate's connections plan every other statement afresh, connect.rs).
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
-    SELECT c.seq, c.hash, c.outbox_id_last INTO h FROM chain_head c WHERE c.id = 1 FOR UPDATE;
-    locked := clock_timestamp();
-    last_seq := h.seq;
-    head := h.hash;
-    outbox_last := h.outbox_id_last;
-    LOOP
-        -- A writer's own batch, by its key alone; else the oldest batch not linked (the one
-        -- query that reads the index of unlinked batches, full of dead entries between
-        -- vacuums, and only for the batches a stopped writer left).
-        IF mine IS NOT NULL THEN
-            batch := mine;
-        ELSE
-            SELECT min(a.batch_id) INTO batch FROM audit_batches a WHERE a.link_seq IS NULL;
-            EXIT WHEN batch IS NULL;
-        END IF;
-        -- The link record's canonical JSON, as `Record::canonical_json` spells a record of
-        -- kind `batch` (src/domain/audit.rs), its detail from `claimgate_link_detail` (an
-        -- SQL function the planner inlines; nothing in it needs JSON escaping: digits, hex
-        -- and words); one format() rather than twenty concatenations, for the time under the
-        -- lock.
-        UPDATE audit_batches b SET
-            link_seq = last_seq + b.record_count,
-            outbox_first = outbox_last + 1,
-            linked_at = at,
-            prev_hash = head,
-            hash = encode(sha256(convert_to(format(
-                '%s{"seq":%s,"kind":"batch","idempotency_key":null,"award_id":null,'
-                '"amount_cents":null,"stream_entry_id":null,"consumer":null,'
-                '"delivery_count":null,"detail":"%s","recorded_at":"%s","prev_hash":"%s",'
-                '"hash":""}',
-                head, last_seq + b.record_count,
-                claimgate_link_detail(b.batch_id, b.record_count, b.last_hash, b.outbox_count,
-                                      outbox_last + 1),
-                at, head), 'UTF8')), 'hex')
-        WHERE b.batch_id = batch AND b.link_seq IS NULL
-        RETURNING b.link_seq, b.outbox_count, b.hash INTO last_seq, added, head;
-        IF FOUND THEN
-            outbox_last := outbox_last + added;
-            n := n + 1;
-        END IF;
-        EXIT WHEN mine IS NOT NULL;
-    END LOOP;
-    IF n > 0 THEN
-        UPDATE chain_head SET seq = last_seq, hash = head, outbox_id_last = outbox_last
-        WHERE id = 1;
+    -- (1) The batch's row. A writer's own by its key; else the oldest not linked whose row no
+    -- writer holds (the one query that reads the index of unlinked batches, full of dead
+    -- entries between vacuums: every link updates a row out of it).
+    IF mine IS NOT NULL THEN
+        SELECT a.batch_id INTO batch FROM audit_batches a
+        WHERE a.batch_id = mine AND a.link_seq IS NULL FOR UPDATE;
+    ELSE
+        SELECT a.batch_id INTO batch FROM audit_batches a WHERE a.link_seq IS NULL
+        ORDER BY a.batch_id LIMIT 1 FOR UPDATE SKIP LOCKED;
     END IF;
-    RETURN QUERY SELECT n,
+    IF batch IS NULL THEN
+        RETURN QUERY SELECT 0, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    LOOP
+        BEGIN
+            -- (2) The head, as it is now.
+            SELECT c.seq, c.hash, c.outbox_id_last INTO h FROM chain_head c WHERE c.id = 1;
+            -- (3) The batch's place after it. The link record's canonical JSON, as
+            -- `Record::canonical_json` spells a record of kind `batch` (src/domain/audit.rs),
+            -- its detail from `claimgate_link_detail` (an SQL function the planner inlines;
+            -- nothing in it needs JSON escaping: digits, hex and words).
+            UPDATE audit_batches b SET
+                link_seq = h.seq + b.record_count,
+                outbox_first = h.outbox_id_last + 1,
+                linked_at = at,
+                prev_hash = h.hash,
+                hash = encode(sha256(convert_to(format(
+                    '%s{"seq":%s,"kind":"batch","idempotency_key":null,"award_id":null,'
+                    '"amount_cents":null,"stream_entry_id":null,"consumer":null,'
+                    '"delivery_count":null,"detail":"%s","recorded_at":"%s","prev_hash":"%s",'
+                    '"hash":""}',
+                    h.hash, h.seq + b.record_count,
+                    claimgate_link_detail(b.batch_id, b.record_count, b.last_hash,
+                                          b.outbox_count, h.outbox_id_last + 1),
+                    at, h.hash), 'UTF8')), 'hex')
+            WHERE b.batch_id = batch
+            RETURNING b.link_seq, b.outbox_count, b.hash INTO last_seq, added, head;
+            -- (4) The head moved from what was read; held from here to the commit.
+            locked := clock_timestamp();
+            UPDATE chain_head SET seq = last_seq, hash = head,
+                outbox_id_last = h.outbox_id_last + added
+            WHERE id = 1 AND seq = h.seq AND hash = h.hash;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'CGL01', MESSAGE = 'the chain head moved';
+            END IF;
+            EXIT;
+        EXCEPTION
+            -- Another link moved the head, or gave this seq, first: again from (2).
+            WHEN SQLSTATE 'CGL01' OR unique_violation THEN
+                NULL;
+        END;
+    END LOOP;
+    RETURN QUERY SELECT 1,
         (extract(epoch FROM locked - began) * 1000000)::bigint,
         (extract(epoch FROM clock_timestamp() - locked) * 1000000)::bigint;
 END;

@@ -928,7 +928,12 @@ fn unlinked(w: &World) -> (i64, i64) {
 
 /// A worker that dies between its batch's commit and the batch's link.
 fn crash_before_link(w: &World, extra: &[&str]) {
-    let mut args = vec!["run", "--consumer", "doomed", "--exit-when-idle"];
+    crash_before_link_as(w, "doomed", extra);
+}
+
+/// [`crash_before_link`], as consumer `consumer`.
+fn crash_before_link_as(w: &World, consumer: &str, extra: &[&str]) {
+    let mut args = vec!["run", "--consumer", consumer, "--exit-when-idle"];
     args.extend_from_slice(extra);
     let out = w.crash_at(w.cmd(&args), "before_link");
     assert!(!out.status.success(), "before_link should have fired");
@@ -984,6 +989,106 @@ fn a_batch_committed_and_left_unlinked_is_linked_at_the_next_start_and_published
     w.add(&(5..8).map(submission).collect::<Vec<_>>());
     w.drain(&[]);
     w.run_ok(&["audit", "verify", "--anchors", anchors.to_str().unwrap()]);
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_link_that_loses_the_chain_head_to_another_places_its_batch_after_that_one() {
+    // Two batches committed and left unlinked (two workers died before their links; while the
+    // second starts, the first batch's row is held as its writer would hold it while linking,
+    // so the second's start skips it and leaves it be). Link A is made in a transaction held
+    // open: it has moved the head, not committed. Link B reads the head as it was, places its
+    // batch after it and then finds the head held: it must wait, and once A commits, lose its
+    // compare-and-set and place its batch again after A's. One linear chain, verified.
+    let w = World::on(Store::Postgres);
+    let url = w.db.to_str().unwrap().to_owned();
+    w.add(&(0..3).map(submission).collect::<Vec<_>>());
+    crash_before_link(&w, &[]);
+    let mut writer = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut linking = writer.transaction().unwrap();
+    linking
+        .batch_execute("SELECT 1 FROM audit_batches WHERE link_seq IS NULL FOR UPDATE")
+        .unwrap();
+    w.add(&(3..7).map(submission).collect::<Vec<_>>());
+    crash_before_link_as(&w, "doomed-too", &[]);
+    linking.rollback().unwrap();
+    assert_eq!(
+        unlinked(&w).0,
+        2,
+        "the start skipped the batch a writer held"
+    );
+    let batches: Vec<i64> = {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query(
+            "SELECT batch_id FROM audit_batches WHERE link_seq IS NULL ORDER BY batch_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let (a, b) = (batches[0], batches[1]);
+    let at = claimgate::domain::clock::now_rfc3339();
+    let mut first = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut held = first.transaction().unwrap();
+    let linked: i32 = held
+        .query_one("SELECT linked FROM claimgate_link($1, $2)", &[&at, &a])
+        .unwrap()
+        .get(0);
+    assert_eq!(linked, 1);
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let other = {
+        let (url, at) = (url.clone(), at.clone());
+        std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let linked: i32 = c
+                .query_one("SELECT linked FROM claimgate_link($1, $2)", &[&at, &b])
+                .unwrap()
+                .get(0);
+            done_tx.send(linked).unwrap();
+        })
+    };
+    assert!(
+        done.recv_timeout(Duration::from_millis(500)).is_err(),
+        "link B moved the head while link A held it"
+    );
+    held.commit().unwrap();
+    assert_eq!(done.recv_timeout(Duration::from_secs(30)).unwrap(), 1);
+    other.join().unwrap();
+    assert_eq!(unlinked(&w), (0, 0));
+    let column = |name: &str, batch: i64| {
+        w.sql_i64(&format!(
+            "SELECT {name} FROM audit_batches WHERE batch_id = {batch}"
+        ))
+    };
+    let (a_records, a_rows) = (column("record_count", a), column("outbox_count", a));
+    assert_eq!(a_records, 3);
+    assert_eq!(column("link_seq", a), a_records, "A first: seqs 1..=3");
+    assert_eq!(column("outbox_first", a), 1);
+    assert_eq!(
+        column("link_seq", b),
+        a_records + column("record_count", b),
+        "B after A"
+    );
+    assert_eq!(column("outbox_first", b), a_rows + 1);
+    assert_eq!(
+        w.sql_text(&format!(
+            "SELECT prev_hash FROM audit_batches WHERE batch_id = {b}"
+        )),
+        w.sql_text(&format!(
+            "SELECT hash FROM audit_batches WHERE batch_id = {a}"
+        )),
+    );
+    assert_eq!(
+        w.sql_i64("SELECT seq FROM chain_head"),
+        column("link_seq", b)
+    );
+    assert_eq!(
+        w.sql_i64("SELECT outbox_id_last FROM chain_head"),
+        w.sql_i64("SELECT COUNT(*) FROM outbox_rows")
+    );
+    w.run_ok(&["audit", "verify"]);
     w.run_ok(&["verify"]);
 }
 

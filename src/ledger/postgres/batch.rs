@@ -38,14 +38,16 @@
 //!    the outbox rows (numbered within the batch, with no ids yet) go in by binary COPY. COMMIT:
 //!    the batch's effects are durable, and no lock any other node waits for was held.
 //! 6. **Link**, in a second transaction: one call of `claimgate_link` (`schema_postgres.sql`),
-//!    one statement outside any transaction, which locks the chain head, gives this batch its
-//!    seqs, its outbox ids and its link record sealed after the head, advances the head and
-//!    commits without waiting for the disk. That is the one lock every node shares, and it is
-//!    held for two row updates, whatever the batch's size (contract points 4 and 5;
-//!    ARCHITECTURE.md gives the argument); its hold is measured ([`head_hold`]). A link that
-//!    fails for a transient reason, or a writer that stops before it, leaves the batch
-//!    committed and unlinked: the outcomes stand (they are durable), and a node's start or a
-//!    relay round links it (`claimgate_link` with no batch named: every batch not linked).
+//!    one statement outside any transaction, which gives this batch its seqs, its outbox ids
+//!    and its link record sealed after the head as it read it, then moves the head from exactly
+//!    that to past the batch (compare-and-set; a try another link beat is rolled back and made
+//!    again), and commits without waiting for the disk. The head's row lock is the one lock
+//!    every node shares, and it is held for that one row update and the commit, whatever the
+//!    batch's size (contract points 4 and 5; ARCHITECTURE.md gives the argument); its hold is
+//!    measured ([`head_hold`]). A link that fails for a transient reason, or a writer that
+//!    stops before it, leaves the batch committed and unlinked: the outcomes stand (they are
+//!    durable), and a node's start or a relay round links it (`claimgate_link` with no batch
+//!    named: the oldest not linked, call after call).
 
 use super::connect::Conn;
 use crate::config::OnConflict;
@@ -172,7 +174,7 @@ const COPY_OUTBOX: &str = "COPY outbox_rows (claim_id, event_type, payload, crea
          batch_index) FROM STDIN (FORMAT binary)";
 
 /// Step 6, on its own: one statement, so PostgreSQL commits it before it answers. `$2` is the
-/// writer's own batch, or NULL for every batch not linked yet.
+/// writer's own batch, or NULL for the oldest batch not linked yet that no writer holds.
 const LINK: &str = "SELECT linked, waited_us, held_us FROM claimgate_link($1, $2)";
 
 /// The earlier claim a submission conflicts with.
@@ -236,10 +238,11 @@ impl Facts {
     }
 }
 
-/// How long each link held the chain-head row lock, in microseconds: from its grant inside
-/// `claimgate_link` to the end of the function's work, on the server's clock (the commit after
-/// it writes no WAL to disk), and, as an upper bound of the whole hold, the call's time less the
-/// wait for the grant (which also counts the round trip and this process's scheduling). For
+/// How long each link held the chain-head row lock, in microseconds: from its compare-and-set
+/// inside `claimgate_link` to the end of the function's work, on the server's clock (the
+/// commit after it writes no WAL to disk), and, as an upper bound of the whole hold, the call's
+/// time less what came before that try (which also counts the round trip and this process's
+/// scheduling). For
 /// the summary [`head_hold`] gives, the benchmark's figures. Bounded: past [`HEAD_HOLDS_MAX`]
 /// samples the oldest half is dropped.
 static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
@@ -1130,9 +1133,28 @@ pub(super) fn link_committed(conn: &mut Conn, batch: i64) -> Result<()> {
     }
 }
 
-/// Links `batch`, or with `None` every committed batch not linked yet (`claimgate_link`), and
-/// notes how long it held the chain head. Returns how many it linked.
+/// Links `batch`, or with `None` the committed batches not linked yet (`claimgate_link`, one
+/// per call, oldest first, skipping those a writer is linking: as many calls as there were
+/// such batches when it began, or until one finds none left), and notes how long each link
+/// held the chain head. Returns how many it linked.
 pub(super) fn link(conn: &mut Conn, batch: Option<i64>) -> Result<i32> {
+    if batch.is_some() {
+        return link_one(conn, batch);
+    }
+    let st = conn.prepared("SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL")?;
+    let unlinked: i64 = conn.client.query_one(&st, &[])?.get(0);
+    let mut linked = 0;
+    for _ in 0..unlinked {
+        match link_one(conn, None)? {
+            0 => break,
+            n => linked += n,
+        }
+    }
+    Ok(linked)
+}
+
+/// One call of `claimgate_link`.
+fn link_one(conn: &mut Conn, batch: Option<i64>) -> Result<i32> {
     let st = conn.prepared(LINK)?;
     let now = crate::domain::clock::now_rfc3339();
     let called = Instant::now();
@@ -1140,10 +1162,10 @@ pub(super) fn link(conn: &mut Conn, batch: Option<i64>) -> Result<i32> {
     let elapsed = called.elapsed();
     let (linked, waited_us, held_us): (i32, i64, i64) = (row.get(0), row.get(1), row.get(2));
     if linked > 0 {
-        // Held from the grant inside the call to the end of the statement's commit, which
-        // writes no WAL to disk: the function's own work (server clock) and a commit record's
-        // insertion. Bounded above by the call's time less the wait for the grant, which also
-        // counts the round trip and this process's scheduling.
+        // Held from the head's compare-and-set inside the call to the end of the statement's
+        // commit, which writes no WAL to disk: the update itself (server clock) and a commit
+        // record's insertion. Bounded above by the call's time less what came before that
+        // try, which also counts the round trip and this process's scheduling.
         let waited = Duration::from_micros(waited_us.max(0) as u64);
         let in_function = Duration::from_micros(held_us.max(0) as u64);
         note_head_hold(in_function, elapsed.saturating_sub(waited));
