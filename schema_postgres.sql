@@ -415,7 +415,8 @@ $$;
 -- seq first), (3) is rolled back (a subtransaction) and the call starts again from (2). A try
 -- lost means another link was made, so links always go forward. No call waits while it holds
 -- the head: (1) and (3) come before it, and a call that finds the head held waits for a commit
--- that waits for nothing. One batch per call, so a round with many never holds the head
+-- that waits for nothing. A head set back under the chain makes (3) collide with a seq given
+-- before, try after try: that is raised, as a link error, not retried. One batch per call, so a round with many never holds the head
 -- across them, nor loses every try to the writers.
 --
 -- Called as one statement outside any transaction (src/ledger/postgres/batch.rs), so the
@@ -499,9 +500,16 @@ BEGIN
             END IF;
             EXIT;
         EXCEPTION
-            -- Another link moved the head, or gave this seq, first: again from (2).
-            WHEN SQLSTATE 'CGL01' OR unique_violation THEN
+            -- Another link moved the head first: again from (2).
+            WHEN SQLSTATE 'CGL01' THEN
                 NULL;
+            -- Another link gave this seq first, and so moved the head since (2): again. A seq
+            -- taken while the head is still where it was read is a ledger edited under the
+            -- chain (a head set back): no try can pass it, so it is an error, not a loop.
+            WHEN unique_violation THEN
+                IF (SELECT c.seq FROM chain_head c WHERE c.id = 1) = h.seq THEN
+                    RAISE;
+                END IF;
         END;
     END LOOP;
     RETURN QUERY SELECT 1,

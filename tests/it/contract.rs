@@ -1620,6 +1620,54 @@ fn postgres_verify_names_a_planted_inconsistency() {
 }
 
 #[test]
+fn postgres_a_chain_head_set_back_fails_the_next_link_instead_of_retrying_it_forever() {
+    // A link retries when another link took its place first. Someone who can write the ledger
+    // sets the head back, so every try collides with a seq given before while the head stays
+    // where it was read: the link must fail, naming the collision, not retry for ever; the
+    // batch's effects stand (committed before its link) and verify names the edited head.
+    let l = Postgres::fresh(OnConflict::Record);
+    let (s1, s2, s3) = (sub(1), sub(2), sub(3));
+    l.record(&[item(&s1, "1-0"), item(&s2, "2-0")], "c", STREAM)
+        .unwrap();
+    // Seqs 1..=2 are the first batch's, its link at 2; the next batch's one record would
+    // take seq 2 again after a head at 1.
+    l.raw()
+        .batch_execute("UPDATE chain_head SET seq = 1")
+        .unwrap();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let ledger = Arc::clone(&l.ledger);
+    std::thread::spawn(move || {
+        let subs = [s3];
+        let outcome = ledger
+            .record(&[item(&subs[0], "3-0")], "c", STREAM)
+            .map(|o| o.len())
+            .map_err(|e| e.to_string());
+        done_tx.send(outcome).unwrap();
+    });
+    let err = done
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the link retried for ever")
+        .unwrap_err();
+    assert!(err.contains("audit_batches_link_seq_key"), "{err}");
+    let mut raw = l.raw();
+    let claims: i64 = raw
+        .query_one("SELECT COUNT(*) FROM processed_messages", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(claims, 3, "the batch committed before its link stands");
+    let unlinked: i64 = raw
+        .query_one(
+            "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(unlinked, 1);
+    let err = l.verify().unwrap_err().to_string();
+    assert!(err.contains("chain head"), "{err}");
+}
+
+#[test]
 fn postgres_durable_reads_on_a_pool_of_one_connection_do_not_wait_for_a_second() {
     // Verify, an export's walk and the dead-letter walk hold a snapshot on one pooled
     // connection and make its links durable on a second. With a pool of one, a second taken
