@@ -70,14 +70,19 @@ impl Order {
         }
     }
 
-    /// The handoff due if it was parsed already, without waiting for it.
+    /// The handoff due if it was parsed already, without waiting for it. Takes from `rx` only
+    /// until the one due turns up: whatever is taken waits here, outside the channel's bound,
+    /// so draining the channel whole let the reader and parse pool buffer a second channel's
+    /// worth of entries (peak RSS 60 -> 77-84 MiB on the bench's (a) load).
     fn next_ready(&mut self, rx: &Receiver<Batch>) -> Option<Vec<Parsed>> {
-        while let Ok((seq, batch)) = rx.try_recv() {
+        loop {
+            if let Some(batch) = self.early.remove(&self.due) {
+                self.due += 1;
+                return Some(batch);
+            }
+            let (seq, batch) = rx.try_recv().ok()?;
             self.early.insert(seq, batch);
         }
-        let batch = self.early.remove(&self.due)?;
-        self.due += 1;
-        Some(batch)
     }
 }
 
@@ -332,4 +337,35 @@ fn commit_and_hand_on(
         return Ok(None);
     }
     Ok(Some(deferred))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_handoff_is_taken_without_emptying_the_channel_behind_it() {
+        // The parse threads finished handoff 1 before 0; 2 and 3 are parsed too. The writer
+        // takes 1 and 0 to find the one due, and must leave 2 and 3 in the channel, whose
+        // bound is what holds the reader back: taken, they would wait outside any bound.
+        let (tx, rx) = crossbeam_channel::bounded::<Batch>(8);
+        for seq in [1, 0, 2, 3] {
+            tx.send((seq, Vec::new())).unwrap();
+        }
+        let mut order = Order::default();
+        assert!(order.next_ready(&rx).is_some());
+        assert_eq!(order.due, 1);
+        assert_eq!(
+            rx.len(),
+            2,
+            "only what came before the due handoff was taken"
+        );
+        assert_eq!(order.early.len(), 1, "handoff 1 waits, taken on the way");
+        assert!(order.next_ready(&rx).is_some());
+        assert_eq!((order.due, rx.len()), (2, 2));
+        assert!(order.next_ready(&rx).is_some());
+        assert!(order.next_ready(&rx).is_some());
+        assert!(order.next_ready(&rx).is_none(), "nothing due left");
+        assert_eq!(order.due, 4);
+    }
 }
