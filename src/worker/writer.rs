@@ -60,27 +60,25 @@ struct Order {
 impl Order {
     /// The handoff due, waiting for it; `None` once the parse pool hung up.
     fn next(&mut self, rx: &Receiver<Batch>) -> Option<Vec<Parsed>> {
-        loop {
-            if let Some(batch) = self.early.remove(&self.due) {
-                self.due += 1;
-                return Some(batch);
-            }
-            let (seq, batch) = rx.recv().ok()?;
-            self.early.insert(seq, batch);
-        }
+        self.due_from(|| rx.recv().ok())
     }
 
-    /// The handoff due if it was parsed already, without waiting for it. Takes from `rx` only
-    /// until the one due turns up: whatever is taken waits here, outside the channel's bound,
-    /// so draining the channel whole let the reader and parse pool buffer a second channel's
-    /// worth of entries (peak RSS 60 -> 77-84 MiB on the bench's (a) load).
+    /// The handoff due if it was parsed already, without waiting for it.
     fn next_ready(&mut self, rx: &Receiver<Batch>) -> Option<Vec<Parsed>> {
+        self.due_from(|| rx.try_recv().ok())
+    }
+
+    /// The handoff due, taking handoffs from `more` only until it turns up: whatever is taken
+    /// waits here, outside the channel's bound, so draining the channel whole let the reader
+    /// and parse pool buffer a second channel's worth of entries (peak RSS 60 -> 77-84 MiB on
+    /// the bench's (a) load).
+    fn due_from(&mut self, mut more: impl FnMut() -> Option<Batch>) -> Option<Vec<Parsed>> {
         loop {
             if let Some(batch) = self.early.remove(&self.due) {
                 self.due += 1;
                 return Some(batch);
             }
-            let (seq, batch) = rx.try_recv().ok()?;
+            let (seq, batch) = more()?;
             self.early.insert(seq, batch);
         }
     }
