@@ -242,9 +242,8 @@ impl Facts {
 /// inside `claimgate_link` to the end of the function's work, on the server's clock (the
 /// commit after it writes no WAL to disk), and, as an upper bound of the whole hold, the call's
 /// time less what came before that try (which also counts the round trip and this process's
-/// scheduling). For
-/// the summary [`head_hold`] gives, the benchmark's figures. Bounded: past [`HEAD_HOLDS_MAX`]
-/// samples the oldest half is dropped.
+/// scheduling). For the summary [`head_hold`] gives, the benchmark's figures. Bounded: past
+/// [`HEAD_HOLDS_MAX`] samples the oldest half is dropped.
 static HEAD_HOLDS_US: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
 
 /// Samples kept for [`head_hold`].
