@@ -13,7 +13,9 @@ const LEDGER_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = 
 );
 
 /// A submission's instant: like [`LEDGER_FORMAT`] but to the nanosecond, RFC 3339's finest
-/// unit, so two timestamps are one instant exactly when their texts are equal.
+/// unit, so two timestamps are one instant exactly when their texts are equal. Spelled by
+/// [`fixed_width`]; this is the reference its tests compare against.
+#[cfg(test)]
 const INSTANT_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
     "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
 );
@@ -29,7 +31,51 @@ pub fn instant_utc(rfc3339: &str) -> Option<String> {
     if !(0..=9999).contains(&utc.year()) {
         return None;
     }
-    utc.format(INSTANT_FORMAT).ok()
+    Some(fixed_width(utc, Fraction::Nanos))
+}
+
+/// How many fractional digits [`fixed_width`] writes.
+#[derive(Clone, Copy)]
+enum Fraction {
+    /// Six, as [`LEDGER_FORMAT`].
+    Micros,
+    /// Nine, as [`INSTANT_FORMAT`].
+    Nanos,
+}
+
+/// `utc` (a UTC time in the years 0000–9999) spelled as [`LEDGER_FORMAT`] or
+/// [`INSTANT_FORMAT`] would spell it, fractions truncated, not rounded, as they do.
+///
+/// Why by hand: every submission's instant and every log line is spelled this way, and the
+/// format-description interpreter was about 7% of the parse threads' time (BENCHMARKS.md).
+/// The tests check it against `time`'s own formatting.
+fn fixed_width(utc: OffsetDateTime, fraction: Fraction) -> String {
+    debug_assert!(utc.offset().is_utc() && (0..=9999).contains(&utc.year()));
+    fn digits(out: &mut String, value: u32, width: u32) {
+        for place in (0..width).rev() {
+            out.push(char::from(b'0' + (value / 10u32.pow(place) % 10) as u8));
+        }
+    }
+    let (date, clock) = (utc.date(), utc.time());
+    let mut out = String::with_capacity(30);
+    digits(&mut out, utc.year() as u32, 4);
+    out.push('-');
+    digits(&mut out, u32::from(u8::from(date.month())), 2);
+    out.push('-');
+    digits(&mut out, u32::from(date.day()), 2);
+    out.push('T');
+    digits(&mut out, u32::from(clock.hour()), 2);
+    out.push(':');
+    digits(&mut out, u32::from(clock.minute()), 2);
+    out.push(':');
+    digits(&mut out, u32::from(clock.second()), 2);
+    out.push('.');
+    match fraction {
+        Fraction::Micros => digits(&mut out, clock.microsecond(), 6),
+        Fraction::Nanos => digits(&mut out, clock.nanosecond(), 9),
+    }
+    out.push('Z');
+    out
 }
 
 /// The current time as the ledger stores it.
@@ -44,9 +90,11 @@ pub fn ago_rfc3339(ago: std::time::Duration) -> String {
 
 /// `t` as the ledger stores times (converted to UTC first).
 pub fn ledger_time(t: OffsetDateTime) -> String {
-    t.to_offset(time::UtcOffset::UTC)
-        .format(LEDGER_FORMAT)
-        .expect("UTC time always formats")
+    let utc = t.to_offset(time::UtcOffset::UTC);
+    if (0..=9999).contains(&utc.year()) {
+        return fixed_width(utc, Fraction::Micros);
+    }
+    utc.format(LEDGER_FORMAT).expect("UTC time always formats")
 }
 
 /// Seconds between an RFC 3339 timestamp and now; never negative.
@@ -92,6 +140,43 @@ mod tests {
         assert_eq!(
             instant_utc("9999-12-31T23:30:00+01:00").as_deref(),
             Some("9999-12-31T22:30:00.000000000Z")
+        );
+    }
+
+    #[test]
+    fn the_hand_spelling_is_the_format_descriptions_spelling() {
+        let mut rng = fastrand::Rng::with_seed(17);
+        let edges = [
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999999Z",
+            "2024-02-29T12:34:56.000000999Z",
+            "2026-07-01T09:00:00.1234567Z",
+        ]
+        .map(|s| OffsetDateTime::parse(s, &Rfc3339).unwrap());
+        let random = (0..20_000).map(|_| {
+            let seconds = rng.i64(-62_167_219_200..253_402_300_800);
+            OffsetDateTime::from_unix_timestamp(seconds).unwrap()
+                + time::Duration::nanoseconds(rng.i64(0..1_000_000_000))
+        });
+        for t in edges.into_iter().chain(random) {
+            assert_eq!(
+                fixed_width(t, Fraction::Micros),
+                t.format(LEDGER_FORMAT).unwrap(),
+                "{t}"
+            );
+            assert_eq!(
+                fixed_width(t, Fraction::Nanos),
+                t.format(INSTANT_FORMAT).unwrap(),
+                "{t}"
+            );
+        }
+        let before_year_0 = OffsetDateTime::parse("0000-01-01T00:30:00+01:00", &Rfc3339).unwrap();
+        assert_eq!(
+            ledger_time(before_year_0),
+            before_year_0
+                .to_offset(time::UtcOffset::UTC)
+                .format(LEDGER_FORMAT)
+                .unwrap()
         );
     }
 

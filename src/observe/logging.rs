@@ -16,6 +16,7 @@
 use crate::domain::audit;
 use crate::error::{Error, Result};
 use log::{Log, Metadata, Record};
+use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -58,17 +59,34 @@ impl Log for Router {
     }
 
     fn log(&self, record: &Record<'_>) {
-        match &self.audit {
-            Some(file) if record.target() == audit::LOG_TARGET => {
-                if record.level() <= log::Level::Info {
-                    let line = format_line(self.format, record);
-                    let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
-                    // A failed audit-log write must not stop payments; the ledger's audit
-                    // table is the record of truth and this file only mirrors it.
-                    let _ = file.write_all(line.as_bytes());
+        let to_file = self.audit.is_some() && record.target() == audit::LOG_TARGET;
+        let wanted = if to_file {
+            record.level() <= log::Level::Info
+        } else {
+            self.main.matches(record)
+        };
+        if !wanted {
+            return;
+        }
+        if HELD.with_borrow(Option::is_some) {
+            // Formatted before the borrow: a message's Display that logged would find it taken.
+            let line = format_line(self.format, record);
+            HELD.with_borrow_mut(|held| {
+                if let Some(held) = held {
+                    let lines = if to_file {
+                        &mut held.audit
+                    } else {
+                        &mut held.stderr
+                    };
+                    lines.extend_from_slice(line.as_bytes());
                 }
-            }
-            _ => self.main.log(record),
+            });
+            return;
+        }
+        if to_file {
+            self.write_audit(format_line(self.format, record).as_bytes());
+        } else {
+            self.main.log(record);
         }
     }
 
@@ -79,6 +97,74 @@ impl Log for Router {
         }
     }
 }
+
+impl Router {
+    /// Appends whole lines to the audit file.
+    fn write_audit(&self, lines: &[u8]) {
+        if let Some(file) = &self.audit {
+            let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+            // A failed audit-log write must not stop payments; the ledger's audit table is
+            // the record of truth and this file only mirrors it.
+            let _ = file.write_all(lines);
+        }
+    }
+}
+
+/// Lines logged on this thread inside [`in_one_write`], not yet written.
+#[derive(Default)]
+struct Held {
+    /// For stderr.
+    stderr: Vec<u8>,
+    /// For the audit file (`--audit-log`).
+    audit: Vec<u8>,
+}
+
+thread_local! {
+    /// This thread's held lines while it is inside [`in_one_write`].
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` holding the lines this thread logs, then writes them: all of stderr's in one
+/// write, all of the audit file's in another.
+///
+/// Why: the worker logs one audit line per entry, and a write per line was a system call per
+/// entry, most of the reporter's time on a busy stream (see BENCHMARKS.md). Each line keeps the
+/// time it was logged at and stays whole; lines from other threads come before or after the
+/// held ones, never inside one. The lines are written however `f` ends, panic included, and a
+/// call inside another holds nothing of its own. With another logger installed (a test's),
+/// this only runs `f`.
+pub fn in_one_write<R>(f: impl FnOnce() -> R) -> R {
+    if HELD.with_borrow(Option::is_some) {
+        return f();
+    }
+    /// Writes the held lines when dropped, so a panic in `f` loses none of them.
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let Some(held) = HELD.with_borrow_mut(Option::take) else {
+                return;
+            };
+            if !held.stderr.is_empty() {
+                // As env_logger does: a line that cannot be written to stderr is dropped.
+                let _ = std::io::stderr().lock().write_all(&held.stderr);
+            }
+            if !held.audit.is_empty() {
+                if let Some(router) = ROUTER.get() {
+                    router.write_audit(&held.audit);
+                }
+            }
+        }
+    }
+    if ROUTER.get().is_none() {
+        return f();
+    }
+    HELD.with_borrow_mut(|held| *held = Some(Held::default()));
+    let _release = Release;
+    f()
+}
+
+/// The installed router, for [`in_one_write`] to reach the audit file.
+static ROUTER: std::sync::OnceLock<&'static Router> = std::sync::OnceLock::new();
 
 /// Installs the process-wide logger. Call once, from `main`.
 pub fn init(options: &Options) -> Result<()> {
@@ -94,12 +180,13 @@ pub fn init(options: &Options) -> Result<()> {
             Some(Mutex::new(open_private_append(path)?))
         }
     };
-    log::set_boxed_logger(Box::new(Router {
+    let router: &'static Router = Box::leak(Box::new(Router {
         main,
         audit,
         format,
-    }))
-    .map_err(|e| Error::Other(format!("installing the logger: {e}")))?;
+    }));
+    log::set_logger(router).map_err(|e| Error::Other(format!("installing the logger: {e}")))?;
+    let _ = ROUTER.set(router);
     log::set_max_level(max_level);
     Ok(())
 }
@@ -172,6 +259,61 @@ mod tests {
         assert_eq!(v["target"], "claimgate::audit");
         assert_eq!(v["level"], "INFO");
         assert_eq!(v["message"], "processed key=abc \"quoted\"\nsecond line");
+    }
+
+    /// The only test that installs the process-wide logger (it can be installed once): audit
+    /// lines to a file, so what is written, and when, can be read back. Other tests' lines may
+    /// land in the file too; only this test's own markers are counted.
+    #[test]
+    fn held_lines_are_written_together_at_the_end_even_after_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("audit.log");
+        init(&Options {
+            format: Format::Human,
+            audit_log: Some(file.clone()),
+        })
+        .unwrap();
+        let mine = |marker: &str| -> Vec<String> {
+            std::fs::read_to_string(&file)
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(marker))
+                .map(|l| l.split_once(": ").unwrap().1.to_owned())
+                .collect()
+        };
+
+        log::info!(target: audit::LOG_TARGET, "held-test alone");
+        assert_eq!(mine("held-test"), ["held-test alone"], "written at once");
+
+        let inner = in_one_write(|| {
+            log::info!(target: audit::LOG_TARGET, "held-test first");
+            in_one_write(|| log::info!(target: audit::LOG_TARGET, "held-test nested"));
+            log::info!(target: audit::LOG_TARGET, "held-test last");
+            mine("held-test")
+        });
+        assert_eq!(inner, ["held-test alone"], "nothing written inside");
+        assert_eq!(
+            mine("held-test"),
+            [
+                "held-test alone",
+                "held-test first",
+                "held-test nested",
+                "held-test last"
+            ]
+        );
+
+        let panicked = std::panic::catch_unwind(|| {
+            in_one_write(|| {
+                log::info!(target: audit::LOG_TARGET, "held-panic before");
+                panic!("in the middle of a batch");
+            })
+        });
+        assert!(panicked.is_err());
+        assert_eq!(mine("held-panic"), ["held-panic before"]);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&file).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

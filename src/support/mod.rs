@@ -1,5 +1,5 @@
 //! Process plumbing that is not claimgate's business logic: the allocator, crash points for
-//! tests, owner-only files, and a private `redis-server` for the demo, the benchmark and the tests.
+//! tests, owner-only files, named threads, and a private `redis-server` for the demo, the benchmark and the tests.
 //!
 //! **Invariant:** nothing under `support/` depends on any other claimgate module except
 //! `error`; everything above may use it.
@@ -11,3 +11,4 @@ pub mod localpostgres;
 pub mod localredis;
 pub mod localsentinels;
 pub mod redact;
+pub mod threads;

@@ -42,6 +42,7 @@ use crate::config::{Config, WorkerConfig, CHANNEL_BATCHES_MAX, SHUTDOWN_FAILURES
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::observe::metrics::Metrics;
+use crate::support::threads::spawn_named;
 use crossbeam_channel::bounded;
 use in_flight::InFlight;
 use log::{error, info};
@@ -170,7 +171,7 @@ pub fn run(
                 .filter
                 .as_ref()
                 .map(|f| (f, Conn::new(client.clone())));
-            s.spawn(move || {
+            spawn_named(s, "parse", move || {
                 shared.stage("parse thread", || {
                     parse::run(rx, tx, wcfg, filter);
                     Ok(())
@@ -178,7 +179,7 @@ pub fn run(
             });
         }
         drop((parsed_tx, raw_rx));
-        s.spawn(move || {
+        spawn_named(s, "reporter", move || {
             signals::block_termination();
             shared.stage("reporter", || {
                 reporter::run(report_rx, shared);
@@ -186,7 +187,7 @@ pub fn run(
             })
         });
         let acker_conn = Conn::new(client.clone());
-        let acker = s.spawn(move || {
+        let acker = spawn_named(s, "acker", move || {
             signals::block_termination();
             shared.stage("acker", || {
                 acker::run(ack_rx, acker_conn, shared, report_tx)
@@ -198,7 +199,7 @@ pub fn run(
             .map(|_| {
                 let (rx, acks) = (parsed_rx.clone(), ack_tx.clone());
                 let writer_conn = Conn::new(client.clone());
-                s.spawn(move || {
+                spawn_named(s, "writer", move || {
                     signals::block_termination();
                     shared.stage("writer", || {
                         writer::run(rx, ledger, writer_conn, shared, acks, turns)
@@ -209,14 +210,14 @@ pub fn run(
         drop((parsed_rx, ack_tx));
         // Dropped once the reader, writer and acker have returned: the heartbeat's cue to stop.
         let (pipeline_done, pipeline_done_rx) = bounded::<()>(0);
-        let heartbeat = s.spawn(move || {
+        let heartbeat = spawn_named(s, "heartbeat", move || {
             signals::block_termination();
             shared.stage("heartbeat", || {
                 heartbeat::run(client, shared, pipeline_done_rx);
                 Ok(())
             })
         });
-        let reader = s.spawn(move || {
+        let reader = spawn_named(s, "reader", move || {
             signals::block_termination();
             shared.stage("reader", || reader::run(client, ledger, raw_tx, shared))
         });

@@ -8,6 +8,7 @@ use super::parse::{Parsed, Verdict};
 use super::Shared;
 use crate::domain::audit;
 use crate::ledger::Outcome;
+use crate::observe::logging;
 use crossbeam_channel::{Receiver, Sender};
 use log::{info, warn};
 use std::sync::atomic::Ordering;
@@ -35,12 +36,16 @@ pub(super) fn send(reports: &Sender<Committed>, committed: Committed, shared: &S
     }
 }
 
+/// A batch's lines and counters; the lines are written together (one write, not one per
+/// entry: `logging::in_one_write`).
 fn report_all(c: &Committed, shared: &Shared<'_>) {
-    for (p, outcome) in c.batch.iter().zip(&c.outcomes) {
-        if let Some(outcome) = outcome {
-            report(p, outcome, shared);
+    logging::in_one_write(|| {
+        for (p, outcome) in c.batch.iter().zip(&c.outcomes) {
+            if let Some(outcome) = outcome {
+                report(p, outcome, shared);
+            }
         }
-    }
+    });
 }
 
 /// The audit log line and counters for one committed outcome.

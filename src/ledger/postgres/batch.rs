@@ -58,6 +58,7 @@ use crate::domain::submission::Submission;
 use crate::error::{Error, Result};
 use crate::ledger::{Item, Outcome};
 use crate::support::failpoint;
+use crate::support::threads::spawn_named;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -355,7 +356,7 @@ pub(super) fn record<'a>(
         (claim_ids, seal_and_spell(&mut members, &paid))
     } else {
         std::thread::scope(|scope| {
-            let sealing = scope.spawn(|| seal_and_spell(&mut members, &paid));
+            let sealing = spawn_named(scope, "seal", || seal_and_spell(&mut members, &paid));
             let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now);
             let sealed = sealing
                 .join()

@@ -15,6 +15,7 @@ use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_REC
 use crate::domain::submission::Submission;
 use crate::error::Result;
 use crate::support::failpoint;
+use crate::support::threads::spawn_named;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 /// Who is recording, from where, under which conflict policy.
@@ -484,7 +485,7 @@ impl<'t, 'a> Batch<'t, 'a> {
             seal(audit, tail.hash)
         } else {
             std::thread::scope(|scope| {
-                let sealing = scope.spawn(move || seal(audit, tail.hash));
+                let sealing = spawn_named(scope, "seal", move || seal(audit, tail.hash));
                 let written = write_effects(st, now, &disbursements, &outbox);
                 let sealed = sealing
                     .join()
