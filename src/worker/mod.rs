@@ -238,12 +238,13 @@ pub fn run(
 /// The start-up line: who reads what, from where, how.
 fn announce(cfg: &Config, wcfg: &WorkerConfig) {
     info!(
-        "worker {} reading {} as group {} from {} ({} parse threads{})",
+        "worker {} reading {} as group {} from {} ({} parse thread{}{})",
         wcfg.consumer,
         cfg.stream,
         cfg.group,
         stream::redact(&cfg.redis_url),
         wcfg.threads,
+        if wcfg.threads == 1 { "" } else { "s" },
         if wcfg.per_message {
             ", per-message commits"
         } else {
