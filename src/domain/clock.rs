@@ -48,7 +48,8 @@ enum Fraction {
 ///
 /// Why by hand: every submission's instant and every log line is spelled this way, and the
 /// format-description interpreter was about 7% of the parse threads' time (BENCHMARKS.md).
-/// The tests check it against `time`'s own formatting.
+/// A call took 178 ns there, 156 ns through `write!` with widths, and 42 ns here. The tests
+/// check it against `time`'s own formatting.
 fn fixed_width(utc: OffsetDateTime, fraction: Fraction) -> String {
     debug_assert!(utc.offset().is_utc() && (0..=9999).contains(&utc.year()));
     fn digits(out: &mut String, value: u32, width: u32) {
