@@ -71,20 +71,23 @@ impl Log for Router {
         if HELD.with_borrow(Option::is_some) {
             // Formatted before the borrow: a message's Display that logged would find it taken.
             let line = format_line(self.format, record);
-            HELD.with_borrow_mut(|held| {
-                if let Some(held) = held {
-                    let lines = if to_file {
-                        &mut held.audit
-                    } else {
-                        &mut held.stderr
-                    };
-                    lines.extend_from_slice(line.as_bytes());
-                }
+            let full = HELD.with_borrow_mut(|held| {
+                let held = held.as_mut()?;
+                let lines = if to_file {
+                    &mut held.audit
+                } else {
+                    &mut held.stderr
+                };
+                lines.extend_from_slice(line.as_bytes());
+                (lines.len() >= HELD_BYTES_MAX).then(|| std::mem::take(lines))
             });
+            if let Some(lines) = full {
+                self.write(to_file, &lines);
+            }
             return;
         }
         if to_file {
-            self.write_audit(format_line(self.format, record).as_bytes());
+            self.write(true, format_line(self.format, record).as_bytes());
         } else {
             self.main.log(record);
         }
@@ -99,8 +102,13 @@ impl Log for Router {
 }
 
 impl Router {
-    /// Appends whole lines to the audit file.
-    fn write_audit(&self, lines: &[u8]) {
+    /// Writes whole lines to the audit file (`to_file`) or to stderr, in one write.
+    fn write(&self, to_file: bool, lines: &[u8]) {
+        if !to_file {
+            // As env_logger does: a line that cannot be written to stderr is dropped.
+            let _ = std::io::stderr().lock().write_all(lines);
+            return;
+        }
         if let Some(file) = &self.audit {
             let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
             // A failed audit-log write must not stop payments; the ledger's audit table is
@@ -109,6 +117,12 @@ impl Router {
         }
     }
 }
+
+/// Held lines for one destination are written as soon as they reach this many bytes, so a
+/// batch of hostile entries (an `award_id` of a megabyte of control characters escapes to
+/// several) cannot make the held lines grow with the batch; a busy stream's lines still go out
+/// a few thousand at a time.
+const HELD_BYTES_MAX: usize = 256 * 1024;
 
 /// Lines logged on this thread inside [`in_one_write`], not yet written.
 #[derive(Default)]
@@ -130,8 +144,9 @@ thread_local! {
 /// Why: the worker logs one audit line per entry, and a write per line was a system call per
 /// entry, most of the reporter's time on a busy stream (see BENCHMARKS.md). Each line keeps the
 /// time it was logged at and stays whole; lines from other threads come before or after the
-/// held ones, never inside one. The lines are written however `f` ends, panic included, and a
-/// call inside another holds nothing of its own. With another logger installed (a test's),
+/// held ones, never inside one. Lines past [`HELD_BYTES_MAX`] are written early, in order. The
+/// lines are written however `f` ends, panic included, and a call inside another holds nothing
+/// of its own. With another logger installed (a test's),
 /// this only runs `f`.
 pub fn in_one_write<R>(f: impl FnOnce() -> R) -> R {
     if HELD.with_borrow(Option::is_some) {
@@ -144,14 +159,14 @@ pub fn in_one_write<R>(f: impl FnOnce() -> R) -> R {
             let Some(held) = HELD.with_borrow_mut(Option::take) else {
                 return;
             };
+            let Some(router) = ROUTER.get() else {
+                return;
+            };
             if !held.stderr.is_empty() {
-                // As env_logger does: a line that cannot be written to stderr is dropped.
-                let _ = std::io::stderr().lock().write_all(&held.stderr);
+                router.write(false, &held.stderr);
             }
             if !held.audit.is_empty() {
-                if let Some(router) = ROUTER.get() {
-                    router.write_audit(&held.audit);
-                }
+                router.write(true, &held.audit);
             }
         }
     }
@@ -301,6 +316,21 @@ mod tests {
                 "held-test last"
             ]
         );
+
+        let big = "x".repeat(HELD_BYTES_MAX);
+        let seen_inside = in_one_write(|| {
+            log::info!(target: audit::LOG_TARGET, "held-big small");
+            log::info!(target: audit::LOG_TARGET, "held-big {big}");
+            let written = mine("held-big").len();
+            log::info!(target: audit::LOG_TARGET, "held-big after");
+            (written, mine("held-big").len())
+        });
+        assert_eq!(
+            seen_inside,
+            (2, 2),
+            "written once the held lines passed the bound"
+        );
+        assert_eq!(mine("held-big").len(), 3);
 
         let panicked = std::panic::catch_unwind(|| {
             in_one_write(|| {
