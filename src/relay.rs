@@ -55,6 +55,7 @@ use crate::error::{Error, Result};
 use crate::ledger::{Backend, Outbox, OutboxRow};
 use crate::retry;
 use crate::support::failpoint;
+use crate::support::threads::spawn_named;
 use log::{info, warn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -311,7 +312,7 @@ pub fn alongside<T>(
     let Some(rcfg) = rcfg else { return work() };
     let drain = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let relay = s.spawn(|| {
+        let relay = spawn_named(s, "relay", || {
             let result = run(rcfg, ledger, shutdown, &drain);
             if let Err(e) = &result {
                 on_failure(e);

@@ -17,6 +17,7 @@ use crate::ledger::Backend;
 use crate::observe::metrics::Metrics;
 use crate::observe::prometheus;
 use crate::ops::status;
+use crate::support::threads::spawn_named;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ pub fn serve_during<T>(
             conn: Conn::new(stream::client(&cfg.redis_url)?),
         };
         let server = &server;
-        s.spawn(move || endpoints.serve(server));
+        spawn_named(s, "http", move || endpoints.serve(server));
         let result = work();
         worker_running.store(false, Ordering::SeqCst);
         result

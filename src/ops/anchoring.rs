@@ -19,6 +19,7 @@ use crate::domain::signing::SigningKey;
 use crate::error::{Error, Result};
 use crate::ledger::Backend;
 use crate::retry::Episode;
+use crate::support::threads::spawn_named;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -65,7 +66,7 @@ pub fn alongside<T>(
     };
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let anchors = s.spawn(|| {
+        let anchors = spawn_named(s, "anchoring", || {
             let result = run(schedule, ledger, shutdown, &done, on_anchor);
             if let Err(e) = &result {
                 on_failure(e);

@@ -1,9 +1,10 @@
 //! Named threads.
 //!
-//! Every long-lived thread and every helper a busy path starts carries its stage's name, so
-//! `top -H`, `perf` and `/proc/<pid>/task/*/comm` tell the writer from the parse threads.
-//! Linux gives an unnamed thread its parent's name, which made a writer's sealing helper look
-//! like the writer itself in every profile.
+//! Every thread a worker starts carries its stage's name, so `top -H`, `perf` and
+//! `/proc/<pid>/task/*/comm` tell the writer from the parse threads. (The checkpointer and the
+//! claim-group filter's builder are not scoped threads; they name themselves where they
+//! start.) Linux gives an unnamed thread its parent's name, which made a writer's sealing
+//! helper look like the writer itself in every profile.
 
 use std::thread::{Scope, ScopedJoinHandle};
 
