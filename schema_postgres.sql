@@ -416,8 +416,8 @@ $$;
 -- lost means another link was made, so links always go forward. No call waits while it holds
 -- the head: (1) and (3) come before it, and a call that finds the head held waits for a commit
 -- that waits for nothing. A head set back under the chain makes (3) collide with a seq given
--- before, try after try: that is raised, as a link error, not retried. One batch per call, so a round with many never holds the head
--- across them, nor loses every try to the writers.
+-- before, try after try: that is raised, as a link error, not retried. One batch per call, so
+-- a round with many never holds the head across them, nor loses every try to the writers.
 --
 -- Called as one statement outside any transaction (src/ledger/postgres/batch.rs), so the
 -- chain-head row lock is held until the statement's own commit only; and that commit does not
