@@ -242,12 +242,12 @@ fn bench(o: &Opts) -> Res<()> {
         median(&c, |r| r.rate),
     );
     println!("\nmedians over {} rounds", o.rounds);
-    println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
-        ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib), median(&a, |r| r.cpu_us_per_entry));
-    println!("  (a') shipped, shuffled load {ms_:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
-        ms(median(&s, |r| r.commit_p50_us as f64) as u64), ms(median(&s, |r| r.commit_p99_us as f64) as u64), median(&s, |r| r.rss_mib), median(&s, |r| r.cpu_us_per_entry));
-    println!("  (b) per-message             {mb:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry",
-        ms(median(&b, |r| r.commit_p50_us as f64) as u64), ms(median(&b, |r| r.commit_p99_us as f64) as u64), median(&b, |r| r.rss_mib), median(&b, |r| r.cpu_us_per_entry));
+    println!("  (a) shipped (group commit)  {ma:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry   written {:.2} KiB/entry",
+        ms(median(&a, |r| r.commit_p50_us as f64) as u64), ms(median(&a, |r| r.commit_p99_us as f64) as u64), median(&a, |r| r.rss_mib), median(&a, |r| r.cpu_us_per_entry), median(&a, |r| r.written_kib_per_entry));
+    println!("  (a') shipped, shuffled load {ms_:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry   written {:.2} KiB/entry",
+        ms(median(&s, |r| r.commit_p50_us as f64) as u64), ms(median(&s, |r| r.commit_p99_us as f64) as u64), median(&s, |r| r.rss_mib), median(&s, |r| r.cpu_us_per_entry), median(&s, |r| r.written_kib_per_entry));
+    println!("  (b) per-message             {mb:>9.0} entries/s   commit p50 {} p99 {}   peak RSS {:.1} MiB   cpu {:.1} us/entry   written {:.2} KiB/entry",
+        ms(median(&b, |r| r.commit_p50_us as f64) as u64), ms(median(&b, |r| r.commit_p99_us as f64) as u64), median(&b, |r| r.rss_mib), median(&b, |r| r.cpu_us_per_entry), median(&b, |r| r.written_kib_per_entry));
     println!("  (c) null sink (no database) {mc:>9.0} entries/s");
     println!(
         "  a/b = {:.1}x   a/c = {:.2}   a'/b = {:.1}x   a'/a = {:.2}",
@@ -320,6 +320,9 @@ struct RunResult {
     /// CPU time (user + system) of the worker process per entry, in microseconds: less
     /// sensitive than wall-clock rates to other work on a shared machine.
     cpu_us_per_entry: f64,
+    /// Bytes the worker process handed to the write system calls per entry, in KiB (`wchar`):
+    /// WAL frames, checkpoint copies and its log, whatever the page cache then absorbs.
+    written_kib_per_entry: f64,
 }
 
 /// The benchmark's surroundings.
@@ -506,6 +509,7 @@ impl Env {
             .args(&self.extra)
             .spawn()
             .map_err(|e| e.to_string())?;
+        let written = written_at_exit(child.id())?;
         let (status, rss_kib, cpu_s) = wait4(child.id())?;
         let secs = started.elapsed().as_secs_f64();
         if status != 0 {
@@ -529,6 +533,7 @@ impl Env {
             commit_p99_us: field("commit_p99_us"),
             rss_mib: rss_kib as f64 / 1024.0,
             cpu_us_per_entry: cpu_s * 1e6 / load.n as f64,
+            written_kib_per_entry: written as f64 / 1024.0 / load.n as f64,
         };
         if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
             std::fs::remove_file(&log).ok();
@@ -667,6 +672,7 @@ impl Env {
             commit_p99_us: 0,
             rss_mib: 0.0,
             cpu_us_per_entry: 0.0,
+            written_kib_per_entry: 0.0,
         })
     }
 
@@ -814,18 +820,21 @@ impl Env {
             remove_ledger(&self.dir.join(format!("{label}.db")));
             full.push(r);
             println!(
-                "  round {round}: empty {:.0}/s ({:.1} us cpu/entry)  prefilled {:.0}/s ({:.1} us cpu/entry)",
-                empty[round - 1].rate, empty[round - 1].cpu_us_per_entry, full[round - 1].rate, full[round - 1].cpu_us_per_entry
+                "  round {round}: empty {:.0}/s ({:.1} us cpu, {:.2} KiB written /entry)  prefilled {:.0}/s ({:.1} us cpu, {:.2} KiB written /entry)",
+                empty[round - 1].rate, empty[round - 1].cpu_us_per_entry, empty[round - 1].written_kib_per_entry,
+                full[round - 1].rate, full[round - 1].cpu_us_per_entry, full[round - 1].written_kib_per_entry
             );
         }
         let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
         println!(
-            "  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%, ratio {:.2}); cpu {:.1} vs {:.1} us/entry; commit p99 {} vs {}",
+            "  medians: empty {me:.0}/s, holding {} {mf:.0}/s ({:+.1}%, ratio {:.2}); cpu {:.1} vs {:.1} us/entry; written {:.2} vs {:.2} KiB/entry; commit p99 {} vs {}",
             o.prefill,
             (mf / me - 1.0) * 100.0,
             mf / me,
             median(&empty, |r| r.cpu_us_per_entry),
             median(&full, |r| r.cpu_us_per_entry),
+            median(&empty, |r| r.written_kib_per_entry),
+            median(&full, |r| r.written_kib_per_entry),
             ms(median(&empty, |r| r.commit_p99_us as f64) as u64),
             ms(median(&full, |r| r.commit_p99_us as f64) as u64)
         );
@@ -864,6 +873,24 @@ fn remove_ledger(db: &Path) {
         p.push(suffix);
         std::fs::remove_file(PathBuf::from(p)).ok();
     }
+}
+
+/// Waits for a child to exit without reaping it, and returns the bytes it handed to the write
+/// system calls (`wchar` in `/proc/<pid>/io`, readable until the child is reaped).
+fn written_at_exit(pid: u32) -> Res<u64> {
+    // SAFETY: zeroed siginfo is a valid out-parameter; WNOWAIT leaves the child to wait4.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) } != 0 {
+        return Err(format!(
+            "waitid({pid}) failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).map_err(|e| e.to_string())?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no wchar in /proc/{pid}/io"))
 }
 
 /// Waits for a child and returns its exit status, peak RSS in KiB (ru_maxrss) and CPU seconds

@@ -6,7 +6,9 @@
 //! byte-identical resends, runs of 64 shuffled), on a fresh ledger per round, `synchronous=FULL`
 //! and the background checkpointer on, exactly as `claimgate run` opens it. Reports entries/s and
 //! the recording thread's own CPU per entry (`RUSAGE_THREAD`, so the checkpointer is not in it),
-//! and checks the counts afterwards. This is the number to move when the writer is the limit:
+//! and the bytes the whole process (recording thread and checkpointer) handed to `write(2)` and
+//! `pwrite(2)` per entry (WAL frames and checkpoint copies alike), and checks the counts
+//! afterwards. This is the number to move when the writer is the limit:
 //! the end-to-end bench (`examples/bench.rs`) has Redis, parsing and the reporter on the same
 //! two cores. `--db postgres://…` measures a PostgreSQL ledger instead (one fresh database per
 //! round is the caller's job: pass a URL whose database is empty, and use `--rounds 1`).
@@ -74,7 +76,7 @@ fn main() {
         let mut cfg = LedgerConfig::new(&path);
         cfg.background_checkpoints = true;
         let ledger = claimgate::ledger::open(&cfg).expect("open ledger");
-        let (cpu0, t0) = (thread_cpu_s(), Instant::now());
+        let (cpu0, written0, t0) = (thread_cpu_s(), written_bytes(), Instant::now());
         let mut processed = 0u64;
         for (chunk, ids) in subs.chunks(batch).zip(entry_ids.chunks(batch)) {
             let items: Vec<Item<'_>> = chunk
@@ -95,6 +97,9 @@ fn main() {
                 .count() as u64;
         }
         let (secs, cpu) = (t0.elapsed().as_secs_f64(), thread_cpu_s() - cpu0);
+        // Read before the ledger is dropped, so closing it adds nothing a running worker
+        // would not pay.
+        let written = written_bytes() - written0;
         let stats = ledger.stats().expect("stats");
         let distinct = subs
             .iter()
@@ -103,9 +108,10 @@ fn main() {
             .len() as u64;
         let rate = n as f64 / secs;
         println!(
-            "round {round}: {rate:.0} entries/s, {:.2} µs CPU/entry on the recording thread \
-             ({n} entries, batches of {batch}, {distinct} distinct)",
-            cpu / n as f64 * 1e6
+            "round {round}: {rate:.0} entries/s, {:.2} µs CPU/entry on the recording thread, \
+             {:.2} KiB written/entry ({n} entries, batches of {batch}, {distinct} distinct)",
+            cpu / n as f64 * 1e6,
+            written as f64 / 1024.0 / n as f64
         );
         // Checked after the figures are printed, so a layout experiment (`--pre-schema`) that
         // breaks uniqueness still shows what it cost before it fails.
@@ -158,6 +164,17 @@ fn load(n: usize) -> Vec<Submission> {
         .iter()
         .map(|l| parse_payload(l.as_bytes(), &limits).expect("valid submission"))
         .collect()
+}
+
+/// Bytes this process has handed to the write system calls so far (`wchar` in `/proc/self/io`):
+/// what SQLite asks the kernel to write, whether or not the page cache absorbs it before the
+/// disk does.
+fn written_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.parse().ok())
+        .expect("wchar in /proc/self/io")
 }
 
 /// CPU time of the calling thread, in seconds.
