@@ -89,6 +89,7 @@
 //!    reads, writes and commit) overlaps the next one's.
 
 pub(crate) mod chain;
+pub(crate) mod checks;
 pub mod copy;
 mod memory;
 mod open;

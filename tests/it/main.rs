@@ -34,6 +34,7 @@ mod evidence;
 mod evidence_prop;
 mod fuzz;
 mod identity;
+mod insider;
 mod layers;
 mod liveness;
 mod memory;

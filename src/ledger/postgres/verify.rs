@@ -17,7 +17,7 @@
 use super::{audit_store, PgLedger};
 use crate::domain::audit::Verifier;
 use crate::error::{Error, Result};
-use crate::ledger::{chain, Inspect, Since, Summary};
+use crate::ledger::{chain, checks, Inspect, Since, Summary};
 
 impl Inspect for PgLedger {
     fn verify(&self) -> Result<Summary> {
@@ -38,8 +38,10 @@ impl Inspect for PgLedger {
 }
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
-/// nothing; the same checks, in the same order, as `sqlite/verify.rs`.
-const CHECKS: [(&str, &str); 17] = [
+/// nothing; the same checks, in the same order, as `sqlite/verify.rs`, except that outbox ids
+/// are held to the chain's batch links here (the last checks) rather than to claim order: two
+/// writers number their batches' claims and outbox rows independently.
+const CHECKS: [(&str, &str); 19] = [
     (
         "key claimed twice",
         "SELECT 'key ' || encode(idempotency_key, 'hex') || ' has ' || COUNT(*) || ' claims'
@@ -66,6 +68,17 @@ const CHECKS: [(&str, &str); 17] = [
          WHERE d.idempotency_key <> p.idempotency_key OR d.award_id <> p.award_id
             OR d.amount_cents <> p.amount_cents
          ORDER BY d.id LIMIT 1",
+    ),
+    (
+        "claim with more than one disbursement",
+        "SELECT 'claim ' || claim_id || ' has ' || COUNT(*) || ' disbursements'
+         FROM disbursements GROUP BY claim_id HAVING COUNT(*) > 1 ORDER BY claim_id LIMIT 1",
+    ),
+    (
+        // A second outbox row for a claim is a second event, which the relay would publish.
+        "claim with more than one outbox row",
+        "SELECT 'claim ' || claim_id || ' has ' || COUNT(*) || ' outbox rows'
+         FROM outbox_rows GROUP BY claim_id HAVING COUNT(*) > 1 ORDER BY claim_id LIMIT 1",
     ),
     (
         "disbursement without an outbox row",
@@ -217,6 +230,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
             )));
         }
     }
+    instants(tx)?;
     let counts = tx.query_one(
         "SELECT (SELECT COUNT(*) FROM processed_messages), (SELECT COUNT(*) FROM disbursements),
                 (SELECT COUNT(*) FROM outbox_rows),
@@ -228,25 +242,40 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     let (claims, disbursements, outbox_rows, processed, tombstones) =
         (n(0), n(1), n(2), n(3), n(4));
     if processed != disbursements {
-        let found: String = tx.query_one(
+        let found: Option<String> = tx.query_opt(
             "SELECT 'disbursement ' || d.id || ' (key ' || encode(d.idempotency_key, 'hex') || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
                ON a.kind = 'processed' AND a.idempotency_key = encode(d.idempotency_key, 'hex')
              WHERE a.kind IS NULL ORDER BY d.id LIMIT 1",
             &[],
-        )?.get(0);
+        )?.map(|row| row.get(0));
+        // Every disbursement has a record, so the counts differ only if records are shared.
         return Err(Error::Invariant(format!(
-            "disbursement without a processed record: {found}"
+            "disbursement without a processed record: {}",
+            found.unwrap_or_else(|| format!(
+                "{disbursements} disbursements but {processed} processed records"
+            ))
         )));
     }
     let mut links = Verifier::default();
+    let mut holds = checks::Holds::default();
     let mut last_seq = 0;
     audit_store::for_each(tx, &audit_store::Range::Since(&Since::All), &mut |r| {
         last_seq = r.seq;
+        holds.see(&r);
         chain::check(&mut links, &r)
     })?;
     let (records, head_hash) = chain::end(&links)?;
     head(tx, last_seq, &head_hash)?;
+    let table: Vec<(String, String, String)> = tx
+        .query(
+            "SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    holds.compare(&table)?;
     let unlinked: i64 = tx
         .query_one(
             "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
@@ -262,6 +291,23 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
         head_hash,
         unlinked_batches: unlinked as u64,
     })
+}
+
+/// Every claim's instant agrees with its timestamp ([`checks::instant`] says why). Rows are
+/// streamed, not loaded: a ledger may hold millions.
+fn instants(tx: &mut postgres::Transaction<'_>) -> Result<()> {
+    use postgres::fallible_iterator::FallibleIterator;
+    let mut rows = tx.query_raw(
+        "SELECT claim_id, submission_timestamp, submission_instant FROM processed_messages
+         ORDER BY claim_id",
+        std::iter::empty::<i64>(),
+    )?;
+    while let Some(row) = rows.next()? {
+        let (claim, timestamp, instant): (i64, String, Option<String>) =
+            (row.get(0), row.get(1), row.get(2));
+        checks::instant(claim, &timestamp, instant.as_deref())?;
+    }
+    Ok(())
 }
 
 /// The chain head row agrees with the chain just walked (its last seq, the hash the next

@@ -8,7 +8,7 @@
 use super::{audit_store, SqliteLedger};
 use crate::domain::audit::Verifier;
 use crate::error::{Error, Result};
-use crate::ledger::{chain, Inspect, Since, Summary};
+use crate::ledger::{chain, checks, Inspect, Since, Summary};
 use rusqlite::{Connection, OptionalExtension};
 
 impl Inspect for SqliteLedger {
@@ -33,7 +33,7 @@ impl Inspect for SqliteLedger {
 
 /// Each check: a query returning one text column describing the first row that breaks it, or
 /// nothing. Ordered so the most basic faults are named first.
-const CHECKS: [(&str, &str); 12] = [
+const CHECKS: [(&str, &str); 15] = [
     (
         // The schema makes a claim unique on (time, award, key), which is uniqueness of the key
         // because the key is derived from that time and award (`schema.sql`); checked here
@@ -63,6 +63,32 @@ const CHECKS: [(&str, &str); 12] = [
          WHERE d.idempotency_key <> p.idempotency_key OR d.award_id <> p.award_id
             OR d.amount_cents <> p.amount_cents
          ORDER BY d.id LIMIT 1",
+    ),
+    (
+        // The schema makes the claim the disbursement's key (`schema::constraints` checks it
+        // is still there); this names the claim if a second disbursement got in anyway.
+        "claim with more than one disbursement",
+        "SELECT 'claim ' || claim_id || ' has ' || COUNT(*) || ' disbursements'
+         FROM disbursements GROUP BY claim_id HAVING COUNT(*) > 1 LIMIT 1",
+    ),
+    (
+        // A second outbox row for a claim is a second event, which the relay would publish:
+        // a second payment downstream.
+        "claim with more than one outbox row",
+        "SELECT 'claim ' || claim_id || ' has ' || COUNT(*) || ' outbox rows'
+         FROM outbox GROUP BY claim_id HAVING COUNT(*) > 1 LIMIT 1",
+    ),
+    (
+        // One writer inserts a batch's claims and then its outbox rows in the same order, and
+        // outbox ids only grow (AUTOINCREMENT), so outbox ids rise with claim ids. A row
+        // renumbered past the relay's mark would be published again; one renumbered below it
+        // would never be published at all.
+        "outbox rows out of claim order",
+        "SELECT 'outbox row ' || id || ' (claim ' || claim_id || ') is numbered at or below outbox row '
+                || prev_id || ' of the earlier claim ' || prev_claim
+         FROM (SELECT id, claim_id, LAG(id) OVER w AS prev_id, LAG(claim_id) OVER w AS prev_claim
+               FROM outbox WINDOW w AS (ORDER BY claim_id))
+         WHERE id <= prev_id ORDER BY claim_id LIMIT 1",
     ),
     (
         "disbursement without an outbox row",
@@ -149,6 +175,7 @@ const CHECKS: [(&str, &str); 12] = [
 fn ledger(conn: &mut Connection) -> Result<Summary> {
     let tx = conn.transaction()?;
     integrity(&tx)?;
+    constraints(&tx)?;
     for (what, sql) in CHECKS {
         if let Some(found) = tx
             .query_row(sql, [], |r| r.get::<_, String>(0))
@@ -157,6 +184,7 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
             return Err(Error::Invariant(format!("{what}: {found}")));
         }
     }
+    instants(&tx)?;
     let count =
         |sql: &str| -> Result<u64> { Ok(tx.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let disbursements = count("SELECT COUNT(*) FROM disbursements")?;
@@ -164,21 +192,35 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
     // mean every disbursement has its record.
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
     if processed != disbursements {
-        let found: String = tx.query_row(
+        let found: Option<String> = tx.query_row(
             "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(d.idempotency_key)) || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
                ON a.kind = 'processed' AND a.idempotency_key = lower(hex(d.idempotency_key))
              WHERE a.seq IS NULL ORDER BY d.id LIMIT 1",
             [],
             |r| r.get(0),
-        )?;
+        )
+        .optional()?;
+        // Every disbursement has a record, so the counts differ only if records are shared.
         return Err(Error::Invariant(format!(
-            "disbursement without a processed record: {found}"
+            "disbursement without a processed record: {}",
+            found.unwrap_or_else(|| format!(
+                "{disbursements} disbursements but {processed} processed records"
+            ))
         )));
     }
     let mut links = Verifier::default();
-    audit_store::for_each(&tx, &Since::All, |r| chain::check(&mut links, &r))?;
+    let mut holds = checks::Holds::default();
+    audit_store::for_each(&tx, &Since::All, |r| {
+        holds.see(&r);
+        chain::check(&mut links, &r)
+    })?;
     chain::end(&links)?;
+    let table: Vec<(String, String, String)> = tx
+        .prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    holds.compare(&table)?;
     Ok(Summary {
         claims: count("SELECT COUNT(*) FROM processed_messages")?,
         disbursements,
@@ -188,6 +230,101 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
         head_hash: links.head().to_owned(),
         unlinked_batches: 0,
     })
+}
+
+/// The uniqueness each promise rests on, as sets of columns a table must have a unique,
+/// non-partial index (or an integer primary key) on; any one set of a row will do, for
+/// ledgers made by earlier releases (`schema.sql`). Someone who can write the file can rebuild
+/// a table without its constraint; the rows may still look right until the second claim or
+/// outbox row arrives, so the constraint itself is checked.
+const UNIQUE: [(&str, &[&[&str]]); 8] = [
+    (
+        "processed_messages",
+        &[
+            &["submission_instant", "award_id", "idempotency_key"],
+            &["submission_timestamp", "award_id", "idempotency_key"],
+            &["idempotency_key"],
+        ],
+    ),
+    ("processed_messages", &[&["claim_id"]]),
+    ("disbursements", &[&["claim_id"]]),
+    ("outbox", &[&["claim_id"]]),
+    ("outbox", &[&["id"]]),
+    ("claim_tombstones", &[&["idempotency_key"]]),
+    ("dead_letters", &[&["stream", "stream_entry_id"]]),
+    ("audit_log", &[&["seq"]]),
+];
+
+/// The schema still holds the constraints the checks below take for granted, and nothing
+/// runs on its own inside it: `schema.sql` creates no trigger and no view, so any there were
+/// put in by hand, and a trigger can copy every new outbox row (a second event per payment)
+/// without a single row looking wrong when `verify` runs.
+fn constraints(conn: &Connection) -> Result<()> {
+    if let Some((kind, name)) = conn
+        .query_row(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')
+             ORDER BY name LIMIT 1",
+            [],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )
+        .optional()?
+    {
+        return Err(Error::Invariant(format!(
+            "schema altered: {kind} {name} is not claimgate's (its schema has none)"
+        )));
+    }
+    for (table, any_of) in UNIQUE {
+        let unique = unique_column_sets(conn, table)?;
+        if !any_of.iter().any(|cols| unique.iter().any(|u| u == cols)) {
+            return Err(Error::Invariant(format!(
+                "schema altered: {table} is no longer unique on ({})",
+                any_of[0].join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The column sets `table` is unique on: its integer primary key (the rowid itself), and each
+/// unique index that is not partial (a partial one leaves rows outside it unchecked).
+fn unique_column_sets(conn: &Connection, table: &str) -> Result<Vec<Vec<String>>> {
+    let mut sets = Vec::new();
+    let pk: Vec<(String, String)> = conn
+        .prepare("SELECT name, upper(type) FROM pragma_table_info(?1) WHERE pk > 0")?
+        .query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    if let [(name, ty)] = pk.as_slice() {
+        if ty == "INTEGER" {
+            sets.push(vec![name.clone()]);
+        }
+    }
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_index_list(?1) WHERE \"unique\" = 1 AND partial = 0")?
+        .query_map([table], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for index in indexes {
+        let columns: Vec<String> = conn
+            .prepare("SELECT ifnull(name, '') FROM pragma_index_info(?1) ORDER BY seqno")?
+            .query_map([&index], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        sets.push(columns);
+    }
+    Ok(sets)
+}
+
+/// Every claim's instant agrees with its timestamp ([`checks::instant`] says why).
+fn instants(conn: &Connection) -> Result<()> {
+    let mut stmt = conn.prepare(
+        "SELECT claim_id, submission_timestamp, submission_instant FROM processed_messages
+         ORDER BY claim_id",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let (claim, timestamp, instant): (i64, String, Option<String>) =
+            (row.get(0)?, row.get(1)?, row.get(2)?);
+        checks::instant(claim, &timestamp, instant.as_deref())?;
+    }
+    Ok(())
 }
 
 /// SQLite's own consistency check of the file.

@@ -1,0 +1,185 @@
+//! Edits that touch no hashed field, made as someone who can write the ledger would (their own
+//! SQL on a drained ledger): each lets money move without a record, or stops a payment or a
+//! hold, and must fail `verify` at once, naming what was changed, before the resend or the
+//! relay round that would turn it into a second payment. Anchors cannot catch these
+//! (`evidence.rs`): nothing they cover changed. The first two on both ledgers; the rest are
+//! about SQLite's own file (its schema and its outbox numbering).
+
+use crate::support::{self, Sql, Store, World};
+use rusqlite::Connection;
+
+on_both_ledgers!(
+    a_claims_instant_moved_by_a_nanosecond_fails_verify_and_a_resend_paid_after_both_columns_moved_is_named,
+    a_hold_lifted_or_placed_by_editing_the_table_fails_verify,
+);
+
+/// A drained ledger of `n` submissions on `store` that verifies, and a connection to it.
+fn drained_on(store: Store, n: usize) -> (World, Sql) {
+    let w = World::on(store);
+    w.add(&(0..n).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["verify"]);
+    let db = w.sql();
+    (w, db)
+}
+
+/// A drained SQLite ledger of `n` submissions that verifies, and a writable connection to it.
+fn drained(n: usize) -> (World, Connection) {
+    let (w, _) = drained_on(Store::Sqlite, n);
+    let db = Connection::open(&w.db).unwrap();
+    (w, db)
+}
+
+/// `claimgate verify` exits 1; its stderr.
+fn refused(w: &World) -> String {
+    let out = w.run(&["verify"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "verify passed: {err}");
+    err
+}
+
+fn a_claims_instant_moved_by_a_nanosecond_fails_verify_and_a_resend_paid_after_both_columns_moved_is_named(
+    store: Store,
+) {
+    let (w, mut db) = drained_on(store, 3);
+    db.exec(
+        "UPDATE processed_messages SET submission_instant = '2026-07-01T09:00:00.000000001Z'
+         WHERE award_id = 'A-000001'",
+    );
+    let err = refused(&w);
+    assert!(
+        err.contains("claim's instant differs from its timestamp")
+            && err.contains("2026-07-01T09:00:00.000000001Z"),
+        "{err}"
+    );
+    // Both columns moved together pass that check: nothing hashed repeats the time. The resend
+    // then escapes the claim's uniqueness and is paid, and verify names the second claim of
+    // the key at once (a limit ARCHITECTURE.md states).
+    db.exec(
+        "UPDATE processed_messages SET submission_timestamp = '2026-07-01T09:00:00.000000001Z'
+         WHERE award_id = 'A-000001'",
+    );
+    w.add(&[support::submission(1)]);
+    w.drain(&[]);
+    let err = refused(&w);
+    assert!(err.contains("claimed twice"), "{err}");
+}
+
+#[test]
+fn an_outbox_row_renumbered_past_the_relays_mark_or_below_it_fails_verify() {
+    let (w, db) = drained(4);
+    // Past the mark: republished as a new event if the relay ran.
+    db.execute_batch(
+        "UPDATE outbox SET id = 100, published_at = NULL WHERE claim_id = 2;
+         UPDATE sqlite_sequence SET seq = 100 WHERE name = 'outbox';",
+    )
+    .unwrap();
+    let err = refused(&w);
+    assert!(
+        err.contains("outbox rows out of claim order") && err.contains("outbox row 3 (claim 3)"),
+        "{err}"
+    );
+    // Below every other: never published at all.
+    db.execute_batch(
+        "UPDATE outbox SET id = 2 WHERE claim_id = 2;
+                      UPDATE outbox SET id = -4 WHERE claim_id = 4;",
+    )
+    .unwrap();
+    let err = refused(&w);
+    assert!(err.contains("outbox row -4 (claim 4)"), "{err}");
+    db.execute("UPDATE outbox SET id = 4 WHERE claim_id = 4", [])
+        .unwrap();
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_constraint_dropped_or_a_trigger_planted_fails_verify_before_any_row_is_wrong() {
+    let (w, db) = drained(2);
+    // A trigger that would copy every new outbox row: the second event of every payment.
+    db.execute_batch(
+        "CREATE TRIGGER copy_events AFTER INSERT ON outbox BEGIN
+           SELECT 1;
+         END;",
+    )
+    .unwrap();
+    let err = refused(&w);
+    assert!(
+        err.contains("schema altered: trigger copy_events is not claimgate's"),
+        "{err}"
+    );
+    db.execute_batch("DROP TRIGGER copy_events").unwrap();
+    w.run_ok(&["verify"]);
+
+    // The outbox rebuilt without UNIQUE (claim_id), every row as it was.
+    let sql: String = db
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'outbox'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let loose = sql.replace("NOT NULL UNIQUE", "NOT NULL");
+    assert_ne!(
+        loose, sql,
+        "the outbox's claim_id is declared UNIQUE: {sql}"
+    );
+    db.execute_batch(&format!(
+        "PRAGMA foreign_keys = OFF;
+         ALTER TABLE outbox RENAME TO outbox_old;
+         {};
+         INSERT INTO outbox SELECT * FROM outbox_old;
+         DROP TABLE outbox_old;
+         CREATE INDEX outbox_unpublished ON outbox (id) WHERE published_at IS NULL;",
+        loose.replace("CREATE TABLE \"outbox\"", "CREATE TABLE outbox")
+    ))
+    .unwrap();
+    assert_eq!(w.count("outbox"), 2, "every row kept");
+    let err = refused(&w);
+    assert!(
+        err.contains("schema altered: outbox is no longer unique on (claim_id)"),
+        "{err}"
+    );
+    // A unique index that leaves rows out (a partial one) is not the constraint either.
+    db.execute_batch(
+        "INSERT INTO outbox (claim_id, event_type, payload, created_at)
+           SELECT claim_id, event_type, payload, created_at FROM outbox WHERE claim_id = 1;
+         CREATE UNIQUE INDEX outbox_claim ON outbox (claim_id) WHERE id <= 2;",
+    )
+    .unwrap();
+    let err = refused(&w);
+    assert!(
+        err.contains("outbox is no longer unique on (claim_id)"),
+        "{err}"
+    );
+}
+
+fn a_hold_lifted_or_placed_by_editing_the_table_fails_verify(store: Store) {
+    let (w, mut db) = drained_on(store, 2);
+    w.run_ok(&["hold", "add", "A-000001", "--reason", "case 7"]);
+    w.run_ok(&["verify"]);
+    db.exec("DELETE FROM legal_holds WHERE award_id = 'A-000001'");
+    let err = refused(&w);
+    assert!(
+        err.contains("legal holds differ from the audit trail: award A-000001"),
+        "{err}"
+    );
+    db.exec(
+        "INSERT INTO legal_holds (award_id, reason, held_at)
+         SELECT award_id, 'case 7', recorded_at FROM audit_log WHERE kind = 'hold_added'",
+    );
+    w.run_ok(&["verify"]);
+    db.exec("UPDATE legal_holds SET reason = 'nothing'");
+    let err = refused(&w);
+    assert!(err.contains("its record says (\"case 7\""), "{err}");
+    db.exec("UPDATE legal_holds SET reason = 'case 7'");
+    db.exec("INSERT INTO legal_holds (award_id, reason, held_at) VALUES ('A-000000', 'x', 'y')");
+    let err = refused(&w);
+    assert!(
+        err.contains("award A-000000 is held (placed y) but no record in force placed that hold"),
+        "{err}"
+    );
+    // Lifted through claimgate: both agree again.
+    db.exec("DELETE FROM legal_holds WHERE award_id = 'A-000000'");
+    w.run_ok(&["hold", "remove", "A-000001"]);
+    w.run_ok(&["verify"]);
+}
