@@ -2,7 +2,7 @@
 
 use super::common::shutdown_flag;
 use crate::config::{Config, LedgerConfig, EVENTS_STREAM_DEFAULT};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::relay::{self, RelayConfig};
 use clap::Args;
 use std::sync::atomic::AtomicBool;
@@ -20,14 +20,23 @@ pub struct RelayOpts {
 }
 
 impl RelayOpts {
-    /// The relay's configuration.
-    pub fn config(&self, cfg: &Config) -> RelayConfig {
-        RelayConfig {
+    /// The relay's configuration. Refused when the events stream is the submissions stream or
+    /// its dead-letter stream: every event is a well-formed payload naming an award, a time and
+    /// an amount, so a worker reading it back would take it for a submission.
+    pub fn config(&self, cfg: &Config) -> Result<RelayConfig> {
+        if self.events_stream == cfg.stream || self.events_stream == cfg.dead_stream() {
+            return Err(Error::Config(format!(
+                "--events-stream {} is the submissions stream {} or its dead letters: events \
+                 published there would be read back as submissions",
+                self.events_stream, cfg.stream
+            )));
+        }
+        Ok(RelayConfig {
             redis_url: cfg.redis_url.clone(),
             events_stream: self.events_stream.clone(),
             batch_count_max: self.relay_batch_count_max as usize,
             redis_wait: cfg.redis_wait,
-        }
+        })
     }
 }
 
@@ -45,7 +54,7 @@ pub struct RelayArgs {
 /// `claimgate relay`.
 pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
     let shutdown = shutdown_flag()?;
-    let rcfg = args.opts.config(cfg);
+    let rcfg = args.opts.config(cfg)?;
     crate::broker::stream::client(&rcfg.redis_url)?;
     let Some(ledger) = crate::ledger::open_waiting(&LedgerConfig::new(&cfg.db_path), &shutdown)?
     else {

@@ -236,7 +236,10 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     reconcile_at_start(cfg, target, &*ledger)?;
     let wcfg = args.worker_config();
     let metrics = Metrics::default();
-    let relay = args.relay.then(|| args.relay_opts.config(cfg));
+    let relay = args
+        .relay
+        .then(|| args.relay_opts.config(cfg))
+        .transpose()?;
     let relay_failed = |e: &crate::Error| metrics.fail(format!("relay: {e}"));
     let anchoring_failed = |e: &crate::Error| metrics.fail(format!("anchoring: {e}"));
     let anchored = || metrics.anchored();

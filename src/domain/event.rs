@@ -5,6 +5,24 @@ use super::submission::Submission;
 /// The only event type the worker emits.
 pub const DISBURSEMENT_RECORDED: &str = "disbursement.recorded";
 
+/// How much of a foreign `event_id` a dead letter's reason repeats.
+const EVENT_ID_SHOWN_MAX: usize = 40;
+
+/// The `event_id` of a stream entry that is one of claimgate's own events: it carries an
+/// `event_id` field and the `event_type` claimgate gives its events, both of which the relay
+/// writes beside the payload (`src/relay.rs`). A producer's submission carries neither, so a
+/// worker that finds one is reading an events stream (`Malformed::OwnEvent` says why that must
+/// not be paid).
+pub fn published_id(fields: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
+    let field = |name: &[u8]| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    if field(b"event_type")? != DISBURSEMENT_RECORDED.as_bytes() {
+        return None;
+    }
+    // Shown in the dead letter's reason; a producer could make the field any size.
+    let id = field(b"event_id")?;
+    Some(String::from_utf8_lossy(&id[..id.len().min(EVENT_ID_SHOWN_MAX)]).into_owned())
+}
+
 /// The `disbursement.recorded` event a new claim announces.
 pub fn payload(s: &Submission, key_hex: &str) -> String {
     /// The event body. Fields in alphabetical order, as the events stream has always carried

@@ -49,6 +49,19 @@ pub enum Malformed {
     /// The entry has more than one `payload` field, so which one to pay is ambiguous.
     #[error("more than one payload field")]
     AmbiguousPayload,
+    /// The entry is an event a claimgate relay published (its `event_id` and `event_type`
+    /// fields), not a submission. Its payload would parse: it names the award, the time and the
+    /// amount. But its bytes are not the submission's, so its key is new, and under
+    /// `--on-conflict record` it would be paid again, published again, read again: a loop that
+    /// pays one award without end. A worker sees one only when `--stream` names an events stream.
+    #[error(
+        "entry is claimgate's own event {event_id}, published by a relay, not a submission; \
+         this worker's --stream is an events stream"
+    )]
+    OwnEvent {
+        /// The event's `event_id` field, as the relay wrote it.
+        event_id: String,
+    },
     /// The payload is larger than `--payload-bytes-max`; it was not parsed.
     #[error("payload is {size} bytes, over the limit of {max} bytes")]
     PayloadTooLarge {
@@ -113,6 +126,7 @@ impl Malformed {
         match self {
             Malformed::MissingPayload => "missing_payload",
             Malformed::AmbiguousPayload => "ambiguous_payload",
+            Malformed::OwnEvent { .. } => "claimgate_event",
             Malformed::PayloadTooLarge { .. } => "payload_too_large",
             Malformed::NotJson(_) => "not_json",
             Malformed::NotAnObject => "not_an_object",

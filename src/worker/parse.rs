@@ -7,6 +7,7 @@
 use crate::broker::fastfilter::FastFilter;
 use crate::broker::stream::{Conn, Entry};
 use crate::config::{WorkerConfig, QUARANTINE_TRIES_MAX};
+use crate::domain::event;
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::{self, Submission};
 use crossbeam_channel::{Receiver, Sender};
@@ -143,7 +144,11 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool, read_at: Instant) ->
             entry,
         })
     } else {
-        match submission::parse_entry(&entry.fields, &limits) {
+        let parsed = match event::published_id(&entry.fields) {
+            Some(event_id) => Err(submission::Malformed::OwnEvent { event_id }),
+            None => submission::parse_entry(&entry.fields, &limits),
+        };
+        match parsed {
             Ok(s) => Verdict::Valid(s),
             Err(m) => Verdict::Rejected(Rejected {
                 code: m.code(),

@@ -432,3 +432,85 @@ fn a_relay_refuses_an_events_stream_it_could_not_have_written(store: Store) {
     let ids: Vec<i64> = events(&w).iter().map(|(id, _, _)| *id).collect();
     assert_eq!(ids, [1, 2, 3, 4]);
 }
+
+#[test]
+fn a_worker_pointed_at_the_events_stream_pays_nothing_and_says_why() {
+    // Every event is a well-formed payload naming an award, a time and an amount, with bytes
+    // of its own: read back as a submission, it is a new key for an award and instant already
+    // paid, which `--on-conflict record` (the default) pays, and the relay publishes again:
+    // without end. The relay will not publish onto the submissions stream or its dead letters,
+    // and a worker reading an events stream dead-letters every event, paying none.
+    let w = World::new();
+    w.add(&(0..3).map(support::submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    assert_eq!(events(&w).len(), 3);
+
+    for (args, stream) in [
+        (
+            &[
+                "run",
+                "--relay",
+                "--exit-when-idle",
+                "--stream",
+                "grants:events",
+            ][..],
+            "grants:events",
+        ),
+        (
+            &[
+                "relay",
+                "--exit-when-idle",
+                "--events-stream",
+                "grants:submissions:dead",
+            ][..],
+            "grants:submissions",
+        ),
+    ] {
+        let out = w.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "is the submissions stream {stream} or its dead letters"
+            )),
+            "{stderr}"
+        );
+    }
+
+    let out = w.run_ok(&[
+        "run",
+        "--exit-when-idle",
+        "--claim-idle-ms",
+        "200",
+        "--stream",
+        "grants:events",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(w.count("disbursements"), 3, "an event was paid: {stderr}");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM dead_letters WHERE reason_code = 'claimgate_event'"),
+        3
+    );
+    let reason: String = {
+        let db = rusqlite::Connection::open(&w.db).unwrap();
+        db.query_row(
+            "SELECT reason FROM dead_letters ORDER BY stream_entry_id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        reason,
+        "entry is claimgate's own event 1, published by a relay, not a submission; this \
+         worker's --stream is an events stream"
+    );
+    let pending: (i64,) = redis::cmd("XPENDING")
+        .arg("grants:events")
+        .arg(claimgate::config::GROUP_DEFAULT)
+        .query::<(i64, redis::Value, redis::Value, redis::Value)>(&mut w.conn())
+        .map(|(n, _, _, _)| (n,))
+        .unwrap();
+    assert_eq!(pending.0, 0, "every event acknowledged");
+    w.run_ok(&["verify"]);
+}
