@@ -15,6 +15,7 @@
 
 use crate::domain::audit;
 use crate::error::{Error, Result};
+use crate::support::escape;
 use log::{Log, Metadata, Record};
 use std::cell::RefCell;
 use std::io::Write;
@@ -219,7 +220,7 @@ pub fn format_line(format: Format, record: &Record<'_>) -> String {
             "{ts} {:<5} {}: {}\n",
             record.level(),
             record.target(),
-            escape_controls(&record.args().to_string())
+            escape::controls(&record.args().to_string())
         ),
         Format::Json => {
             let line = serde_json::json!({
@@ -231,29 +232,6 @@ pub fn format_line(format: Format, record: &Record<'_>) -> String {
             format!("{line}\n")
         }
     }
-}
-
-/// `message` with every control character escaped: `\n`, `\r` and `\t` as those two
-/// characters, any other (C0, DEL, C1, and the Unicode line and paragraph separators that some
-/// viewers break lines at) as `\u{..}`. A backslash is left alone: a message with a literal
-/// `\n` in it still reads as one line, which is what matters, and doubling every backslash
-/// would garble the many messages that quote Debug-formatted text.
-fn escape_controls(message: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
-    if !message.chars().any(escaped) {
-        return std::borrow::Cow::Borrowed(message);
-    }
-    let mut out = String::with_capacity(message.len() + 16);
-    for c in message.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if escaped(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -368,6 +346,5 @@ mod tests {
             ),
             "{line}"
         );
-        assert_eq!(escape_controls("plain \\n text"), "plain \\n text");
     }
 }

@@ -16,6 +16,7 @@ use crate::broker::stream::{
 use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
 use crate::domain::submission::{award_id_hint, PAYLOAD_FIELD};
 use crate::error::{Error, Result};
+use crate::support::escape;
 use redis::Value;
 use serde::Serialize;
 use std::io::Write;
@@ -137,8 +138,16 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
                 return Ok(());
             }
             writeln!(out, "dead letter {} on {}", d.id, cfg.dead_stream()).ok();
+            // Names and values are a producer's bytes: escaped, so none can clear the screen
+            // or start a line of its own (a forged `replayed: yes`).
             for (name, value) in &d.fields {
-                writeln!(out, "  {name}: {value}").ok();
+                writeln!(
+                    out,
+                    "  {}: {}",
+                    escape::controls(name),
+                    escape::controls(value)
+                )
+                .ok();
             }
             let replayed = d
                 .replayed_as
@@ -376,12 +385,14 @@ fn summary_line(d: &Letter) -> String {
         .as_deref()
         .map(|r| format!("  [replayed as {r}]"))
         .unwrap_or_default();
-    format!(
+    // One line per dead letter, whatever a producer put in its award id or reason.
+    let line = format!(
         "{}  {}  award={}  {reason}{replayed}",
         d.id,
         d.dead_lettered_at.clone().unwrap_or_else(dash),
         d.award_id.clone().unwrap_or_else(dash)
-    )
+    );
+    escape::controls(&line).into_owned()
 }
 
 #[cfg(test)]

@@ -610,3 +610,52 @@ fn the_documented_acl_user_runs_every_command_with_the_default_user_disabled() {
         );
     }
 }
+
+#[test]
+fn a_producers_bytes_cannot_rewrite_the_operators_screen_through_dlq_list_or_show() {
+    // A dead letter whose award id clears the screen and starts a forged row, whose field name
+    // carries a colour escape and a right-to-left override, and whose value forges the line
+    // `dlq show` ends with. Every line `dlq list` and `dlq show` print is one line, with no
+    // control or reordering character in it, and the producer's text is still there, escaped.
+    let w = World::new();
+    let id = w.add_fields(&[
+        (
+            "payload",
+            b"{\"award_id\":\"EVIL\\u001b[2J\\nA-1  fake_reason\",\"amount_cents\":\"x\"}",
+        ),
+        ("x\u{1b}[31m\u{202e}", b"v\n  replayed: yes"),
+    ]);
+    w.drain(&[]);
+    assert_eq!(w.count("dead_letters"), 1);
+    let clean = |out: &str| {
+        for line in out.lines() {
+            assert!(
+                !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{line:?}"
+            );
+        }
+    };
+    let list = String::from_utf8(w.run_ok(&["dlq", "list"]).stdout).unwrap();
+    clean(&list);
+    assert_eq!(list.lines().count(), 2, "one row and the count: {list}");
+    assert!(
+        list.contains("award=EVIL\\u{1b}[2J\\nA-1  fake_reason"),
+        "{list}"
+    );
+
+    let dead_id = list.split_whitespace().next().unwrap().to_owned();
+    let show = String::from_utf8(w.run_ok(&["dlq", "show", &dead_id]).stdout).unwrap();
+    clean(&show);
+    assert_eq!(
+        show.lines()
+            .filter(|l| l.trim_start().starts_with("replayed:"))
+            .count(),
+        1,
+        "{show}"
+    );
+    assert!(
+        show.contains("  original.x\\u{1b}[31m\\u{202e}: v\\n  replayed: yes\n"),
+        "{show}"
+    );
+    assert!(show.contains(&id), "the original entry id is shown: {show}");
+}
