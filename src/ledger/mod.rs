@@ -331,6 +331,10 @@ pub trait Outbox: Send + Sync {
     /// ledgers (or a ledger and its fresh replacement) are never mistaken for each other.
     fn ledger_id(&self) -> Result<String>;
 
+    /// This ledger's identity if one was ever made, without making one: for checks, which
+    /// must only read (`audit verify --anchors` on a ledger that never had an id).
+    fn ledger_id_made(&self) -> Result<Option<String>>;
+
     /// The highest outbox id this ledger has ever assigned (0 before the first row), whether
     /// or not the row still exists (a purge removes rows, never the sequence). The relay
     /// compares the events stream's mark with it: a mark above it means the stream holds events

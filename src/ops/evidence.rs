@@ -2,7 +2,8 @@
 //! [`crate::domain::anchor`] — key files, anchor files, and one walk of the ledger's chain.
 //!
 //! Invariant: this module writes only new 0600 key files and appends to an anchors file
-//! (`support::files`); it reads the ledger only through [`AuditLog`] and `Outbox::ledger_id`.
+//! (`support::files`); it reads the ledger only through [`AuditLog`], `Outbox::ledger_id` (to anchor)
+//! and `Outbox::ledger_id_made` (to verify, which must write nothing).
 //! An anchor is taken only of a chain that verifies, so an anchor never vouches for a chain
 //! that was already broken when it was taken.
 
@@ -194,13 +195,11 @@ pub fn verify(
     anchors: &[Anchored],
     key: Option<&PublicKey>,
 ) -> Result<Verified> {
-    // Only ask for the ledger's id when there are anchors to compare it with: the first call
-    // on a ledger that never had one creates it.
-    let ledger_id = if anchors.is_empty() {
-        String::new()
-    } else {
-        ledger.ledger_id()?
-    };
+    // Read, never made: a check writes nothing, and a ledger with no id matches no anchor
+    // (every anchor names one), which the comparison below reports.
+    let ledger_id = ledger
+        .ledger_id_made()?
+        .unwrap_or_else(|| "without an id (never relayed or anchored)".to_owned());
     let purgeable = purgeable_before();
     let mut evidence = EvidenceCheck::new(&ledger_id, anchors, key, &purgeable);
     let mut v = Verifier::default();

@@ -259,6 +259,32 @@ fn an_anchor_names_the_head_and_its_file_is_owner_only_and_appended() {
 }
 
 #[test]
+fn verifying_anchors_against_a_ledger_whose_id_was_deleted_fails_and_writes_nothing() {
+    // The id deleted from a copy (or a ledger swapped for one that never had one): the check
+    // must not make a new id to compare with, and says the ledger has none.
+    let w = world_with(3);
+    let file = w.dir.path().join("anchors.jsonl");
+    anchor(&w, &file, None);
+    rw(&w)
+        .execute("DELETE FROM ledger_meta WHERE name = 'ledger_id'", [])
+        .unwrap();
+    let (code, err) = verify_anchors(&w, &file, None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("but this ledger is without an id (never relayed or anchored)"),
+        "{err}"
+    );
+    let ids: i64 = rw(&w)
+        .query_row(
+            "SELECT COUNT(*) FROM ledger_meta WHERE name = 'ledger_id'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(ids, 0, "audit verify made an id");
+}
+
+#[test]
 fn a_resealed_payment_passes_both_verifies_but_not_the_anchors() {
     // 1. 10 submissions; a signed anchor of the head (seq 10).
     // 2. The attacker raises payment #3 everywhere it is written — disbursement, claim, outbox

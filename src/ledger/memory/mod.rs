@@ -290,6 +290,10 @@ impl Outbox for MemoryLedger {
         });
         Ok(id.clone())
     }
+
+    fn ledger_id_made(&self) -> Result<Option<String>> {
+        Ok(self.lock()?.ledger_id.clone())
+    }
 }
 
 impl AuditLog for MemoryLedger {

@@ -112,6 +112,14 @@ impl Outbox for PgLedger {
         Ok(row.get(0))
     }
 
+    fn ledger_id_made(&self) -> Result<Option<String>> {
+        let row = self.conn()?.client.query_opt(
+            "SELECT value FROM ledger_meta WHERE name = 'ledger_id'",
+            &[],
+        )?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     /// The head's counter, not `MAX(id)`: ids are numbered from it under the head lock and it
     /// only grows, so it still counts rows a purge removed. Read without the lock: a link that
     /// has numbered rows but not committed has not advanced it for anyone else yet, and its

@@ -59,6 +59,10 @@ impl Outbox for SqliteLedger {
         )?;
         Ok(read_ledger_id(&conn)?.expect("just inserted"))
     }
+
+    fn ledger_id_made(&self) -> Result<Option<String>> {
+        read_ledger_id(&*self.conn()?)
+    }
 }
 
 fn read_ledger_id(conn: &Connection) -> Result<Option<String>> {
