@@ -659,3 +659,39 @@ fn a_producers_bytes_cannot_rewrite_the_operators_screen_through_dlq_list_or_sho
     );
     assert!(show.contains(&id), "the original entry id is shown: {show}");
 }
+
+#[test]
+fn a_db_path_that_is_not_a_ledger_is_refused_and_left_as_it_was() {
+    // A mistyped --db: a directory, and a symlink to someone's 0644 text file. Each is refused
+    // as configuration (exit 2) before anything is made beside it or its mode is changed.
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let dir = w.dir.path().join("reports");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let notes = w.dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a ledger\n").unwrap();
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let link = w.dir.path().join("ledger.db");
+    std::os::unix::fs::symlink(&notes, &link).unwrap();
+    for (path, said) in [
+        (&dir, "is not a file"),
+        (&link, "is not a SQLite database, so not a ledger"),
+    ] {
+        let out = w
+            .cmd(&["run", "--exit-when-idle"])
+            .env("CLAIMGATE_DB", path)
+            .run_with_deadline();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(said), "{}", text(&out));
+        let mut lock = path.as_os_str().to_owned();
+        lock.push(".lock");
+        assert!(
+            !std::path::Path::new(&lock).exists(),
+            "a lock file was made"
+        );
+    }
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&dir), mode(&notes)), (0o755, 0o644));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "not a ledger\n");
+}

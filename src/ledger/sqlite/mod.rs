@@ -86,6 +86,8 @@ impl SqliteLedger {
                 cfg.path.display()
             )));
         }
+        // Before anything is made or changed beside it (the lock file, a mode).
+        refuse_what_is_not_a_ledger(&cfg.path)?;
         // Before the file may be created: a restore holding the lock is putting a file here.
         let lock = lock::shared(&cfg.path)?;
         create_private(&cfg.path)?;
@@ -301,6 +303,44 @@ fn create_private(path: &Path) -> Result<()> {
             path.display()
         ))),
     }
+}
+
+/// What every SQLite database file starts with.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Refuses (configuration error, exit 2) a `--db` path that exists but is not a ledger: a
+/// directory, a device, or a file (a symlink's target included) that is neither empty nor a
+/// SQLite database. Checked before anything is created beside it or its mode is changed, so a
+/// mistyped path changes nothing it names.
+fn refuse_what_is_not_a_ledger(path: &Path) -> Result<()> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(Error::Config(format!(
+                "cannot use ledger {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    if !meta.is_file() {
+        return Err(Error::Config(format!(
+            "ledger {} is not a file (a directory or a device?); name the ledger's file",
+            path.display()
+        )));
+    }
+    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
+    use std::io::Read;
+    std::fs::File::open(path)
+        .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut head))
+        .map_err(|e| Error::Config(format!("cannot read ledger {}: {e}", path.display())))?;
+    if !head.is_empty() && head != SQLITE_HEADER {
+        return Err(Error::Config(format!(
+            "{} is not a SQLite database, so not a ledger; left as it is",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// SQLite's name for a file beside the ledger: its path with `suffix` appended.
