@@ -674,9 +674,17 @@ fn a_db_path_that_is_not_a_ledger_is_refused_and_left_as_it_was() {
     std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o644)).unwrap();
     let link = w.dir.path().join("ledger.db");
     std::os::unix::fs::symlink(&notes, &link).unwrap();
+    // A link to nothing (SQLite would make its target with the umask's mode), and a `-wal`
+    // planted as a link to the notes beside a ledger yet to be made.
+    let dangling = w.dir.path().join("dangling.db");
+    std::os::unix::fs::symlink(w.dir.path().join("nowhere.db"), &dangling).unwrap();
+    let planted = w.dir.path().join("planted.db");
+    std::os::unix::fs::symlink(&notes, w.dir.path().join("planted.db-wal")).unwrap();
     for (path, said) in [
-        (&dir, "is not a file"),
+        (&dir, "not a file (a directory or a device?)"),
         (&link, "is not a SQLite database, so not a ledger"),
+        (&dangling, "a symlink to nothing"),
+        (&planted, "planted.db-wal is not a plain file (a symlink?)"),
     ] {
         let out = w
             .cmd(&["run", "--exit-when-idle"])
@@ -693,5 +701,6 @@ fn a_db_path_that_is_not_a_ledger_is_refused_and_left_as_it_was() {
     }
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!((mode(&dir), mode(&notes)), (0o755, 0o644));
+    assert!(!w.dir.path().join("nowhere.db").exists() && !planted.exists());
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "not a ledger\n");
 }

@@ -89,11 +89,25 @@ impl SqliteLedger {
         // Before anything is made or changed beside it (the lock file, a mode).
         refuse_what_is_not_a_ledger(&cfg.path)?;
         // Before the file may be created: a restore holding the lock is putting a file here.
+        let lock_was_there = lock::path(&cfg.path).exists();
         let lock = lock::shared(&cfg.path)?;
-        create_private(&cfg.path)?;
+        let existed = create_private(&cfg.path)?;
+        let sidecars_before = ledger_files(&cfg.path).map(|f| f.exists());
         let mut first = Connection::open(&cfg.path).map_err(|e| {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
         })?;
+        if existed {
+            if let Err(e) = refuse_non_database(&first, &cfg.path) {
+                // Nothing left beside a file that is not ours (the lock file is flock'ed, not
+                // fcntl-locked, so removing it drops no lock SQLite holds).
+                drop((first, lock));
+                if !lock_was_there {
+                    std::fs::remove_file(lock::path(&cfg.path)).ok();
+                }
+                return Err(e);
+            }
+            make_ledger_private(&cfg.path, sidecars_before);
+        }
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         prepare_file(&mut first, cfg)?;
         let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
@@ -276,28 +290,20 @@ fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
 }
 
 /// Creates the ledger file with mode 0600 if it does not exist, so it is never world-readable,
-/// and turns "no such directory" or "permission denied" into a configuration error.
+/// and turns "no such directory" or "permission denied" into a configuration error; true if it
+/// existed already.
 ///
 /// An existing ledger, or a `-wal`/`-shm` left beside it by an earlier process, that group or
-/// others can read is made owner-only (0644 becomes 0600), with a WARN naming the file and the
+/// others can read is then made owner-only ([`make_ledger_private`]) (0644 becomes 0600), with a WARN naming the file and the
 /// mode it had. Changing it rather than only warning is deliberate: SQLite creates `-wal` and
 /// `-shm` with the main file's mode (overriding the umask), so a loose ledger would keep
 /// producing loose WAL files holding the latest payments, and a warning alone would leave them
 /// readable. Copies are taken with `claimgate backup`, which needs no group access to the live
 /// file.
-fn create_private(path: &Path) -> Result<()> {
+fn create_private(path: &Path) -> Result<bool> {
     match crate::support::files::create_private(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            for file in [
-                path.to_owned(),
-                sidecar(path, "-wal"),
-                sidecar(path, "-shm"),
-            ] {
-                make_private(&file);
-            }
-            Ok(())
-        }
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(true),
         Err(e) => Err(Error::Config(format!(
             "cannot create ledger {}: {e}",
             path.display()
@@ -305,42 +311,88 @@ fn create_private(path: &Path) -> Result<()> {
     }
 }
 
-/// What every SQLite database file starts with.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
-
-/// Refuses (configuration error, exit 2) a `--db` path that exists but is not a ledger: a
-/// directory, a device, or a file (a symlink's target included) that is neither empty nor a
-/// SQLite database. Checked before anything is created beside it or its mode is changed, so a
-/// mistyped path changes nothing it names.
+/// Refuses (configuration error, exit 2) a `--db` path that exists but is not a file: a
+/// directory or a device. Checked from its metadata alone, before anything is created beside
+/// it. (A file is never opened here to look inside: closing any descriptor of a file drops
+/// every POSIX lock this process holds on it, SQLite's included. SQLite itself says whether a
+/// file is a database, in [`refuse_non_database`], before its mode is touched.)
+///
+/// A symlink to nothing is refused too: SQLite would create its target with the umask's mode,
+/// not 0600. The `-wal` and `-shm` beside the ledger must be plain files or absent, never
+/// symlinks: their modes are changed, and a planted link would have that done to its target.
 fn refuse_what_is_not_a_ledger(path: &Path) -> Result<()> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => {
-            return Err(Error::Config(format!(
-                "cannot use ledger {}: {e}",
+    let refuse = |why: String| Err(Error::Config(format!("ledger {}: {why}", path.display())));
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => {
+            return refuse("not a file (a directory or a device?); name the ledger's file".into())
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                return refuse(
+                    "a symlink to nothing; make the ledger where it points, or name it".into(),
+                );
+            }
+        }
+        Err(e) => return refuse(format!("cannot use it: {e}")),
+    }
+    for file in &ledger_files(path)[1..] {
+        match std::fs::symlink_metadata(file) {
+            Ok(meta) if !meta.file_type().is_file() => {
+                return refuse(format!(
+                "{} is not a plain file (a symlink?); SQLite's own files beside a ledger never are",
+                file.display()
+            ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Refuses (configuration error, exit 2) a file SQLite says is not a database, as its first
+/// read of the header does: someone's text file named by a mistyped `--db`, left as it was.
+fn refuse_non_database(conn: &Connection, path: &Path) -> Result<()> {
+    match conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        Err(rusqlite::Error::SqliteFailure(f, _))
+            if f.code == rusqlite::ErrorCode::NotADatabase =>
+        {
+            Err(Error::Config(format!(
+                "{} is not a SQLite database, so not a ledger; left as it is",
                 path.display()
             )))
         }
-    };
-    if !meta.is_file() {
-        return Err(Error::Config(format!(
-            "ledger {} is not a file (a directory or a device?); name the ledger's file",
-            path.display()
-        )));
+        // Anything else (a lock held elsewhere, say) is for the steps after to meet and say.
+        _ => Ok(()),
     }
-    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
-    use std::io::Read;
-    std::fs::File::open(path)
-        .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut head))
-        .map_err(|e| Error::Config(format!("cannot read ledger {}: {e}", path.display())))?;
-    if !head.is_empty() && head != SQLITE_HEADER {
-        return Err(Error::Config(format!(
-            "{} is not a SQLite database, so not a ledger; left as it is",
-            path.display()
-        )));
+}
+
+/// A ledger's three files: itself, its `-wal` and its `-shm`.
+fn ledger_files(path: &Path) -> [PathBuf; 3] {
+    [
+        path.to_owned(),
+        sidecar(path, "-wal"),
+        sidecar(path, "-shm"),
+    ]
+}
+
+/// Makes an existing ledger and the `-wal` and `-shm` beside it owner-only ([`create_private`]
+/// says why), once SQLite has said the ledger is a database. SQLite's first read made any
+/// `-wal` or `-shm` that was missing, with the ledger's loose mode: those are changed without
+/// a warning, as nobody left them loose; one that was there before (`existed`) is named.
+fn make_ledger_private(path: &Path, existed: [bool; 3]) {
+    for (file, existed) in ledger_files(path).iter().zip(existed) {
+        if existed {
+            make_private(file);
+        } else if let Err(e) = crate::support::files::make_private(file) {
+            log::warn!(
+                "ledger file {}: could not make it owner-only ({e}); using it as it is",
+                file.display()
+            );
+        }
     }
-    Ok(())
 }
 
 /// SQLite's name for a file beside the ledger: its path with `suffix` appended.
