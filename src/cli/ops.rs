@@ -19,7 +19,12 @@ pub struct StatusArgs {
     pub watch: Option<f64>,
     /// The worker's /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99
     /// [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set].
-    #[arg(long, env = "CLAIMGATE_METRICS_URL", value_name = "URL")]
+    #[arg(
+        long,
+        env = "CLAIMGATE_METRICS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub metrics_url: Option<String>,
 }
 

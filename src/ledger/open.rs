@@ -6,7 +6,7 @@
 
 use super::{postgres, sqlite, Backend, Restoring};
 use crate::config::LedgerConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::sync::atomic::AtomicBool;
 
 /// Which kind of ledger a `--db` value names.
@@ -18,24 +18,49 @@ enum Location {
 }
 
 impl Location {
-    fn of(cfg: &LedgerConfig) -> Location {
+    /// The kind of ledger `cfg` names. A value that is almost a PostgreSQL address (the scheme
+    /// in capitals, spaces around it, or a `key=value` connection string) is refused without
+    /// being repeated: taken as a file name it would become a local SQLite ledger, leaving the
+    /// shared one, with its password in a file name anyone can list and in every message that
+    /// names the ledger.
+    fn of(cfg: &LedgerConfig) -> Result<Location> {
         let value = cfg.path.to_string_lossy();
-        if ["postgres://", "postgresql://"]
-            .iter()
-            .any(|scheme| value.starts_with(scheme))
-        {
-            Location::Postgres
-        } else {
-            Location::File
+        let schemes = ["postgres://", "postgresql://"];
+        if schemes.iter().any(|scheme| value.starts_with(scheme)) {
+            return Ok(Location::Postgres);
         }
+        let lower = value.trim().to_ascii_lowercase();
+        let almost_url = schemes.iter().any(|scheme| lower.starts_with(scheme));
+        let conninfo = CONNINFO_KEYS
+            .iter()
+            .any(|key| lower.split_whitespace().any(|word| word.starts_with(key)));
+        if almost_url || conninfo {
+            return Err(Error::Config(
+                "--db looks like a PostgreSQL address but is not a postgres:// or postgresql:// \
+                 URL as written (lower-case scheme, no spaces around it, not key=value); it is \
+                 not repeated here, as it may hold a password"
+                    .into(),
+            ));
+        }
+        Ok(Location::File)
     }
 }
+
+/// Words that begin a libpq `key=value` connection string's settings, as no file name does.
+const CONNINFO_KEYS: [&str; 6] = [
+    "host=",
+    "hostaddr=",
+    "user=",
+    "password=",
+    "dbname=",
+    "port=",
+];
 
 /// Opens the ledger `cfg` names (creating it if `cfg.create` and it does not exist), honouring
 /// every setting in `cfg`: the conflict policy, and background housekeeping for a long-running
 /// writer. A ledger that cannot be opened now fails at once; see [`open_waiting`].
 pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
-    match Location::of(cfg) {
+    match Location::of(cfg)? {
         Location::File => Ok(Box::new(sqlite::SqliteLedger::open(cfg)?)),
         Location::Postgres => {
             sqlite_only_settings_unset(cfg)?;
@@ -47,7 +72,7 @@ pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
 /// Opens the ledger like [`open`], but waits out transient failures with backoff, as a
 /// long-running process (`run`, `relay`) must. Returns `None` if `stop` is set while waiting.
 pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Box<dyn Backend>>> {
-    match Location::of(cfg) {
+    match Location::of(cfg)? {
         Location::File => {
             Ok(sqlite::SqliteLedger::open_waiting(cfg, stop)?
                 .map(|l| Box::new(l) as Box<dyn Backend>))
@@ -85,7 +110,7 @@ fn sqlite_only_settings_unset(cfg: &LedgerConfig) -> Result<()> {
 /// process and copies `backup` beside it (see [`Restoring`]). A PostgreSQL ledger is restored
 /// with PostgreSQL's own tools, which this build does not drive: a configuration error.
 pub fn prepare_restore(cfg: &LedgerConfig, backup: &std::path::Path) -> Result<Box<dyn Restoring>> {
-    match Location::of(cfg) {
+    match Location::of(cfg)? {
         Location::File => Ok(Box::new(sqlite::prepare_restore(&cfg.path, backup)?)),
         Location::Postgres => Err(crate::error::Error::Config(
             "a PostgreSQL ledger is restored with PostgreSQL's own tools (pg_restore, a base backup \
@@ -112,12 +137,12 @@ pub struct Migrated {
 pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
     use super::Inspect;
     use crate::error::Error;
-    if !matches!(Location::of(from), Location::File) {
+    if !matches!(Location::of(from)?, Location::File) {
         return Err(Error::Config(
             "migrate copies a SQLite ledger: --db must name its file".into(),
         ));
     }
-    if !matches!(Location::of(to), Location::Postgres) {
+    if !matches!(Location::of(to), Ok(Location::Postgres)) {
         return Err(Error::Config(
             "migrate copies into a PostgreSQL ledger: --to must be a postgres:// or \
              postgresql:// URL"

@@ -26,13 +26,17 @@ pub type Buckets = Vec<(f64, u64)>;
 
 /// `GET url` and the body of a 200 answer.
 pub fn get(url: &str) -> Result<String, String> {
+    // Every message names the URL with any password hidden; a `user:password@` before the host
+    // is dropped from the address (it is never sent: `/metrics` takes no credentials).
+    let shown = crate::support::redact::by_hand(url, &[]);
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// metrics URLs are supported"))?;
+        .ok_or_else(|| format!("{shown}: only http:// metrics URLs are supported"))?;
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/metrics"),
     };
+    let host = host.rsplit_once('@').map_or(host, |(_, address)| address);
     let addr = host
         .to_socket_addrs()
         .map_err(|e| format!("{host}: {e}"))?
@@ -56,20 +60,22 @@ pub fn get(url: &str) -> Result<String, String> {
         }
         body.extend_from_slice(&chunk[..n]);
         if body.len() as u64 > RESPONSE_BYTES_MAX {
-            return Err(format!("{url}: response over {RESPONSE_BYTES_MAX} bytes"));
+            return Err(format!("{shown}: response over {RESPONSE_BYTES_MAX} bytes"));
         }
         if Instant::now() > deadline {
-            return Err(format!("{url}: no complete answer within {TIMEOUT_MS} ms"));
+            return Err(format!(
+                "{shown}: no complete answer within {TIMEOUT_MS} ms"
+            ));
         }
     }
     let text = String::from_utf8_lossy(&body);
     let (head, body) = text
         .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{url}: not an HTTP response"))?;
+        .ok_or_else(|| format!("{shown}: not an HTTP response"))?;
     match head.split_whitespace().nth(1) {
         Some("200") => Ok(body.to_owned()),
-        Some(code) => Err(format!("{url}: HTTP {code}")),
-        None => Err(format!("{url}: not an HTTP response")),
+        Some(code) => Err(format!("{shown}: HTTP {code}")),
+        None => Err(format!("{shown}: not an HTTP response")),
     }
 }
 

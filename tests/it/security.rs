@@ -704,3 +704,76 @@ fn a_db_path_that_is_not_a_ledger_is_refused_and_left_as_it_was() {
     assert!(!w.dir.path().join("nowhere.db").exists() && !planted.exists());
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "not a ledger\n");
 }
+
+#[test]
+fn a_postgres_address_not_written_as_a_url_is_refused_without_being_repeated() {
+    // A libpq key=value string, the scheme in capitals, a space before it: each would have
+    // been a local SQLite file named after it, password and all. Each is refused (exit 2),
+    // its password in no output, and no file is made.
+    let w = World::new();
+    let secret = "S3cr3tPW";
+    for db in [
+        format!("host=127.0.0.1 user=postgres password={secret} dbname=ledger"),
+        format!("POSTGRES://postgres:{secret}@127.0.0.1/ledger"),
+        format!(" postgres://postgres:{secret}@127.0.0.1/ledger"),
+    ] {
+        for args in [&["status"][..], &["run", "--exit-when-idle"], &["verify"]] {
+            let out = w
+                .cmd(args)
+                .env("CLAIMGATE_DB", &db)
+                .current_dir(w.dir.path())
+                .run_with_deadline();
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?} {db:?}: {}",
+                text(&out)
+            );
+            assert!(!text(&out).contains(secret), "{}", text(&out));
+            assert!(text(&out).contains("--db looks like a PostgreSQL address"));
+        }
+    }
+    let made: Vec<String> = std::fs::read_dir(w.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(secret))
+        .collect();
+    assert!(made.is_empty(), "files named with the password: {made:?}");
+}
+
+#[test]
+fn a_metrics_urls_password_shows_in_no_watch_note_and_no_help() {
+    let w = World::new();
+    w.add(&[submission(1)]);
+    w.drain(&[]);
+    let secret = "S3cr3tPW";
+    // Nothing listens on port 9, and https is not spoken: each note says why there is no
+    // commit p99, naming the address or the URL without the password.
+    for (url, note) in [
+        (
+            format!("http://admin:{secret}@127.0.0.1:9/metrics"),
+            "\"commit_p99_note\":\"127.0.0.1:9: ",
+        ),
+        (
+            format!("https://admin:{secret}@127.0.0.1:9/metrics"),
+            "\"commit_p99_note\":\"https://admin:***@127.0.0.1:9/metrics: only http://",
+        ),
+    ] {
+        let watch = w.spawn(&["status", "--watch", "0.2", "--json", "--metrics-url", &url]);
+        assert!(wait_for(std::time::Duration::from_secs(30), || watch
+            .log_text()
+            .contains("commit_p99_note")));
+        let log = watch.log_text();
+        assert!(!log.contains(secret), "{log}");
+        assert!(log.contains(note), "{log}");
+    }
+    let help = w
+        .cmd(&["status", "--help"])
+        .env(
+            "CLAIMGATE_METRICS_URL",
+            format!("http://admin:{secret}@127.0.0.1:9/metrics"),
+        )
+        .run_with_deadline();
+    assert!(help.status.success());
+    assert!(!text(&help).contains(secret), "{}", text(&help));
+}
