@@ -135,7 +135,7 @@ impl RunArgs {
             ));
         }
         if let Some(path) = &self.anchor_out {
-            crate::support::files::append_private(path)
+            crate::support::files::append_private(path, crate::ops::evidence::is_anchor_line)
                 .map_err(|e| Error::Config(format!("anchors file {}: {e}", path.display())))?;
         }
         let key = self

@@ -208,8 +208,16 @@ pub fn init(options: &Options) -> Result<()> {
 }
 
 fn open_private_append(path: &std::path::Path) -> Result<std::fs::File> {
-    crate::support::files::append_private(path)
+    crate::support::files::append_private(path, is_log_line)
         .map_err(|e| Error::Config(format!("cannot open audit log {}: {e}", path.display())))
+}
+
+/// Whether `line` is one `--audit-log` holds: a human line, which starts with its time, or a
+/// JSON line. What an existing audit log must start with before anything is appended to it.
+fn is_log_line(line: &str) -> bool {
+    let time = line.split(' ').next().unwrap_or_default();
+    crate::domain::clock::instant_utc(time).is_some()
+        || serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
 }
 
 /// One log line, newline included.

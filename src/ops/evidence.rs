@@ -128,11 +128,17 @@ pub fn take(ledger: &dyn Backend, key: Option<&SigningKey>) -> Result<Anchor> {
 pub fn append(path: &Path, anchor: &Anchor) -> Result<()> {
     let mut line = anchor.to_line();
     line.push('\n');
-    let mut f = crate::support::files::append_private(path)
+    let mut f = crate::support::files::append_private(path, is_anchor_line)
         .map_err(|e| Error::io(format!("opening anchors file {}", path.display()), e))?;
     f.write_all(line.as_bytes())
         .and_then(|()| f.sync_data())
         .map_err(|e| Error::io(format!("appending to {}", path.display()), e))
+}
+
+/// Whether `line` is one an anchors file holds: an anchor. What an existing `--anchor-out` or
+/// `audit anchor --out` file must start with before anything is appended to it.
+pub fn is_anchor_line(line: &str) -> bool {
+    serde_json::from_str::<Anchor>(line).is_ok()
 }
 
 /// Reads an anchors file. A line that is not an anchor is a failure naming it (exit 1): a

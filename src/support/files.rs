@@ -22,13 +22,48 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 /// Opens `path` for appending, creating it 0600 if it does not exist: for a log that a restart
-/// continues rather than replaces.
-pub fn append_private(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
+/// continues rather than replaces. An existing file is appended to only if it is a plain file
+/// (not a symlink, whose target would be written through, nor a FIFO, which would hang), and
+/// its first line is `looks_right`: what this log holds, so a mistyped path cannot add lines
+/// to a key file, a ledger or anything else. Its mode is then made owner-only.
+pub fn append_private(path: &Path, looks_right: fn(&str) -> bool) -> std::io::Result<File> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::PermissionsExt;
+    let mut file = OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .mode(PRIVATE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => Error::new(
+                ErrorKind::InvalidInput,
+                "is a symlink; name the file itself",
+            ),
+            Some(libc::ENXIO) => Error::new(ErrorKind::InvalidInput, "is a FIFO, not a file"),
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "is not a plain file"));
+    }
+    if meta.len() > 0 {
+        let mut head = Vec::with_capacity(4096);
+        (&mut file).take(4096).read_to_end(&mut head)?;
+        let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+        if !std::str::from_utf8(first).is_ok_and(looks_right) {
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                "holds something else (its first line is not one this file takes); \
+                 name a new file or one it wrote",
+            ));
+        }
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_MODE))?;
+    }
+    Ok(file)
 }
 
 /// Makes an existing `path` owner-only if group or others have any access to it, by taking
@@ -73,11 +108,29 @@ mod tests {
     fn appending_keeps_what_was_there_and_creates_owner_only() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        append_private(&path).unwrap().write_all(b"a\n").unwrap();
-        append_private(&path).unwrap().write_all(b"b\n").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"a\nb\n");
+        let ours = |line: &str| line.starts_with("log ");
+        append_private(&path, ours)
+            .unwrap()
+            .write_all(b"log a\n")
+            .unwrap();
+        append_private(&path, ours)
+            .unwrap()
+            .write_all(b"log b\n")
+            .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"log a\nlog b\n");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, PRIVATE_MODE);
+        // Another kind of file, a symlink to this one: refused, nothing written.
+        let other = dir.path().join("key");
+        std::fs::write(&other, b"secret\n").unwrap();
+        let e = append_private(&other, ours).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(std::fs::read(&other).unwrap(), b"secret\n");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let e = append_private(&link, ours).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(std::fs::read(&path).unwrap(), b"log a\nlog b\n");
     }
 
     #[test]

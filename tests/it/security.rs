@@ -777,3 +777,64 @@ fn a_metrics_urls_password_shows_in_no_watch_note_and_no_help() {
     assert!(help.status.success());
     assert!(!text(&help).contains(secret), "{}", text(&help));
 }
+
+#[test]
+fn an_anchors_file_or_audit_log_is_appended_only_to_a_plain_file_of_its_own_kind() {
+    // A mistyped --out or --audit-log naming the signing key, its public half, the ledger, a
+    // symlink or a FIFO: refused, each left byte for byte as it was, and nothing hangs. The
+    // anchors file itself, loosened to 0644, is appended to and made owner-only again.
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    w.add(&[submission(1)]);
+    w.drain(&[]);
+    let path = |name: &str| w.dir.path().join(name);
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    w.run_ok(&["audit", "keygen", "--out", &s(&path("k"))]);
+    let anchors = path("anchors.jsonl");
+    w.run_ok(&["audit", "anchor", "--out", &s(&anchors)]);
+    std::os::unix::fs::symlink(&anchors, path("link.jsonl")).unwrap();
+    let fifo = path("fifo");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+
+    let db = s(&w.db);
+    for (args, target) in [
+        (vec!["audit", "anchor", "--out", &s(&path("k"))], path("k")),
+        (vec!["audit", "anchor", "--out", &db], w.db.clone()),
+        (
+            vec!["audit", "anchor", "--out", &s(&path("link.jsonl"))],
+            anchors.clone(),
+        ),
+        (vec!["audit", "anchor", "--out", &s(&fifo)], fifo.clone()),
+        (
+            vec!["run", "--exit-when-idle", "--audit-log", &s(&path("k.pub"))],
+            path("k.pub"),
+        ),
+    ] {
+        let before = std::fs::symlink_metadata(&target)
+            .unwrap()
+            .is_file()
+            .then(|| std::fs::read(&target).unwrap());
+        let out = w.run(&args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        if let Some(before) = before {
+            assert_eq!(
+                std::fs::read(&target).unwrap(),
+                before,
+                "{args:?} wrote to it"
+            );
+        }
+    }
+    w.run_ok(&["verify"]);
+
+    std::fs::set_permissions(&anchors, std::fs::Permissions::from_mode(0o644)).unwrap();
+    w.run_ok(&["audit", "anchor", "--out", &s(&anchors)]);
+    assert_eq!(
+        std::fs::read_to_string(&anchors).unwrap().lines().count(),
+        2
+    );
+    let mode = std::fs::metadata(&anchors).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    w.run_ok(&["audit", "verify", "--anchors", &s(&anchors)]);
+}
