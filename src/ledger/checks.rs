@@ -8,6 +8,7 @@
 use crate::domain::audit::Record;
 use crate::domain::clock;
 use crate::error::{Error, Result};
+use crate::ledger::Hold;
 
 /// A claim's `submission_instant` is the instant its `submission_timestamp` names. The claim's
 /// uniqueness leads with that column (`schema.sql`), so a claim whose instant was moved, by even
@@ -61,38 +62,40 @@ impl Holds {
         }
     }
 
-    /// Compares the holds table's rows (award, reason, when placed) with the chain's; the
-    /// first difference is [`Error::Invariant`].
-    pub fn compare(&self, table: &[(String, String, String)]) -> Result<()> {
+    /// Compares the holds table's rows with the chain's; the first difference is
+    /// [`Error::Invariant`].
+    pub fn compare(&self, table: &[Hold]) -> Result<()> {
         let in_force: Vec<(&String, &(String, String))> = self
             .by_award
             .iter()
             .filter_map(|(award, hold)| hold.as_ref().map(|h| (award, h)))
             .collect();
         for (award, (reason, held_at)) in &in_force {
-            match table.iter().find(|(a, _, _)| a == *award) {
+            match table.iter().find(|h| &h.award_id == *award) {
                 None => {
                     return Err(Error::Invariant(format!(
                         "legal holds differ from the audit trail: award {award} was placed on hold \
                          at {held_at} and no record lifts it, but the holds table has no hold for it"
                     )))
                 }
-                Some((_, r, at)) if r != reason || at != held_at => {
+                Some(h) if &h.reason != reason || &h.held_at != held_at => {
                     return Err(Error::Invariant(format!(
                         "legal holds differ from the audit trail: award {award}'s hold reads \
-                         ({r:?}, placed {at}) but its record says ({reason:?}, placed {held_at})"
+                         ({:?}, placed {}) but its record says ({reason:?}, placed {held_at})",
+                        h.reason, h.held_at
                     )))
                 }
                 Some(_) => {}
             }
         }
-        if let Some((award, _, at)) = table
+        if let Some(h) = table
             .iter()
-            .find(|(a, _, _)| !in_force.iter().any(|(award, _)| *award == a))
+            .find(|h| !in_force.iter().any(|(award, _)| **award == h.award_id))
         {
             return Err(Error::Invariant(format!(
-                "legal holds differ from the audit trail: award {award} is held (placed {at}) but \
-                 no record in force placed that hold"
+                "legal holds differ from the audit trail: award {} is held (placed {}) but no \
+                 record in force placed that hold",
+                h.award_id, h.held_at
             )));
         }
         Ok(())

@@ -76,20 +76,7 @@ impl Retention for PgLedger {
     }
 
     fn holds(&self) -> Result<Vec<Hold>> {
-        Ok(self
-            .conn()?
-            .client
-            .query(
-                "SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id",
-                &[],
-            )?
-            .iter()
-            .map(|r| Hold {
-                award_id: r.get(0),
-                reason: r.get(1),
-                held_at: r.get(2),
-            })
-            .collect())
+        holds_in(&mut self.conn()?.client)
     }
 
     fn export_purge(
@@ -507,4 +494,20 @@ fn delete_claims(
         )?;
     }
     Ok(ids.len() as u64)
+}
+
+/// Every hold, by award, as `client` (a connection or a transaction's snapshot) sees them.
+pub(super) fn holds_in(client: &mut impl postgres::GenericClient) -> Result<Vec<Hold>> {
+    Ok(client
+        .query(
+            "SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id",
+            &[],
+        )?
+        .iter()
+        .map(|r| Hold {
+            award_id: r.get(0),
+            reason: r.get(1),
+            held_at: r.get(2),
+        })
+        .collect())
 }

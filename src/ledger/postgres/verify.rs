@@ -267,15 +267,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     })?;
     let (records, head_hash) = chain::end(&links)?;
     head(tx, last_seq, &head_hash)?;
-    let table: Vec<(String, String, String)> = tx
-        .query(
-            "SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id",
-            &[],
-        )?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    holds.compare(&table)?;
+    holds.compare(&super::retention::holds_in(tx)?)?;
     let unlinked: i64 = tx
         .query_one(
             "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",

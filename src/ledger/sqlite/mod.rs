@@ -294,12 +294,12 @@ fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
 /// existed already.
 ///
 /// An existing ledger, or a `-wal`/`-shm` left beside it by an earlier process, that group or
-/// others can read is then made owner-only ([`make_ledger_private`]) (0644 becomes 0600), with a WARN naming the file and the
-/// mode it had. Changing it rather than only warning is deliberate: SQLite creates `-wal` and
-/// `-shm` with the main file's mode (overriding the umask), so a loose ledger would keep
-/// producing loose WAL files holding the latest payments, and a warning alone would leave them
-/// readable. Copies are taken with `claimgate backup`, which needs no group access to the live
-/// file.
+/// others can read is then made owner-only by [`make_ledger_private`] (0644 becomes 0600), with
+/// a WARN naming the file and the mode it had. Changing it rather than only warning is
+/// deliberate: SQLite creates `-wal` and `-shm` with the main file's mode (overriding the
+/// umask), so a loose ledger would keep producing loose WAL files holding the latest payments,
+/// and a warning alone would leave them readable. Copies are taken with `claimgate backup`,
+/// which needs no group access to the live file.
 fn create_private(path: &Path) -> Result<bool> {
     match crate::support::files::create_private(path) {
         Ok(_) => Ok(false),
@@ -340,9 +340,9 @@ fn refuse_what_is_not_a_ledger(path: &Path) -> Result<()> {
         match std::fs::symlink_metadata(file) {
             Ok(meta) if !meta.file_type().is_file() => {
                 return refuse(format!(
-                "{} is not a plain file (a symlink?); SQLite's own files beside a ledger never are",
-                file.display()
-            ))
+                    "{} is not a plain file (a symlink?), as SQLite's own never are",
+                    file.display()
+                ))
             }
             _ => {}
         }

@@ -156,7 +156,7 @@ fn hold_remove(conn: &mut Connection, award_id: &str, now: &str) -> Result<bool>
 }
 
 /// Every hold, by award.
-fn holds(conn: &Connection) -> Result<Vec<Hold>> {
+pub(super) fn holds(conn: &Connection) -> Result<Vec<Hold>> {
     let mut stmt =
         conn.prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?;
     let rows = stmt.query_map([], |r| {

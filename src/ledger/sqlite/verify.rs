@@ -65,8 +65,8 @@ const CHECKS: [(&str, &str); 15] = [
          ORDER BY d.id LIMIT 1",
     ),
     (
-        // The schema makes the claim the disbursement's key (`schema::constraints` checks it
-        // is still there); this names the claim if a second disbursement got in anyway.
+        // The schema makes the claim the disbursement's key ([`constraints`] checks it is
+        // still there); this names the claim if a second disbursement got in anyway.
         "claim with more than one disbursement",
         "SELECT 'claim ' || claim_id || ' has ' || COUNT(*) || ' disbursements'
          FROM disbursements GROUP BY claim_id HAVING COUNT(*) > 1 LIMIT 1",
@@ -216,11 +216,7 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
         chain::check(&mut links, &r)
     })?;
     chain::end(&links)?;
-    let table: Vec<(String, String, String)> = tx
-        .prepare("SELECT award_id, reason, held_at FROM legal_holds ORDER BY award_id")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    holds.compare(&table)?;
+    holds.compare(&super::purge::holds(&tx)?)?;
     Ok(Summary {
         claims: count("SELECT COUNT(*) FROM processed_messages")?,
         disbursements,
