@@ -15,6 +15,9 @@ pub const INSTALL_HINT: &str = "sudo apt-get install -y redis-server";
 /// How long a started server has to answer PING.
 const START_WAIT_MS_MAX: u64 = 10_000;
 
+/// How many times a private server that exits at start is started on fresh ports.
+pub const START_TRIES: usize = 5;
+
 /// How a private server is started.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -89,23 +92,38 @@ impl LocalRedis {
         Ok(server)
     }
 
-    /// Starts a server whose data lives in `dir` (which must exist).
+    /// Starts a server whose data lives in `dir` (which must exist). A server that exits at
+    /// start (most often because another process bound its port between [`free_port`] and
+    /// the server's own bind) is started again on fresh ports, up to [`START_TRIES`] times.
     pub fn start_in(dir: &Path, options: Options) -> Result<Self> {
-        let port = free_port()?;
-        let tls_port = match options.tls {
-            Some(_) => Some(free_port()?),
-            None => None,
-        };
-        let mut server = LocalRedis {
-            child: None,
-            port,
-            tls_port,
-            dir: dir.to_owned(),
-            _tmp: None,
-            options,
-        };
-        server.spawn()?;
-        Ok(server)
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let tls_port = match options.tls {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
+            let mut server = LocalRedis {
+                child: None,
+                port: free_port()?,
+                tls_port,
+                dir: dir.to_owned(),
+                _tmp: None,
+                options: options.clone(),
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(_) if tries < START_TRIES && server.exited() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// True when the server process was started and has exited.
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
     }
 
     /// `redis://127.0.0.1:PORT`, with the password if one is set.
@@ -247,12 +265,85 @@ pub(crate) fn spawn_redis_server(cmd: &mut Command, doing: &str) -> Result<Child
         })
 }
 
-/// A TCP port nobody was listening on a moment ago.
+/// The lowest port [`free_port`] hands out.
+const PRIVATE_PORT_MIN: u16 = 10_000;
+
+/// The port after the last one [`free_port`] handed out in this process (0 before the first).
+static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+
+/// A loopback TCP port nobody was listening on a moment ago, for a private server to bind.
+///
+/// Taken below the kernel's ephemeral range, never from it: a port `bind(0)` hands out is one
+/// the kernel may give the very next outgoing connection (a test's Redis or PostgreSQL client)
+/// as its local port, and a server started on it then fails with "Address already in use" (a
+/// sentinel test failed in CI so). Within a process the ports go round the range from a random
+/// start, so two servers started at once are not handed the same port. The servers that start
+/// on one still check that they did ([`LocalRedis::start_in`] tries again on fresh ports).
 pub fn free_port() -> Result<u16> {
+    let ephemeral_min = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_min < PRIVATE_PORT_MIN + 1_000 {
+        return kernel_port();
+    }
+    let span = ephemeral_min - PRIVATE_PORT_MIN;
+    let start = fastrand::u16(..span);
+    let _ = NEXT_PORT.compare_exchange(
+        0,
+        start + 1,
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let offset = NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
+        let port = PRIVATE_PORT_MIN + offset;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    kernel_port()
+}
+
+/// A port the kernel picks from its ephemeral range (for a machine whose range leaves nothing
+/// below it).
+fn kernel_port() -> Result<u16> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("finding a free port", e))?;
     Ok(listener
         .local_addr()
         .map_err(|e| Error::io("finding a free port", e))?
         .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ports handed out lie below the kernel's ephemeral range (where no outgoing
+    /// connection can be given one), are distinct within the process, and can be bound.
+    #[test]
+    fn free_ports_are_private_distinct_and_bindable() {
+        let ephemeral_min: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            ports.len(),
+            "a port handed out twice: {ports:?}"
+        );
+        for port in ports {
+            assert!(
+                (PRIVATE_PORT_MIN..ephemeral_min).contains(&port),
+                "port {port} is outside {PRIVATE_PORT_MIN}..{ephemeral_min}"
+            );
+            TcpListener::bind(("127.0.0.1", port)).expect("a free port binds");
+        }
+    }
 }

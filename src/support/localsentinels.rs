@@ -11,7 +11,7 @@
 //! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
 //! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
 
-use super::localredis::{free_port, spawn_redis_server, LocalRedis, Options, Tls};
+use super::localredis::{free_port, spawn_redis_server, LocalRedis, Options, Tls, START_TRIES};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -85,17 +85,9 @@ impl LocalSentinels {
         let mut sentinels = Vec::new();
         let mut tls_ports = Vec::new();
         for _ in 0..3 {
-            let port = free_port()?;
-            let tls_port = match &tls {
-                Some(tls) => {
-                    let p = free_port()?;
-                    tls_ports.push(p);
-                    Some((p, tls))
-                }
-                None => None,
-            };
-            let child = spawn_sentinel(dir.path(), port, tls_port, primary_port)?;
+            let (port, tls_port, child) = start_sentinel(dir.path(), tls.as_ref(), primary_port)?;
             sentinels.push((port, child));
+            tls_ports.extend(tls_port);
         }
         let set = LocalSentinels {
             nodes: [primary, replica],
@@ -206,6 +198,54 @@ impl Drop for LocalSentinels {
 
 fn config_path(dir: &Path, port: u16) -> PathBuf {
     dir.join(format!("sentinel-{port}.conf"))
+}
+
+/// Starts a sentinel on fresh ports and waits until it answers PING. One that exits at start
+/// (another process bound its port first) is started again on other ports, up to
+/// [`START_TRIES`] times. Returns its port, its TLS port (with `tls`) and the process.
+fn start_sentinel(
+    dir: &Path,
+    tls: Option<&Tls>,
+    primary_port: u16,
+) -> Result<(u16, Option<u16>, Child)> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let port = free_port()?;
+        let tls_port = match tls {
+            Some(_) => Some(free_port()?),
+            None => None,
+        };
+        let mut child = spawn_sentinel(dir, port, tls_port.zip(tls), primary_port)?;
+        let deadline = Instant::now() + Duration::from_millis(READY_WAIT_MS_MAX);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                if tries < START_TRIES {
+                    break;
+                }
+                return Err(Error::Other(format!(
+                    "redis-server --sentinel exited at start {START_TRIES} times, the last \
+                     on port {port} ({status}); see {}",
+                    dir.join(format!("sentinel-{port}.log")).display()
+                )));
+            }
+            let ping = sentinel_conn(port)
+                .and_then(|mut c| Ok(redis::cmd("PING").query::<String>(&mut c)?));
+            if ping.is_ok() {
+                return Ok((port, tls_port, child));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Other(format!(
+                    "redis-server --sentinel on port {port} did not answer within \
+                     {READY_WAIT_MS_MAX} ms; see {}",
+                    dir.join(format!("sentinel-{port}.log")).display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Writes a sentinel's config file (sentinels rewrite it as they learn, so it is theirs) and
