@@ -561,6 +561,91 @@ fn a_ledger_copied_back_by_hand_stops_the_relay_and_restore_waits_for_the_worker
 }
 
 #[test]
+fn a_ledger_named_through_a_symlink_is_locked_and_restored_as_the_one_file_it_is() {
+    // The ledger is data/ledger.db, run through a link (current.db -> data/ledger.db), as a
+    // deployment that switches volumes might. 1. While a worker runs through the link, a
+    // restore naming the real file is refused: both saw one lock. 2. Stopped, a restore through
+    // the link replaces the real file and leaves the link a link to it; no lock file is made
+    // beside the link.
+    let w = World::new();
+    let data = w.dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let real = data.join("ledger.db");
+    let link = w.dir.path().join("current.db");
+    std::os::unix::fs::symlink("data/ledger.db", &link).unwrap();
+    let (real_s, link_s) = (real.to_str().unwrap(), link.to_str().unwrap());
+    let disbursements = || -> i64 {
+        Connection::open(&real)
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM disbursements", [], |r| r.get(0))
+            .unwrap()
+    };
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    w.drain(&["--db", real_s]);
+    let backup = w.dir.path().join("backup.db");
+    w.run_ok(&["backup", backup.to_str().unwrap(), "--db", link_s]);
+    w.add(&(5..8).map(submission).collect::<Vec<_>>());
+
+    let mut worker = w.spawn(&["run", "--claim-idle-ms", "200", "--db", link_s]);
+    assert!(support::wait_for(Duration::from_secs(20), || {
+        disbursements() == 8
+    }));
+    let refused = w.run(&["restore", backup.to_str().unwrap(), "--db", real_s]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("is in use"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(disbursements(), 8, "nothing changed");
+    support::signal(&worker, libc::SIGTERM);
+    assert!(support::wait_exit(&mut worker, Duration::from_secs(20)).success());
+
+    w.run_ok(&["restore", backup.to_str().unwrap(), "--db", link_s]);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link is still a link"
+    );
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        Path::new("data/ledger.db")
+    );
+    assert_eq!(disbursements(), 5, "the real file holds the backup");
+    let names = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(
+        names(&data)
+            .iter()
+            .any(|n| n.starts_with("ledger.db.replaced-")),
+        "the replaced ledger is kept beside the real file: {:?}",
+        names(&data)
+    );
+    assert!(names(&data).contains(&"ledger.db.lock".to_owned()));
+    assert!(
+        !names(w.dir.path())
+            .iter()
+            .any(|n| n.starts_with("current.db.")),
+        "nothing made beside the link: {:?}",
+        names(w.dir.path())
+    );
+    w.add(&[submission(9)]);
+    w.drain(&["--db", link_s]);
+    assert_eq!(
+        disbursements(),
+        6,
+        "a worker through the link writes the restored file"
+    );
+    w.run_ok(&["verify", "--db", real_s]);
+}
+
+#[test]
 fn a_backup_of_another_ledger_is_not_matched_with_this_events_stream() {
     // A backup of ledger B restored where ledger A published: nothing is marked published on
     // A's mark, `restore` says so, and the relay refuses the stream instead of skipping rows.

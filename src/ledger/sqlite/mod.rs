@@ -80,6 +80,10 @@ impl SqliteLedger {
     /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger at `cfg.path`,
     /// applies the schema and, with `cfg.background_checkpoints`, starts the checkpointer.
     pub fn open(cfg: &LedgerConfig) -> Result<Self> {
+        let cfg = &LedgerConfig {
+            path: real_file(&cfg.path),
+            ..cfg.clone()
+        };
         if !cfg.create && !cfg.path.exists() {
             return Err(Error::Config(format!(
                 "no ledger at {}",
@@ -348,6 +352,25 @@ fn refuse_what_is_not_a_ledger(path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The ledger file `path` names, through symlinks: the target's path when `path` is a symlink
+/// to something, else `path` itself (a symlink to nothing is refused later, by
+/// [`refuse_what_is_not_a_ledger`]).
+///
+/// **Why:** the lock file sits beside the path it is given (`lock.rs`), and SQLite puts `-wal`
+/// and `-shm` beside the symlink's target. A worker opening the ledger through a link and a
+/// `restore` naming the real file would take locks on two different files, and the restore
+/// would swap the ledger under the running worker; a restore through the link would put a
+/// plain file in place of the link and leave the real ledger as it was. Every process resolves
+/// the link first, so all of them lock, check and replace the one real file.
+pub(crate) fn real_file(path: &Path) -> PathBuf {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+        }
+        _ => path.to_owned(),
+    }
 }
 
 /// Refuses (configuration error, exit 2) a file SQLite says is not a database, as its first

@@ -42,6 +42,8 @@ pub(crate) struct Restore {
 
 /// Steps 1 and 2: lock the ledger, copy and check the backup.
 pub(crate) fn prepare(db: &Path, backup: &Path) -> Result<Restore> {
+    // The file itself, not a link to it: the lock and the swap are the real file's.
+    let db = &super::real_file(db);
     if !backup.is_file() {
         return Err(Error::Config(format!(
             "no backup file at {}",
