@@ -273,6 +273,19 @@ impl Conn {
     }
 }
 
+/// `e`, naming `key` when Redis answered WRONGTYPE: a string or hash written under the stream's
+/// (or dead-letter stream's) name by another client is not an outage, and the operator must
+/// learn which key to look at. Anything else comes back unchanged.
+pub fn naming_key(e: Error, key: &str) -> Error {
+    match &e {
+        Error::Redis(r) if r.code() == Some("WRONGTYPE") => Error::Other(format!(
+            "the Redis key {key} is not a stream (something else was written under that \
+             name); rename or delete it, or point claimgate at another stream"
+        )),
+        _ => e,
+    }
+}
+
 /// Creates the consumer group at the start of the stream (id 0, MKSTREAM) if it is absent, so
 /// entries queued before the first start are processed. Returns true if it was created.
 pub fn ensure_group(conn: &mut Conn, stream: &str, group: &str) -> Result<bool> {
@@ -285,7 +298,7 @@ pub fn ensure_group(conn: &mut Conn, stream: &str, group: &str) -> Result<bool> 
     match conn.query::<Value>(&cmd) {
         Ok(_) => Ok(true),
         Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(false),
-        Err(e) => Err(e),
+        Err(e) => Err(naming_key(e, stream)),
     }
 }
 

@@ -240,7 +240,10 @@ mod tests {
                 outbox_backlog: 3,
                 ..Stats::default()
             },
-            redis: Err("down".into()),
+            redis: Err(crate::ops::status::RedisTrouble {
+                unreachable: true,
+                message: "down".into(),
+            }),
         };
         let metrics = Metrics::default();
         metrics.observe_commit(Duration::from_millis(3));
@@ -294,7 +297,10 @@ mod tests {
         let status = Status {
             db: "x.db".into(),
             ledger: Stats::default(),
-            redis: Err("down".into()),
+            redis: Err(crate::ops::status::RedisTrouble {
+                unreachable: true,
+                message: "down".into(),
+            }),
         };
         let metrics = Metrics::default();
         let gauge = |text: &str, name: &str| -> f64 {
@@ -328,7 +334,10 @@ mod tests {
                 disbursed_cents_total: i128::from(u64::MAX) + 5,
                 ..Stats::default()
             },
-            redis: Err("down".into()),
+            redis: Err(crate::ops::status::RedisTrouble {
+                unreachable: true,
+                message: "down".into(),
+            }),
         };
         let text = render(&status, &Metrics::default(), true);
         let line = format!("claimgate_disbursed_cents_total {}", u64::MAX);

@@ -197,7 +197,8 @@ pub fn for_each(conn: &mut Conn, cfg: &Config, mut f: impl FnMut(&Letter)) -> Re
             .arg("+")
             .arg("COUNT")
             .arg(LIST_PAGE_ENTRIES_MAX);
-        let mut page = parse_entries(conn.query(&cmd)?)?;
+        let reply = conn.query(&cmd).map_err(|e| stream::naming_key(e, &dead))?;
+        let mut page = parse_entries(reply)?;
         mark_replayed(conn, &dead, &mut page)?;
         page.iter().for_each(&mut f);
         match page.last() {
@@ -305,7 +306,9 @@ fn is_stream_id(id: &str) -> bool {
 }
 
 fn fetch(conn: &mut Conn, dead: &str, id: &str) -> Result<Option<Letter>> {
-    let reply = conn.query(redis::cmd("XRANGE").arg(dead).arg(id).arg(id))?;
+    let reply = conn
+        .query(redis::cmd("XRANGE").arg(dead).arg(id).arg(id))
+        .map_err(|e| stream::naming_key(e, dead))?;
     Ok(parse_entries(reply)?.into_iter().next())
 }
 

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::domain::money::dollars;
 use crate::error::{Error, Result};
 use crate::ledger::{Backend, Stats};
+use crate::support::escape::controls;
 use redis::Value;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -67,14 +68,28 @@ pub struct Status {
     /// Ledger counts and totals.
     pub ledger: Stats,
     /// The stream side, or why it could not be read.
-    pub redis: std::result::Result<RedisStatus, String>,
+    pub redis: std::result::Result<RedisStatus, RedisTrouble>,
+}
+
+/// Why the stream side could not be read.
+#[derive(Debug, Clone)]
+pub struct RedisTrouble {
+    /// True when Redis could not be reached (a transient error); false when it answered with
+    /// something that will not clear by itself, such as a key of the wrong type.
+    pub unreachable: bool,
+    /// The error, for the operator.
+    pub message: String,
 }
 
 /// Reads the stream side. A missing stream or group reads as empty, not as an error.
 pub fn redis_status(cfg: &Config, conn: &mut Conn) -> Result<RedisStatus> {
-    let length: u64 = conn.query(redis::cmd("XLEN").arg(&cfg.stream))?;
+    let mut xlen = |key: &str| -> Result<u64> {
+        conn.query(redis::cmd("XLEN").arg(key))
+            .map_err(|e| stream::naming_key(e, key))
+    };
+    let length = xlen(&cfg.stream)?;
     let dead_letter_stream = cfg.dead_stream();
-    let dead_letters: u64 = conn.query(redis::cmd("XLEN").arg(&dead_letter_stream))?;
+    let dead_letters = xlen(&dead_letter_stream)?;
     let mut status = RedisStatus {
         url: stream::redact(&cfg.redis_url),
         stream: cfg.stream.clone(),
@@ -141,7 +156,11 @@ pub fn gather(cfg: &Config, ledger: &dyn Backend, conn: &mut Conn) -> Result<Sta
         redis: match redis_status(cfg, conn) {
             // A master name no sentinel knows is the command line's fault, not an outage.
             Err(e @ Error::Config(_)) => return Err(e),
-            other => other.map_err(|e| e.to_string()),
+            // "Unreachable" only for what is: a key of the wrong type is not an outage.
+            other => other.map_err(|e| RedisTrouble {
+                unreachable: e.is_transient(),
+                message: e.to_string(),
+            }),
         },
     })
 }
@@ -167,7 +186,10 @@ impl Status {
             ledger: &self.ledger,
             redis: match &self.redis {
                 Ok(r) => serde_json::to_value(r).expect("status serializes"),
-                Err(e) => serde_json::json!({ "url": stream::redact(&cfg.redis_url), "error": e }),
+                Err(e) => serde_json::json!({
+                    "url": stream::redact(&cfg.redis_url),
+                    "error": e.message,
+                }),
             },
         }
     }
@@ -235,7 +257,10 @@ pub fn table(s: &Status) -> String {
         ("  audit records".into(), l.audit_records.to_string()),
     ];
     match &s.redis {
-        Err(e) => rows.push(("redis".into(), format!("unreachable: {e}"))),
+        Err(e) if e.unreachable => {
+            rows.push(("redis".into(), format!("unreachable: {}", e.message)))
+        }
+        Err(e) => rows.push(("redis".into(), e.message.clone())),
         Ok(r) => {
             rows.push(("redis".into(), r.url.clone()));
             if let Some(v) = &r.sentinel {
@@ -295,7 +320,18 @@ pub fn table(s: &Status) -> String {
             ));
         }
     }
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    // Consumer names, replica addresses and error texts come from whoever can write to Redis
+    // (any client may XREADGROUP under a name of its choosing): none may rewrite the
+    // operator's terminal.
+    let rows: Vec<(String, String)> = rows
+        .iter()
+        .map(|(k, v)| (controls(k).into_owned(), controls(v).into_owned()))
+        .collect();
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
     rows.iter()
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
         .collect()

@@ -661,6 +661,111 @@ fn a_producers_bytes_cannot_rewrite_the_operators_screen_through_dlq_list_or_sho
 }
 
 #[test]
+fn a_consumer_name_chosen_by_any_redis_client_cannot_rewrite_the_status_table() {
+    // Anyone who can reach Redis can join the group under a name of their choosing: one that
+    // clears the screen, starts a forged `pending 0` row and reverses its line. `status`
+    // prints it on one line, escaped, and still shows it.
+    let w = World::new();
+    w.add(&[submission(1)]);
+    w.drain(&[]);
+    let evil = "mallory\u{1b}[2J\n    consumer ok  pending 0\u{202e}";
+    let made: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg("grants:submissions")
+        .arg(claimgate::config::GROUP_DEFAULT)
+        .arg(evil)
+        .query(&mut w.conn())
+        .unwrap();
+    assert_eq!(made, 1);
+    let out = String::from_utf8(w.run_ok(&["status"]).stdout).unwrap();
+    for line in out.lines() {
+        assert!(
+            !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{line:?}"
+        );
+    }
+    assert!(
+        out.contains("consumer mallory\\u{1b}[2J\\n    consumer ok  pending 0\\u{202e}"),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("consumer ")).count(),
+        2,
+        "the worker and mallory, one line each: {out}"
+    );
+}
+
+#[test]
+fn a_string_written_over_the_dead_letter_stream_is_named_and_loses_nothing() {
+    // Someone with write access to Redis SETs a string where the dead-letter stream goes. The
+    // worker stops on the first dead letter with a message naming that key, leaving the entry
+    // pending; `status` names the key instead of calling Redis unreachable; `dlq list` names
+    // it too. Once the key is deleted, a worker records everything once.
+    let w = World::new();
+    let dead = "grants:submissions:dead";
+    redis::cmd("SET")
+        .arg(dead)
+        .arg("oops")
+        .query::<()>(&mut w.conn())
+        .unwrap();
+    w.add(&["not json".to_owned(), submission(1)]);
+    let named = format!("the Redis key {dead} is not a stream");
+
+    let out = w.run(&["run", "--exit-when-idle"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(dead), "{stderr}");
+    assert!(w.pending() >= 1, "the malformed entry is left pending");
+
+    let status = String::from_utf8(w.run_ok(&["status"]).stdout).unwrap();
+    assert!(status.contains(&named), "{status}");
+    assert!(!status.contains("unreachable"), "{status}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
+    assert!(
+        doc["redis"]["error"].as_str().unwrap().contains(&named),
+        "{doc}"
+    );
+
+    let out = w.run(&["dlq", "list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&named), "{stderr}");
+
+    redis::cmd("DEL")
+        .arg(dead)
+        .query::<()>(&mut w.conn())
+        .unwrap();
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(w.count("dead_letters"), 1);
+    assert_eq!(w.xlen(dead), 1);
+    assert_eq!(w.pending(), 0);
+}
+
+#[test]
+fn a_hash_written_over_the_submission_stream_is_named_at_start() {
+    // The stream's own name holds a hash: the worker cannot create its group and exits 1 at
+    // once, saying which key, rather than staying alive doing nothing.
+    let w = World::new();
+    redis::cmd("HSET")
+        .arg("grants:submissions")
+        .arg("f")
+        .arg("v")
+        .query::<()>(&mut w.conn())
+        .unwrap();
+    let out = w.run(&["run", "--exit-when-idle"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the Redis key grants:submissions is not a stream"),
+        "{stderr}"
+    );
+    let out = w.run(&["run"]);
+    assert_eq!(out.status.code(), Some(1), "without --exit-when-idle too");
+}
+
+#[test]
 fn a_db_path_that_is_not_a_ledger_is_refused_and_left_as_it_was() {
     // A mistyped --db: a directory, and a symlink to someone's 0644 text file. Each is refused
     // as configuration (exit 2) before anything is made beside it or its mode is changed.
