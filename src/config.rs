@@ -16,6 +16,11 @@ pub const EVENTS_STREAM_DEFAULT: &str = "grants:events";
 pub const DB_DEFAULT: &str = "./claimgate.db";
 /// Largest payload accepted before parsing (1 MiB).
 pub const PAYLOAD_BYTES_MAX_DEFAULT: usize = 1 << 20;
+/// The smallest `--payload-bytes-max` accepted: a limit under a submission's own size (a few
+/// hundred bytes) would dead-letter every entry and pay nothing.
+pub const PAYLOAD_BYTES_MAX_MIN: u64 = 256;
+/// The largest `--payload-bytes-max` accepted: Redis' own limit on one value (512 MiB).
+pub const PAYLOAD_BYTES_MAX_MAX: u64 = 512 << 20;
 /// Largest `amount_cents` one submission may carry: $1,000,000,000.00. No single federal
 /// grant disbursement comes near it (the largest awards are paid out in many drawdowns), and
 /// it leaves room for 92 million such amounts before an i64 sum could overflow; an amount

@@ -24,9 +24,10 @@ pub struct RunArgs {
     /// Dead-letter an entry delivered more than this many times.
     #[arg(long, env = "CLAIMGATE_MAX_DELIVERIES", default_value_t = config::MAX_DELIVERIES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_deliveries: u64,
-    /// Refuse payloads larger than this many bytes (checked before parsing).
-    #[arg(long, env = "CLAIMGATE_PAYLOAD_BYTES_MAX", default_value_t = config::PAYLOAD_BYTES_MAX_DEFAULT)]
-    pub payload_bytes_max: usize,
+    /// Refuse payloads larger than this many bytes (checked before parsing); 256 to 512 MiB
+    /// (a limit below any submission's size would dead-letter every entry).
+    #[arg(long, env = "CLAIMGATE_PAYLOAD_BYTES_MAX", default_value_t = config::PAYLOAD_BYTES_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(config::PAYLOAD_BYTES_MAX_MIN..=config::PAYLOAD_BYTES_MAX_MAX))]
+    pub payload_bytes_max: u64,
     /// Dead-letter (`amount_too_large`) any submission whose amount_cents is over this. The
     /// default, 100000000000 cents ($1 billion), is above any single grant disbursement.
     #[arg(long, env = "CLAIMGATE_AMOUNT_CENTS_MAX", default_value_t = config::AMOUNT_CENTS_MAX_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
@@ -159,7 +160,7 @@ impl RunArgs {
         wcfg.threads = self.threads.into();
         wcfg.claim_idle_ms = self.claim_idle_ms;
         wcfg.max_deliveries = self.max_deliveries;
-        wcfg.payload_bytes_max = self.payload_bytes_max;
+        wcfg.payload_bytes_max = self.payload_bytes_max as usize;
         wcfg.amount_cents_max = self.amount_cents_max;
         wcfg.batch_count_max = self.batch_count_max as usize;
         wcfg.read_bytes_max = self.read_bytes_max as usize;

@@ -453,6 +453,19 @@ fn bad_flags_and_configuration_exit_2_with_one_clear_line() {
     let world = World::new();
     let out = world.run(&["run", "--threads", "0"]);
     assert_eq!(out.status.code(), Some(2));
+    // A payload limit no submission fits under would dead-letter every entry: refused before
+    // anything is read. 256 is the floor and is accepted.
+    world.add(&[submission(1)]);
+    for bad in ["0", "255", "536870913"] {
+        let out = world.run(&["run", "--exit-when-idle", "--payload-bytes-max", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains("--payload-bytes-max"), "{stderr}");
+    }
+    assert_eq!(world.pending(), 0);
+    assert_eq!(world.xlen("grants:submissions:dead"), 0);
+    world.drain(&["--payload-bytes-max", "256"]);
+    assert_eq!(world.count("disbursements"), 1);
     let out = world.run(&["run", "--redis-url", "http://nope"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
