@@ -592,8 +592,12 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
     // 3. `dlq replay` puts it back once; a second replay (by either id) is refused with exit 1.
     // 4. With the limit fixed, the worker pays it: one disbursement.
     let w = World::on(store);
-    let original = w.add(&submissions(7..8)).remove(0);
-    w.drain(&["--payload-bytes-max", "50"]);
+    // Submission 7 with a program name long enough to be over the smallest limit a worker
+    // takes (256 bytes).
+    let big = submission(7).replace("rural-broadband", &format!("rural-{}", "b".repeat(200)));
+    assert!(big.len() > 256);
+    let original = w.add(std::slice::from_ref(&big)).remove(0);
+    w.drain(&["--payload-bytes-max", "256"]);
     assert_eq!(w.count("disbursements"), 0);
 
     let listed = dlq_list(&w);
@@ -602,8 +606,8 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
     assert_eq!(listed[0]["original_id"], original.as_str());
     assert_eq!(listed[0]["reason_code"], "payload_too_large");
     let reason = format!(
-        "payload is {} bytes, over the limit of 50 bytes",
-        submission(7).len()
+        "payload is {} bytes, over the limit of 256 bytes",
+        big.len()
     );
     assert_eq!(listed[0]["reason"], reason.as_str());
     assert_eq!(listed[0]["award_id"], "A-000007");
@@ -618,7 +622,7 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
     let shown = String::from_utf8(w.run_ok(&["dlq", "show", &original]).stdout).unwrap();
     assert!(
         shown.contains(&format!("dead letter {dead_id}"))
-            && shown.contains(&format!("original.payload: {}", submission(7))),
+            && shown.contains(&format!("original.payload: {big}")),
         "{shown}"
     );
 
