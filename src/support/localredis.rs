@@ -268,7 +268,8 @@ pub(crate) fn spawn_redis_server(cmd: &mut Command, doing: &str) -> Result<Child
 /// The lowest port [`free_port`] hands out.
 const PRIVATE_PORT_MIN: u16 = 10_000;
 
-/// The port after the last one [`free_port`] handed out in this process (0 before the first).
+/// Where in its range [`free_port`] looks next, as an offset taken modulo the range's size (0
+/// until the first call picks a random start).
 static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 /// A loopback TCP port nobody was listening on a moment ago, for a private server to bind.
