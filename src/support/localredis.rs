@@ -99,13 +99,10 @@ impl LocalRedis {
         let mut tries = 0;
         loop {
             tries += 1;
-            let tls_port = match options.tls {
-                Some(_) => Some(free_port()?),
-                None => None,
-            };
+            let (port, tls_port) = fresh_ports(options.tls.is_some())?;
             let mut server = LocalRedis {
                 child: None,
-                port: free_port()?,
+                port,
                 tls_port,
                 dir: dir.to_owned(),
                 _tmp: None,
@@ -214,34 +211,63 @@ impl LocalRedis {
 
     fn wait_ready(&mut self) -> Result<()> {
         let client = redis::Client::open(self.url())?;
-        let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS_MAX);
-        loop {
-            let ping = client
-                .get_connection_with_timeout(Duration::from_millis(200))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-            match ping {
-                Ok(_) => return Ok(()),
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => {
-                    return Err(Error::Other(format!(
-                        "redis-server on port {} did not answer within {START_WAIT_MS_MAX} ms: {e} (log: {})",
-                        self.port,
-                        self.dir.join("redis.log").display()
-                    )))
-                }
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                return Err(Error::Other(format!(
-                    "redis-server exited at start ({status}); see {}",
-                    self.dir.join("redis.log").display()
-                )));
-            }
+        let ping = || -> Result<()> {
+            let mut conn = client.get_connection_with_timeout(Duration::from_millis(200))?;
+            redis::cmd("PING").query::<String>(&mut conn)?;
+            Ok(())
+        };
+        let log = self.dir.join("redis.log");
+        match wait_started(self.child.as_mut(), ping) {
+            Started::Answered => Ok(()),
+            Started::Exited(status) => Err(Error::Other(format!(
+                "redis-server exited at start ({status}); see {}",
+                log.display()
+            ))),
+            Started::Silent(e) => Err(Error::Other(format!(
+                "redis-server on port {} did not answer within {START_WAIT_MS_MAX} ms: {e} (log: {})",
+                self.port,
+                log.display()
+            ))),
         }
     }
+}
+
+/// How a just-started server process turned out.
+pub(crate) enum Started {
+    /// It answered.
+    Answered,
+    /// It exited first (most often: its port was taken).
+    Exited(std::process::ExitStatus),
+    /// It neither answered nor exited within [`START_WAIT_MS_MAX`]; the last failed ping.
+    Silent(Error),
+}
+
+/// Calls `ping` every 20 ms until it succeeds, `child` exits or [`START_WAIT_MS_MAX`] passes.
+pub(crate) fn wait_started(
+    mut child: Option<&mut Child>,
+    mut ping: impl FnMut() -> Result<()>,
+) -> Started {
+    let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS_MAX);
+    loop {
+        let e = match ping() {
+            Ok(()) => return Started::Answered,
+            Err(e) => e,
+        };
+        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            return Started::Exited(status);
+        }
+        if Instant::now() >= deadline {
+            return Started::Silent(e);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A port, and with `tls` a second one for TLS, from [`free_port`].
+pub(crate) fn fresh_ports(tls: bool) -> Result<(u16, Option<u16>)> {
+    let port = free_port()?;
+    let tls_port = if tls { Some(free_port()?) } else { None };
+    Ok((port, tls_port))
 }
 
 impl Drop for LocalRedis {

@@ -11,7 +11,9 @@
 //! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
 //! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
 
-use super::localredis::{free_port, spawn_redis_server, LocalRedis, Options, Tls, START_TRIES};
+use super::localredis::{
+    fresh_ports, spawn_redis_server, wait_started, LocalRedis, Options, Started, Tls, START_TRIES,
+};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -211,39 +213,31 @@ fn start_sentinel(
     let mut tries = 0;
     loop {
         tries += 1;
-        let port = free_port()?;
-        let tls_port = match tls {
-            Some(_) => Some(free_port()?),
-            None => None,
-        };
+        let (port, tls_port) = fresh_ports(tls.is_some())?;
         let mut child = spawn_sentinel(dir, port, tls_port.zip(tls), primary_port)?;
-        let deadline = Instant::now() + Duration::from_millis(READY_WAIT_MS_MAX);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                if tries < START_TRIES {
-                    break;
-                }
+        let ping = || -> Result<()> {
+            redis::cmd("PING").query::<String>(&mut sentinel_conn(port)?)?;
+            Ok(())
+        };
+        let log = dir.join(format!("sentinel-{port}.log"));
+        match wait_started(Some(&mut child), ping) {
+            Started::Answered => return Ok((port, tls_port, child)),
+            Started::Exited(_) if tries < START_TRIES => continue,
+            Started::Exited(status) => {
                 return Err(Error::Other(format!(
-                    "redis-server --sentinel exited at start {START_TRIES} times, the last \
-                     on port {port} ({status}); see {}",
-                    dir.join(format!("sentinel-{port}.log")).display()
-                )));
+                    "redis-server --sentinel exited at start {START_TRIES} times, the last on \
+                     port {port} ({status}); see {}",
+                    log.display()
+                )))
             }
-            let ping = sentinel_conn(port)
-                .and_then(|mut c| Ok(redis::cmd("PING").query::<String>(&mut c)?));
-            if ping.is_ok() {
-                return Ok((port, tls_port, child));
-            }
-            if Instant::now() > deadline {
+            Started::Silent(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(Error::Other(format!(
-                    "redis-server --sentinel on port {port} did not answer within \
-                     {READY_WAIT_MS_MAX} ms; see {}",
-                    dir.join(format!("sentinel-{port}.log")).display()
+                    "redis-server --sentinel on port {port} did not answer: {e}; see {}",
+                    log.display()
                 )));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
