@@ -72,6 +72,15 @@ pub const BACKOFF_MS_MAX: u64 = 5_000;
 /// Failures granted to a worker step's episode once shutdown is asked for; past them the
 /// entries are left pending (safe: they are redelivered) so the process can stop.
 pub const SHUTDOWN_FAILURES_MAX: u32 = 3;
+/// How long the worker waits out a failure of the ledger as a whole (a privilege revoked, a
+/// read-only or damaged file, a missing schema) before it exits 1, leaving its entries
+/// pending: long enough for a DBA's change of grants, short enough that a failure no one is
+/// fixing reaches the supervisor and the operator (`--ledger-outage-ms-max`).
+pub const LEDGER_OUTAGE_MS_MAX_DEFAULT: u64 = 300_000;
+/// A transient ledger failure that has lasted this long makes `/healthz` unhealthy until it
+/// clears (a lock held past the busy timeout, a server restarting); shorter ones (a
+/// serialization failure retried once) do not flap it.
+pub const LEDGER_TROUBLE_UNHEALTHY_MS: u64 = 1_000;
 /// Most ids re-claimed by one heartbeat XCLAIM.
 pub const HEARTBEAT_IDS_MAX: usize = 1_000;
 /// Batches that may wait between pipeline stages; bounds memory whatever the backlog.
@@ -194,6 +203,10 @@ pub struct WorkerConfig {
     pub per_message: bool,
     /// `--fast-filter`: marker lifetime in seconds, or `None` when the filter is off.
     pub fast_filter_ttl_s: Option<u64>,
+    /// How long a failure of the ledger as a whole (`Error::is_ledger_outage`: a privilege
+    /// revoked, a read-only or damaged file, a missing schema) is waited out, unhealthy,
+    /// before the worker exits 1 (`--ledger-outage-ms-max`).
+    pub ledger_outage_ms_max: u64,
 }
 
 impl WorkerConfig {
@@ -212,6 +225,7 @@ impl WorkerConfig {
             amount_cents_max: AMOUNT_CENTS_MAX_DEFAULT,
             per_message: false,
             fast_filter_ttl_s: None,
+            ledger_outage_ms_max: LEDGER_OUTAGE_MS_MAX_DEFAULT,
         }
     }
 }

@@ -5,9 +5,16 @@
 //! Everything else is permanent: either the entry itself is bad (it is dead-lettered) or the
 //! configuration is (the command exits with status 2).
 //!
-//! A ledger backend's own errors arrive as [`Error::Ledger`], carrying the backend's answer to
-//! the transient question; this file names no backend (SQLite's conversions live in
-//! `ledger/sqlite/error.rs`).
+//! Errors are judged by whom they concern. Only a failure the entry's own data caused
+//! ([`Error::blames_entry`]: a malformed entry, a value the ledger's constraints refuse) may
+//! count a delivery against an entry or dead-letter it. A failure of the ledger as a whole
+//! ([`Fault::Ledger`]: a permission revoked, a read-only or damaged file, a missing schema, an
+//! I/O error) is never the entry's: the worker waits it out for a bounded time, unhealthy
+//! meanwhile, and then exits 1 with the entries still pending.
+//!
+//! A ledger backend's own errors arrive as [`Error::Ledger`], carrying the backend's answer
+//! ([`Fault`]); this file names no backend (SQLite's conversions live in
+//! `ledger/sqlite/error.rs`, PostgreSQL's in `ledger/postgres/error.rs`).
 
 use crate::domain::submission::Malformed;
 
@@ -20,7 +27,8 @@ pub enum Error {
     /// Talking to Redis failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// Talking to the ledger's store failed. The backend that raised it decides `transient`.
+    /// Talking to the ledger's store failed. The backend that raised it decides whom the
+    /// failure concerns (`fault`).
     #[error("{context}: {source}")]
     Ledger {
         /// What failed, for the operator: `ledger`, or `ledger connection pool` when no
@@ -28,9 +36,8 @@ pub enum Error {
         context: &'static str,
         /// The backend's own error.
         source: Box<dyn std::error::Error + Send + Sync>,
-        /// True when the backend says a later attempt can succeed (busy, locked, full, the
-        /// connection lost, a serialization failure) and nothing was changed.
-        transient: bool,
+        /// Whom the failure concerns: the moment, the ledger as a whole, or the entry.
+        fault: Fault,
     },
     /// A file or process operation failed.
     #[error("{context}: {source}")]
@@ -54,6 +61,26 @@ pub enum Error {
 /// Shorthand used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whom a ledger failure concerns, as the backend that raised it judges (each backend's
+/// `error.rs` says which of its codes falls where; docs/failure-handling.md tabulates them).
+/// Nothing was changed in the ledger by a failed statement whatever its fault: the transaction
+/// it was part of rolled back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Clears by itself (another writer holds the lock, the disk is full, the connection was
+    /// lost, a serialization failure): retried with backoff for as long as the process runs.
+    Transient,
+    /// The ledger as a whole fails (a privilege revoked, a read-only or damaged file, a
+    /// missing table or schema, an I/O error, or anything the entry's data does not explain):
+    /// it is never counted against an entry. The worker waits it out with backoff, reported
+    /// unhealthy, for at most `--ledger-outage-ms-max`, then exits 1 leaving its entries
+    /// pending.
+    Ledger,
+    /// The entry's own data: a value the ledger's constraints refuse. Only this (and a
+    /// malformed entry) may count a delivery against an entry or dead-letter it.
+    Entry,
+}
+
 impl Error {
     /// Wraps an I/O error with what we were doing.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
@@ -63,16 +90,12 @@ impl Error {
         }
     }
 
-    /// A ledger backend's error, shown as `ledger: {source}`; `transient` is the backend's
-    /// answer to [`Error::is_transient`].
-    pub fn ledger(
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-        transient: bool,
-    ) -> Self {
+    /// A ledger backend's error, shown as `ledger: {source}`, concerning whom `fault` says.
+    pub fn ledger(source: impl Into<Box<dyn std::error::Error + Send + Sync>>, fault: Fault) -> Self {
         Error::Ledger {
             context: "ledger",
             source: source.into(),
-            transient,
+            fault,
         }
     }
 
@@ -80,10 +103,35 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Redis(e) => redis_is_transient(e),
-            Error::Ledger { transient, .. } => *transient,
+            Error::Ledger { fault, .. } => *fault == Fault::Transient,
             Error::Io { .. } => true,
             Error::Malformed(_) | Error::Config(_) | Error::Invariant(_) | Error::Other(_) => false,
         }
+    }
+
+    /// True for a failure of the ledger as a whole ([`Fault::Ledger`]): waited out for a
+    /// bounded time by the worker, never counted against an entry.
+    pub fn is_ledger_outage(&self) -> bool {
+        matches!(
+            self,
+            Error::Ledger {
+                fault: Fault::Ledger,
+                ..
+            }
+        )
+    }
+
+    /// True when the entry's own data caused the failure: the only errors that may count a
+    /// delivery against an entry or dead-letter it.
+    pub fn blames_entry(&self) -> bool {
+        matches!(
+            self,
+            Error::Malformed(_)
+                | Error::Ledger {
+                    fault: Fault::Entry,
+                    ..
+                }
+        )
     }
 
     /// True when Redis says the consumer group (or its stream) no longer exists, which happens
@@ -190,8 +238,13 @@ mod tests {
     #[test]
     fn every_other_kind_answers_for_itself() {
         assert!(Error::io("writing", std::io::Error::other("disk")).is_transient());
-        assert!(Error::ledger("database is locked", true).is_transient());
-        assert!(!Error::ledger("constraint failed", false).is_transient());
+        assert!(Error::ledger("database is locked", Fault::Transient).is_transient());
+        let constraint = Error::ledger("constraint failed", Fault::Entry);
+        assert!(!constraint.is_transient() && constraint.blames_entry());
+        assert!(!constraint.is_ledger_outage());
+        let revoked = Error::ledger("permission denied", Fault::Ledger);
+        assert!(!revoked.is_transient() && !revoked.blames_entry());
+        assert!(revoked.is_ledger_outage());
         for e in [
             Error::Config("bad flag".into()),
             Error::Invariant("two claims".into()),

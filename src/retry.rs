@@ -15,6 +15,12 @@
 //!   briefly down is no reason to exit. Once shutdown is asked for, [`with_backoff`] grants a
 //!   fixed number of further failures and then returns the last real error, so the caller can
 //!   leave its work pending and stop.
+//! - **A ledger outage** ([`Error::is_ledger_outage`]: a privilege revoked, a damaged file, a
+//!   missing schema) is not the world being briefly down, nor an entry's fault. A loop given an
+//!   [`Outage`] ([`with_outage`]) waits it out like a transient failure, telling the caller of
+//!   every failed attempt (so the worker can report itself unhealthy), for at most
+//!   `Outage::ms_max` from the episode's first failure; then it returns the last error, and the
+//!   caller stops for good. Without an [`Outage`], such an error is returned at once.
 //!
 //! Invariant: this module is a leaf. It knows nothing of Redis, SQLite or threads; it uses only
 //! `config` (the limits), `error` (the transient question), `std`, `log` and `fastrand`.
@@ -151,26 +157,83 @@ pub fn with_backoff<T>(
     failures_max_stopping: u32,
     op: impl FnMut() -> Result<T>,
 ) -> Result<T> {
-    retry_loop(what, stop, failures_max_stopping, op, std::thread::sleep)
+    let limits = Limits {
+        stop,
+        failures_max_stopping,
+        outage: None,
+    };
+    retry_loop(what, &limits, op, std::thread::sleep, Instant::now)
 }
 
-/// [`with_backoff`] with the sleep passed in, so tests can run it without waiting.
-fn retry_loop<T>(
+/// How a loop given one treats a ledger outage ([`Error::is_ledger_outage`]).
+pub struct Outage<'a> {
+    /// How long an episode that has seen an outage is waited out, from its first failure,
+    /// before the last error is returned, in milliseconds.
+    pub ms_max: u64,
+    /// Told of every failed attempt (the error, and how long the episode has lasted), and
+    /// with `None` when an episode it was told of ends in a success.
+    pub note: &'a (dyn Fn(Option<(&Error, Duration)>) + Sync),
+}
+
+/// [`with_backoff`], and a ledger outage is waited out too, for at most `outage.ms_max`, with
+/// every failed attempt told to `outage.note`.
+pub fn with_outage<T>(
     what: &str,
     stop: &AtomicBool,
     failures_max_stopping: u32,
+    outage: &Outage<'_>,
+    op: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let limits = Limits {
+        stop,
+        failures_max_stopping,
+        outage: Some(outage),
+    };
+    retry_loop(what, &limits, op, std::thread::sleep, Instant::now)
+}
+
+/// When a retry loop stops trying.
+struct Limits<'a> {
+    /// Set once shutdown is asked for.
+    stop: &'a AtomicBool,
+    /// Failures an episode may have had when a failure after `stop` ends the loop.
+    failures_max_stopping: u32,
+    /// Whether, and for how long, a ledger outage is waited out.
+    outage: Option<&'a Outage<'a>>,
+}
+
+/// [`with_backoff`] with the sleep and the clock passed in, so tests can run it without
+/// waiting.
+fn retry_loop<T>(
+    what: &str,
+    limits: &Limits<'_>,
     mut op: impl FnMut() -> Result<T>,
     mut sleep: impl FnMut(Duration),
+    mut now: impl FnMut() -> Instant,
 ) -> Result<T> {
     let mut episode = Episode::new(what);
+    let mut began: Option<Instant> = None;
     loop {
         match op() {
             Ok(value) => {
                 episode.succeeded();
+                if let (Some(outage), Some(_)) = (limits.outage, began) {
+                    (outage.note)(None);
+                }
                 return Ok(value);
             }
-            Err(e) if e.is_transient() => {
-                if stop.load(Ordering::SeqCst) && episode.failures() >= failures_max_stopping {
+            Err(e) if e.is_transient() || (limits.outage.is_some() && e.is_ledger_outage()) => {
+                let at = now();
+                let lasted = at.saturating_duration_since(*began.get_or_insert(at));
+                if let Some(outage) = limits.outage {
+                    (outage.note)(Some((&e, lasted)));
+                    if e.is_ledger_outage() && lasted >= Duration::from_millis(outage.ms_max) {
+                        return Err(e);
+                    }
+                }
+                if limits.stop.load(Ordering::SeqCst)
+                    && episode.failures() >= limits.failures_max_stopping
+                {
                     return Err(e);
                 }
                 sleep(episode.failed(&e));
@@ -304,8 +367,7 @@ mod tests {
         let (mut calls, mut waits) = (0, Vec::new());
         let got = retry_loop(
             "a step",
-            &stop,
-            3,
+            &limits(&stop, 3),
             || {
                 calls += 1;
                 if calls <= 5 {
@@ -315,6 +377,7 @@ mod tests {
                 }
             },
             |wait| waits.push(wait),
+            Instant::now,
         );
         assert_eq!(got.unwrap(), 6);
         assert_eq!(waits.len(), 5);
@@ -333,13 +396,13 @@ mod tests {
         let (mut calls, mut sleeps) = (0, 0);
         let got: Result<()> = retry_loop(
             "a step",
-            &stop,
-            3,
+            &limits(&stop, 3),
             || {
                 calls += 1;
                 Err(Error::Other("refused".into()))
             },
             |_| sleeps += 1,
+            Instant::now,
         );
         assert!(matches!(got, Err(Error::Other(m)) if m == "refused"));
         assert_eq!((calls, sleeps), (1, 0));
@@ -354,8 +417,7 @@ mod tests {
         let mut calls = 0;
         let got: Result<()> = retry_loop(
             "a step",
-            &stop,
-            3,
+            &limits(&stop, 3),
             || {
                 calls += 1;
                 if calls == 2 {
@@ -364,6 +426,7 @@ mod tests {
                 Err(transient())
             },
             |_| {},
+            Instant::now,
         );
         assert!(got.unwrap_err().is_transient(), "the last real error");
         assert_eq!(calls, 4);
@@ -372,15 +435,102 @@ mod tests {
         let mut calls = 0;
         let got: Result<()> = retry_loop(
             "a step",
-            &stop,
-            0,
+            &limits(&stop, 0),
             || {
                 calls += 1;
                 Err(transient())
             },
             |_| {},
+            Instant::now,
         );
         assert!(got.is_err());
         assert_eq!(calls, 1);
+    }
+
+    fn limits(stop: &AtomicBool, failures_max_stopping: u32) -> Limits<'_> {
+        Limits {
+            stop,
+            failures_max_stopping,
+            outage: None,
+        }
+    }
+
+    #[test]
+    fn a_ledger_outage_is_returned_at_once_without_patience_and_waited_out_with_it() {
+        // 1. Without an Outage, a revoked privilege is returned at the first failure.
+        // 2. With one of 60 s, it is retried (each failure told to `note`) until it clears,
+        //    and the clearing is told too.
+        // 3. With one that never clears, the loop gives up once 60 s have passed since the
+        //    episode's first failure, on the clock the loop is given.
+        let stop = AtomicBool::new(false);
+        let revoked = || Error::ledger("permission denied for table", crate::error::Fault::Ledger);
+        let mut calls = 0;
+        let got: Result<()> = retry_loop(
+            "a step",
+            &limits(&stop, 3),
+            || {
+                calls += 1;
+                Err(revoked())
+            },
+            |_| {},
+            Instant::now,
+        );
+        assert!(got.unwrap_err().is_ledger_outage());
+        assert_eq!(calls, 1);
+
+        let told = std::sync::Mutex::new(Vec::new());
+        let note = |n: Option<(&Error, Duration)>| {
+            told.lock().unwrap().push(n.map(|(_, lasted)| lasted));
+        };
+        let outage = Outage {
+            ms_max: 60_000,
+            note: &note,
+        };
+        let with_patience = Limits {
+            stop: &stop,
+            failures_max_stopping: 3,
+            outage: Some(&outage),
+        };
+        let t0 = Instant::now();
+        let clock = std::cell::Cell::new(t0);
+        let mut calls = 0;
+        let got = retry_loop(
+            "a step",
+            &with_patience,
+            || {
+                calls += 1;
+                if calls <= 4 {
+                    Err(revoked())
+                } else {
+                    Ok(calls)
+                }
+            },
+            |wait| clock.set(clock.get() + wait),
+            || clock.get(),
+        );
+        assert_eq!(got.unwrap(), 5);
+        let told = std::mem::take(&mut *told.lock().unwrap());
+        assert_eq!(told.len(), 5, "four failures and the recovery: {told:?}");
+        assert_eq!(told[0], Some(Duration::ZERO));
+        assert_eq!(told[4], None, "the recovery is told");
+
+        let clock = std::cell::Cell::new(t0);
+        let mut calls = 0;
+        let got: Result<()> = retry_loop(
+            "a step",
+            &with_patience,
+            || {
+                calls += 1;
+                Err(revoked())
+            },
+            |wait| clock.set(clock.get() + wait),
+            || clock.get(),
+        );
+        assert!(got.unwrap_err().is_ledger_outage());
+        let waited = clock.get() - t0;
+        assert!(
+            waited >= Duration::from_secs(60) && waited < Duration::from_secs(66),
+            "gave up {waited:?} after the first failure, after {calls} attempts"
+        );
     }
 }

@@ -69,6 +69,11 @@ pub struct RunArgs {
     /// leaves entries pending and retries until room is made.
     #[arg(long, env = "CLAIMGATE_LEDGER_PAGES_MAX", value_parser = clap::value_parser!(u64).range(1..))]
     pub ledger_pages_max: Option<u64>,
+    /// Wait this long (ms) for a failure of the ledger as a whole (a privilege revoked, a
+    /// read-only or damaged file, a missing schema) to clear before exiting 1; entries stay
+    /// pending meanwhile, nothing is dead-lettered for it, and /healthz is 503.
+    #[arg(long, env = "CLAIMGATE_LEDGER_OUTAGE_MS_MAX", default_value_t = config::LEDGER_OUTAGE_MS_MAX_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub ledger_outage_ms_max: u64,
     /// Serve Prometheus /metrics and /healthz on this HOST:PORT.
     #[arg(long, env = "CLAIMGATE_METRICS_ADDR")]
     pub metrics_addr: Option<String>,
@@ -160,6 +165,7 @@ impl RunArgs {
         wcfg.threads = self.threads.into();
         wcfg.claim_idle_ms = self.claim_idle_ms;
         wcfg.max_deliveries = self.max_deliveries;
+        wcfg.ledger_outage_ms_max = self.ledger_outage_ms_max;
         wcfg.payload_bytes_max = self.payload_bytes_max as usize;
         wcfg.amount_cents_max = self.amount_cents_max;
         wcfg.batch_count_max = self.batch_count_max as usize;

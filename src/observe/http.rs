@@ -3,9 +3,12 @@
 //! One thread answers requests one at a time with `tiny_http`; it only reads (ledger counts,
 //! Redis XLEN/XPENDING/XINFO/PING), so a scrape can never change what the worker does.
 //!
-//! `/healthz` is 200 `ok` while all four hold, else 503 naming each one that does not:
+//! `/healthz` is 200 `ok` while all five hold, else 503 naming each one that does not:
 //! - no stage of the worker has failed for a reason that will not clear by itself
 //!   ([`Metrics::fail`]: the process is on its way to exit 1);
+//! - no commit is being retried for a failure of the ledger itself, or for a transient one
+//!   that has lasted a second or more ([`Metrics::ledger_trouble`]: a revoked privilege leaves
+//!   the ledger answering a ping while nothing can be paid);
 //! - the worker loop is running and has gone round within [`HEARTBEAT_STALE_MS`];
 //! - Redis answers PING;
 //! - the ledger answers a query ([`crate::ledger::Inspect::ping`]).
@@ -143,6 +146,9 @@ impl Endpoints<'_> {
         let mut problems = Vec::new();
         if let Some(cause) = self.metrics.failure() {
             problems.push(format!("worker failed: {cause}"));
+        }
+        if let Some(trouble) = self.metrics.ledger_trouble() {
+            problems.push(format!("commits failing: {trouble}"));
         }
         if !self.worker_running.load(Ordering::SeqCst) {
             problems.push("worker loop has stopped".to_owned());

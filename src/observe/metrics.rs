@@ -44,6 +44,10 @@ pub struct Metrics {
     /// Why the worker is stopping for good, once a stage has failed for a reason that will not
     /// clear by itself; `/healthz` is 503 from then on, however long the rest takes to stop.
     failure: Mutex<Option<String>>,
+    /// What the ledger answers while a commit is being retried for a failure of the ledger
+    /// itself (or a transient one that has lasted past `LEDGER_TROUBLE_UNHEALTHY_MS`);
+    /// `/healthz` is 503 while it is set. Cleared by the commit that succeeds.
+    ledger_trouble: Mutex<Option<String>>,
 }
 
 /// Per-entry latency of each stage of the worker, from the moment a read returned the entry to
@@ -161,6 +165,23 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .get_or_insert(cause);
+    }
+
+    /// Notes that commits are failing for a reason of the ledger's own (`Some`), or that they
+    /// succeed again (`None`).
+    pub fn note_ledger_trouble(&self, trouble: Option<String>) {
+        *self
+            .ledger_trouble
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = trouble;
+    }
+
+    /// What [`Metrics::note_ledger_trouble`] noted last, while commits are failing.
+    pub fn ledger_trouble(&self) -> Option<String> {
+        self.ledger_trouble
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// The cause passed to [`Metrics::fail`], if the worker has failed.

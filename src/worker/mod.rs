@@ -38,7 +38,9 @@ mod writer;
 
 use crate::broker::fastfilter::FastFilter;
 use crate::broker::stream::{self, Conn};
-use crate::config::{Config, WorkerConfig, CHANNEL_BATCHES_MAX, SHUTDOWN_FAILURES_MAX};
+use crate::config::{
+    Config, WorkerConfig, CHANNEL_BATCHES_MAX, LEDGER_TROUBLE_UNHEALTHY_MS, SHUTDOWN_FAILURES_MAX,
+};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::observe::metrics::Metrics;
@@ -87,6 +89,32 @@ impl Shared<'_> {
     /// the last error is returned (the caller then leaves its entries pending).
     fn retry<T>(&self, what: &str, op: impl FnMut() -> Result<T>) -> Result<T> {
         crate::retry::with_backoff(what, self.shutdown, SHUTDOWN_FAILURES_MAX, op)
+    }
+
+    /// Runs one ledger commit under the shared retry policy, as [`Shared::retry`] does, and
+    /// waits out a failure of the ledger itself too (`Error::is_ledger_outage`), for at most
+    /// `--ledger-outage-ms-max`: never counted against the entries. While it fails for the
+    /// ledger's own reason, or for a transient one that has lasted
+    /// [`LEDGER_TROUBLE_UNHEALTHY_MS`], `/healthz` says so.
+    fn retry_ledger<T>(&self, what: &str, op: impl FnMut() -> Result<T>) -> Result<T> {
+        let note = |failing: Option<(&Error, std::time::Duration)>| match failing {
+            Some((e, lasted))
+                if e.is_ledger_outage()
+                    || lasted.as_millis() as u64 >= LEDGER_TROUBLE_UNHEALTHY_MS =>
+            {
+                self.metrics.note_ledger_trouble(Some(format!(
+                    "{e} (for {:.1} s)",
+                    lasted.as_secs_f64()
+                )))
+            }
+            Some(_) => {}
+            None => self.metrics.note_ledger_trouble(None),
+        };
+        let outage = crate::retry::Outage {
+            ms_max: self.wcfg.ledger_outage_ms_max,
+            note: &note,
+        };
+        crate::retry::with_outage(what, self.shutdown, SHUTDOWN_FAILURES_MAX, &outage, op)
     }
 
     /// A stage has stopped for a reason that will not clear by itself: `/healthz` turns 503

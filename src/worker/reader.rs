@@ -423,7 +423,7 @@ fn forget_vanished(
         })
         .collect();
     let (consumer, stream_key) = (shared.wcfg.consumer.as_str(), shared.cfg.stream.as_str());
-    let outcomes = shared.retry("recording vanished entries in the ledger", || {
+    let outcomes = shared.retry_ledger("recording vanished entries in the ledger", || {
         ledger.record(&items, consumer, stream_key)
     })?;
     assert_eq!(

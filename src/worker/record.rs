@@ -39,10 +39,13 @@ pub(super) fn item_of(p: &Parsed) -> Item<'_> {
 }
 
 /// Records the batch in one transaction, calling `locked` as the ledger does once the batch
-/// holds its groups (contract point 9). If the ledger refuses the batch for a permanent
-/// reason, each item is tried alone so one bad item cannot hold back the rest; an item the
-/// ledger refuses by itself is left pending (the delivery cap dead-letters it eventually).
-/// Returns each item's outcome and whether it committed.
+/// holds its groups (contract point 9). If the ledger refuses the batch for a reason an
+/// entry's data caused (`Error::blames_entry`), each item is tried alone so one bad item
+/// cannot hold back the rest; an item the ledger refuses by itself is left pending (the
+/// delivery cap dead-letters it eventually). Any other failure — transient, or of the ledger
+/// itself past `--ledger-outage-ms-max` — is returned: it concerns no entry, so none is tried
+/// alone, counted or dead-lettered for it. Returns each item's outcome and whether it
+/// committed.
 pub(super) fn record(
     ledger: &dyn Ledger,
     items: &[Item<'_>],
@@ -50,7 +53,7 @@ pub(super) fn record(
     locked: &mut dyn FnMut(bool),
 ) -> Result<(Vec<Option<Outcome>>, Vec<bool>)> {
     let (consumer, stream) = (shared.wcfg.consumer.as_str(), shared.cfg.stream.as_str());
-    match shared.retry("committing to the ledger", || {
+    match shared.retry_ledger("committing to the ledger", || {
         ledger.record_in_turn(items, consumer, stream, &mut *locked)
     }) {
         Ok(outcomes) => {
@@ -69,7 +72,7 @@ pub(super) fn record(
             let committed = outcomes.iter().map(|o| *o != Outcome::Deferred).collect();
             Ok((outcomes.into_iter().map(Some).collect(), committed))
         }
-        Err(e) if e.is_transient() => Err(e),
+        Err(e) if !e.blames_entry() => Err(e),
         Err(e) if items.len() == 1 => {
             error!(
                 "ledger refused entry {}: {e}; leaving it pending",

@@ -296,7 +296,16 @@ fn commit_and_hand_on(
             warn!("left {} entries pending for redelivery: {e}", batch.len());
             return Ok(Some(Vec::new()));
         }
+        // A failure that concerns no entry (the ledger's own, outlasting its limit): the worker
+        // stops. An entry on its try alone did not fail, so its mark goes, or its next
+        // delivery would count this try against it.
         Err(e) => {
+            let solo: Vec<&str> = batch
+                .iter()
+                .filter(|p| p.solo)
+                .map(|p| p.id.as_str())
+                .collect();
+            quarantine::unmark(conn, shared, &solo);
             shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
             return Err(e);
         }

@@ -1,14 +1,21 @@
 //! How PostgreSQL's errors become [`Error::Ledger`], each carrying this backend's answer to
-//! "can a later attempt succeed?" (contract point 6). With this, `?` works on `postgres`
-//! results throughout the PostgreSQL code, and `crate::error` names no backend.
+//! "whom does this failure concern?" ([`Fault`]; ledger contract point 7). With this, `?`
+//! works on `postgres` results throughout the PostgreSQL code, and `crate::error` names no
+//! backend.
+//!
+//! | SQLSTATE | [`Fault`] | why |
+//! | --- | --- | --- |
+//! | 40001, 40P01, 57P01–57P03, 57014, 55P03, 53100, 53200, 53300, class 08, a closed or refused connection, an I/O error | transient | another writer won, the server is restarting or busy, the disk or memory is full for now, the connection was lost |
+//! | class 22 (data exception), class 23 (integrity constraint), 54000 (a value too large for an index) | entry | the values one entry brought |
+//! | everything else: 42501 (a privilege revoked), 25006 (read-only), 3F000 / 42P01 / 42883 (schema, table, function gone), class 58 (I/O), class XX (corruption), a raised exception, a reply of an unexpected type | ledger | the database, its schema or its grants, not any entry |
 
-use crate::error::Error;
+use crate::error::{Error, Fault};
 use postgres::error::SqlState;
 
 impl From<postgres::Error> for Error {
     fn from(e: postgres::Error) -> Self {
-        let transient = is_transient(&e);
-        Error::ledger(Described(e), transient)
+        let fault = fault(&e);
+        Error::ledger(Described(e), fault)
     }
 }
 
@@ -41,7 +48,7 @@ impl std::error::Error for Described {}
 /// SQLSTATEs after which nothing was changed and the same transaction, tried again, can
 /// succeed: a serialization failure or deadlock (another writer won), the server shutting
 /// down, restarting or refusing connections for now, a lock or statement timeout, resources
-/// briefly exhausted, and the connection classes.
+/// briefly exhausted (53200 is also the server's lock table full), and the connection classes.
 const TRANSIENT: [&SqlState; 14] = [
     &SqlState::T_R_SERIALIZATION_FAILURE,
     &SqlState::T_R_DEADLOCK_DETECTED,
@@ -56,22 +63,35 @@ const TRANSIENT: [&SqlState; 14] = [
     &SqlState::CONNECTION_EXCEPTION,
     &SqlState::CONNECTION_FAILURE,
     &SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
-    &SqlState::READ_ONLY_SQL_TRANSACTION,
+    &SqlState::CONNECTION_DOES_NOT_EXIST,
 ];
 
-/// True for errors a retry can get past: a SQLSTATE in [`TRANSIENT`], a closed connection,
-/// or an I/O error talking to the server (the connection lost or refused).
-pub(super) fn is_transient(e: &postgres::Error) -> bool {
+/// Whom a PostgreSQL error concerns (the table at the top of this file).
+pub(super) fn fault(e: &postgres::Error) -> Fault {
     if e.is_closed() {
-        return true;
+        return Fault::Transient;
     }
-    if let Some(code) = e.code() {
-        return TRANSIENT.contains(&code);
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the client's own error. I/O (refused, reset, timed out) clears by
+        // itself; a value of an unexpected type or a protocol error is the ledger's.
+        return if std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) {
+            Fault::Transient
+        } else {
+            Fault::Ledger
+        };
+    };
+    if TRANSIENT.contains(&code) || code.code().starts_with("08") {
+        Fault::Transient
+    } else if code.code().starts_with("22")
+        || code.code().starts_with("23")
+        || code == &SqlState::PROGRAM_LIMIT_EXCEEDED
+    {
+        Fault::Entry
+    } else {
+        Fault::Ledger
     }
-    // No SQLSTATE: the client's own error. I/O (refused, reset, timed out) clears by itself;
-    // a type conversion or protocol error does not.
-    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
+
 
 /// A failure to connect that an operator must fix, as a configuration error (exit 2): a
 /// wrong password or user, a database that does not exist. `None` for anything else.

@@ -80,7 +80,7 @@ impl PgLedger {
         apply_schema(&mut first).map_err(|e| match e {
             Error::Ledger {
                 source,
-                transient: false,
+                fault: crate::error::Fault::Ledger | crate::error::Fault::Entry,
                 ..
             } => Error::Config(format!(
                 "cannot apply the schema to the PostgreSQL ledger {redacted}: {source}"

@@ -77,7 +77,7 @@ pub(super) fn shared(db: &Path) -> Result<Option<LedgerLock>> {
                 "ledger {} is being restored (claimgate restore)",
                 db.display()
             ),
-            true,
+            crate::error::Fault::Transient,
         )),
         Err(e) => Err(Error::io(format!("locking {}", path(db).display()), e)),
     }

@@ -281,7 +281,8 @@ fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
         })();
         match result {
             Err(Error::Ledger {
-                transient: true, ..
+                fault: crate::error::Fault::Transient,
+                ..
             }) if std::time::Instant::now() < deadline => {
                 // The shared backoff, but no episode lines: losing this race is expected and
                 // short. Still losing at the deadline fails `open`, and `open_waiting` logs that.
