@@ -105,6 +105,9 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
         if award_id.trim().is_empty() {
             return Err(Error::Config("the award id must not be empty".into()));
         }
+        // An award no submission can carry (too long for the ledgers' index) cannot be held.
+        crate::domain::submission::check_award_id(award_id)
+            .map_err(|m| Error::Config(format!("not an award id a submission can carry: {m}")))?;
     }
     let ledger = open_existing(cfg)?;
     match args.command {

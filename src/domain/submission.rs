@@ -12,6 +12,13 @@ use std::cell::RefCell;
 /// The one stream field a submission entry must carry.
 pub const PAYLOAD_FIELD: &[u8] = b"payload";
 
+/// The longest `award_id` accepted, in bytes of UTF-8. Both ledgers index the award with each
+/// claim; PostgreSQL cannot index a value much over 2,000 bytes (a btree entry holds at most
+/// 2,704), so a longer one would be paid on SQLite and refused on PostgreSQL. One input domain
+/// for both: anything over this is malformed before any ledger sees it. Far above any real
+/// award identifier (a FAIN is under 30 characters).
+pub const AWARD_ID_BYTES_MAX: usize = 1024;
+
 /// The limits a payload is validated against (`--payload-bytes-max`, `--amount-cents-max`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -90,6 +97,18 @@ pub enum Malformed {
     /// `award_id` is the empty string.
     #[error("award_id is empty")]
     EmptyAwardId,
+    /// `award_id` is longer than [`AWARD_ID_BYTES_MAX`].
+    #[error("award_id is {size} bytes, over the limit of {max} bytes")]
+    AwardIdTooLong {
+        /// Its size in bytes.
+        size: usize,
+        /// [`AWARD_ID_BYTES_MAX`].
+        max: usize,
+    },
+    /// A text field the ledger stores holds a NUL character (`\u0000`), which PostgreSQL's
+    /// text type cannot hold and no award id or timestamp has a use for.
+    #[error("{0} holds a NUL character (\\u0000)")]
+    NulInText(&'static str),
     /// `submission_timestamp` is not an RFC 3339 date-time.
     #[error("submission_timestamp {value:?} is not an RFC 3339 date-time")]
     BadTimestamp {
@@ -133,6 +152,8 @@ impl Malformed {
             Malformed::MissingField(_) => "missing_field",
             Malformed::WrongType { .. } => "wrong_type",
             Malformed::EmptyAwardId => "empty_award_id",
+            Malformed::AwardIdTooLong { .. } => "award_id_too_long",
+            Malformed::NulInText(_) => "nul_in_text",
             Malformed::BadTimestamp { .. } => "bad_timestamp",
             Malformed::AmountNotPositive(_) => "amount_not_positive",
             Malformed::AmountNotInteger(_) => "amount_not_integer",
@@ -173,10 +194,11 @@ pub fn parse_payload(payload: &[u8], limits: &Limits) -> Result<Submission, Malf
     let object = value.as_object().ok_or(Malformed::NotAnObject)?;
 
     let award_id = required_str(object, "award_id")?;
-    if award_id.is_empty() {
-        return Err(Malformed::EmptyAwardId);
-    }
+    check_award_id(award_id)?;
     let submission_timestamp = required_str(object, "submission_timestamp")?;
+    if submission_timestamp.contains('\0') {
+        return Err(Malformed::NulInText("submission_timestamp"));
+    }
     let submission_instant =
         instant_utc(submission_timestamp).ok_or_else(|| Malformed::BadTimestamp {
             value: submission_timestamp.to_owned(),
@@ -206,14 +228,46 @@ pub fn parse_payload(payload: &[u8], limits: &Limits) -> Result<Submission, Malf
     })
 }
 
-/// Best-effort award id of a payload that failed validation, so a dead letter can name it.
+/// Whether `award_id` is one both ledgers store alike: not empty, at most
+/// [`AWARD_ID_BYTES_MAX`] bytes, no NUL. Also `hold add`'s check, so no hold names an award no
+/// submission can carry.
+pub fn check_award_id(award_id: &str) -> Result<(), Malformed> {
+    if award_id.is_empty() {
+        return Err(Malformed::EmptyAwardId);
+    }
+    if award_id.len() > AWARD_ID_BYTES_MAX {
+        return Err(Malformed::AwardIdTooLong {
+            size: award_id.len(),
+            max: AWARD_ID_BYTES_MAX,
+        });
+    }
+    if award_id.contains('\0') {
+        return Err(Malformed::NulInText("award_id"));
+    }
+    Ok(())
+}
+
+/// Best-effort award id of a payload that failed validation, so a dead letter can name it,
+/// spelled so that any ledger can store it ([`storable`]).
 pub fn award_id_hint(payload: &[u8], payload_bytes_max: usize) -> Option<String> {
     if payload.len() > payload_bytes_max {
         return None;
     }
     let value: Value = serde_json::from_slice(payload).ok()?;
     let id = value.get("award_id")?.as_str()?;
-    (!id.is_empty()).then(|| id.to_owned())
+    (!id.is_empty()).then(|| storable(id).into_owned())
+}
+
+/// Text from outside (a malformed entry's award id, a reason quoting it) spelled so that every
+/// ledger stores it alike: a NUL, which PostgreSQL's text type refuses, becomes the six
+/// characters `\u0000`; everything else is kept as it arrived. The dead-letter stream keeps
+/// the original bytes whole.
+pub fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\\u0000"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
 /// Parses JSON like `serde_json::from_slice`, except that an object naming one key twice, at
@@ -456,6 +510,19 @@ mod tests {
                 )),
                 "wrong_type",
             ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"A\u0000B","submission_timestamp":"{ok_ts}","amount_cents":1}}"#
+                )),
+                "nul_in_text",
+            ),
+            (
+                entry(&format!(
+                    r#"{{"award_id":"{}","submission_timestamp":"{ok_ts}","amount_cents":1}}"#,
+                    "é".repeat(AWARD_ID_BYTES_MAX / 2 + 1)
+                )),
+                "award_id_too_long",
+            ),
         ];
         for (fields, code) in cases {
             let err = parse_entry(&fields, &MAX).unwrap_err();
@@ -473,6 +540,23 @@ mod tests {
         };
         let s = parse_payload(payload, &limits).expect("at both limits");
         assert_eq!(s.amount_cents, 500);
+    }
+
+    #[test]
+    fn an_award_id_at_its_limit_is_paid_and_a_nul_is_stored_as_text_in_a_dead_letter() {
+        let at_limit = "A".repeat(AWARD_ID_BYTES_MAX);
+        let raw = format!(
+            r#"{{"award_id":"{at_limit}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1}}"#
+        );
+        assert_eq!(parse_entry(&entry(&raw), &MAX).unwrap().award_id, at_limit);
+        let nul = br#"{"award_id":"A\u0000B","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":1}"#;
+        let err = parse_entry(&entry(std::str::from_utf8(nul).unwrap()), &MAX).unwrap_err();
+        assert_eq!(err.to_string(), "award_id holds a NUL character (\\u0000)");
+        let hint = award_id_hint(nul, 1 << 20).unwrap();
+        assert_eq!(hint, "A\\u0000B", "no NUL reaches a ledger");
+        assert!(!hint.contains('\0'));
+        assert_eq!(storable("plain"), "plain");
+        assert!(check_award_id(&"x".repeat(AWARD_ID_BYTES_MAX + 1)).is_err());
     }
 
     #[test]

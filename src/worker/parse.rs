@@ -152,7 +152,9 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool, read_at: Instant) ->
             Ok(s) => Verdict::Valid(s),
             Err(m) => Verdict::Rejected(Rejected {
                 code: m.code(),
-                reason: m.to_string(),
+                // Quoted text from the entry (an event id) may hold a NUL: stored alike on
+                // every ledger.
+                reason: submission::storable(&m.to_string()).into_owned(),
                 award_id: hint(&entry),
                 key: None,
                 entry,
