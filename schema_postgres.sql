@@ -1,6 +1,11 @@
--- claimgate ledger schema for PostgreSQL: the shared ledger of several nodes. Applied at every
--- start under an advisory lock (src/ledger/postgres/mod.rs), so nodes starting together do not
--- race on CREATE TABLE; every statement is idempotent.
+-- claimgate ledger schema for PostgreSQL: the shared ledger of several nodes. Applied only to
+-- make a ledger in an empty schema or to upgrade one of an earlier format, under an advisory
+-- lock, in one transaction that then records the format (src/ledger/postgres/schema.rs); a
+-- ledger of today's format is opened with no DDL at all. Every statement is idempotent. Every
+-- name is unqualified: the session's search path is pinned to the ledger's one schema
+-- (src/ledger/postgres/connect.rs), and every function that reads a table keeps that path
+-- (SET search_path FROM CURRENT), so a session with another path that fires a trigger still
+-- reads this ledger's tables.
 --
 -- The same tables, columns and meanings as schema.sql (the SQLite ledger), so CONTRACT.md's
 -- names hold on both: keys are 32 raw bytes (BYTEA), times are the ledger's fixed-width UTC
@@ -274,7 +279,7 @@ CREATE TABLE IF NOT EXISTS legal_holds (
 -- `verify` reads outbox payloads as JSON; a payload that is not JSON (an edited row) must be
 -- named as a violation, not abort the check, and PostgreSQL 15 has no non-raising cast.
 CREATE OR REPLACE FUNCTION claimgate_json(t TEXT) RETURNS JSONB
-    LANGUAGE plpgsql IMMUTABLE AS $$
+    LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
 BEGIN
     RETURN t::jsonb;
 EXCEPTION WHEN others THEN
@@ -291,7 +296,7 @@ $$;
 -- does the first (a batch references only the claims it inserts itself, which no other
 -- transaction can see until it commits), and `verify` names any orphan row either way.
 CREATE OR REPLACE FUNCTION claimgate_rows_name_claims() RETURNS trigger
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     orphan BIGINT;
 BEGIN
@@ -312,7 +317,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION claimgate_claims_unnamed() RETURNS trigger
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     named BIGINT;
 BEGIN
@@ -435,7 +440,7 @@ $$;
 -- statement sees every link committed before it).
 CREATE OR REPLACE FUNCTION claimgate_link(at TEXT, mine BIGINT)
     RETURNS TABLE (linked INTEGER, waited_us BIGINT, held_us BIGINT)
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     began TIMESTAMPTZ := clock_timestamp();
     locked TIMESTAMPTZ;

@@ -112,6 +112,9 @@ pub enum Command {
     Restore(ops::RestoreArgs),
     /// Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged.
     Migrate(ops::MigrateArgs),
+    /// Make the ledger (or upgrade one an earlier release made), then exit: on PostgreSQL, run
+    /// it as the role that owns the schema before the workers start as theirs.
+    Init,
 }
 
 impl GlobalArgs {
@@ -157,6 +160,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Backup(args) => ops::backup(&cfg, args),
         Command::Restore(args) => ops::restore(&cfg, args),
         Command::Migrate(args) => ops::migrate(&cfg, args),
+        Command::Init => ops::init(&cfg),
     }
 }
 

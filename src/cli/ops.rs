@@ -145,6 +145,14 @@ pub struct MigrateArgs {
     pub to: PathBuf,
 }
 
+/// `claimgate init`: the ledger made or upgraded (the one open that may, besides `run`,
+/// `relay` and `migrate`), and where it is said.
+pub fn init(cfg: &Config) -> Result<()> {
+    let ledger = crate::ledger::open(&LedgerConfig::new(&cfg.db_path))?;
+    println!("ledger ready: {}", ledger.describe());
+    Ok(())
+}
+
 /// `claimgate migrate --to URL`.
 pub fn migrate(cfg: &Config, args: MigrateArgs) -> Result<()> {
     let mut from = LedgerConfig::new(&cfg.db_path);

@@ -1185,8 +1185,9 @@ fn a_ledger_of_the_release_before_batches_is_continued_with_its_chain_ids_and_an
     // 1. A ledger as the previous release left it (its schema applied by hand, fixture
     //    schema-postgres-v2.sql): 3 paid submissions and a duplicate, each record sealed after
     //    the head, outbox ids 1..=3 numbered under the head lock, the head at seq 4.
-    // 2. Opened by this release (verify): the tables are renamed under the views, nothing
-    //    else changes; verify passes; an anchor of the head is taken.
+    // 2. `verify` refuses it (exit 2, naming `claimgate init`) and changes nothing; `init`
+    //    upgrades it: the tables are renamed under the views, nothing else changes; verify
+    //    passes; an anchor of the head is taken.
     // 3. A worker pays 5 new submissions and finds a resent old one a duplicate; a relay
     //    publishes ids 1..=8 once each, old rows first.
     // 4. One chain: the old records sealed alone, then the batches; verify, audit verify and
@@ -1293,6 +1294,23 @@ fn a_ledger_of_the_release_before_batches_is_continued_with_its_chain_ids_and_an
     c.batch_execute("SELECT setval(pg_get_serial_sequence('processed_messages', 'claim_id'), 3)")
         .unwrap();
 
+    // A read-only command runs no DDL: it refuses, naming the upgrade, and changes nothing.
+    let refused = w.run(&["verify"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("claimgate init"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT COUNT(*) FROM pg_class WHERE relname IN ('audit_log', 'outbox') AND relkind = 'r'"
+        ),
+        2,
+        "verify changed nothing"
+    );
+    w.run_ok(&["init"]);
     let said = String::from_utf8_lossy(&w.run_ok(&["verify"]).stdout).into_owned();
     assert!(
         said.contains("3 claims") && said.contains("4 audit records"),

@@ -12,6 +12,14 @@
 //! TLS is `tokio-postgres-rustls` on the `rustls` + `ring` already used for Redis, so no
 //! OpenSSL is linked.
 //!
+//! # The schema
+//! Every claimgate object lives in one schema, `public` unless the URL names another with
+//! `schema=NAME` (lower-case letters, digits and `_`, starting with a letter or `_`). Every
+//! connection pins it (`SET search_path TO NAME`, so PostgreSQL's own `pg_catalog` is still
+//! searched first and new objects go into NAME): a ledger is never found, or made, through the
+//! user's `search_path`, whose `"$user"` would otherwise send every table into a schema named
+//! after the role the moment a DBA creates one (a second, empty ledger, which pays again).
+//!
 //! # TLS
 //! `sslmode=require` with `sslrootcert=FILE` (a PEM CA bundle): the server's certificate is
 //! verified against FILE, always (stricter than libpq's `require`, which does not verify).
@@ -28,7 +36,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Query parameters shown with their values in messages: none of them is a secret.
-const URL_QUERY_SHOWN: [&str; 7] = [
+const URL_QUERY_SHOWN: [&str; 8] = [
+    "schema",
     "sslmode",
     "sslrootcert",
     "user",
@@ -46,11 +55,19 @@ pub fn redact(url: &str) -> String {
     url_secrets::by_hand(url, &URL_QUERY_SHOWN)
 }
 
+/// The schema a URL that names none uses: where every ledger of earlier releases was made
+/// (unless a role-named schema caught it).
+pub const SCHEMA_DEFAULT: &str = "public";
+
 /// Where and how to connect, parsed once from the `--db` URL.
 #[derive(Clone)]
 pub(super) struct Target {
-    /// The client configuration (the URL less `sslrootcert`).
+    /// The client configuration (the URL less `sslrootcert` and `schema`).
     config: Config,
+    /// The schema every claimgate object lives in, pinned on every connection.
+    pub(super) schema: String,
+    /// Whether the URL named the schema (`schema=`), rather than taking [`SCHEMA_DEFAULT`].
+    pub(super) schema_named: bool,
     /// The TLS connector, when `sslrootcert` is given.
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     /// The URL with its password removed, for messages.
@@ -62,12 +79,15 @@ impl Target {
     pub(super) fn parse(url: &str) -> Result<Self> {
         let redacted = redact(url);
         let bad = |why: String| Error::Config(format!("bad PostgreSQL URL {redacted}: {why}"));
+        let bad = &bad;
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut ca_file = None;
+        let mut schema = None;
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("sslrootcert", file)) => ca_file = Some(file.to_owned()),
+                Some(("schema", name)) => schema = Some(schema_name(name).map_err(bad)?),
                 _ => kept.push(pair),
             }
         }
@@ -97,16 +117,53 @@ impl Target {
         Ok(Target {
             config,
             tls,
+            schema_named: schema.is_some(),
+            schema: schema.unwrap_or_else(|| SCHEMA_DEFAULT.to_owned()),
             redacted,
         })
     }
 
-    /// One new connection.
+    /// One new connection, with the ledger's schema pinned ([module doc](self)).
     pub(super) fn connect(&self) -> Result<Client, postgres::Error> {
-        match &self.tls {
+        let mut client = match &self.tls {
             Some(tls) => self.config.connect(tls.clone()),
             None => self.config.connect(NoTls),
-        }
+        }?;
+        client.batch_execute(&format!("SET search_path TO {}", self.schema))?;
+        Ok(client)
+    }
+
+    /// Where this target is, for a connection error: `host:port` (or the socket directory),
+    /// and the database; never a user or password.
+    pub(super) fn address(&self) -> String {
+        use postgres::config::Host;
+        let host = match self.config.get_hosts().first() {
+            Some(Host::Tcp(name)) => name.clone(),
+            Some(Host::Unix(dir)) => dir.display().to_string(),
+            None => "localhost".to_owned(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let db = self.config.get_dbname().unwrap_or("(the user's own)");
+        format!("{host}:{port} (database {db})")
+    }
+}
+
+/// A `schema=` value, checked: a plain lower-case identifier, so it is pinned and quoted
+/// nowhere differently from how PostgreSQL folds it, and cannot carry SQL.
+fn schema_name(name: &str) -> std::result::Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && !name.starts_with("pg_");
+    if ok {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "schema={name:?} is not a schema claimgate can use: lower-case letters, digits and              _ only, not starting with a digit or pg_, at most 63 characters"
+        ))
     }
 }
 
@@ -169,21 +226,33 @@ pub(super) struct Manager(pub(super) Target);
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Conn;
-    type Error = postgres::Error;
+    type Error = super::error::Unreachable;
 
-    fn connect(&self) -> Result<Conn, postgres::Error> {
-        let mut client = self.0.connect()?;
+    fn connect(&self) -> Result<Conn, Self::Error> {
+        let unreachable = |error| super::error::Unreachable {
+            address: self.0.address(),
+            error,
+        };
+        let mut client = self.0.connect().map_err(unreachable)?;
         // Prepared statements get a plan per execution, from the table as it is now: a
         // generic plan cached while the ledger was empty would keep scanning it as it grows.
-        client.batch_execute("SET plan_cache_mode = force_custom_plan")?;
+        client
+            .batch_execute("SET plan_cache_mode = force_custom_plan")
+            .map_err(unreachable)?;
         Ok(Conn {
             client,
             prepared: HashMap::new(),
         })
     }
 
-    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
-        conn.client.simple_query("").map(|_| ())
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), Self::Error> {
+        conn.client
+            .simple_query("")
+            .map(|_| ())
+            .map_err(|error| super::error::Unreachable {
+                address: self.0.address(),
+                error,
+            })
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {

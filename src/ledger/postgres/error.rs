@@ -25,25 +25,61 @@ impl From<postgres::Error> for Error {
 /// message read "ledger: db error". This displays the kind, then each cause in the chain, then
 /// the SQLSTATE, on one line. It has no source of its own: its text carries the whole chain.
 #[derive(Debug)]
-struct Described(postgres::Error);
+struct Described<E: std::borrow::Borrow<postgres::Error>>(E);
 
-impl std::fmt::Display for Described {
+impl<E: std::borrow::Borrow<postgres::Error>> std::fmt::Display for Described<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut cause = std::error::Error::source(&self.0);
+        let e: &postgres::Error = self.0.borrow();
+        write!(f, "{e}")?;
+        let mut cause = std::error::Error::source(e);
         while let Some(c) = cause {
             // The server's DETAIL and HINT come on lines of their own; a log line stays one.
             write!(f, ": {}", c.to_string().replace('\n', "; "))?;
             cause = c.source();
         }
-        if let Some(code) = self.0.code() {
+        if let Some(code) = e.code() {
             write!(f, " (SQLSTATE {})", code.code())?;
         }
         Ok(())
     }
 }
 
-impl std::error::Error for Described {}
+impl<E: std::borrow::Borrow<postgres::Error> + std::fmt::Debug> std::error::Error
+    for Described<E>
+{
+}
+
+/// A connection that could not be made, naming where it was tried (host and port, the
+/// database; never a user or password), as `psql` does: "Connection refused" alone does not
+/// say which of an operator's servers refused.
+#[derive(Debug)]
+pub(super) struct Unreachable {
+    /// `host:port (database NAME)`: `Target::address`.
+    pub(super) address: String,
+    /// What the client library said.
+    pub(super) error: postgres::Error,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PostgreSQL at {}: ", self.address)?;
+        Described(&self.error).fmt(f)
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
+/// A failed connection attempt as the ledger error it is, naming where it was tried.
+pub(super) fn unreachable(e: postgres::Error, address: &str) -> Error {
+    let fault = fault(&e);
+    Error::ledger(
+        Unreachable {
+            address: address.to_owned(),
+            error: e,
+        },
+        fault,
+    )
+}
 
 /// SQLSTATEs after which nothing was changed and the same transaction, tried again, can
 /// succeed: a serialization failure or deadlock (another writer won), the server shutting

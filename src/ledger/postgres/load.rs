@@ -28,7 +28,8 @@ impl PgLedger {
                 "SELECT (SELECT COUNT(*) FROM processed_messages) + (SELECT COUNT(*) FROM outbox_rows)
                       + (SELECT COUNT(*) FROM dead_letters) + (SELECT COUNT(*) FROM audit_chain)
                       + (SELECT COUNT(*) FROM audit_batches) + (SELECT COUNT(*) FROM audit_members)
-                      + (SELECT COUNT(*) FROM legal_holds) + (SELECT COUNT(*) FROM ledger_meta)
+                      + (SELECT COUNT(*) FROM legal_holds)
+                      + (SELECT COUNT(*) FROM ledger_meta WHERE name <> 'format_version')
                       + (SELECT COUNT(*) FROM claim_tombstones)
                       + (SELECT seq FROM chain_head WHERE id = 1)",
                 &[],
@@ -214,6 +215,8 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 "INSERT INTO legal_holds (award_id, reason, held_at) VALUES ($1, $2, $3)",
                 &[&h.award_id, &h.reason, &h.held_at],
             )?,
+            // The target's own format, not the source's.
+            Row::Meta { name, .. } if name == "format_version" => 0,
             Row::Meta { name, value } => tx.execute(
                 "INSERT INTO ledger_meta (name, value) VALUES ($1, $2)",
                 &[&name, &value],

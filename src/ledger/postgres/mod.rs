@@ -5,9 +5,9 @@
 //! own tools); `connect` parses the URL, sets up TLS and pools connections, and `error` turns
 //! PostgreSQL's errors into [`Error::Ledger`].
 //!
-//! The schema (`schema_postgres.sql`) is applied at every open inside one transaction holding
-//! an advisory lock, so nodes starting together neither race on `CREATE TABLE` nor see a
-//! half-made schema.
+//! Every open finds the ledger in the schema its URL pins (`connect.rs`); `schema.rs` makes or
+//! upgrades it, and only for the commands that may (`LedgerConfig::create`): every other open
+//! runs no DDL.
 
 mod audit_store;
 mod batch;
@@ -16,10 +16,13 @@ mod error;
 mod load;
 mod outbox;
 mod retention;
+mod schema;
 mod tally;
 mod verify;
 
 pub use batch::{group_lock, head_hold};
+pub use connect::SCHEMA_DEFAULT;
+pub use schema::{FORMAT_VERSION, SCHEMA};
 
 use crate::config::{LedgerConfig, OnConflict};
 use crate::domain::clock::age_seconds;
@@ -30,13 +33,6 @@ use r2d2::{Pool, PooledConnection};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// The schema, applied idempotently at every open.
-pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");
-
-/// The advisory lock (two-key form, so it never meets a batch's one-key group locks) held
-/// while the schema is applied.
-const SCHEMA_LOCK: (i32, i32) = (0x636c_6169, 1);
 
 /// The advisory lock a retention purge holds for as long as it runs: one node at a time.
 pub(super) const PURGE_LOCK: (i32, i32) = (0x636c_6169, 2);
@@ -60,33 +56,21 @@ pub struct PgLedger {
 }
 
 impl PgLedger {
-    /// Connects to the ledger `cfg.path` names (a `postgres://` URL) and applies the schema.
-    /// A wrong password, unknown user or missing database is [`Error::Config`]; an unreachable
-    /// or restarting server is a transient [`Error::Ledger`] (see [`PgLedger::open_waiting`]).
+    /// Connects to the ledger `cfg.path` names (a `postgres://` URL) and finds it in its
+    /// schema, making or upgrading it only if `cfg.create` (`schema.rs`). A wrong password,
+    /// unknown user or missing database, a ledger not where the URL says, or one this build
+    /// cannot read is [`Error::Config`]; an unreachable or restarting server is a transient
+    /// [`Error::Ledger`] naming host and port (see [`PgLedger::open_waiting`]).
     pub fn open(cfg: &LedgerConfig) -> Result<Self> {
         let url = cfg.path.to_string_lossy();
         let target = Target::parse(&url)?;
         let redacted = target.redacted.clone();
         // The first connection is made here, not by the pool, so its error can be classified.
-        let mut first = target
-            .connect()
-            .map_err(|e| error::config_fault(&e, &redacted).unwrap_or_else(|| Error::from(e)))?;
-        if !cfg.create && !has_schema(&mut first)? {
-            return Err(Error::Config(format!(
-                "no claimgate ledger in the PostgreSQL database {redacted} (only run and relay \
-                 create one)"
-            )));
-        }
-        apply_schema(&mut first).map_err(|e| match e {
-            Error::Ledger {
-                source,
-                fault: crate::error::Fault::Ledger | crate::error::Fault::Entry,
-                ..
-            } => Error::Config(format!(
-                "cannot apply the schema to the PostgreSQL ledger {redacted}: {source}"
-            )),
-            other => other,
+        let mut first = target.connect().map_err(|e| {
+            error::config_fault(&e, &redacted)
+                .unwrap_or_else(|| error::unreachable(e, &target.address()))
         })?;
+        schema::prepare(&mut first, &target, cfg.create)?;
         if cfg.create {
             // Batches a writer committed and did not live to link (stopped in between): placed
             // now, so their events reach the relay whether or not another batch ever comes.
@@ -141,8 +125,8 @@ impl PgLedger {
 #[derive(Debug)]
 struct QuietPool;
 
-impl r2d2::HandleError<postgres::Error> for QuietPool {
-    fn handle_error(&self, error: postgres::Error) {
+impl r2d2::HandleError<error::Unreachable> for QuietPool {
+    fn handle_error(&self, error: error::Unreachable) {
         log::debug!("ledger connection pool: {error}");
     }
 }
@@ -203,27 +187,6 @@ fn snapshot(client: &mut postgres::Client) -> Result<postgres::Transaction<'_>> 
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()?)
-}
-
-/// Whether the database holds a claimgate ledger already (its chain head table).
-fn has_schema(client: &mut postgres::Client) -> Result<bool> {
-    Ok(client
-        .query_one("SELECT to_regclass('chain_head') IS NOT NULL", &[])?
-        .get(0))
-}
-
-/// The schema, in one transaction under [`SCHEMA_LOCK`].
-fn apply_schema(client: &mut postgres::Client) -> Result<()> {
-    let mut tx = client.transaction()?;
-    // "already exists, skipping" notices on every open are noise in the operator's log.
-    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1, $2)",
-        &[&SCHEMA_LOCK.0, &SCHEMA_LOCK.1],
-    )?;
-    tx.batch_execute(SCHEMA)?;
-    tx.commit()?;
-    Ok(())
 }
 
 impl Ledger for PgLedger {

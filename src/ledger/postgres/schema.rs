@@ -1,0 +1,232 @@
+//! Finding the ledger in its schema, and making or upgrading it: the only place the
+//! PostgreSQL ledger runs DDL.
+//!
+//! A command finds the ledger where it was made — in the schema its URL pins
+//! (`connect.rs`) — or stops, exit 2, saying what it found instead. Only an open that may
+//! create (`LedgerConfig::create`: `run`, `relay`, `init`, `migrate`'s target) ever creates
+//! or changes objects, and then only
+//! - to make a ledger in a schema that holds no table, view or sequence at all (a schema of
+//!   its own, or an empty `public`), never beside someone else's objects, and never, when the
+//!   URL names no schema, while another schema of the database holds a claimgate ledger (that
+//!   one would be abandoned and every submission paid again into the new one); or
+//! - to upgrade a ledger of an earlier format.
+//!
+//! Every other open — and a creating one on a ledger of today's format — runs no DDL at all,
+//! so an auditor role with `SELECT` alone can run `verify`, `status` and the `audit` commands,
+//! and a worker role with no `CREATE` anywhere can run `run`.
+//!
+//! The format is a number in `ledger_meta` (`format_version`), written by the script that made
+//! or upgraded the ledger, in the same transaction. A ledger without one was made by a release
+//! before formats were recorded: format 1.
+
+use super::connect::Target;
+use crate::error::{Error, Fault, Result};
+use postgres::Client;
+
+/// The format this build makes and reads. 1: every ledger of a release before the format was
+/// recorded. 2: the format was recorded, every function pins the schema it was made in, and
+/// batches lock stripes of `claim_locks` rather than one advisory lock per group.
+pub const FORMAT_VERSION: i64 = 2;
+
+/// The schema script: makes the ledger, or brings one of an earlier format up to this one.
+pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");
+
+/// The advisory lock (two-key form, so it never meets anything else claimgate locks) held
+/// while the schema is made or upgraded, so nodes starting together neither race on
+/// `CREATE TABLE` nor see a half-made schema.
+const SCHEMA_LOCK: (i32, i32) = (0x636c_6169, 1);
+
+/// What a look at the database found.
+#[derive(Debug, Default)]
+struct Found {
+    /// Whether the pinned schema exists.
+    schema_exists: bool,
+    /// The format of the ledger in the pinned schema (1 when it records none), if one is there.
+    ledger: Option<i64>,
+    /// Tables, views and sequences in the pinned schema that are not a claimgate ledger's:
+    /// a few names, for the message.
+    strangers: Vec<String>,
+    /// Other schemas of the database that hold a claimgate ledger.
+    elsewhere: Vec<String>,
+}
+
+/// Makes sure the ledger `target` names is there and of today's format, on `client` (whose
+/// search path pins the schema): makes or upgrades it only if `create`; otherwise runs no DDL
+/// and says what it found when it is not usable. Configuration errors (exit 2) say what to do.
+pub(super) fn prepare(client: &mut Client, target: &Target, create: bool) -> Result<()> {
+    let found = look(client, &target.schema)?;
+    match found.ledger {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(v) if v > FORMAT_VERSION => Err(Error::Config(format!(
+            "the ledger in schema {} of {} is format {v}, made by a newer claimgate; this \
+             build reads format {FORMAT_VERSION}: upgrade claimgate on this node",
+            target.schema, target.redacted
+        ))),
+        Some(v) if !create => Err(Error::Config(format!(
+            "the ledger in schema {} of {} is format {v}, made by an earlier claimgate; this \
+             build reads format {FORMAT_VERSION}: upgrade it once, as the role that owns it, \
+             with `claimgate init` (every node must then run this release)",
+            target.schema, target.redacted
+        ))),
+        Some(_) => apply(client, target, "upgrade"),
+        None if !create => Err(not_here(&found, target)),
+        None => {
+            if !found.elsewhere.is_empty() && !target.schema_named {
+                return Err(not_here(&found, target));
+            }
+            if !found.strangers.is_empty() {
+                return Err(Error::Config(format!(
+                    "schema {} of {} holds objects claimgate did not make ({}); claimgate \
+                     makes its ledger only in an empty schema: give it one of its own, e.g. \
+                     CREATE SCHEMA claimgate AUTHORIZATION <owner role>, and add \
+                     schema=claimgate to the URL",
+                    target.schema,
+                    target.redacted,
+                    found.strangers.join(", ")
+                )));
+            }
+            apply(client, target, "create")
+        }
+    }
+}
+
+/// The message for a schema holding no ledger where one was expected.
+fn not_here(found: &Found, target: &Target) -> Error {
+    let (schema, url) = (&target.schema, &target.redacted);
+    let what = if !found.schema_exists {
+        format!("schema {schema} does not exist in {url}")
+    } else {
+        format!("no claimgate ledger in schema {schema} of {url}")
+    };
+    Error::Config(match found.elsewhere.as_slice() {
+        [] => format!("{what}; `claimgate init` (or run, or relay) makes one"),
+        [one] => format!(
+            "{what}, but schema {one} holds one: add schema={one} to the URL (a ledger is \
+             never looked for, or made, through the search path)"
+        ),
+        many => format!(
+            "{what}, but schemas {} hold one each: name the one to use with schema=NAME in the \
+             URL",
+            many.join(", ")
+        ),
+    })
+}
+
+/// What the database holds, in the pinned schema and elsewhere. Catalog reads only.
+fn look(client: &mut Client, schema: &str) -> Result<Found> {
+    let row = client.query_one(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),
+                to_regclass(quote_ident($1) || '.chain_head') IS NOT NULL,
+                to_regclass(quote_ident($1) || '.ledger_meta') IS NOT NULL,
+                ARRAY(SELECT c.relname::text FROM pg_class c JOIN pg_namespace n
+                      ON n.oid = c.relnamespace
+                      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                      ORDER BY c.relname LIMIT 5),
+                ARRAY(SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n
+                      ON n.oid = c.relnamespace
+                      WHERE c.relname = 'chain_head' AND c.relkind = 'r' AND n.nspname <> $1
+                      ORDER BY n.nspname)",
+        &[&schema],
+    )?;
+    let mut found = Found {
+        schema_exists: row.get(0),
+        strangers: row.get(3),
+        elsewhere: row.get(4),
+        ..Found::default()
+    };
+    if row.get::<_, bool>(1) {
+        let recorded: Option<String> = if row.get::<_, bool>(2) {
+            client
+                .query_opt(
+                    "SELECT value FROM ledger_meta WHERE name = 'format_version'",
+                    &[],
+                )?
+                .map(|r| r.get(0))
+        } else {
+            None
+        };
+        let version = match recorded {
+            None => 1,
+            Some(v) => v.parse().map_err(|_| {
+                Error::Config(format!(
+                    "the ledger in schema {schema} records format {v:?}, which is not a number"
+                ))
+            })?,
+        };
+        found.ledger = Some(version);
+        found.strangers.clear();
+    }
+    Ok(found)
+}
+
+/// Makes or upgrades the ledger: the schema script in one transaction under [`SCHEMA_LOCK`],
+/// after looking again under the lock (a node that started at the same moment may have done
+/// it). A role that may not create objects is told which role can.
+fn apply(client: &mut Client, target: &Target, doing: &str) -> Result<()> {
+    let denied = |e: Error| match e {
+        Error::Ledger {
+            source,
+            fault: Fault::Ledger | Fault::Entry,
+            ..
+        } => Error::Config(format!(
+            "cannot {doing} the ledger in schema {} of {}: {source}; making or upgrading it \
+             takes a role that may create objects in that schema (its owner): run `claimgate \
+             init` as that role, then start the workers as theirs",
+            target.schema, target.redacted
+        )),
+        other => other,
+    };
+    let mut tx = client.transaction()?;
+    // "already exists, skipping" notices are noise in the operator's log.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&SCHEMA_LOCK.0, &SCHEMA_LOCK.1],
+    )?;
+    let again = {
+        let row = tx.query_one(
+            "SELECT to_regclass(quote_ident($1) || '.ledger_meta') IS NOT NULL",
+            &[&target.schema],
+        )?;
+        if row.get::<_, bool>(0) {
+            tx.query_opt(
+                "SELECT value FROM ledger_meta WHERE name = 'format_version'",
+                &[],
+            )?
+            .map(|r| r.get::<_, String>(0))
+        } else {
+            None
+        }
+    };
+    if again.as_deref() == Some(FORMAT_VERSION.to_string().as_str()) {
+        return Ok(());
+    }
+    // Only where missing: CREATE SCHEMA asks for CREATE on the database even when the schema
+    // is there (PostgreSQL checks the privilege before IF NOT EXISTS), which an owner of a
+    // schema made for it by a DBA need not have.
+    let exists: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&target.schema],
+        )?
+        .get(0);
+    if !exists {
+        tx.batch_execute(&format!("CREATE SCHEMA {}", target.schema))
+            .map_err(Error::from)
+            .map_err(denied)?;
+    }
+    tx.batch_execute(SCHEMA).map_err(Error::from).map_err(denied)?;
+    tx.execute(
+        "INSERT INTO ledger_meta (name, value) VALUES ('format_version', $1)
+         ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+        &[&FORMAT_VERSION.to_string()],
+    )?;
+    tx.commit()?;
+    log::info!(
+        "{} the claimgate ledger (format {FORMAT_VERSION}) in schema {} of {}",
+        if doing == "create" { "made" } else { "upgraded" },
+        target.schema,
+        target.redacted
+    );
+    Ok(())
+}
