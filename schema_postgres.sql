@@ -263,7 +263,19 @@ INSERT INTO chain_head (id, seq, hash, outbox_id_last)
     VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000', 0)
     ON CONFLICT (id) DO NOTHING;
 
--- Facts about this ledger: `ledger_id`, random, created by the first relay.
+-- The claim locks: one row per stripe of (submission instant, award) groups, 65,536 of them
+-- (CLAIM_STRIPES in src/ledger/postgres/batch.rs). A batch locks the rows of the groups it
+-- claims in (FOR UPDATE, or FOR UPDATE SKIP LOCKED to defer what another batch holds), so
+-- what it reads of those groups is exact until it commits. Row locks live in the rows, not in
+-- the server's shared lock table: a batch of any size takes the same few heavyweight locks,
+-- where one advisory lock per group filled a stock server's table. Never updated or deleted.
+CREATE TABLE IF NOT EXISTS claim_locks (
+    stripe INTEGER PRIMARY KEY CHECK (stripe >= 0 AND stripe < 65536)
+);
+INSERT INTO claim_locks (stripe) SELECT generate_series(0, 65535) ON CONFLICT DO NOTHING;
+
+-- Facts about this ledger: `ledger_id`, random, created by the first relay; `format_version`,
+-- written with the schema (src/ledger/postgres/schema.rs).
 CREATE TABLE IF NOT EXISTS ledger_meta (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL

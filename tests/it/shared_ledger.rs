@@ -787,10 +787,23 @@ fn a_node_starting_beside_an_open_batch_neither_waits_for_it_nor_stalls_it() {
     assert_eq!(w.count("processed_messages"), 1);
 }
 
-/// The group lock of `submission(i)` (instant, award), as the PostgreSQL ledger numbers it.
-fn group_of(i: usize) -> i64 {
+/// The stripe of `submission(i)`'s group (instant, award), as the PostgreSQL ledger numbers it.
+fn group_of(i: usize) -> i32 {
     let s = support::parsed(i);
-    claimgate::ledger::postgres::group_lock(&s.submission_instant, &s.award_id)
+    claimgate::ledger::postgres::group_stripe(&s.submission_instant, &s.award_id)
+}
+
+/// Holds the group of `submission(i)` in `session` as another node's uncommitted batch would:
+/// a transaction holding its stripe's row lock, until the session commits.
+fn hold_group(session: &mut postgres::Client, i: usize) {
+    session.batch_execute("BEGIN").unwrap();
+    let held = session
+        .execute(
+            "SELECT 1 FROM claim_locks WHERE stripe = $1 FOR UPDATE",
+            &[&group_of(i)],
+        )
+        .unwrap();
+    assert_eq!(held, 1, "the stripe's row exists and is held");
 }
 
 #[test]
@@ -813,9 +826,7 @@ fn a_batch_defers_the_items_whose_group_another_batch_holds_and_waits_for_them_w
         delivery_count: 1,
     };
     let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    other
-        .execute("SELECT pg_advisory_lock($1)", &[&group_of(1)])
-        .unwrap();
+    hold_group(&mut other, 1);
 
     let outcomes = ledger
         .record(
@@ -833,9 +844,7 @@ fn a_batch_defers_the_items_whose_group_another_batch_holds_and_waits_for_them_w
 
     let letting_go = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(600));
-        other
-            .execute("SELECT pg_advisory_unlock($1)", &[&group_of(1)])
-            .unwrap();
+        other.batch_execute("COMMIT").unwrap();
     });
     let offered = std::time::Instant::now();
     let outcomes = ledger
@@ -872,9 +881,7 @@ fn a_worker_pays_the_rest_of_a_batch_while_another_node_holds_one_group_and_then
     // The schema first, so the test's session can hold a lock before the worker starts.
     w.run_ok(&["relay", "--exit-when-idle"]);
     let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    other
-        .execute("SELECT pg_advisory_lock($1)", &[&group_of(3)])
-        .unwrap();
+    hold_group(&mut other, 3);
     w.add(&(0..10).map(submission).collect::<Vec<_>>());
     let addr = format!("127.0.0.1:{}", free_port().unwrap());
     let mut worker = support::Logged::spawn(w.cmd(&[
@@ -899,9 +906,7 @@ fn a_worker_pays_the_rest_of_a_batch_while_another_node_holds_one_group_and_then
         metrics.contains("claimgate_entries_deferred_total 1"),
         "{metrics}"
     );
-    other
-        .execute("SELECT pg_advisory_unlock($1)", &[&group_of(3)])
-        .unwrap();
+    other.batch_execute("COMMIT").unwrap();
     let status = wait_exit(&mut worker.child, Duration::from_secs(30));
     assert!(status.success(), "{status:?}\n{}", worker.log_text());
     worker.wait_log("1 deferred and offered again");

@@ -3,16 +3,23 @@
 //!
 //! The steps, each one statement over arrays (UNNEST), in one fixed lock order so concurrent
 //! batches cannot deadlock:
-//! 1. **Group locks.** A transaction advisory lock per (submission instant, award) the batch
-//!    claims for. Two batches that could claim the same key or conflict with each other share
-//!    a group; batches on different awards never meet. This makes what step 2 reads exact: no
-//!    other transaction can claim a key or a conflicting submission of these groups until we
-//!    commit. The groups of items offered again after a deferral are waited for, in sorted
-//!    order; every other group is only tried (`pg_try_advisory_xact_lock`, sorted, after the
-//!    waits), and the items of a group another batch holds are deferred (contract point 8)
-//!    instead of making this whole batch wait for that one's commit. Waits come before tries,
-//!    and waits are sorted, so no cycle of waits can form: a batch waiting holds only groups
-//!    below the one it waits for, all of them taken by waiting.
+//! 1. **Group locks.** The batch locks, for each (submission instant, award) it claims for, that
+//!    group's stripe: one row of `claim_locks` (`schema_postgres.sql`), [`CLAIM_STRIPES`] rows
+//!    in all, the stripe a hash of the group ([`group_stripe`]). Two batches that could claim
+//!    the same key or conflict with each other share a group, so a stripe; batches on
+//!    different awards almost never meet. This makes what step 2 reads exact: no other
+//!    transaction can claim a key or a conflicting submission of these groups until we commit.
+//!    The stripes of items offered again after a deferral are waited for (`FOR UPDATE`, in
+//!    sorted order); every other stripe is only tried (`FOR UPDATE SKIP LOCKED`, sorted, after
+//!    the waits), and the items whose stripe another batch holds are deferred (contract point
+//!    8) instead of making this whole batch wait for that one's commit. Waits come before
+//!    tries, and waits are sorted, so no cycle of waits can form: a batch waiting holds only
+//!    stripes below the one it waits for, all of them taken by waiting.
+//!    Row locks, not advisory locks: a row lock lives in the row, not in the server's shared
+//!    lock table, so a batch of any size takes the same few heavyweight locks (its tables and
+//!    indexes, and one tuple lock while it waits). With one advisory lock per group, three
+//!    nodes' batches of 100,000 filled a stock server's lock table (`max_locks_per_transaction`
+//!    64): SQLSTATE 53200 for claimgate and for every other application on the server.
 //! 2. **Facts.** The claims of each of the batch's groups, earliest first, and the tombstones
 //!    of its keys, in one statement, so one snapshot: a purge deletes a claim and writes its
 //!    tombstone in one transaction, so a purged key is seen either still claimed or
@@ -77,11 +84,18 @@ pub(super) struct Context<'a> {
     pub(super) deferred: &'a Mutex<HashSet<String>>,
 }
 
-const LOCK_GROUPS: &str = "SELECT pg_advisory_xact_lock(g) FROM UNNEST($1::int8[]) AS g";
+/// How many stripes `claim_locks` holds: rows 0 to `CLAIM_STRIPES - 1`, made with the ledger.
+/// Enough that two batches of a thousand groups share a stripe needlessly about 15 times
+/// (a deferral each, never a wrong answer), few enough that the table is 300 pages.
+pub const CLAIM_STRIPES: i32 = 65_536;
 
-/// The groups of `$1` (sorted) another transaction holds; takes every other one.
-const TRY_GROUPS: &str =
-    "SELECT g FROM UNNEST($1::int8[]) AS g WHERE NOT pg_try_advisory_xact_lock(g)";
+/// Waits for and locks the stripes `$1` (sorted), returning each one it locked.
+const LOCK_GROUPS: &str = "SELECT stripe FROM claim_locks WHERE stripe = ANY($1::int4[])
+     ORDER BY stripe FOR UPDATE";
+
+/// Locks the stripes of `$1` (sorted) no other transaction holds, returning them.
+const TRY_GROUPS: &str = "SELECT stripe FROM claim_locks WHERE stripe = ANY($1::int4[])
+     ORDER BY stripe FOR UPDATE SKIP LOCKED";
 
 /// Claims and tombstones of the batch's keys, in one statement (one snapshot; see step 2).
 // Both lookups probe an index once per element, whatever the planner believes about the
@@ -313,9 +327,9 @@ pub(super) fn record<'a>(
     let mut tx = conn.client.transaction()?;
 
     // A fast-filter hit may turn out unconfirmed and be claimed: its group is locked too.
-    let groups: Vec<Option<i64>> = items
+    let groups: Vec<Option<i32>> = items
         .iter()
-        .map(|i| delivered(i).map(|(s, _, _)| group_lock(&s.submission_instant, &s.award_id)))
+        .map(|i| delivered(i).map(|(s, _, _)| group_stripe(&s.submission_instant, &s.award_id)))
         .collect();
     failpoint::hit("before_locks");
     let busy = lock_groups(&mut tx, &st, ctx, items, &groups)?;
@@ -420,17 +434,18 @@ impl Statements {
     }
 }
 
-/// The advisory-lock number of a (instant, award) group: the first 8 bytes of a SHA-256 of
-/// both. Two groups sharing a number only wait for each other needlessly. Public so an
-/// operator (or a test) can see which batch holds a group: `pg_locks` shows it as the
-/// advisory lock's `(classid << 32) | objid`.
-pub fn group_lock(instant: &str, award_id: &str) -> i64 {
+/// The stripe (`claim_locks` row) of a (instant, award) group: the first 8 bytes of a SHA-256
+/// of both, modulo [`CLAIM_STRIPES`]. Two groups sharing a stripe only wait for each other
+/// needlessly. Public so an operator (or a test) can hold a group as another node's batch
+/// would: `SELECT 1 FROM claim_locks WHERE stripe = N FOR UPDATE`.
+pub fn group_stripe(instant: &str, award_id: &str) -> i32 {
     let mut h = Sha256::new();
     h.update(instant.as_bytes());
     h.update([0]);
     h.update(award_id.as_bytes());
     let d = h.finalize();
-    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+    let n = u64::from_be_bytes(d[..8].try_into().expect("8 bytes"));
+    (n % CLAIM_STRIPES as u64) as i32
 }
 
 /// Step 1: the group locks: waited for where an item is offered again after a deferral,
@@ -440,10 +455,10 @@ fn lock_groups(
     st: &Statements,
     ctx: &Context<'_>,
     items: &[Item<'_>],
-    groups: &[Option<i64>],
-) -> Result<HashSet<i64>> {
-    let mut wait: Vec<i64> = Vec::new();
-    let mut tried: Vec<i64> = Vec::new();
+    groups: &[Option<i32>],
+) -> Result<HashSet<i32>> {
+    let mut wait: Vec<i32> = Vec::new();
+    let mut tried: Vec<i32> = Vec::new();
     {
         let deferred = ctx.deferred.lock().unwrap_or_else(|p| p.into_inner());
         for (item, g) in items.iter().zip(groups) {
@@ -460,7 +475,10 @@ fn lock_groups(
     wait.sort_unstable();
     wait.dedup();
     if !wait.is_empty() {
-        tx.execute(&st.lock_groups, &[&wait])?;
+        let locked = tx.query(&st.lock_groups, &[&wait])?.len();
+        if locked != wait.len() {
+            return Err(stripes_missing(wait.len() - locked));
+        }
     }
     tried.sort_unstable();
     tried.dedup();
@@ -468,11 +486,26 @@ fn lock_groups(
     if tried.is_empty() {
         return Ok(HashSet::new());
     }
-    Ok(tx
+    let got: HashSet<i32> = tx
         .query(&st.try_groups, &[&tried])?
         .iter()
         .map(|r| r.get(0))
-        .collect())
+        .collect();
+    // What was not locked is held by another batch — or missing from the table, which the
+    // wait on its next offer finds out.
+    Ok(tried.into_iter().filter(|g| !got.contains(g)).collect())
+}
+
+/// Stripes a batch waited for and did not find: `claim_locks` lost rows (edited by hand). No
+/// retry can make them: a failure of the ledger itself, never of the entries.
+fn stripes_missing(n: usize) -> Error {
+    Error::ledger(
+        format!(
+            "{n} row(s) of claim_locks are missing (the table must hold stripes 0 to {};              `claimgate verify` names what else changed)",
+            CLAIM_STRIPES - 1
+        ),
+        crate::error::Fault::Ledger,
+    )
 }
 
 /// Remembers this batch's deferred entries (their groups are waited for next time) and

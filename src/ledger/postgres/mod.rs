@@ -20,7 +20,7 @@ mod schema;
 mod tally;
 mod verify;
 
-pub use batch::{group_lock, head_hold};
+pub use batch::{group_stripe, head_hold, CLAIM_STRIPES};
 pub use connect::SCHEMA_DEFAULT;
 pub use schema::{FORMAT_VERSION, SCHEMA};
 
