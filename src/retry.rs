@@ -165,6 +165,10 @@ pub fn with_backoff<T>(
     retry_loop(what, &limits, op, std::thread::sleep, Instant::now)
 }
 
+/// What a loop with an [`Outage`] tells of each failed attempt: the error and how long its
+/// episode has lasted, or `None` when an episode it told of ended in a success.
+pub type OutageNote<'a> = &'a (dyn Fn(Option<(&Error, Duration)>) + Sync);
+
 /// How a loop given one treats a ledger outage ([`Error::is_ledger_outage`]).
 pub struct Outage<'a> {
     /// How long an episode that has seen an outage is waited out, from its first failure,
@@ -172,7 +176,7 @@ pub struct Outage<'a> {
     pub ms_max: u64,
     /// Told of every failed attempt (the error, and how long the episode has lasted), and
     /// with `None` when an episode it was told of ends in a success.
-    pub note: &'a (dyn Fn(Option<(&Error, Duration)>) + Sync),
+    pub note: OutageNote<'a>,
 }
 
 /// [`with_backoff`], and a ledger outage is waited out too, for at most `outage.ms_max`, with

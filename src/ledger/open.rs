@@ -29,6 +29,11 @@ impl Location {
         if schemes.iter().any(|scheme| value.starts_with(scheme)) {
             return Ok(Location::Postgres);
         }
+        if let Some(scheme) = url_scheme(&value) {
+            return Err(Error::Config(format!(
+                "--db is a URL of a kind claimgate does not take ({scheme}); a ledger is a file                  path or a postgres:// or postgresql:// URL. The value is not repeated here, as                  it may hold a password"
+            )));
+        }
         let lower = value.trim().to_ascii_lowercase();
         let almost_url = schemes.iter().any(|scheme| lower.starts_with(scheme));
         let conninfo = CONNINFO_KEYS
@@ -44,6 +49,28 @@ impl Location {
         }
         Ok(Location::File)
     }
+}
+
+/// The scheme of a value that is a URL of some kind — `scheme://…`, or `scheme:…@…` — as
+/// something safe to print (`pg://`, or `a URL`); `None` for a plain path. A mistyped scheme
+/// (`postgre://`, `pg://`, `postgres:/`) must never become a file name, nor be repeated in
+/// the message that refuses it: what follows the scheme may hold a password.
+fn url_scheme(value: &str) -> Option<String> {
+    let (scheme, rest) = value.trim().split_once(':')?;
+    let schemeish = !scheme.is_empty()
+        && scheme.len() <= 32
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !(rest.starts_with("//") || (schemeish && rest.starts_with('/') && rest.contains('@'))) {
+        return (schemeish && rest.contains('@')).then(|| "a URL".to_owned());
+    }
+    Some(if schemeish {
+        format!("{scheme}://")
+    } else {
+        "a URL".to_owned()
+    })
 }
 
 /// Words that begin a libpq `key=value` connection string's settings, as no file name does.
@@ -163,4 +190,50 @@ pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
         from: before,
         to: after,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn location(value: &str) -> Result<Location> {
+        Location::of(&LedgerConfig::new(value))
+    }
+
+    #[test]
+    fn every_mistyped_url_is_refused_without_its_password() {
+        for value in [
+            "postgre://claimgate:PW-SECRET@db:5432/ledger",
+            "pg://claimgate:PW-SECRET@db/ledger",
+            "postgres:/claimgate:PW-SECRET@db/ledger",
+            "postgres:claimgate:PW-SECRET@db/ledger",
+            "mysql://claimgate:PW-SECRET@db/ledger",
+            "redis://:PW-SECRET@127.0.0.1:6379",
+            "Postgres://claimgate:PW-SECRET@db/ledger",
+            " postgres://claimgate:PW-SECRET@db/ledger",
+            "postgres ://claimgate:PW-SECRET@db/ledger",
+            "host=db user=claimgate password=PW-SECRET",
+            "://claimgate:PW-SECRET@db",
+        ] {
+            match location(value) {
+                Err(Error::Config(m)) => {
+                    assert!(!m.contains("PW-SECRET") && !m.contains("claimgate:"), "{m}")
+                }
+                Err(e) => panic!("{value}: {e}"),
+                Ok(_) => panic!("{value}: taken as a ledger"),
+            }
+        }
+        for path in [
+            "./claimgate.db",
+            "/var/lib/claimgate/claimgate.db",
+            "ledger@2026.db",
+            "C:ledger.db",
+        ] {
+            assert!(matches!(location(path), Ok(Location::File)), "{path}");
+        }
+        assert!(matches!(
+            location("postgresql://u:p@h/db"),
+            Ok(Location::Postgres)
+        ));
+    }
 }
