@@ -29,11 +29,6 @@ impl Location {
         if schemes.iter().any(|scheme| value.starts_with(scheme)) {
             return Ok(Location::Postgres);
         }
-        if let Some(scheme) = url_scheme(&value) {
-            return Err(Error::Config(format!(
-                "--db is a URL of a kind claimgate does not take ({scheme}); a ledger is a file                  path or a postgres:// or postgresql:// URL. The value is not repeated here, as                  it may hold a password"
-            )));
-        }
         let lower = value.trim().to_ascii_lowercase();
         let almost_url = schemes.iter().any(|scheme| lower.starts_with(scheme));
         let conninfo = CONNINFO_KEYS
@@ -46,6 +41,13 @@ impl Location {
                  not repeated here, as it may hold a password"
                     .into(),
             ));
+        }
+        if let Some(scheme) = url_scheme(&value) {
+            return Err(Error::Config(format!(
+                "--db is a URL of a kind claimgate does not take ({scheme}); a ledger is a file \
+                 path or a postgres:// or postgresql:// URL. The value is not repeated here, as \
+                 it may hold a password"
+            )));
         }
         Ok(Location::File)
     }

@@ -812,15 +812,20 @@ fn a_db_path_that_is_not_a_ledger_is_refused_and_left_as_it_was() {
 
 #[test]
 fn a_postgres_address_not_written_as_a_url_is_refused_without_being_repeated() {
-    // A libpq key=value string, the scheme in capitals, a space before it: each would have
-    // been a local SQLite file named after it, password and all. Each is refused (exit 2),
-    // its password in no output, and no file is made.
+    // A libpq key=value string, the scheme in capitals, a space before it, a mistyped or
+    // foreign scheme (postgre://, pg://, postgres:/, mysql://): each would have been a local
+    // SQLite file named after it, password and all, and named in "no ledger at …". Each is
+    // refused (exit 2), its password in no output, and no file is made.
     let w = World::new();
     let secret = "S3cr3tPW";
     for db in [
         format!("host=127.0.0.1 user=postgres password={secret} dbname=ledger"),
         format!("POSTGRES://postgres:{secret}@127.0.0.1/ledger"),
         format!(" postgres://postgres:{secret}@127.0.0.1/ledger"),
+        format!("postgre://postgres:{secret}@127.0.0.1/ledger"),
+        format!("pg://postgres:{secret}@127.0.0.1/ledger"),
+        format!("postgres:/postgres:{secret}@127.0.0.1/ledger"),
+        format!("mysql://postgres:{secret}@127.0.0.1/ledger"),
     ] {
         for args in [&["status"][..], &["run", "--exit-when-idle"], &["verify"]] {
             let out = w
@@ -835,7 +840,12 @@ fn a_postgres_address_not_written_as_a_url_is_refused_without_being_repeated() {
                 text(&out)
             );
             assert!(!text(&out).contains(secret), "{}", text(&out));
-            assert!(text(&out).contains("--db looks like a PostgreSQL address"));
+            assert!(
+                text(&out).contains("--db looks like a PostgreSQL address")
+                    || text(&out).contains("--db is a URL of a kind claimgate does not take"),
+                "{}",
+                text(&out)
+            );
         }
     }
     let made: Vec<String> = std::fs::read_dir(w.dir.path())

@@ -501,7 +501,8 @@ fn lock_groups(
 fn stripes_missing(n: usize) -> Error {
     Error::ledger(
         format!(
-            "{n} row(s) of claim_locks are missing (the table must hold stripes 0 to {};              `claimgate verify` names what else changed)",
+            "{n} row(s) of claim_locks are missing (the table must hold stripes 0 to {}; \
+             `claimgate verify` names what else changed)",
             CLAIM_STRIPES - 1
         ),
         crate::error::Fault::Ledger,

@@ -162,7 +162,8 @@ fn schema_name(name: &str) -> std::result::Result<String, String> {
         Ok(name.to_owned())
     } else {
         Err(format!(
-            "schema={name:?} is not a schema claimgate can use: lower-case letters, digits and              _ only, not starting with a digit or pg_, at most 63 characters"
+            "schema={name:?} is not a schema claimgate can use: lower-case letters, digits and \
+             _ only, not starting with a digit or pg_, at most 63 characters"
         ))
     }
 }

@@ -11,6 +11,7 @@
 
 mod audit_store;
 mod batch;
+mod catalog;
 pub mod connect;
 mod error;
 mod load;

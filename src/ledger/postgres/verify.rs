@@ -1,6 +1,9 @@
 //! [`Inspect`] for PostgreSQL: `claimgate verify`'s checks as SQL, `/healthz`'s ping, and the
 //! URL (password removed) as the ledger's description.
 //!
+//! The schema itself is checked first (`catalog.rs`): the checks below take its constraints
+//! for granted.
+//!
 //! Invariant: this module only reads. Every check runs inside one repeatable-read, read-only
 //! transaction, the audit chain included, so nodes committing meanwhile cannot make a
 //! consistent ledger look inconsistent. PostgreSQL has no whole-database `integrity_check`;
@@ -24,6 +27,7 @@ impl Inspect for PgLedger {
         let mut conn = self.conn()?;
         // Durable, as the chain's head it reports may be written down as evidence.
         let mut tx = self.durable_snapshot(&mut conn.client)?;
+        super::catalog::check(&mut tx, &self.target.schema)?;
         ledger(&mut tx)
     }
 
