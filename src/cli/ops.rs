@@ -163,5 +163,12 @@ pub fn migrate(cfg: &Config, args: MigrateArgs) -> Result<()> {
          verify with chain head {}",
         m.to.claims, m.to.disbursements, m.to.outbox_rows, m.to.audit_records, m.to.head_hash
     );
+    println!(
+        "{} is fenced: run and relay refuse it from now on. Next: set CLAIMGATE_DB (or --db) \
+         to {} on every node, with its password, and start the workers there; keep the SQLite \
+         file as it is, for reference",
+        cfg.db_path.display(),
+        m.target
+    );
     Ok(())
 }

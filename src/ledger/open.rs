@@ -157,12 +157,20 @@ pub struct Migrated {
     pub from: super::Summary,
     /// The PostgreSQL ledger, verified after it.
     pub to: super::Summary,
+    /// Where the rows went: the target's URL, its password removed.
+    pub target: String,
 }
 
-/// Copies the SQLite ledger `from` into the empty PostgreSQL ledger `to` (`claimgate migrate`):
-/// the source must verify first; the copy is one transaction; the target must then verify with
-/// the same counts and the same chain head, or the command fails saying what differs (the
-/// copy stays, for inspection). A non-empty target is refused, nothing written.
+/// Moves the SQLite ledger `from` into the empty PostgreSQL ledger `to` (`claimgate migrate`),
+/// as an operation, not a copy:
+/// 1. the source is held with the exclusive lock `restore` takes: refused (exit 1) while any
+///    claimgate process has it open, and no process can open it until this ends;
+/// 2. a source already migrated is refused; so is one holding a row PostgreSQL could not
+///    hold (a NUL, an award id too long to index: each named), before anything is copied;
+/// 3. the source must verify; the copy is one transaction; the target must then verify with
+///    the same counts and the same chain head, or the command fails saying what differs (the
+///    copy stays, for inspection). A non-empty target is refused, nothing written;
+/// 4. the source is fenced: `run`, `relay` and `init` on it exit 2 naming the target.
 pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
     use super::Inspect;
     use crate::error::Error;
@@ -178,7 +186,23 @@ pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
                 .into(),
         ));
     }
-    let source = sqlite::SqliteLedger::open(from)?;
+    let source = sqlite::SqliteLedger::open_exclusively(from)?;
+    if let Some((went, at)) = source.migrated_to()? {
+        return Err(Error::Config(format!(
+            "{} was migrated to {went} at {at} already; its rows live there",
+            source.path().display()
+        )));
+    }
+    let refused = source.rows_postgres_refuses()?;
+    if !refused.is_empty() {
+        return Err(Error::Other(format!(
+            "{} row(s) of {} cannot be held by a PostgreSQL ledger, so nothing was copied: {}. \
+             The ledger stays on SQLite, unchanged",
+            refused.len(),
+            source.path().display(),
+            refused.join("; ")
+        )));
+    }
     let before = source.verify()?;
     let target = postgres::PgLedger::open(to)?;
     target.load(&mut |sink| source.dump(sink))?;
@@ -188,9 +212,12 @@ pub fn migrate(from: &LedgerConfig, to: &LedgerConfig) -> Result<Migrated> {
             "the copy differs from its source: source {before:?}, copy {after:?}"
         )));
     }
+    let target_url = target.describe();
+    source.fence(&target_url, &crate::domain::clock::now_rfc3339())?;
     Ok(Migrated {
         from: before,
         to: after,
+        target: target_url,
     })
 }
 

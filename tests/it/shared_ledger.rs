@@ -332,7 +332,9 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     //    published and unpublished outbox rows.
     // 2. migrate --to an empty PostgreSQL database: both verify, same counts, same chain head,
     //    same published states.
-    // 3. A second migrate into the same target is refused (exit 2), nothing changed.
+    // 3. The source is fenced: migrate, run and relay on it exit 2 naming the target; verify
+    //    still reads it. Another ledger migrated into the same target is refused (exit 2),
+    //    nothing changed, and that ledger is not fenced.
     // 4. A worker on the PostgreSQL ledger chains new records after the copied head.
     // 5. The purged submissions sent again to it are duplicates citing their copied
     //    tombstones: nothing claimed or paid again.
@@ -394,13 +396,36 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
         assert_eq!(pg.sql_i64(sql), w.sql_i64(sql), "{sql}");
     }
 
-    let again = w.run(&["migrate", "--to", &url]);
+    assert!(said.contains("is fenced") && !said.contains(&password_of(&pg)), "{said}");
+    // The source is fenced: a second migrate, run and relay refuse it naming the target,
+    // without its password; reading it still works.
+    for args in [
+        &["migrate", "--to", url.as_str()][..],
+        &["run", "--exit-when-idle"],
+        &["relay", "--exit-when-idle"],
+    ] {
+        let again = w.run(args);
+        let stderr = String::from_utf8_lossy(&again.stderr);
+        assert_eq!(again.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("was migrated to postgres://claimgate:***@")
+                && !stderr.contains(&password_of(&pg)),
+            "{stderr}"
+        );
+    }
+    w.run_ok(&["verify"]);
+    // Another SQLite ledger into the same, now non-empty, target: refused, nothing written.
+    let other = World::new();
+    other.add(&[submission(99)]);
+    other.drain(&[]);
+    let again = other.run(&["migrate", "--to", &url]);
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert_eq!(again.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("not empty") && !stderr.contains(&password_of(&pg)),
         "{stderr}"
     );
+    other.run_ok(&["run", "--exit-when-idle"]);
     assert_eq!(
         pg.sql_i64("SELECT COUNT(*) FROM audit_log"),
         w.sql_i64("SELECT COUNT(*) FROM audit_log")

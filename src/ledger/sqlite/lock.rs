@@ -74,7 +74,7 @@ pub(super) fn shared(db: &Path) -> Result<Option<LedgerLock>> {
         Ok(true) => Ok(Some(LedgerLock { _file: file })),
         Ok(false) => Err(Error::ledger(
             format!(
-                "ledger {} is being restored (claimgate restore)",
+                "ledger {} is being restored or migrated (claimgate restore or migrate holds it)",
                 db.display()
             ),
             crate::error::Fault::Transient,
@@ -83,16 +83,17 @@ pub(super) fn shared(db: &Path) -> Result<Option<LedgerLock>> {
     }
 }
 
-/// The exclusive lock `restore` holds while it replaces the ledger; refused (exit 1, saying
-/// why) while any claimgate process has the ledger open.
-pub(super) fn exclusive(db: &Path) -> Result<LedgerLock> {
+/// The exclusive lock `restore` holds while it replaces the ledger, and `migrate` while it
+/// copies it (`doing`, for the message); refused (exit 1, saying why) while any claimgate
+/// process has the ledger open.
+pub(super) fn exclusive(db: &Path, doing: &str) -> Result<LedgerLock> {
     let file = open(db)
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", path(db).display())))?;
     match try_flock(&file, libc::LOCK_EX) {
         Ok(true) => Ok(LedgerLock { _file: file }),
         Ok(false) => Err(Error::Other(format!(
             "ledger {} is in use: a claimgate process (a worker, a relay or another command) \
-             has it open ({} is locked); stop it, then restore",
+             has it open ({} is locked); stop it, then {doing}",
             db.display(),
             path(db).display()
         ))),

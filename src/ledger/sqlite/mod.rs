@@ -16,6 +16,7 @@ mod conflict;
 mod dump;
 mod error;
 mod lock;
+mod migration;
 mod multirow;
 mod outbox;
 mod purge;
@@ -76,10 +77,26 @@ pub struct SqliteLedger {
     _lock: Option<lock::LedgerLock>,
 }
 
+/// How an open ledger tells other claimgate processes it is in use (`lock.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Locking {
+    /// The shared lock every open ledger holds.
+    Shared,
+    /// The exclusive lock `migrate` holds: refused while any other process has it open.
+    Exclusive,
+}
+
 impl SqliteLedger {
     /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger at `cfg.path`,
-    /// applies the schema and, with `cfg.background_checkpoints`, starts the checkpointer.
+    /// applies the schema and, with `cfg.background_checkpoints`, starts the checkpointer. A
+    /// ledger `migrate` fenced is refused when `cfg.create` (`run`, `relay`, `init`): its rows
+    /// live in PostgreSQL now (`migration.rs`).
     pub fn open(cfg: &LedgerConfig) -> Result<Self> {
+        Self::open_locked(cfg, Locking::Shared)
+    }
+
+    /// [`SqliteLedger::open`], holding the lock `locking` says.
+    fn open_locked(cfg: &LedgerConfig, locking: Locking) -> Result<Self> {
         let cfg = &LedgerConfig {
             path: real_file(&cfg.path),
             ..cfg.clone()
@@ -94,7 +111,10 @@ impl SqliteLedger {
         refuse_what_is_not_a_ledger(&cfg.path)?;
         // Before the file may be created: a restore holding the lock is putting a file here.
         let lock_was_there = lock::path(&cfg.path).exists();
-        let lock = lock::shared(&cfg.path)?;
+        let lock = match locking {
+            Locking::Shared => lock::shared(&cfg.path)?,
+            Locking::Exclusive => Some(lock::exclusive(&cfg.path, "migrate")?),
+        };
         let existed = create_private(&cfg.path)?;
         let sidecars_before = ledger_files(&cfg.path).map(|f| f.exists());
         let mut first = Connection::open(&cfg.path).map_err(|e| {
@@ -114,6 +134,11 @@ impl SqliteLedger {
         }
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         prepare_file(&mut first, cfg)?;
+        if cfg.create {
+            if let Some((to, at)) = migration::fenced(&first)? {
+                return Err(migration::refuse_fenced(cfg, &to, &at));
+            }
+        }
         let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
         drop(first);
         let settings = Settings::of(cfg);

@@ -67,7 +67,7 @@ pub(crate) fn prepare(db: &Path, backup: &Path) -> Result<Restore> {
             backup.display()
         )));
     }
-    let held = lock::exclusive(db)?;
+    let held = lock::exclusive(db, "restore")?;
     let copy = tempfile::Builder::new()
         .prefix(".claimgate-restore-")
         .tempfile_in(dir)
