@@ -7,7 +7,7 @@
 use crate::support::*;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The audit lines of `dir`'s `audit.log*` files (the compressed ones through `gzip -dc`), as
 /// (file name, line).
@@ -201,4 +201,100 @@ fn hup_pipe_usr1_and_usr2_leave_the_worker_and_relay_running_and_sigterm_still_s
     );
     assert!(ws.success(), "worker: {ws}\n{}", worker.log_text());
     assert!(rs.success(), "relay: {rs}\n{}", relay.log_text());
+}
+
+/// The quarantine mark of entry `id`: how many tries alone it counts (0 without a mark).
+fn tries_marked(w: &World, id: &str) -> u64 {
+    let mark: Option<String> = redis::cmd("HGET")
+        .arg("grants:submissions:quarantine")
+        .arg(id)
+        .query(&mut w.conn())
+        .unwrap();
+    mark.and_then(|m| m.strip_prefix("try ")?.split(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn kills_aimed_at_a_valid_entrys_tries_alone_never_dead_letter_it_while_the_storm_is_shorter_than_the_spacing(
+) {
+    // For each of six seeds:
+    // 1. One valid entry, --max-deliveries 1, tries alone spaced 300 ms then 600 ms. Every
+    //    worker holds its first commit for a second at a point the seed picks (before its
+    //    commit, after its claim, or committed and not yet acknowledged), so a kill aimed at
+    //    the worker on its try alone lands inside that try.
+    // 2. The storm: the first delivery is killed (the entry passes the cap), then every try
+    //    alone that begins within the storm's length (the seed picks it between 1.1 and 2.9
+    //    spacings after the first try) is killed with SIGKILL 0–150 ms after it begins, and
+    //    the worker restarted at once, as a supervisor would.
+    // 3. After the storm the entry is paid exactly once, never dead-lettered, nothing is left
+    //    pending or marked; at least two tries alone were killed in every seed. (With the tries
+    //    taken back to back, as before, the second kill dead-lettered it.)
+    let spacing_ms = 300u64;
+    for seed in 1..=6u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let point = ["before_commit", "after_claim", "after_commit"][rng.usize(0..3)];
+        let storm_ms = rng.u64(spacing_ms * 11 / 10..spacing_ms * 29 / 10);
+        let w = World::new();
+        let id = w.add(&[submission(seed as usize)]).remove(0);
+        let args = [
+            "run",
+            "--consumer",
+            "storm",
+            "--max-deliveries",
+            "1",
+            "--quarantine-spacing-ms",
+            &spacing_ms.to_string(),
+            "--exit-when-idle",
+        ];
+        let (mut first_try, mut killed_tries, mut last_killed) = (None, 0, 0);
+        let mut killed_first_delivery = false;
+        let finished = loop {
+            let mut worker = w.spawn_armed(&args, &format!("slow:{point}"));
+            let outcome = loop {
+                if let Some(status) = worker.try_wait().unwrap() {
+                    break Some(status);
+                }
+                let tries = tries_marked(&w, &id);
+                if first_try.is_none() && tries > 0 {
+                    first_try = Some(Instant::now());
+                }
+                let storm_on =
+                    first_try.is_none_or(|t| t.elapsed() < Duration::from_millis(storm_ms));
+                let begun = tries > last_killed || (!killed_first_delivery && w.pending() == 1);
+                if storm_on && begun {
+                    std::thread::sleep(Duration::from_millis(rng.u64(0..150)));
+                    signal(&worker, libc::SIGKILL);
+                    let _ = wait_exit(&mut worker, Duration::from_secs(10));
+                    if tries > last_killed {
+                        killed_tries += 1;
+                        last_killed = tries;
+                    } else {
+                        killed_first_delivery = true;
+                    }
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if let Some(status) = outcome {
+                assert!(
+                    status.success(),
+                    "seed {seed}: {status}\n{}",
+                    worker.log_text()
+                );
+                break status;
+            }
+        };
+        assert!(finished.success());
+        let dead = w.xlen("grants:submissions:dead");
+        assert_eq!(
+            (w.count("disbursements"), dead, w.pending()),
+            (1, 0, 0),
+            "seed {seed} ({point}, storm {storm_ms} ms, {killed_tries} tries killed)"
+        );
+        assert_eq!(tries_marked(&w, &id), 0, "seed {seed}: mark left");
+        assert!(
+            killed_tries >= 2,
+            "seed {seed}: the storm killed only {killed_tries} tries alone"
+        );
+    }
 }
