@@ -234,7 +234,7 @@ fn open_private_append(path: &std::path::Path) -> Result<std::fs::File> {
 /// JSON line. What an existing audit log must start with before anything is appended to it.
 fn is_log_line(line: &str) -> bool {
     let time = line.split(' ').next().unwrap_or_default();
-    crate::domain::clock::instant_utc(time).is_some()
+    crate::domain::clock::instant_utc(time).is_ok()
         || serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
 }
 

@@ -298,3 +298,68 @@ fn kills_aimed_at_a_valid_entrys_tries_alone_never_dead_letter_it_while_the_stor
         );
     }
 }
+
+on_both_ledgers!(
+    leap_seconds_and_instants_outside_the_years_are_dead_lettered_with_their_own_reason_never_held_as_conflicts,
+);
+
+fn leap_seconds_and_instants_outside_the_years_are_dead_lettered_with_their_own_reason_never_held_as_conflicts(
+    store: Store,
+) {
+    // 1. One award, under --on-conflict hold, submitted at 23:59:59.999999999Z, at the leap
+    //    second 23:59:60Z and at 23:59:60.5Z (different payloads), and at two valid RFC 3339
+    //    times whose UTC instants fall in years -1 and 10000.
+    // 2. The first is paid; each leap second is dead-lettered `leap_second` and each of the
+    //    last two `timestamp_out_of_range`, each with its reason naming the timestamp — none
+    //    is held as a conflict with the first (before, all three leap spellings were one
+    //    instant, so two were held) or called "not an RFC 3339 date-time".
+    let w = World::on(store);
+    let at = |ts: &str, cents: u32| {
+        format!(r#"{{"award_id":"A-LEAP","submission_timestamp":"{ts}","amount_cents":{cents}}}"#)
+    };
+    w.add(&[
+        at("2016-12-31T23:59:59.999999999Z", 100),
+        at("2016-12-31T23:59:60Z", 200),
+        at("2016-12-31T23:59:60.5Z", 300),
+        at("0000-01-01T00:30:00+01:00", 400),
+        at("9999-12-31T23:30:00-01:00", 500),
+    ]);
+    w.drain(&["--on-conflict", "hold"]);
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        100
+    );
+    let codes: Vec<(String, String)> = w
+        .dead_letters()
+        .iter()
+        .map(|d| {
+            (
+                String::from_utf8_lossy(&d["reason_code"]).into_owned(),
+                String::from_utf8_lossy(&d["reason"]).into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(codes.len(), 4, "{codes:?}");
+    for (ts, code) in [
+        ("2016-12-31T23:59:60Z", "leap_second"),
+        ("2016-12-31T23:59:60.5Z", "leap_second"),
+        ("0000-01-01T00:30:00+01:00", "timestamp_out_of_range"),
+        ("9999-12-31T23:30:00-01:00", "timestamp_out_of_range"),
+    ] {
+        assert!(
+            codes
+                .iter()
+                .any(|(c, r)| c == code && r.contains(&format!("{ts:?}"))),
+            "{ts}: {codes:?}"
+        );
+    }
+    assert!(
+        !codes
+            .iter()
+            .any(|(c, _)| c == "conflict_hold" || c == "bad_timestamp"),
+        "{codes:?}"
+    );
+    assert_eq!(w.pending(), 0);
+    w.run_ok(&["verify"]);
+}

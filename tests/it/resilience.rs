@@ -612,8 +612,22 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
     let big = submission(7).replace("rural-broadband", &format!("rural-{}", "b".repeat(200)));
     assert!(big.len() > 256);
     let original = w.add(std::slice::from_ref(&big)).remove(0);
-    w.drain(&["--payload-bytes-max", "256"]);
+    let audit_log = w.dir.path().join("audit.log");
+    w.drain(&[
+        "--payload-bytes-max",
+        "256",
+        "--audit-log",
+        audit_log.to_str().unwrap(),
+    ]);
     assert_eq!(w.count("disbursements"), 0);
+    // The audit line names the award as `dlq list` does below (it said `award=-`).
+    let lines = std::fs::read_to_string(&audit_log).unwrap();
+    assert!(
+        lines.contains(&format!(
+            "dead_letter entry={original} award=A-000007 reason=payload_too_large"
+        )),
+        "{lines}"
+    );
 
     let listed = dlq_list(&w);
     assert_eq!(listed.len(), 1);
