@@ -363,3 +363,61 @@ fn leap_seconds_and_instants_outside_the_years_are_dead_lettered_with_their_own_
     assert_eq!(w.pending(), 0);
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn a_backup_copied_by_hand_over_a_killed_ledger_is_refused_before_its_wal_is_merged() {
+    // 1. A worker pays 300 submissions; `claimgate backup` copies the ledger; it pays 300 more
+    //    and is killed with SIGKILL while the ledger's -wal holds frames.
+    // 2. The operator copies the backup over the ledger by hand (`cp backup claimgate.db`).
+    // 3. The next start is refused with exit 2 naming `claimgate restore`, before SQLite
+    //    merges the -wal into the copy: the -wal is byte for byte what the kill left, and
+    //    nothing was paid. (Before: the worker started without a word on a file `verify` then
+    //    found malformed.) `claimgate restore` puts the copy back properly; then it verifies.
+    let w = World::new();
+    w.add(&(0..300).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let backup = w.dir.path().join("backup.db");
+    w.run_ok(&["backup", backup.to_str().unwrap()]);
+    let mut worker = w.spawn(&["run", "--claim-idle-ms", "200"]);
+    w.add(&(300..600).map(submission).collect::<Vec<_>>());
+    assert!(wait_for(Duration::from_secs(60), || w
+        .count("disbursements")
+        == 600));
+    w.add(&(600..620).map(submission).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(20));
+    signal(&worker, libc::SIGKILL);
+    let _ = wait_exit(&mut worker, Duration::from_secs(10));
+    let wal_path = format!("{}-wal", w.db.display());
+    let wal = std::fs::read(&wal_path).expect("a -wal left by the kill");
+    assert!(wal.len() > 32, "the -wal holds no frame");
+    let cp = Command::new("cp").arg(&backup).arg(&w.db).status().unwrap();
+    assert!(cp.success());
+
+    let out = w.run(&["run", "--exit-when-idle"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("claimgate restore"), "{stderr}");
+    assert!(stderr.contains("write-ahead log"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&wal_path).unwrap(),
+        wal,
+        "the -wal was changed"
+    );
+    for args in [&["status"][..], &["verify"]] {
+        assert_eq!(w.run(args).status.code(), Some(2), "{args:?}");
+    }
+    assert_eq!(
+        std::fs::read(&wal_path).unwrap(),
+        wal,
+        "the -wal was changed"
+    );
+
+    // The way out the message names: the copy moved aside, then restored properly.
+    let copy = w.dir.path().join("copy.db");
+    std::fs::rename(&w.db, &copy).unwrap();
+    std::fs::rename(&wal_path, w.dir.path().join("copy.db-wal.kept")).unwrap();
+    let _ = std::fs::remove_file(format!("{}-shm", w.db.display()));
+    w.run_ok(&["restore", backup.to_str().unwrap()]);
+    w.drain(&[]);
+    w.run_ok(&["verify"]);
+}
