@@ -306,6 +306,11 @@ fn the_unit_is_hardened_and_passes_systemd_analyze_verify() {
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(root.join(rel), &to).unwrap();
     }
+    // ExecReload= names /bin/kill (procps), which the unit's checks want to find executable:
+    // this host's, as on any box the package installs on.
+    let kill = verify_root.path().join("bin/kill");
+    std::fs::create_dir_all(kill.parent().unwrap()).unwrap();
+    std::fs::copy("/bin/kill", &kill).expect("/bin/kill: apt-get install procps");
     let unit_dir = verify_root
         .path()
         .join(Path::new(unit.trim_start_matches('/')).parent().unwrap());
