@@ -29,13 +29,20 @@ pub const AMOUNT_CENTS_MAX_DEFAULT: i64 = 100_000_000_000;
 /// Deliveries after which an entry is quarantined: tried alone, up to
 /// [`QUARANTINE_TRIES_MAX`] times, then dead-lettered (docs/failure-handling.md).
 pub const MAX_DELIVERIES_DEFAULT: u64 = 5;
-/// Tries alone an entry past `--max-deliveries` gets before it is dead-lettered. Two, not one:
-/// a try alone cannot tell a poison crash from a kill that came from outside (an operator, the
-/// OOM killer, a host going down) during it, and a valid entry must never be condemned by one
-/// such coincidence; a second kill landing inside the same entry's few milliseconds alone is
-/// not a coincidence any crash storm we measured produced. A true poison entry still stops:
-/// dead-lettered on delivery `cap + 3` at the latest.
-pub const QUARANTINE_TRIES_MAX: u64 = 2;
+/// Tries alone an entry past `--max-deliveries` gets before it is dead-lettered. A try alone
+/// cannot tell a poison crash from a kill that came from outside (an operator, the OOM killer,
+/// a supervisor's storm) during it, so one failed try is no evidence against the entry; the
+/// evidence is the same failure on three separate occasions, spaced by
+/// `--quarantine-spacing-ms` (below). Under crash storms aimed at whichever worker held the
+/// entry, two tries taken back to back were both killed (issue 40).
+pub const QUARANTINE_TRIES_MAX: u64 = 3;
+/// Default of `--quarantine-spacing-ms`: the least time between the start of one try alone of
+/// an entry and the start of the next is this, doubled after each try (`s`, `2s`, then `4s`
+/// before the delivery that dead-letters it), on Redis's clock. With 30 s a valid entry is
+/// dead-lettered only if tries alone failed at least 30 s and 90 s after the first (a storm
+/// that outlasts that is no longer a storm), and a poison entry is dead-lettered 210 s after
+/// its first try alone at the earliest, having crashed a worker `cap + 3` times in all.
+pub const QUARANTINE_SPACING_MS_DEFAULT: u64 = 30_000;
 /// Idle time after which another consumer's pending entry is taken over.
 pub const CLAIM_IDLE_MS_DEFAULT: u64 = 30_000;
 /// Entries asked for per XREADGROUP / XAUTOCLAIM.
@@ -187,6 +194,9 @@ pub struct WorkerConfig {
     /// [`QUARANTINE_TRIES_MAX`] times) and dead-lettered if no such try succeeds (see
     /// `Config::quarantine_key`).
     pub max_deliveries: u64,
+    /// The least time between two tries alone of one entry, doubled after each
+    /// ([`QUARANTINE_SPACING_MS_DEFAULT`]).
+    pub quarantine_spacing_ms: u64,
     /// Exit once nothing is undelivered or pending.
     pub exit_when_idle: bool,
     /// Entries per read, at most.
@@ -217,6 +227,7 @@ impl WorkerConfig {
             threads: THREADS_DEFAULT,
             claim_idle_ms: CLAIM_IDLE_MS_DEFAULT,
             max_deliveries: MAX_DELIVERIES_DEFAULT,
+            quarantine_spacing_ms: QUARANTINE_SPACING_MS_DEFAULT,
             exit_when_idle: false,
             batch_count_max: BATCH_COUNT_MAX_DEFAULT,
             read_bytes_max: READ_BYTES_MAX_DEFAULT,

@@ -524,27 +524,58 @@ pub fn touch(
     conn.query::<Value>(&cmd).map(|_| ())
 }
 
-/// Counts one more try alone for entry `id` in the hash `key` and returns how many there have
-/// been, this one included. The value is `try <n> by <note>` (`note` says who and when), read
-/// and written in one Lua script so two workers never both take the same try number. A mark
-/// written before tries were counted (just `<note>`) counts as one try.
-pub fn mark_quarantined(conn: &mut Conn, key: &str, id: &str, note: &str) -> Result<u64> {
+/// What [`mark_quarantined`] decided for one entry past the delivery cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryAlone {
+    /// Try number `n` is counted in the mark: hand the entry on alone now.
+    Now(u64),
+    /// `n` tries were counted, the last too recently: ask again in this many milliseconds.
+    Later(u64, u64),
+}
+
+/// Counts one more try alone for entry `id` in the hash `key`, unless the last one began less
+/// than `spacing_ms · 2^(tries - 1)` ago on Redis's clock. The value is `try <n> by <note> ms
+/// <redis ms>` (`note` says who and when), read and written in one Lua script so two workers
+/// never both take the same try number. A mark written before tries were counted (just
+/// `<note>`) counts as one try, and one written before tries were timed as one long ago.
+pub fn mark_quarantined(
+    conn: &mut Conn,
+    key: &str,
+    id: &str,
+    note: &str,
+    spacing_ms: u64,
+) -> Result<TryAlone> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
     let script = SCRIPT.get_or_init(|| {
         redis::Script::new(
             r"
             local old = redis.call('HGET', KEYS[1], ARGV[1])
-            local tries = 0
-            if old then tries = tonumber(string.match(old, '^try (%d+) by ')) or 1 end
+            local clock = redis.call('TIME')
+            local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+            local tries, last = 0, 0
+            if old then
+              tries = tonumber(string.match(old, '^try (%d+) by ')) or 1
+              last = tonumber(string.match(old, ' ms (%d+)$')) or 0
+            end
+            if tries > 0 then
+              local due = last + tonumber(ARGV[3]) * 2 ^ (tries - 1)
+              if now < due then return {tries, math.ceil(due - now)} end
+            end
             tries = tries + 1
-            redis.call('HSET', KEYS[1], ARGV[1], 'try ' .. tries .. ' by ' .. ARGV[2])
-            return tries
+            redis.call('HSET', KEYS[1], ARGV[1], 'try ' .. tries .. ' by ' .. ARGV[2] .. ' ms ' .. now)
+            return {tries, 0}
             ",
         )
     });
     let mut inv = script.prepare_invoke();
-    inv.key(key).arg(id).arg(note);
-    conn.invoke::<i64>(&inv).map(|n| n.max(0) as u64)
+    inv.key(key).arg(id).arg(note).arg(spacing_ms);
+    let (tries, wait_ms): (i64, i64) = conn.invoke(&inv)?;
+    let tries = tries.max(0) as u64;
+    Ok(if wait_ms > 0 {
+        TryAlone::Later(tries, wait_ms as u64)
+    } else {
+        TryAlone::Now(tries)
+    })
 }
 
 /// Removes the marks of `ids` from the hash `key`; ids without one are ignored.

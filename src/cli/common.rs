@@ -18,6 +18,50 @@ pub fn shutdown_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// Handles the signals an operator's tools send a service by habit, so none of them ends a
+/// long-running command (`run`, `relay`) by its default action:
+/// - SIGHUP (logrotate's `postrotate`, `systemctl reload`): reopens every file claimgate keeps
+///   open to append to, which is the `--audit-log` file (an anchors file is opened by its path
+///   for each anchor, so it needs nothing), and does nothing else;
+/// - SIGUSR1, SIGUSR2: logged and otherwise ignored (claimgate gives them no meaning);
+/// - SIGPIPE needs nothing here: the Rust runtime ignores it, so a closed pipe is an `EPIPE`
+///   on that one write (a log line lost), never the end of the process.
+///
+/// A thread named `signals` takes them one at a time and logs each.
+pub fn operator_signals() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGUSR1, SIGUSR2};
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGUSR1, SIGUSR2])
+        .map_err(|e| Error::io("installing signal handlers", e))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                match signal {
+                    SIGHUP => reopen_files(),
+                    other => log::info!(
+                        "{} received: claimgate gives it no meaning; ignored",
+                        if other == SIGUSR1 {
+                            "SIGUSR1"
+                        } else {
+                            "SIGUSR2"
+                        }
+                    ),
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the signal thread", e))?;
+    Ok(())
+}
+
+/// SIGHUP: the audit log reopened by its path, and one line saying what happened.
+fn reopen_files() {
+    match crate::observe::logging::reopen() {
+        Ok(Some(path)) => log::info!("SIGHUP: reopened the audit log {}", path.display()),
+        Ok(None) => log::info!("SIGHUP: no audit log to reopen (no --audit-log)"),
+        Err(e) => log::warn!("SIGHUP: {e}; audit lines still go to the file open before"),
+    }
+}
+
 /// Opens a ledger that must already exist. Only `run` and `relay` create a ledger; every other
 /// command on a path with no ledger (a typo, the wrong directory) is a configuration error that
 /// names the path, never a new empty ledger that makes a hold or a status look real.

@@ -54,6 +54,7 @@ pub struct RelayArgs {
 /// `claimgate relay`.
 pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
     let shutdown = shutdown_flag()?;
+    super::common::operator_signals()?;
     let rcfg = args.opts.config(cfg)?;
     crate::broker::stream::client(&rcfg.redis_url)?;
     let Some(ledger) = crate::ledger::open_waiting(&LedgerConfig::new(&cfg.db_path), &shutdown)?

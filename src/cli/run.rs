@@ -24,6 +24,11 @@ pub struct RunArgs {
     /// Dead-letter an entry delivered more than this many times.
     #[arg(long, env = "CLAIMGATE_MAX_DELIVERIES", default_value_t = config::MAX_DELIVERIES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_deliveries: u64,
+    /// The least time between two tries alone of an entry past --max-deliveries, doubled after
+    /// each try (30 s, 60 s, then 120 s before it is dead-lettered): a crash storm shorter than
+    /// that cannot dead-letter a valid entry.
+    #[arg(long, env = "CLAIMGATE_QUARANTINE_SPACING_MS", default_value_t = config::QUARANTINE_SPACING_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub quarantine_spacing_ms: u64,
     /// Refuse payloads larger than this many bytes (checked before parsing); 256 to 512 MiB
     /// (a limit below any submission's size would dead-letter every entry).
     #[arg(long, env = "CLAIMGATE_PAYLOAD_BYTES_MAX", default_value_t = config::PAYLOAD_BYTES_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(config::PAYLOAD_BYTES_MAX_MIN..=config::PAYLOAD_BYTES_MAX_MAX))]
@@ -166,6 +171,7 @@ impl RunArgs {
         wcfg.claim_idle_ms = self.claim_idle_ms;
         wcfg.max_deliveries = self.max_deliveries;
         wcfg.ledger_outage_ms_max = self.ledger_outage_ms_max;
+        wcfg.quarantine_spacing_ms = self.quarantine_spacing_ms;
         wcfg.payload_bytes_max = self.payload_bytes_max as usize;
         wcfg.amount_cents_max = self.amount_cents_max;
         wcfg.batch_count_max = self.batch_count_max as usize;
@@ -235,6 +241,7 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
     // graceful stop too, not death by the default signal action.
     let shutdown = shutdown_flag()?;
+    super::common::operator_signals()?;
     let anchors = args.anchor_schedule(cfg)?;
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());

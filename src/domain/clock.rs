@@ -20,18 +20,72 @@ const INSTANT_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] =
     "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
 );
 
+/// Why a timestamp has no instant a ledger stores: the outcome is the same on every ledger,
+/// because it is decided here, before any ledger sees the submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unstorable {
+    /// Not an RFC 3339 date-time at all.
+    NotRfc3339,
+    /// RFC 3339's leap second (`23:59:60`, with or without a fraction, on the last day of a
+    /// month in UTC). It has no spelling of its own among the instants: the `time` crate reads
+    /// `23:59:60Z`, `23:59:60.5Z` and `23:59:59.999999999Z` as one instant, so distinct
+    /// submissions would meet as conflicts. Refused with a reason instead (issue 40).
+    LeapSecond,
+    /// A valid RFC 3339 date-time whose UTC instant lies outside the years 0000–9999
+    /// (`0000-01-01T00:30:00+01:00`, `9999-12-31T23:30:00-01:00`), which has no fixed-width
+    /// spelling.
+    OutsideYears,
+}
+
+impl std::fmt::Display for Unstorable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unstorable::NotRfc3339 => "is not an RFC 3339 date-time",
+            Unstorable::LeapSecond => {
+                "names a leap second (23:59:60 UTC), which no ledger stores as an instant of \
+                 its own (it would be taken for the last nanosecond before it)"
+            }
+            Unstorable::OutsideYears => {
+                "is an RFC 3339 date-time whose UTC instant falls outside the years 0000-9999, \
+                 which no ledger stores"
+            }
+        })
+    }
+}
+
 /// The instant an RFC 3339 timestamp names, in one spelling: UTC, nine fractional digits, `Z`
 /// (`2026-07-01T11:00:00+02:00` → `2026-07-01T09:00:00.000000000Z`). Fixed width, so text
-/// order is time order. `None` if `rfc3339` is not RFC 3339, or names an instant outside the
-/// years 0000–9999 in UTC (`0000-01-01T00:30:00+01:00`), which has no fixed-width spelling.
-/// Conflict detection compares these, never the submitted spelling.
-pub fn instant_utc(rfc3339: &str) -> Option<String> {
-    let t = OffsetDateTime::parse(rfc3339, &Rfc3339).ok()?;
-    let utc = t.checked_to_offset(time::UtcOffset::UTC)?;
+/// order is time order. Refused ([`Unstorable`]) if `rfc3339` is not RFC 3339, names a leap
+/// second, or names an instant outside the years 0000–9999 in UTC. Conflict detection compares
+/// these, never the submitted spelling.
+pub fn instant_utc(rfc3339: &str) -> Result<String, Unstorable> {
+    let t = OffsetDateTime::parse(rfc3339, &Rfc3339).map_err(|_| Unstorable::NotRfc3339)?;
+    // A parsed RFC 3339 text has its seconds at bytes 17 and 18 (`YYYY-MM-DDTHH:MM:SS`);
+    // `time` accepts 60 there only at a month's last second in UTC.
+    if rfc3339.get(17..19) == Some("60") {
+        return Err(Unstorable::LeapSecond);
+    }
+    let utc = t
+        .checked_to_offset(time::UtcOffset::UTC)
+        .ok_or(Unstorable::OutsideYears)?;
     if !(0..=9999).contains(&utc.year()) {
+        return Err(Unstorable::OutsideYears);
+    }
+    Ok(fixed_width(utc, Fraction::Nanos))
+}
+
+/// The instant releases before issue 40 stored for a leap-second timestamp, which they took
+/// for the last nanosecond of the minute (`…T23:59:59.999999999Z`, whatever the fraction);
+/// `None` for any other timestamp. `verify` accepts it on claims those releases made.
+pub fn leap_second_stand_in(rfc3339: &str) -> Option<String> {
+    if instant_utc(rfc3339) != Err(Unstorable::LeapSecond) {
         return None;
     }
-    Some(fixed_width(utc, Fraction::Nanos))
+    let t = OffsetDateTime::parse(rfc3339, &Rfc3339).ok()?;
+    let utc = t.checked_to_offset(time::UtcOffset::UTC)?;
+    (0..=9999)
+        .contains(&utc.year())
+        .then(|| fixed_width(utc, Fraction::Nanos))
 }
 
 /// How many fractional digits [`fixed_width`] writes.
@@ -127,20 +181,65 @@ mod tests {
         for s in spellings {
             assert_eq!(
                 instant_utc(s).as_deref(),
-                Some("2026-07-01T09:00:00.000000000Z"),
+                Ok("2026-07-01T09:00:00.000000000Z"),
                 "{s}"
             );
         }
         assert_eq!(
             instant_utc("2026-07-01T09:00:00.000000001Z").as_deref(),
-            Some("2026-07-01T09:00:00.000000001Z")
+            Ok("2026-07-01T09:00:00.000000001Z")
         );
-        assert_eq!(instant_utc("2026-07-01 09:00:00"), None);
-        assert_eq!(instant_utc("0000-01-01T00:30:00+01:00"), None);
-        assert_eq!(instant_utc("9999-12-31T23:30:00-01:00"), None);
+        assert_eq!(
+            instant_utc("2026-07-01 09:00:00"),
+            Err(Unstorable::NotRfc3339)
+        );
+        assert_eq!(
+            instant_utc("0000-01-01T00:30:00+01:00"),
+            Err(Unstorable::OutsideYears)
+        );
+        assert_eq!(
+            instant_utc("9999-12-31T23:30:00-01:00"),
+            Err(Unstorable::OutsideYears)
+        );
         assert_eq!(
             instant_utc("9999-12-31T23:30:00+01:00").as_deref(),
-            Some("9999-12-31T22:30:00.000000000Z")
+            Ok("9999-12-31T22:30:00.000000000Z")
+        );
+    }
+
+    #[test]
+    fn leap_seconds_are_refused_and_never_taken_for_the_nanosecond_before() {
+        for leap in [
+            "2016-12-31T23:59:60Z",
+            "2016-12-31T23:59:60.5Z",
+            "2016-12-31T23:59:60.000000001Z",
+            "2016-12-31T18:59:60-05:00",
+            "2015-06-30T23:59:60z",
+        ] {
+            assert_eq!(instant_utc(leap), Err(Unstorable::LeapSecond), "{leap}");
+            assert_eq!(
+                leap_second_stand_in(leap).as_deref(),
+                Some(if leap.starts_with("2015") {
+                    "2015-06-30T23:59:59.999999999Z"
+                } else {
+                    "2016-12-31T23:59:59.999999999Z"
+                }),
+                "{leap}"
+            );
+        }
+        assert_eq!(
+            instant_utc("2016-12-31T23:59:59.999999999Z").as_deref(),
+            Ok("2016-12-31T23:59:59.999999999Z")
+        );
+        assert_eq!(leap_second_stand_in("2016-12-31T23:59:59.999999999Z"), None);
+        // Second 60 anywhere but a month's last second in UTC is no leap second at all.
+        assert_eq!(
+            instant_utc("2016-12-30T23:59:60Z"),
+            Err(Unstorable::NotRfc3339)
+        );
+        assert_eq!(
+            instant_utc("2016-12-31T23:58:60Z"),
+            Err(Unstorable::NotRfc3339)
         );
     }
 

@@ -115,6 +115,15 @@ pub enum Malformed {
         /// The offending value, for the operator.
         value: String,
     },
+    /// `submission_timestamp` is RFC 3339 but names no instant a ledger stores: a leap second,
+    /// or a UTC instant outside the years 0000–9999 ([`crate::domain::clock::Unstorable`]).
+    #[error("submission_timestamp {value:?} {why}")]
+    UnstorableTimestamp {
+        /// The offending value, for the operator.
+        value: String,
+        /// Which of the two it is.
+        why: crate::domain::clock::Unstorable,
+    },
     /// `amount_cents` is zero or negative.
     #[error("amount_cents must be positive, got {0}")]
     AmountNotPositive(i64),
@@ -155,6 +164,10 @@ impl Malformed {
             Malformed::AwardIdTooLong { .. } => "award_id_too_long",
             Malformed::NulInText(_) => "nul_in_text",
             Malformed::BadTimestamp { .. } => "bad_timestamp",
+            Malformed::UnstorableTimestamp { why, .. } => match why {
+                crate::domain::clock::Unstorable::LeapSecond => "leap_second",
+                _ => "timestamp_out_of_range",
+            },
             Malformed::AmountNotPositive(_) => "amount_not_positive",
             Malformed::AmountNotInteger(_) => "amount_not_integer",
             Malformed::AmountOutOfRange(_) => "amount_out_of_range",
@@ -199,10 +212,13 @@ pub fn parse_payload(payload: &[u8], limits: &Limits) -> Result<Submission, Malf
     if submission_timestamp.contains('\0') {
         return Err(Malformed::NulInText("submission_timestamp"));
     }
-    let submission_instant =
-        instant_utc(submission_timestamp).ok_or_else(|| Malformed::BadTimestamp {
-            value: submission_timestamp.to_owned(),
-        })?;
+    let submission_instant = instant_utc(submission_timestamp).map_err(|why| {
+        let value = submission_timestamp.to_owned();
+        match why {
+            crate::domain::clock::Unstorable::NotRfc3339 => Malformed::BadTimestamp { value },
+            why => Malformed::UnstorableTimestamp { value, why },
+        }
+    })?;
     let amount_cents = amount(object)?;
     if amount_cents > limits.amount_cents_max {
         return Err(Malformed::AmountTooLarge {

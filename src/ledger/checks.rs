@@ -16,7 +16,11 @@ use crate::ledger::Hold;
 /// Nothing hashed repeats the time, so the two columns are held to each other; both moved
 /// together pass, and the resend's second claim of the key is then what `verify` names.
 pub fn instant(claim: i64, timestamp: &str, instant: Option<&str>) -> Result<()> {
-    let expected = clock::instant_utc(timestamp);
+    // A leap second is refused now; a claim an earlier release made of one holds the instant
+    // it stored then (the last nanosecond before the leap second), and still verifies.
+    let expected = clock::instant_utc(timestamp)
+        .ok()
+        .or_else(|| clock::leap_second_stand_in(timestamp));
     if expected.is_some() && instant == expected.as_deref() {
         return Ok(());
     }
@@ -99,5 +103,24 @@ impl Holds {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_an_earlier_release_made_of_a_leap_second_still_verifies() {
+        let leap = "2016-12-31T23:59:60.5Z";
+        instant(1, leap, Some("2016-12-31T23:59:59.999999999Z")).unwrap();
+        assert!(instant(1, leap, Some("2016-12-31T23:59:59.500000000Z")).is_err());
+        assert!(instant(1, leap, None).is_err());
+        instant(
+            2,
+            "2016-12-31T23:59:59Z",
+            Some("2016-12-31T23:59:59.000000000Z"),
+        )
+        .unwrap();
     }
 }

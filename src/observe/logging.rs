@@ -45,8 +45,9 @@ pub struct Options {
 struct Router {
     /// stderr, filtered by `RUST_LOG`.
     main: env_logger::Logger,
-    /// The audit file, when `--audit-log` is set.
-    audit: Option<Mutex<std::fs::File>>,
+    /// The audit file, when `--audit-log` is set, and the path it was opened by: SIGHUP
+    /// ([`reopen`]) opens that path again, so a log rotated away is let go.
+    audit: Option<(Mutex<std::fs::File>, PathBuf)>,
     /// Line format.
     format: Format,
 }
@@ -96,7 +97,7 @@ impl Log for Router {
 
     fn flush(&self) {
         self.main.flush();
-        if let Some(file) = &self.audit {
+        if let Some((file, _)) = &self.audit {
             let _ = file.lock().unwrap_or_else(|p| p.into_inner()).flush();
         }
     }
@@ -110,7 +111,7 @@ impl Router {
             let _ = std::io::stderr().lock().write_all(lines);
             return;
         }
-        if let Some(file) = &self.audit {
+        if let Some((file, _)) = &self.audit {
             let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
             // A failed audit-log write must not stop payments; the ledger's audit table is
             // the record of truth and this file only mirrors it.
@@ -193,7 +194,7 @@ pub fn init(options: &Options) -> Result<()> {
         None => None,
         Some(path) => {
             max_level = max_level.max(log::LevelFilter::Info);
-            Some(Mutex::new(open_private_append(path)?))
+            Some((Mutex::new(open_private_append(path)?), path.clone()))
         }
     };
     let router: &'static Router = Box::leak(Box::new(Router {
@@ -207,6 +208,23 @@ pub fn init(options: &Options) -> Result<()> {
     Ok(())
 }
 
+/// Opens the `--audit-log` file again by its path and writes every later audit line there:
+/// what SIGHUP does, after logrotate (or an operator) renamed the file away. The swap happens
+/// under the lock every write takes, so each line goes whole to the old file or to the new one,
+/// never to both and never lost. Returns the path reopened, `None` without `--audit-log`. On an
+/// error (the path now names something that is not an audit log, a full disk) the old file
+/// stays in use and the error is returned for the caller to log.
+pub fn reopen() -> Result<Option<PathBuf>> {
+    let Some((file, path)) = ROUTER.get().and_then(|r| r.audit.as_ref()) else {
+        return Ok(None);
+    };
+    let fresh = open_private_append(path)?;
+    let mut current = file.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = current.flush();
+    *current = fresh;
+    Ok(Some(path.clone()))
+}
+
 fn open_private_append(path: &std::path::Path) -> Result<std::fs::File> {
     crate::support::files::append_private(path, is_log_line)
         .map_err(|e| Error::Config(format!("cannot open audit log {}: {e}", path.display())))
@@ -216,7 +234,7 @@ fn open_private_append(path: &std::path::Path) -> Result<std::fs::File> {
 /// JSON line. What an existing audit log must start with before anything is appended to it.
 fn is_log_line(line: &str) -> bool {
     let time = line.split(' ').next().unwrap_or_default();
-    crate::domain::clock::instant_utc(time).is_some()
+    crate::domain::clock::instant_utc(time).is_ok()
         || serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
 }
 

@@ -52,6 +52,18 @@ impl InFlight {
         }
     }
 
+    /// Stamps `ids` (those still in the set) as read just now: entries parked by the
+    /// quarantine, which wait outside the pipeline and must not count as held up in it.
+    pub(super) fn restamp<'i>(&self, ids: impl IntoIterator<Item = &'i str>) {
+        let now = Instant::now();
+        let mut set = self.lock();
+        for id in ids {
+            if let Some(read_at) = set.get_mut(id) {
+                *read_at = now;
+            }
+        }
+    }
+
     /// True when some entry has been in the set for at least `held_min`.
     pub(super) fn any_held(&self, held_min: Duration) -> bool {
         self.lock()

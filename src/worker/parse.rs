@@ -124,10 +124,15 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool, read_at: Instant) ->
         payload_bytes_max: wcfg.payload_bytes_max,
         amount_cents_max: wcfg.amount_cents_max,
     };
+    // A payload over the limit but no longer than a dead letter keeps whole is copied whole,
+    // and `dlq list` names its award; so does this, reading at most that many bytes.
+    let hint_bytes_max = wcfg
+        .payload_bytes_max
+        .max(crate::broker::stream::DEAD_LETTER_PREFIX_BYTES);
     let hint = |entry: &Entry| {
         submission::payload_of(&entry.fields)
             .ok()
-            .and_then(|p| submission::award_id_hint(p, wcfg.payload_bytes_max))
+            .and_then(|p| submission::award_id_hint(p, hint_bytes_max))
     };
     let verdict = if delivery_count > wcfg.max_deliveries && !solo {
         Verdict::Rejected(Rejected {

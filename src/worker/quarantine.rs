@@ -1,23 +1,30 @@
 //! The quarantine: an entry delivered more than `--max-deliveries` times is tried alone, at
-//! most [`QUARANTINE_TRIES_MAX`] times, and dead-lettered only if every such try fails
-//! (docs/failure-handling.md, "The quarantine rule"). The reader holds such entries back ([`Quarantine::hold`]) and hands them on one at
-//! a time ([`Quarantine::next`]); the writer clears their marks ([`unmark`]).
+//! most [`QUARANTINE_TRIES_MAX`] times, each try at least `--quarantine-spacing-ms` (doubled
+//! after each try) after the one before, and dead-lettered only if every such try fails
+//! (docs/failure-handling.md, "The quarantine rule"). The reader holds such entries back
+//! ([`Quarantine::hold`]) and hands them on one at a time ([`Quarantine::next`]); one whose
+//! next try is not due yet is *parked*: kept (in flight, so the heartbeat keeps it ours) while
+//! the reader goes on reading everything else. The writer clears their marks ([`unmark`]).
 //!
 //! **Invariant:** an entry on its try alone is marked in `<stream>:quarantine` before it is
 //! handed on, and is then the only entry in the pipeline: it is handed on only once nothing
 //! else is in flight, and nothing else is handed on until it has left. A mark found on a
 //! later delivery therefore means that its own try crashed or was refused. The mark counts the
-//! tries; a delivery that would be try number `QUARANTINE_TRIES_MAX + 1` is dead-lettered.
+//! tries and when the last began, on Redis's clock; a try begins only once the spacing since
+//! the last has passed, and a delivery that would be try number `QUARANTINE_TRIES_MAX + 1`
+//! (spaced the same way) is dead-lettered. So a valid entry is dead-lettered only after tries
+//! alone failed on three occasions at least `s` and `3s` after the first, and the dead letter
+//! comes at least `7s` after it.
 
 use super::parse::Handoff;
 use super::Shared;
-use crate::broker::stream::{self, Conn, Entry};
+use crate::broker::stream::{self, Conn, Entry, TryAlone};
 use crate::config::QUARANTINE_TRIES_MAX;
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
 use log::{info, warn};
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The reader's side: entries past the cap waiting for their turn, and the one on its try.
 #[derive(Debug, Default)]
@@ -27,6 +34,9 @@ pub(super) struct Quarantine {
     waiting: VecDeque<Entry>,
     /// The entry on its try alone, while it is in the pipeline.
     solo: Option<String>,
+    /// Entries past the cap whose next try alone is not due yet, with when it is. They stay
+    /// in `in_flight` (not in the pipeline) while the reader reads on.
+    parked: Vec<(Entry, Instant)>,
 }
 
 impl Quarantine {
@@ -52,16 +62,36 @@ impl Quarantine {
             }
             self.solo = None;
         }
+        self.unpark_due(shared);
         let Some(entry) = self.waiting.front() else {
             return Ok(None);
         };
-        if in_flight.len() > self.waiting.len() {
+        if in_flight.len() > self.waiting.len() + self.parked.len() {
             return Ok(Some(wait_a_moment()));
         }
         let (cfg, wcfg) = (shared.cfg, shared.wcfg);
         let note = format!("{} at {}", wcfg.consumer, now_rfc3339());
-        let tries = stream::mark_quarantined(conn, &cfg.quarantine_key(), &entry.id, &note)?;
+        let decided = stream::mark_quarantined(
+            conn,
+            &cfg.quarantine_key(),
+            &entry.id,
+            &note,
+            wcfg.quarantine_spacing_ms,
+        )?;
         let entry = self.waiting.pop_front().expect("looked at just now");
+        let tries = match decided {
+            TryAlone::Now(tries) => tries,
+            TryAlone::Later(tries, wait_ms) => {
+                info!(
+                    "entry {} was delivered {} times (over --max-deliveries {}) and tried alone \
+                     {tries} times; its next try alone is due in {wait_ms} ms",
+                    entry.id, entry.delivery_count, wcfg.max_deliveries
+                );
+                let due = Instant::now() + Duration::from_millis(wait_ms);
+                self.parked.push((entry, due));
+                return Ok(Some(handoff(Vec::new(), false)));
+            }
+        };
         if tries > QUARANTINE_TRIES_MAX {
             return Ok(Some(handoff(vec![entry], false)));
         }
@@ -74,11 +104,30 @@ impl Quarantine {
         Ok(Some(handoff(vec![entry], true)))
     }
 
-    /// Lets go of every waiting entry (their group is gone).
-    pub(super) fn forget(&mut self, shared: &Shared<'_>) {
+    /// Moves parked entries whose try is due to the waiting queue. The rest are stamped as
+    /// read just now: a parked entry is not in the pipeline, so it must not pause the reader's
+    /// XAUTOCLAIM scan as an entry held up in the pipeline does (the heartbeat keeps it ours).
+    fn unpark_due(&mut self, shared: &Shared<'_>) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|(_, at)| *at <= now);
+        self.waiting.extend(due.into_iter().map(|(e, _)| e));
         shared
             .in_flight
-            .release(self.waiting.drain(..).map(|e| e.id));
+            .restamp(later.iter().map(|(e, _)| e.id.as_str()));
+        self.parked = later;
+    }
+
+    /// Lets go of every waiting entry (their group is gone).
+    pub(super) fn forget(&mut self, shared: &Shared<'_>) {
+        let parked = self.parked.drain(..).map(|(e, _)| e);
+        shared
+            .in_flight
+            .release(self.waiting.drain(..).chain(parked).map(|e| e.id));
         self.solo = None;
     }
 }

@@ -33,6 +33,7 @@ mod errors;
 mod evidence;
 mod evidence_prop;
 mod fuzz;
+mod habits;
 mod identity;
 mod insider;
 mod layers;

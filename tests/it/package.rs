@@ -128,6 +128,7 @@ fn the_package_installs_binary_unit_conffile_man_pages_and_completions_with_thei
     };
     expect("/usr/bin/claimgate", "-rwxr-xr-x");
     expect("/etc/claimgate/claimgate.env", "-rw-r-----");
+    expect("/etc/logrotate.d/claimgate", "-rw-r--r--");
     expect(&unit_path(&files), "-rw-r--r--");
     expect("/usr/share/man/man1/claimgate.1.gz", "-rw-r--r--");
     expect("/usr/share/man/man1/claimgate-run.1.gz", "-rw-r--r--");
@@ -179,7 +180,27 @@ fn the_package_installs_binary_unit_conffile_man_pages_and_completions_with_thei
     );
 
     let conffiles = std::fs::read_to_string(control.join("conffiles")).expect("conffiles");
-    assert_eq!(conffiles.trim(), "/etc/claimgate/claimgate.env");
+    let mut conffiles: Vec<&str> = conffiles.lines().collect();
+    conffiles.sort_unstable();
+    assert_eq!(
+        conffiles,
+        ["/etc/claimgate/claimgate.env", "/etc/logrotate.d/claimgate"]
+    );
+    // The logrotate configuration reloads the service, whose reload is SIGHUP (the audit log
+    // reopened: habits.rs runs this file with the real logrotate on a live worker).
+    let rotate = std::fs::read_to_string(root.join("etc/logrotate.d/claimgate")).unwrap();
+    assert!(
+        rotate.contains("systemctl reload claimgate.service"),
+        "{rotate}"
+    );
+    assert!(rotate.contains("delaycompress"), "{rotate}");
+    let unit =
+        std::fs::read_to_string(root.join(unit_path(&files).trim_start_matches('/'))).unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l == "ExecReload=/bin/kill -HUP $MAINPID"),
+        "{unit}"
+    );
     let fields = std::fs::read_to_string(control.join("control")).unwrap();
     let field = |name: &str| {
         fields
@@ -285,6 +306,11 @@ fn the_unit_is_hardened_and_passes_systemd_analyze_verify() {
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(root.join(rel), &to).unwrap();
     }
+    // ExecReload= names /bin/kill (procps), which the unit's checks want to find executable:
+    // this host's, as on any box the package installs on.
+    let kill = verify_root.path().join("bin/kill");
+    std::fs::create_dir_all(kill.parent().unwrap()).unwrap();
+    std::fs::copy("/bin/kill", &kill).expect("/bin/kill: apt-get install procps");
     let unit_dir = verify_root
         .path()
         .join(Path::new(unit.trim_start_matches('/')).parent().unwrap());

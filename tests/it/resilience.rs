@@ -407,7 +407,7 @@ fn entries_claimed_over_and_over_without_ack_are_tried_alone_past_the_cap_and_pa
 
     let tried_alone: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("trying it alone (try 1 of 2)"))
+        .filter(|l| l.contains("trying it alone (try 1 of 3)"))
         .collect();
     assert_eq!(tried_alone.len(), 3, "{log}");
     for (line, id) in tried_alone.iter().zip(&stuck) {
@@ -436,18 +436,25 @@ fn quarantine_marks(w: &World) -> u64 {
 
 fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap(store: Store) {
     // 1. An entry crashes every worker that reads it (failpoint after_read): five runs die.
-    // 2. Runs six and seven see deliveries 6 and 7 > 5 and, under the quarantine rule, try it
-    //    alone (the mark counting tries 1 and 2 of QUARANTINE_TRIES_MAX = 2): both crash.
-    // 3. The eighth run sees delivery 8 > 5 and a mark that has used up its tries: it
-    //    dead-letters the entry instead of trying again — within cap + 3 deliveries — and
-    //    clears the mark.
+    // 2. Runs six to eight see deliveries 6 to 8 > 5 and, under the quarantine rule, try it
+    //    alone (the mark counting tries 1 to 3 of QUARANTINE_TRIES_MAX = 3), each at least
+    //    --quarantine-spacing-ms (here 100 ms), then twice that, after the one before: all
+    //    crash.
+    // 3. The ninth run sees delivery 9 > 5 and a mark that has used up its tries: at least
+    //    400 ms after the third try began it dead-letters the entry instead of trying again —
+    //    within cap + 4 deliveries and 7 spacings — and clears the mark.
     let w = World::on(store);
     w.add(&submissions(0..1));
-    for run in 1..=7 {
-        let out = w.crash_at(w.cmd(&["run", "--consumer", "crashy"]), "after_read");
+    let spacing = ["--consumer", "crashy", "--quarantine-spacing-ms", "100"];
+    let mut tried_at = Vec::new();
+    for run in 1..=8 {
+        let mut args = vec!["run"];
+        args.extend_from_slice(&spacing);
+        let out = w.crash_at(w.cmd(&args), "after_read");
         assert!(!out.status.success(), "run {run} should have crashed");
         assert_eq!(w.pending(), 1);
         if run > 5 {
+            tried_at.push(std::time::Instant::now());
             let marks: Vec<String> = redis::cmd("HVALS")
                 .arg("grants:submissions:quarantine")
                 .query(&mut w.conn())
@@ -459,15 +466,23 @@ fn a_poison_entry_that_crashes_the_worker_stops_looping_at_the_cap(store: Store)
             );
         }
     }
-    w.drain(&["--consumer", "crashy"]);
+    let mut args = vec!["--quarantine-spacing-ms", "100"];
+    args.extend_from_slice(&spacing[..2]);
+    w.drain(&args);
+    let (first, last) = (tried_at[0], *tried_at.last().unwrap());
+    assert!(
+        last.duration_since(first) >= std::time::Duration::from_millis(300),
+        "the three tries alone were not spaced: {:?}",
+        last.duration_since(first)
+    );
 
     let dead = w.dead_letters();
     assert_eq!(dead.len(), 1);
     assert_eq!(
         String::from_utf8_lossy(&dead[0]["reason"]),
-        "max deliveries exceeded (8 > 5) and none of its 2 tries alone succeeded"
+        "max deliveries exceeded (9 > 5) and none of its 3 tries alone succeeded"
     );
-    assert_eq!(dead[0]["deliveries"], b"8");
+    assert_eq!(dead[0]["deliveries"], b"9");
     assert_eq!(w.count("disbursements"), 0);
     assert_eq!(w.pending(), 0);
     assert_eq!(quarantine_marks(&w), 0);
@@ -597,8 +612,22 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
     let big = submission(7).replace("rural-broadband", &format!("rural-{}", "b".repeat(200)));
     assert!(big.len() > 256);
     let original = w.add(std::slice::from_ref(&big)).remove(0);
-    w.drain(&["--payload-bytes-max", "256"]);
+    let audit_log = w.dir.path().join("audit.log");
+    w.drain(&[
+        "--payload-bytes-max",
+        "256",
+        "--audit-log",
+        audit_log.to_str().unwrap(),
+    ]);
     assert_eq!(w.count("disbursements"), 0);
+    // The audit line names the award as `dlq list` does below (it said `award=-`).
+    let lines = std::fs::read_to_string(&audit_log).unwrap();
+    assert!(
+        lines.contains(&format!(
+            "dead_letter entry={original} award=A-000007 reason=payload_too_large"
+        )),
+        "{lines}"
+    );
 
     let listed = dlq_list(&w);
     assert_eq!(listed.len(), 1);
@@ -648,15 +677,15 @@ fn dlq_replay_round_trip_puts_a_fixed_entry_back_once(store: Store) {
 
 fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_payment(store: Store) {
     // 1. A worker commits a submission and crashes before XACK (failpoint after_commit).
-    // 2. The next two runs, with --max-deliveries 1, see deliveries 2 and 3 and try it alone
-    //    (the quarantine rule, tries 1 and 2): the ledger finds it a duplicate each time, and
-    //    each run crashes before XACK too.
-    // 3. The fourth run sees delivery 4 and a mark with no tries left: it dead-letters the
+    // 2. The next three runs, with --max-deliveries 1, see deliveries 2 to 4 and try it alone
+    //    (the quarantine rule, tries 1 to 3, spaced by --quarantine-spacing-ms): the ledger
+    //    finds it a duplicate each time, and each run crashes before XACK too.
+    // 3. The fifth run sees delivery 5 and a mark with no tries left: it dead-letters the
     //    entry at the cap, although the ledger already paid it.
     // 4. The operator replays it: the worker finds the claim taken. Still one disbursement.
     let w = World::on(store);
     w.add(&submissions(3..4));
-    for max_deliveries in ["5", "1", "1"] {
+    for max_deliveries in ["5", "1", "1", "1"] {
         let out = w.crash_at(
             w.cmd(&[
                 "run",
@@ -664,26 +693,35 @@ fn replaying_a_dead_letter_that_was_in_fact_paid_is_a_duplicate_not_a_second_pay
                 "c1",
                 "--max-deliveries",
                 max_deliveries,
+                "--quarantine-spacing-ms",
+                "50",
             ]),
             "after_commit",
         );
         assert!(!out.status.success());
         assert_eq!((w.count("disbursements"), w.pending()), (1, 1));
     }
-    w.drain(&["--consumer", "c1", "--max-deliveries", "1"]);
+    w.drain(&[
+        "--consumer",
+        "c1",
+        "--max-deliveries",
+        "1",
+        "--quarantine-spacing-ms",
+        "50",
+    ]);
     let listed = dlq_list(&w);
     assert_eq!(listed.len(), 1);
     assert_eq!(
         listed[0]["reason"],
-        "max deliveries exceeded (4 > 1) and none of its 2 tries alone succeeded"
+        "max deliveries exceeded (5 > 1) and none of its 3 tries alone succeeded"
     );
 
     w.run_ok(&["dlq", "replay", listed[0]["id"].as_str().unwrap()]);
     w.drain(&[]);
     assert_eq!(w.count("disbursements"), 1);
     assert_eq!(disbursed_cents(&w), 103);
-    // Two from the tries alone in step 2, one from the replay.
-    assert_eq!(audit(&w, "duplicate"), 3);
+    // Three from the tries alone in step 2, one from the replay.
+    assert_eq!(audit(&w, "duplicate"), 4);
     assert_eq!(w.pending(), 0);
 }
 

@@ -1297,7 +1297,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__run)
-            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
+            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --quarantine-spacing-ms --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1316,6 +1316,10 @@ _claimgate() {
                     return 0
                     ;;
                 --max-deliveries)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --quarantine-spacing-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

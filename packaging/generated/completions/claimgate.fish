@@ -53,6 +53,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l max-deliveries -d 'Dead-letter an entry delivered more than this many times' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l quarantine-spacing-ms -d 'The least time between two tries alone of an entry past --max-deliveries, doubled after each try (30 s, 60 s, then 120 s before it is dead-lettered): a crash storm shorter than that cannot dead-letter a valid entry' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l payload-bytes-max -d 'Refuse payloads larger than this many bytes (checked before parsing); 256 to 512 MiB (a limit below any submission\'s size would dead-letter every entry)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l amount-cents-max -d 'Dead-letter (`amount_too_large`) any submission whose amount_cents is over this. The default, 100000000000 cents ($1 billion), is above any single grant disbursement' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l batch-count-max -d 'Entries asked for per read' -r

@@ -32,6 +32,9 @@ impl SqliteLedger {
             .to_str()
             .ok_or_else(|| Error::Config(format!("backup path {} is not UTF-8", out.display())))?;
         self.conn()?.execute("VACUUM INTO ?1", [target])?;
+        // The copy is another file: put back by hand over a ledger whose -wal is still there,
+        // it must not pass for the file that -wal belongs to (`identity.rs`).
+        super::identity::renew(&Connection::open(out)?)?;
         let copy = Connection::open_with_flags(out, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         let integrity: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         if integrity != "ok" {

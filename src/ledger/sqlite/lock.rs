@@ -24,6 +24,32 @@ pub(super) struct LedgerLock {
     _file: File,
 }
 
+impl LedgerLock {
+    /// The ledger file epoch the lock file names (`identity.rs`), if it names one.
+    pub(super) fn epoch(&self) -> Option<String> {
+        use std::io::Read;
+        let mut text = String::new();
+        (&self._file).take(256).read_to_string(&mut text).ok()?;
+        let epoch = text.trim().strip_prefix(EPOCH_PREFIX)?;
+        (!epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| epoch.to_owned())
+    }
+
+    /// Writes `epoch` as the one the lock file names, in one write at its start. Every process
+    /// with the ledger open writes the same value (a ledger's epoch never changes in place).
+    pub(super) fn record_epoch(&self, epoch: &str) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let line = format!("{EPOCH_PREFIX}{epoch}\n");
+        self._file
+            .write_all_at(line.as_bytes(), 0)
+            .and_then(|()| self._file.set_len(line.len() as u64))
+            .map_err(|e| Error::io("recording the ledger's file epoch in its lock file", e))
+    }
+}
+
+/// What the lock file's one line starts with, before the epoch.
+const EPOCH_PREFIX: &str = "claimgate ledger file epoch ";
+
 /// The lock file of the ledger at `db`.
 pub(super) fn path(db: &Path) -> PathBuf {
     super::sidecar(db, ".lock")

@@ -15,6 +15,7 @@ mod checkpoint;
 mod conflict;
 mod dump;
 mod error;
+mod identity;
 mod lock;
 mod migration;
 mod multirow;
@@ -117,6 +118,11 @@ impl SqliteLedger {
         };
         let existed = create_private(&cfg.path)?;
         let sidecars_before = ledger_files(&cfg.path).map(|f| f.exists());
+        // Before any connection reads the file, which would merge the -wal into it.
+        let lock_epoch = lock.as_ref().and_then(lock::LedgerLock::epoch);
+        if existed {
+            identity::refuse_a_stranger_to_its_wal(&cfg.path, lock_epoch.as_deref())?;
+        }
         let mut first = Connection::open(&cfg.path).map_err(|e| {
             Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
         })?;
@@ -137,6 +143,11 @@ impl SqliteLedger {
         if cfg.create {
             if let Some((to, at)) = migration::fenced(&first)? {
                 return Err(migration::refuse_fenced(cfg, &to, &at));
+            }
+        }
+        if let (Some(lock), Some(epoch)) = (&lock, identity::epoch(&first, cfg.create)?) {
+            if lock_epoch.as_deref() != Some(epoch.as_str()) {
+                lock.record_epoch(&epoch)?;
             }
         }
         let claims_by_spelling = upgrade::claims_by_spelling(&first)?;

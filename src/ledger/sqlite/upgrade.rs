@@ -82,7 +82,10 @@ pub(super) fn after_schema(conn: &mut Connection) -> Result<()> {
             "UPDATE processed_messages SET submission_instant = ?2 WHERE claim_id = ?1",
         )?;
         for (claim_id, timestamp) in &rows {
-            let instant = instant_utc(timestamp).unwrap_or_else(|| timestamp.clone());
+            let instant = instant_utc(timestamp)
+                .ok()
+                .or_else(|| crate::domain::clock::leap_second_stand_in(timestamp))
+                .unwrap_or_else(|| timestamp.clone());
             set.execute(rusqlite::params![claim_id, instant])?;
         }
         upgraded += rows.len();

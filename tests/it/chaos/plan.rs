@@ -155,6 +155,10 @@ fn worker_args(plan: &Plan, consumer: &str) -> Vec<String> {
         &PAYLOAD_BYTES_MAX.to_string(),
         "--batch-count-max",
         &plan.batch_count_max.to_string(),
+        // Tries alone 1 s, then 2 s, apart (not the 30 s default), so the drain after the
+        // chaos does not wait minutes for an entry parked between two tries.
+        "--quarantine-spacing-ms",
+        "1000",
     ]
     .map(str::to_owned)
     .to_vec()
