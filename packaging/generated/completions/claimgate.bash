@@ -31,6 +31,9 @@ _claimgate() {
             claimgate,hold)
                 cmd="claimgate__subcmd__hold"
                 ;;
+            claimgate,init)
+                cmd="claimgate__subcmd__init"
+                ;;
             claimgate,key)
                 cmd="claimgate__subcmd__key"
                 ;;
@@ -101,7 +104,7 @@ _claimgate() {
 
     case "${cmd}" in
         claimgate)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version run produce status key relay audit verify retention hold dlq demo backup restore migrate"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version run produce status key relay audit verify retention hold dlq demo backup restore migrate init"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -930,6 +933,52 @@ _claimgate() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        claimgate__subcmd__init)
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         claimgate__subcmd__key)
             opts="-h -V --award-id --timestamp --payload-file --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -1297,7 +1346,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__run)
-            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --quarantine-spacing-ms --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
+            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --quarantine-spacing-ms --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --ledger-outage-ms-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1360,6 +1409,10 @@ _claimgate() {
                     return 0
                     ;;
                 --ledger-pages-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ledger-outage-ms-max)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

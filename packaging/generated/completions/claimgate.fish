@@ -49,6 +49,7 @@ complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The w
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "backup" -d 'Copy the ledger consistently (while workers run) to a new file, mode 0600'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "restore" -d 'Put a backup in place of the ledger (no worker may have it open); the ledger replaced is kept beside it, and every disbursement in the backup reaches the events stream once'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "migrate" -d 'Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "init" -d 'Make the ledger (or upgrade one an earlier release made), then exit: on PostgreSQL, run it as the role that owns the schema before the workers start as theirs'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 'This consumer\'s name in the group [default: host name and pid]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
@@ -66,6 +67,7 @@ hold\t'Dead-letter it for review instead of paying'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l events-stream -d 'The events stream outbox rows are published to' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l ledger-pages-max -d 'Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker leaves entries pending and retries until room is made' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l ledger-outage-ms-max -d 'Wait this long (ms) for a failure of the ledger as a whole (a privilege revoked, a read-only or damaged file, a missing schema) to clear before exiting 1; entries stay pending meanwhile, nothing is dead-lettered for it, and /healthz is 503' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l metrics-addr -d 'Serve Prometheus /metrics and /healthz on this HOST:PORT' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-every -d 'Take an anchor of the audit chain this often (500ms, 30s, 5m, 1h) and once more on stopping; needs --anchor-out and/or --anchor-stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-out -d 'Append each anchor to this file (0600, created if absent)' -r -F
@@ -402,3 +404,14 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wa
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -s V -l version -d 'Print version'
