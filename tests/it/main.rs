@@ -29,6 +29,7 @@ mod batching;
 mod chaos;
 mod checkpoints;
 mod contract;
+mod dba;
 mod errors;
 mod evidence;
 mod evidence_prop;

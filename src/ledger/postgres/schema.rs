@@ -56,6 +56,7 @@ struct Found {
 pub(super) fn prepare(client: &mut Client, target: &Target, create: bool) -> Result<()> {
     let found = look(client, &target.schema)?;
     match found.ledger {
+        Some(FORMAT_VERSION) if create => may_write(client, target),
         Some(FORMAT_VERSION) => Ok(()),
         Some(v) if v > FORMAT_VERSION => Err(Error::Config(format!(
             "the ledger in schema {} of {} is format {v}, made by a newer claimgate; this \
@@ -88,6 +89,45 @@ pub(super) fn prepare(client: &mut Client, target: &Target, create: bool) -> Res
             apply(client, target, "create")
         }
     }
+}
+
+/// What a writing node needs of each table: (table, privilege). `FOR UPDATE` on
+/// `claim_locks` needs `UPDATE`.
+const WRITES: [(&str, &str); 10] = [
+    ("processed_messages", "INSERT"),
+    ("disbursements", "INSERT"),
+    ("outbox_rows", "INSERT"),
+    ("outbox_rows", "UPDATE"),
+    ("dead_letters", "INSERT"),
+    ("audit_members", "INSERT"),
+    ("audit_batches", "INSERT"),
+    ("audit_batches", "UPDATE"),
+    ("chain_head", "UPDATE"),
+    ("claim_locks", "UPDATE"),
+];
+
+/// The role may write what a writing node writes; else a configuration error naming the first
+/// privilege missing, at start rather than at the first batch (where it would be a ledger
+/// outage, waited out for minutes).
+fn may_write(client: &mut Client, target: &Target) -> Result<()> {
+    for (table, privilege) in WRITES {
+        let held: bool = client
+            .query_one(
+                "SELECT has_table_privilege(quote_ident($1) || '.' || quote_ident($2), $3)",
+                &[&target.schema, &table, &privilege],
+            )?
+            .get(0);
+        if !held {
+            let role: String = client.query_one("SELECT current_user::text", &[])?.get(0);
+            return Err(Error::Config(format!(
+                "the role {role} may not {privilege} {table} in schema {} of {}: run and relay \
+                 need the worker's grants (docs/postgres.md: SELECT, INSERT, UPDATE, DELETE on \
+                 the schema's tables); status, verify and audit need only SELECT",
+                target.schema, target.redacted
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The message for a schema holding no ledger where one was expected.
