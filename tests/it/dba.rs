@@ -394,3 +394,484 @@ fn hostile_ids(store: Store) {
     w.run_ok(&["verify"]);
     eprintln!("{store:?}: settled in {took:?}");
 }
+
+/// The fenced `sh` blocks of README's "When one box is not enough", in order.
+fn readme_postgres_blocks() -> Vec<String> {
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("\n## When one box is not enough\n")
+        .nth(1)
+        .expect("README has the section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("\n```").next().unwrap().to_owned())
+        .collect()
+}
+
+/// The commands of a shell block: one per line, a here-document with the line that opens it.
+fn commands(block: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut heredoc_end: Option<String> = None;
+    for line in block.lines() {
+        if let Some(end) = &heredoc_end {
+            let last = out.last_mut().expect("a here-document follows its command");
+            last.push('\n');
+            last.push_str(line);
+            if line == end {
+                heredoc_end = None;
+            }
+            continue;
+        }
+        if let Some((_, tag)) = line.split_once("<<'") {
+            heredoc_end = Some(tag.trim_end_matches('\'').to_owned());
+        }
+        out.push(line.to_owned());
+    }
+    assert!(heredoc_end.is_none(), "an unterminated here-document");
+    out
+}
+
+#[test]
+fn the_readmes_postgres_recipe_run_verbatim_on_a_fresh_server_gives_a_working_node() {
+    // README's "When one box is not enough", as a newcomer types it, on a fresh PostgreSQL 15
+    // cluster (stock settings), with only these changes: `sudo -u postgres` is dropped (libpq's
+    // environment points the commands at the private cluster as its superuser), the three
+    // passwords are typed at createuser's prompts (stdin, no terminal), and PASSWORD
+    // placeholders and `db.internal:5432` are replaced by the test's.
+    // 1. The roles, database and schema (block 1). 2. init as the owner, run --relay as the
+    // worker (25 submissions paid and published once), verify as the auditor (block 2).
+    let pg = crate::pg::own_cluster();
+    let w = World::on_postgres_url(&pg.url("postgres"));
+    let blocks = readme_postgres_blocks();
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_claimgate"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let pg_bin = std::env::var("CLAIMGATE_PG_BIN")
+        .unwrap_or_else(|_| claimgate::support::localpostgres::BIN_DIR_DEFAULT.to_owned());
+    let path = format!(
+        "{}:{pg_bin}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let port = pg.port().to_string();
+    let sh = |command: &str, stdin: &str| {
+        use std::io::Write;
+        let mut child = std::process::Command::new("setsid")
+            .args(["-w", "bash", "-euo", "pipefail", "-c", command])
+            .env("PATH", &path)
+            .env("PGHOST", "127.0.0.1")
+            .env("PGPORT", &port)
+            .env("PGUSER", claimgate::support::localpostgres::USER)
+            .env("PGPASSWORD", pg.password())
+            .env("PGDATABASE", "postgres")
+            .env("REDIS_URL", w.redis.url())
+            .env_remove("CLAIMGATE_DB")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{command}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let passwords = [
+        ("claimgate_owner", "OWNER_PASSWORD", "owner-pw-1"),
+        ("claimgate_worker", "WORKER_PASSWORD", "worker-pw-2"),
+        ("claimgate_auditor", "AUDITOR_PASSWORD", "auditor-pw-3"),
+    ];
+    for command in commands(&blocks[0]) {
+        let command = command.replace("sudo -u postgres ", "");
+        let typed = passwords
+            .iter()
+            .find(|(role, _, _)| command.contains("createuser") && command.contains(role))
+            .map(|(_, _, pw)| format!("{pw}\n{pw}\n"))
+            .unwrap_or_default();
+        sh(&command, &typed);
+    }
+    let localize = |command: &str| {
+        let mut c = command.replace("db.internal:5432", &format!("127.0.0.1:{port}"));
+        for (_, placeholder, pw) in passwords {
+            c = c.replace(placeholder, pw);
+        }
+        c
+    };
+    let block = commands(&blocks[1]);
+    assert_eq!(block.len(), 4, "{block:?}");
+    let said = sh(&localize(&block[0]), "");
+    assert!(said.contains("ledger ready"), "{said}");
+    w.add(&(0..25).map(submission).collect::<Vec<_>>());
+    // The worker line runs in the background after the export line, until SIGTERM.
+    let worker = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!("{}\nexec {}", localize(&block[1]), localize(&block[2])),
+        ])
+        .env("PATH", &path)
+        .env("REDIS_URL", w.redis.url())
+        .env_remove("CLAIMGATE_DB")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut worker = scopeguard(worker);
+    let ledger = format!(
+        "{}?schema=claimgate",
+        pg.url("claimgate")
+    );
+    let w_db = World::on_postgres_url(&ledger);
+    assert!(
+        wait_for(Duration::from_secs(60), || w_db
+            .sql_i64_once_made("SELECT COUNT(*) FROM claimgate.outbox WHERE published_at IS NOT NULL")
+            == 25),
+        "the node paid and published the 25"
+    );
+    support::signal(&worker.0, libc::SIGTERM);
+    assert!(wait_exit(&mut worker.0, Duration::from_secs(30)).success());
+    let said = sh(&localize(&block[3]), "");
+    assert!(said.contains("25 claims"), "{said}");
+    assert_eq!(w.xlen("grants:events"), 25);
+    // Who owns what: the owner made every table; the worker and the auditor made nothing.
+    let mut su = postgres::Client::connect(&pg.url("claimgate"), postgres::NoTls).unwrap();
+    let owners: Vec<String> = su
+        .query(
+            "SELECT DISTINCT pg_get_userbyid(c.relowner)::text FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'claimgate'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(owners, ["claimgate_owner"]);
+    let supers: i64 = su
+        .query_one(
+            "SELECT COUNT(*) FROM pg_roles WHERE rolname LIKE 'claimgate\\_%' AND rolsuper",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(supers, 0, "none of the three roles is a superuser");
+}
+
+/// Kills the child when dropped (a failed assertion leaves no process behind).
+struct Guarded(std::process::Child);
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scopeguard(child: std::process::Child) -> Guarded {
+    Guarded(child)
+}
+
+#[test]
+fn three_nodes_at_the_largest_batches_never_fill_a_stock_lock_table() {
+    // 1. A fresh cluster at stock settings (max_locks_per_transaction 64). 40,000 distinct
+    //    submissions queued at once.
+    // 2. Three nodes drain them with --batch-count-max at its maximum (100,000) and a read
+    //    budget that lets a read take thousands; meanwhile pg_locks is sampled.
+    // 3. All 40,000 paid once, verify passes, no "out of shared memory" (53200) in the
+    //    server's log, and no claimgate backend held more than 40 heavyweight locks at once.
+    //    (Before: one advisory lock per group per batch; 53200 for claimgate and for anything
+    //    else on the server.)
+    let pg = crate::pg::own_cluster();
+    let url = pg.create_database("locks").unwrap();
+    let w = World::on_postgres_url(&url);
+    let n = 40_000;
+    let file = w.dir.path().join("burst.jsonl");
+    let lines: Vec<String> = (0..n).map(submission).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    w.run_ok(&["init"]);
+    w.run_ok(&["produce", file.to_str().unwrap()]);
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (url, sampling) = (url.clone(), sampling.clone());
+        std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let (mut most, mut most_shared) = (0i64, 0i64);
+            while sampling.load(std::sync::atomic::Ordering::SeqCst) {
+                for row in c
+                    .query(
+                        "SELECT COUNT(*), COUNT(*) FILTER (WHERE NOT l.fastpath)
+                         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                         WHERE a.application_name = 'claimgate' GROUP BY l.pid",
+                        &[],
+                    )
+                    .unwrap()
+                {
+                    most = most.max(row.get(0));
+                    most_shared = most_shared.max(row.get(1));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (most, most_shared)
+        })
+    };
+    let began = Instant::now();
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let consumer = format!("node{i}");
+            w.spawn(&[
+                "run",
+                "--exit-when-idle",
+                "--consumer",
+                &consumer,
+                "--batch-count-max",
+                "100000",
+                "--read-bytes-max",
+                "100000000",
+            ])
+        })
+        .collect();
+    for mut worker in workers {
+        let status = wait_exit(&mut worker.child, Duration::from_secs(300));
+        assert!(status.success(), "{}", worker.log_text());
+    }
+    let took = began.elapsed();
+    sampling.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (most, most_shared) = sampler.join().unwrap();
+    assert_eq!(w.count("disbursements"), n as i64);
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        support::amount_sum(n)
+    );
+    assert_eq!(w.pending(), 0);
+    w.run_ok(&["verify"]);
+    let log = std::fs::read_to_string(pg.dir().join("server.log")).unwrap();
+    assert!(
+        !log.contains("out of shared memory") && !log.contains("53200"),
+        "{}",
+        log.lines()
+            .filter(|l| l.contains("shared memory"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        most <= 40,
+        "a claimgate backend held {most} heavyweight locks at once ({most_shared} in the shared table)"
+    );
+    eprintln!(
+        "3 nodes, {n} entries in {took:?}; most locks held by one backend at once: {most} \
+         ({most_shared} in the shared table)"
+    );
+}
+
+#[test]
+fn verify_names_every_change_to_the_schema_claimgate_did_not_make() {
+    // A small ledger, then one change per fresh database, each as a DBA or an insider with the
+    // owner's rights could make it; verify exits 1 naming it ("schema altered: …"). Before,
+    // verify checked no part of the PostgreSQL schema.
+    let changes: [(&str, &str); 9] = [
+        (
+            "CREATE FUNCTION copy_outbox() RETURNS trigger LANGUAGE plpgsql AS
+                 $$BEGIN RETURN NEW; END$$;
+             CREATE TRIGGER copy AFTER INSERT ON outbox_rows FOR EACH ROW
+                 EXECUTE FUNCTION copy_outbox()",
+            "trigger copy on outbox_rows (calling copy_outbox) is not claimgate's",
+        ),
+        (
+            "ALTER TABLE disbursements DROP CONSTRAINT disbursements_claim_id_key",
+            "disbursements is no longer unique on (claim_id)",
+        ),
+        (
+            "ALTER TABLE processed_messages ENABLE ROW LEVEL SECURITY;
+             CREATE POLICY pass ON processed_messages USING (true)",
+            "row-level security policy pass on processed_messages is not claimgate's",
+        ),
+        (
+            "CREATE RULE keep AS ON DELETE TO dead_letters DO INSTEAD NOTHING",
+            "rule keep on dead_letters is not claimgate's",
+        ),
+        (
+            "CREATE VIEW paid AS SELECT * FROM disbursements",
+            "view paid is not claimgate's",
+        ),
+        (
+            "CREATE OR REPLACE VIEW outbox AS
+             SELECT COALESCE(o.id, b.outbox_first + o.batch_index - 1) AS id, o.claim_id,
+                    o.event_type, o.payload, o.created_at, o.published_at, o.batch_id,
+                    o.batch_index
+             FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id
+             WHERE o.claim_id <> (SELECT MIN(claim_id) FROM outbox_rows)",
+            "the view outbox shows 1 row(s) other than its definition gives",
+        ),
+        (
+            "ALTER TABLE disbursements DISABLE TRIGGER claimgate_claim_on_insert",
+            "trigger claimgate_claim_on_insert on disbursements is disabled",
+        ),
+        (
+            "CREATE OR REPLACE FUNCTION claimgate_json(t TEXT) RETURNS JSONB
+                 LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RETURN '{}'::jsonb; END;$$",
+            "the function claimgate_json is not the one claimgate made",
+        ),
+        (
+            "DELETE FROM claim_locks WHERE stripe = 7",
+            "claim_locks holds 65535 rows",
+        ),
+    ];
+    for (change, named) in changes {
+        let w = World::on(Store::Postgres);
+        w.add(&(0..3).map(submission).collect::<Vec<_>>());
+        w.drain(&[]);
+        w.run_ok(&["verify"]);
+        superuser(&w).batch_execute(change).unwrap();
+        let out = w.run(&["verify"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{change}: {err}");
+        assert!(
+            err.contains("schema altered: ") && err.contains(named),
+            "{change}: {err}"
+        );
+    }
+}
+
+#[test]
+fn migrate_refuses_a_ledger_in_use_and_one_holding_rows_postgres_cannot_hold() {
+    // 1. A SQLite ledger a running worker has open: migrate exits 1 ("in use"), and nothing is
+    //    made in the target.
+    // 2. The worker stopped, a claim's award id edited to hold a NUL and a hold of an award of
+    //    2,500 bytes planted (what an earlier release could store): migrate names both and
+    //    exits 1 before copying anything; the target still holds no ledger and the source is
+    //    not fenced.
+    let w = World::new();
+    w.add(&(0..3).map(submission).collect::<Vec<_>>());
+    let worker = Logged::spawn(w.cmd(&["run", "--consumer", "m1"]));
+    assert!(
+        wait_for(Duration::from_secs(30), || w.count_once_made("disbursements") == 3),
+        "{}",
+        worker.log_text()
+    );
+    let url = crate::pg::fresh_database();
+    let out = w.run(&["migrate", "--to", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is in use") && err.contains("then migrate"), "{err}");
+    let target = World::on_postgres_url(&url);
+    let (code, _, err) = with_db(&target, &["status"], &url);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no claimgate ledger"), "{err}");
+    assert_eq!(worker.stop().code(), Some(0));
+
+    let mut sql = w.sql();
+    sql.exec(
+        "UPDATE processed_messages SET award_id = 'A' || char(0) || 'B' WHERE claim_id = 1;
+         INSERT INTO legal_holds (award_id, reason, held_at)
+             VALUES (printf('%.2500c', 'H'), 'audit', '2026-11-01T09:00:00.000000Z');",
+    );
+    drop(sql);
+    let out = w.run(&["migrate", "--to", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("2 row(s)")
+            && err.contains("claim 1: its award_id holds a NUL character")
+            && err.contains("hold 1 (2500 bytes): its award_id is over the 2000 bytes")
+            && err.contains("nothing was copied"),
+        "{err}"
+    );
+    let (code, _, err) = with_db(&target, &["status"], &url);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no claimgate ledger"), "{err}");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM ledger_meta WHERE name = 'migrated_to'"),
+        0,
+        "not fenced"
+    );
+}
+
+#[test]
+fn a_sqlite_ledger_that_fails_as_a_whole_dead_letters_nothing_and_ends_run_past_its_limit() {
+    // 1. A worker pays 5 submissions into its SQLite ledger.
+    // 2. Someone who can write the file drops the outbox table. 5 more arrive: every commit
+    //    fails ("no such table"), a failure of the ledger, not of any entry: /healthz turns
+    //    503 "commits failing", nothing is dead-lettered, and once --ledger-outage-ms-max has
+    //    passed the worker exits 1 with the 5 pending.
+    let w = World::new();
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    let mut worker = Logged::spawn(w.cmd(&[
+        "run",
+        "--consumer",
+        "s1",
+        "--max-deliveries",
+        "1",
+        "--quarantine-spacing-ms",
+        "100",
+        "--claim-idle-ms",
+        "300",
+        "--ledger-outage-ms-max",
+        "4000",
+        "--metrics-addr",
+        &addr,
+    ]));
+    assert!(
+        wait_for(Duration::from_secs(30), || w.count_once_made("disbursements") == 5),
+        "{}",
+        worker.log_text()
+    );
+    w.sql().exec("DROP TABLE outbox");
+    w.add(&(5..10).map(submission).collect::<Vec<_>>());
+    assert!(
+        wait_for(Duration::from_secs(10), || matches!(
+            http_get(&addr, "/healthz"),
+            Some((503, body)) if body.contains("commits failing") && body.contains("no such table")
+        )),
+        "{:?}\n{}",
+        http_get(&addr, "/healthz"),
+        worker.log_text()
+    );
+    let status = wait_exit(&mut worker.child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{}", worker.log_text());
+    assert_eq!(w.pending(), 5);
+    assert_eq!(w.count("dead_letters"), 0);
+    assert_eq!(w.xlen("grants:submissions:dead"), 0);
+    assert_eq!(w.count("disbursements"), 5);
+}
+
+#[test]
+fn a_postgres_server_that_cannot_be_reached_is_named_by_host_and_port() {
+    // verify against a port nothing listens on: exit 1, the message names 127.0.0.1:PORT and
+    // the database (as psql does), never the password; run waits it out, its one WARN line
+    // naming the same.
+    let w = World::new();
+    let port = free_port().unwrap();
+    let url = format!("postgres://claimgate:Secret-PW-9@127.0.0.1:{port}/ledger");
+    let (code, _, err) = with_db(&w, &["verify"], &url);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!("PostgreSQL at 127.0.0.1:{port} (database ledger)"))
+            && !err.contains("Secret-PW-9"),
+        "{err}"
+    );
+    let worker = Logged::spawn(w.cmd(&["run", "--db", &url]));
+    worker.wait_log("opening the ledger failed");
+    let text = worker.log_text();
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")) && !text.contains("Secret-PW-9"),
+        "{text}"
+    );
+    assert_eq!(worker.stop().code(), Some(0));
+}
