@@ -91,7 +91,10 @@ impl Error {
     }
 
     /// A ledger backend's error, shown as `ledger: {source}`, concerning whom `fault` says.
-    pub fn ledger(source: impl Into<Box<dyn std::error::Error + Send + Sync>>, fault: Fault) -> Self {
+    pub fn ledger(
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        fault: Fault,
+    ) -> Self {
         Error::Ledger {
             context: "ledger",
             source: source.into(),

@@ -102,10 +102,8 @@ impl Shared<'_> {
                 if e.is_ledger_outage()
                     || lasted.as_millis() as u64 >= LEDGER_TROUBLE_UNHEALTHY_MS =>
             {
-                self.metrics.note_ledger_trouble(Some(format!(
-                    "{e} (for {:.1} s)",
-                    lasted.as_secs_f64()
-                )))
+                self.metrics
+                    .note_ledger_trouble(Some(format!("{e} (for {:.1} s)", lasted.as_secs_f64())))
             }
             Some(_) => {}
             None => self.metrics.note_ledger_trouble(None),

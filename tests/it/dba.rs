@@ -114,7 +114,10 @@ fn a_ledger_is_found_only_in_the_schema_its_url_names_and_made_only_in_an_empty_
             .unwrap()
             .get(0)
     };
-    assert_eq!(count(&mut su, "SELECT COUNT(*) FROM ledger_a.disbursements"), 10);
+    assert_eq!(
+        count(&mut su, "SELECT COUNT(*) FROM ledger_a.disbursements"),
+        10
+    );
     for args in [
         &["status", "--json"][..],
         &["verify"],
@@ -125,7 +128,10 @@ fn a_ledger_is_found_only_in_the_schema_its_url_names_and_made_only_in_an_empty_
     ] {
         let (code, _, err) = with_db(&w, args, &base);
         assert_eq!(code, Some(2), "{args:?}: {err}");
-        assert!(err.contains("add schema=ledger_a to the URL"), "{args:?}: {err}");
+        assert!(
+            err.contains("add schema=ledger_a to the URL"),
+            "{args:?}: {err}"
+        );
     }
     assert_eq!(
         count(
@@ -216,8 +222,9 @@ fn a_role_that_may_only_read_runs_every_read_command_and_no_ddl() {
     let (code, _, err) = with_db(&w, &["run", "--exit-when-idle"], &url);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains(&format!("the role {auditor} may not INSERT processed_messages"))
-            && !err.contains("audit-pw"),
+        err.contains(&format!(
+            "the role {auditor} may not INSERT processed_messages"
+        )) && !err.contains("audit-pw"),
         "{err}"
     );
 }
@@ -287,7 +294,12 @@ fn privileges_revoked_mid_run_dead_letter_nothing_and_end_run_only_past_its_limi
     let began = Instant::now();
     while began.elapsed() < Duration::from_secs(6) {
         assert!(worker.alive(), "{}", worker.log_text());
-        assert_eq!(w.xlen("grants:submissions:dead"), 0, "{}", worker.log_text());
+        assert_eq!(
+            w.xlen("grants:submissions:dead"),
+            0,
+            "{}",
+            worker.log_text()
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     let (code, body) = health().unwrap();
@@ -295,8 +307,10 @@ fn privileges_revoked_mid_run_dead_letter_nothing_and_end_run_only_past_its_limi
     assert!(body.contains("permission denied"), "{body}");
     assert_eq!(w.count("dead_letters"), 0);
     assert_eq!(w.count("disbursements"), 10);
-    su.batch_execute(&format!("GRANT INSERT ON processed_messages TO {worker_role}"))
-        .unwrap();
+    su.batch_execute(&format!(
+        "GRANT INSERT ON processed_messages TO {worker_role}"
+    ))
+    .unwrap();
     assert!(
         wait_for(Duration::from_secs(30), || w.count("disbursements") == 20
             && w.pending() == 0),
@@ -304,7 +318,10 @@ fn privileges_revoked_mid_run_dead_letter_nothing_and_end_run_only_past_its_limi
         worker.log_text()
     );
     assert!(
-        wait_for(Duration::from_secs(10), || matches!(health(), Some((200, _)))),
+        wait_for(Duration::from_secs(10), || matches!(
+            health(),
+            Some((200, _))
+        )),
         "{:?}",
         health()
     );
@@ -323,8 +340,10 @@ fn privileges_revoked_mid_run_dead_letter_nothing_and_end_run_only_past_its_limi
     // It started with the grant gone: refused at once as configuration (exit 2).
     let status = wait_exit(&mut short.child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(2), "{}", short.log_text());
-    su.batch_execute(&format!("GRANT INSERT ON processed_messages TO {worker_role}"))
-        .unwrap();
+    su.batch_execute(&format!(
+        "GRANT INSERT ON processed_messages TO {worker_role}"
+    ))
+    .unwrap();
     let mut short = spawn(&["--ledger-outage-ms-max", "1500"]);
     w.add(&(20..21).map(submission).collect::<Vec<_>>());
     assert!(
@@ -340,7 +359,9 @@ fn privileges_revoked_mid_run_dead_letter_nothing_and_end_run_only_past_its_limi
     let status = wait_exit(&mut short.child, Duration::from_secs(30));
     assert_eq!(status.code(), Some(1), "{}", short.log_text());
     assert!(
-        short.log_text().contains("permission denied for table processed_messages"),
+        short
+            .log_text()
+            .contains("permission denied for table processed_messages"),
         "{}",
         short.log_text()
     );
@@ -367,7 +388,9 @@ fn hostile_ids(store: Store) {
         format!(r#"{{"award_id":"{long}","submission_timestamp":"{ts}","amount_cents":5}}"#),
         format!(r#"{{"award_id":"C","submission_timestamp":"{ts}\u0000","amount_cents":5}}"#),
         // A NUL elsewhere in the payload is the producer's business: kept, and paid.
-        format!(r#"{{"award_id":"D","submission_timestamp":"{ts}","amount_cents":7,"note":"x\u0000y"}}"#),
+        format!(
+            r#"{{"award_id":"D","submission_timestamp":"{ts}","amount_cents":7,"note":"x\u0000y"}}"#
+        ),
     ]);
     w.add(&payloads);
     let began = Instant::now();
@@ -533,15 +556,12 @@ fn the_readmes_postgres_recipe_run_verbatim_on_a_fresh_server_gives_a_working_no
         .spawn()
         .unwrap();
     let mut worker = scopeguard(worker);
-    let ledger = format!(
-        "{}?schema=claimgate",
-        pg.url("claimgate")
-    );
+    let ledger = format!("{}?schema=claimgate", pg.url("claimgate"));
     let w_db = World::on_postgres_url(&ledger);
     assert!(
-        wait_for(Duration::from_secs(60), || w_db
-            .sql_i64_once_made("SELECT COUNT(*) FROM claimgate.outbox WHERE published_at IS NOT NULL")
-            == 25),
+        wait_for(Duration::from_secs(60), || w_db.sql_i64_once_made(
+            "SELECT COUNT(*) FROM claimgate.outbox WHERE published_at IS NOT NULL"
+        ) == 25),
         "the node paid and published the 25"
     );
     support::signal(&worker.0, libc::SIGTERM);
@@ -716,7 +736,7 @@ fn verify_names_every_change_to_the_schema_claimgate_did_not_make() {
                     o.batch_index
              FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id
              WHERE o.claim_id <> (SELECT MIN(claim_id) FROM outbox_rows)",
-            "the view outbox shows 1 row(s) other than its definition gives",
+            "the view outbox shows other rows than its definition gives",
         ),
         (
             "ALTER TABLE disbursements DISABLE TRIGGER claimgate_claim_on_insert",
@@ -760,7 +780,9 @@ fn migrate_refuses_a_ledger_in_use_and_one_holding_rows_postgres_cannot_hold() {
     w.add(&(0..3).map(submission).collect::<Vec<_>>());
     let worker = Logged::spawn(w.cmd(&["run", "--consumer", "m1"]));
     assert!(
-        wait_for(Duration::from_secs(30), || w.count_once_made("disbursements") == 3),
+        wait_for(Duration::from_secs(30), || w
+            .count_once_made("disbursements")
+            == 3),
         "{}",
         worker.log_text()
     );
@@ -768,7 +790,10 @@ fn migrate_refuses_a_ledger_in_use_and_one_holding_rows_postgres_cannot_hold() {
     let out = w.run(&["migrate", "--to", &url]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("is in use") && err.contains("then migrate"), "{err}");
+    assert!(
+        err.contains("is in use") && err.contains("then migrate"),
+        "{err}"
+    );
     let target = World::on_postgres_url(&url);
     let (code, _, err) = with_db(&target, &["status"], &url);
     assert_ne!(code, Some(0));
@@ -828,7 +853,9 @@ fn a_sqlite_ledger_that_fails_as_a_whole_dead_letters_nothing_and_ends_run_past_
         &addr,
     ]));
     assert!(
-        wait_for(Duration::from_secs(30), || w.count_once_made("disbursements") == 5),
+        wait_for(Duration::from_secs(30), || w
+            .count_once_made("disbursements")
+            == 5),
         "{}",
         worker.log_text()
     );

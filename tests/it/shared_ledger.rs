@@ -396,7 +396,10 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
         assert_eq!(pg.sql_i64(sql), w.sql_i64(sql), "{sql}");
     }
 
-    assert!(said.contains("is fenced") && !said.contains(&password_of(&pg)), "{said}");
+    assert!(
+        said.contains("is fenced") && !said.contains(&password_of(&pg)),
+        "{said}"
+    );
     // The source is fenced: a second migrate, run and relay refuse it naming the target,
     // without its password; reading it still works.
     for args in [

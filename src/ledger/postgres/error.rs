@@ -44,10 +44,7 @@ impl<E: std::borrow::Borrow<postgres::Error>> std::fmt::Display for Described<E>
     }
 }
 
-impl<E: std::borrow::Borrow<postgres::Error> + std::fmt::Debug> std::error::Error
-    for Described<E>
-{
-}
+impl<E: std::borrow::Borrow<postgres::Error> + std::fmt::Debug> std::error::Error for Described<E> {}
 
 /// A connection that could not be made, naming where it was tried (host and port, the
 /// database; never a user or password), as `psql` does: "Connection refused" alone does not
@@ -127,7 +124,6 @@ pub(super) fn fault(e: &postgres::Error) -> Fault {
         Fault::Ledger
     }
 }
-
 
 /// A failure to connect that an operator must fix, as a configuration error (exit 2): a
 /// wrong password or user, a database that does not exist. `None` for anything else.

@@ -255,7 +255,9 @@ fn apply(client: &mut Client, target: &Target, doing: &str) -> Result<()> {
             .map_err(Error::from)
             .map_err(denied)?;
     }
-    tx.batch_execute(SCHEMA).map_err(Error::from).map_err(denied)?;
+    tx.batch_execute(SCHEMA)
+        .map_err(Error::from)
+        .map_err(denied)?;
     tx.execute(
         "INSERT INTO ledger_meta (name, value) VALUES ('format_version', $1)
          ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
@@ -264,7 +266,11 @@ fn apply(client: &mut Client, target: &Target, doing: &str) -> Result<()> {
     tx.commit()?;
     log::info!(
         "{} the claimgate ledger (format {FORMAT_VERSION}) in schema {} of {}",
-        if doing == "create" { "made" } else { "upgraded" },
+        if doing == "create" {
+            "made"
+        } else {
+            "upgraded"
+        },
         target.schema,
         target.redacted
     );

@@ -55,7 +55,6 @@ pub(super) fn fault(e: &rusqlite::Error) -> Fault {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
