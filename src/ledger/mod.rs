@@ -552,8 +552,21 @@ pub trait Restoring {
     fn adopt_mark(&mut self, upto: i64, now: &str) -> Result<u64>;
 
     /// Puts the copy in place of the ledger. The ledger it replaces (if any) is kept beside
-    /// it under a new name, which is returned; at no moment is the ledger's path half-written.
-    fn commit(self: Box<Self>) -> Result<Option<std::path::PathBuf>>;
+    /// it under a new name, which is returned with what was paid there and not in the backup;
+    /// at no moment is the ledger's path half-written.
+    fn commit(self: Box<Self>) -> Result<Option<Replaced>>;
+}
+
+/// The ledger a restore replaced, kept beside the restored one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replaced {
+    /// Where it is kept.
+    pub path: std::path::PathBuf,
+    /// Claims it holds that the restored ledger does not (paid after the backup was made):
+    /// they now exist only in the replaced file.
+    pub claims_only_there: u64,
+    /// Their disbursements, in cents.
+    pub cents_only_there: i64,
 }
 
 /// Every side of a ledger at once: what the CLI's open step returns.

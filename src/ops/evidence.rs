@@ -195,12 +195,24 @@ pub fn purgeable_before() -> String {
 
 /// Walks the chain once, checking every link and hash and, beside them, `anchors` and (with
 /// `key`) every checkpoint's and anchor's signature. `Error::Invariant` lists every
-/// contradiction, each naming its anchor's line and seq or its checkpoint's seq.
+/// contradiction, each naming its anchor's line and seq or its checkpoint's seq. A key given
+/// for anchors none of which is signed is a mistake of the command line, not a contradiction
+/// of the ledger: `Error::Config` saying so (one unsigned anchor among signed ones is a
+/// contradiction: a signature stripped).
 pub fn verify(
     ledger: &dyn Backend,
     anchors: &[Anchored],
     key: Option<&PublicKey>,
 ) -> Result<Verified> {
+    if key.is_some() && !anchors.is_empty() && anchors.iter().all(|a| a.anchor.signature.is_none())
+    {
+        return Err(Error::Config(format!(
+            "none of the {} anchor(s) is signed, so --public-key has nothing to check them \
+             against: check them without it (their hashes are still checked), or take signed \
+             anchors (audit anchor --signing-key, run --signing-key)",
+            anchors.len()
+        )));
+    }
     // Read, never made: a check writes nothing, and a ledger with no id matches no anchor
     // (every anchor names one), which the comparison below reports.
     let ledger_id = ledger

@@ -85,7 +85,19 @@ pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
         req.events_stream
     );
     match aside {
-        Some(old) => println!("the ledger it replaced is kept as {}", old.display()),
+        Some(old) if old.claims_only_there > 0 => println!(
+            "the ledger it replaced is kept as {}; it holds {} claim(s), {} paid, that the \
+             backup does not: they were paid after the backup was made and now exist only in \
+             that file (their submissions, if redelivered, would be paid again into the \
+             restored ledger)",
+            old.path.display(),
+            old.claims_only_there,
+            crate::domain::money::dollars(old.cents_only_there)
+        ),
+        Some(old) => println!(
+            "the ledger it replaced is kept as {}; every claim in it is in the backup too",
+            old.path.display()
+        ),
         None => println!("there was no ledger at {} before", lcfg.path.display()),
     }
     if let Some(note) = note {

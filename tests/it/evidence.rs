@@ -481,11 +481,30 @@ fn a_tampered_anchor_signature_an_unsigned_anchor_and_another_ledgers_anchor_fai
         "{err}"
     );
 
+    // A file of unsigned anchors checked with a key: the command line's mistake, said as such
+    // (exit 2), not "the ledger contradicts its evidence".
     let unsigned = w.dir.path().join("unsigned.jsonl");
     anchor(&w, &unsigned, None);
     let (code, err) = verify_anchors(&w, &unsigned, Some(&public));
-    assert_eq!(code, 1);
-    assert!(err.contains("unsigned"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("none of the 1 anchor(s) is signed") && !err.contains("contradicts"),
+        "{err}"
+    );
+    // One unsigned anchor among signed ones is a signature stripped: a contradiction.
+    let mixed = w.dir.path().join("mixed.jsonl");
+    std::fs::write(
+        &mixed,
+        format!(
+            "{}{}",
+            std::fs::read_to_string(&anchors).unwrap(),
+            std::fs::read_to_string(&unsigned).unwrap()
+        ),
+    )
+    .unwrap();
+    let (code, err) = verify_anchors(&w, &mixed, Some(&public));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("anchor on line 2 (seq 3): unsigned"), "{err}");
     assert_eq!(
         verify_anchors(&w, &unsigned, None).0,
         0,

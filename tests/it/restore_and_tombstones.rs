@@ -542,6 +542,13 @@ fn a_ledger_copied_back_by_hand_stops_the_relay_and_restore_waits_for_the_worker
         "{}",
         stdout(&out)
     );
+    // What was paid after the backup is named: it now lives only in the file kept aside.
+    assert!(
+        stdout(&out).contains("it holds 4 claim(s)")
+            && stdout(&out).contains("now exist only in that file"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(mode(&kept), 0o600);
     let old = Connection::open(&kept).unwrap();
     let old_claims: i64 = old

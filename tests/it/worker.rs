@@ -559,4 +559,26 @@ fn produce_and_key_agree_with_the_ledger(store: Store) {
         world.hex_sql("idempotency_key")
     ));
     assert_eq!(stored, 1, "the printed key is the one the ledger claimed");
+    // A file made with `echo` ends in a newline, which produce never sends: the same key, and
+    // a note saying why; --exact hashes the newline too (another key).
+    std::fs::write(&payload_file, format!("{}\n", submission(1))).unwrap();
+    let key = |exact: bool| {
+        let mut args = vec![
+            "key",
+            "--award-id",
+            "A-000001",
+            "--timestamp",
+            "2026-07-01T09:00:00Z",
+            "--payload-file",
+            payload_file.to_str().unwrap(),
+        ];
+        if exact {
+            args.push("--exact");
+        }
+        world.run_ok(&args)
+    };
+    let echoed = key(false);
+    assert_eq!(String::from_utf8_lossy(&echoed.stdout).trim(), printed);
+    assert!(String::from_utf8_lossy(&echoed.stderr).contains("line ending is not part"));
+    assert_ne!(String::from_utf8_lossy(&key(true).stdout).trim(), printed);
 }

@@ -980,7 +980,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__key)
-            opts="-h -V --award-id --timestamp --payload-file --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
+            opts="-h -V --award-id --timestamp --payload-file --exact --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

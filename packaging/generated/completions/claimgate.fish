@@ -115,7 +115,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s h -l help
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 'The award id, exactly as in the payload' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the exact payload bytes (`-` for stdin). A trailing newline counts' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the payload, one line as `claimgate produce` reads it (`-` for stdin): its line ending is not part of the payload, as produce does not send it' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
@@ -125,6 +125,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l exact -d 'Take every byte of the file as the payload, a trailing newline included (a payload another producer sent with one)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l events-stream -d 'The events stream outbox rows are published to' -r

@@ -20,7 +20,7 @@
 use super::{audit_store, lock, outbox, sidecar};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
-use crate::ledger::Restoring;
+use crate::ledger::{Replaced, Restoring};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
 
@@ -182,7 +182,7 @@ impl Restoring for Restore {
         Ok(marked as u64)
     }
 
-    fn commit(mut self: Box<Self>) -> Result<Option<PathBuf>> {
+    fn commit(mut self: Box<Self>) -> Result<Option<Replaced>> {
         let copy = self.copy.take().expect("present until commit");
         copy.as_file()
             .sync_all()
@@ -201,8 +201,39 @@ impl Restoring for Restore {
             )
         })?;
         sync_dir(&self.db)?;
-        Ok(aside)
+        aside
+            .map(|path| {
+                let (claims_only_there, cents_only_there) = paid_only_in(&path, &self.db)?;
+                Ok(Replaced {
+                    path,
+                    claims_only_there,
+                    cents_only_there,
+                })
+            })
+            .transpose()
     }
+}
+
+/// Claims of the ledger at `replaced` that the ledger at `restored` does not hold, and their
+/// disbursements in cents: what was paid after the backup, now only in the replaced file.
+/// Each claim is looked up by the restored ledger's claim index (instant, award, key).
+fn paid_only_in(replaced: &Path, restored: &Path) -> Result<(u64, i64)> {
+    let conn = Connection::open_with_flags(replaced, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    conn.execute(
+        "ATTACH DATABASE ?1 AS restored",
+        [restored.to_string_lossy()],
+    )?;
+    let found = conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(d.amount_cents), 0)
+         FROM processed_messages o JOIN disbursements d ON d.claim_id = o.claim_id
+         WHERE NOT EXISTS (SELECT 1 FROM restored.processed_messages p
+                           WHERE p.submission_instant = o.submission_instant
+                             AND p.award_id = o.award_id
+                             AND p.idempotency_key = o.idempotency_key)",
+        [],
+        |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)?)),
+    )?;
+    Ok(found)
 }
 
 impl Restore {
