@@ -113,14 +113,26 @@ pub fn hold(cfg: &Config, args: HoldArgs) -> Result<()> {
     match args.command {
         HoldCommand::Add { award_id, reason } => {
             let placed = ledger.hold_add(&award_id, &reason, &now_rfc3339())?;
-            println!(
-                "{award_id}: {}",
-                if placed {
-                    "now under legal hold"
-                } else {
-                    "already under legal hold"
+            if placed {
+                println!("{award_id}: now under legal hold");
+                if ledger.claims_of(&award_id)? == 0 {
+                    println!(
+                        "note: the ledger holds no claim of {award_id} (yet): the hold covers \
+                         those to come; if the award id is mistyped, lift it with hold remove"
+                    );
                 }
-            );
+            } else {
+                let held = ledger.holds()?.into_iter().find(|h| h.award_id == award_id);
+                match held {
+                    Some(h) if h.reason != reason => println!(
+                        "{award_id}: already under legal hold since {} for {:?}; that reason \
+                         stands (to change it, lift the hold and place it again)",
+                        h.held_at, h.reason
+                    ),
+                    Some(h) => println!("{award_id}: already under legal hold since {}", h.held_at),
+                    None => println!("{award_id}: already under legal hold"),
+                }
+            }
         }
         HoldCommand::Remove { award_id } => {
             let lifted = ledger.hold_remove(&award_id, &now_rfc3339())?;

@@ -500,6 +500,11 @@ pub trait Retention: Send + Sync {
     /// Every hold, by award.
     fn holds(&self) -> Result<Vec<Hold>>;
 
+    /// How many claims of `award_id` the ledger holds (purged ones not counted), for `hold
+    /// add` to say when it holds an award nothing was paid to yet. Reads every claim on a
+    /// large ledger (no index leads with the award): for an operator's command, not a hot path.
+    fn claims_of(&self, award_id: &str) -> Result<u64>;
+
     /// In one read snapshot: finds the audit prefix recorded before `cutoff` (it ends before
     /// the first non-checkpoint record at or after `cutoff`), hands the plan to `admit` — which
     /// refuses by returning an error, and then nothing is exported — and then passes every row

@@ -332,8 +332,26 @@ fn holds_placed_and_lifted_leave_chained_audit_records() {
     let w = World::new();
     w.add(&[submission(1)]);
     w.drain(&[]);
-    w.run_ok(&["hold", "add", "A-000001", "--reason", "case 21-cv-0042"]);
-    w.run_ok(&["hold", "add", "A-000001", "--reason", "again"]);
+    let placed = w.run_ok(&["hold", "add", "A-000001", "--reason", "case 21-cv-0042"]);
+    assert!(
+        !String::from_utf8_lossy(&placed.stdout).contains("no claim"),
+        "the award has a claim"
+    );
+    // A second add with another reason says the first one stands.
+    let again = w.run_ok(&["hold", "add", "A-000001", "--reason", "again"]);
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        said.contains("already under legal hold since") && said.contains("\"case 21-cv-0042\"; that reason stands"),
+        "{said}"
+    );
+    // An award nothing was paid to: held, and said so (a typo shows at once).
+    let typo = w.run_ok(&["hold", "add", "A-00001", "--reason", "case 8"]);
+    assert!(
+        String::from_utf8_lossy(&typo.stdout).contains("the ledger holds no claim of A-00001"),
+        "{}",
+        String::from_utf8_lossy(&typo.stdout)
+    );
+    w.run_ok(&["hold", "remove", "A-00001"]);
     w.run_ok(&["hold", "remove", "A-000001"]);
     w.run_ok(&["hold", "remove", "A-000001"]);
     let db = Connection::open(&w.db).unwrap();
@@ -344,6 +362,10 @@ fn holds_placed_and_lifted_leave_chained_audit_records() {
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
+    let records: Vec<_> = records
+        .into_iter()
+        .filter(|r| r.1 == "A-000001")
+        .collect();
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(
         (

@@ -79,6 +79,18 @@ impl Retention for PgLedger {
         holds_in(&mut self.conn()?.client)
     }
 
+    fn claims_of(&self, award_id: &str) -> Result<u64> {
+        let n: i64 = self
+            .conn()?
+            .client
+            .query_one(
+                "SELECT COUNT(*) FROM processed_messages WHERE award_id = $1",
+                &[&award_id],
+            )?
+            .get(0);
+        Ok(n as u64)
+    }
+
     fn export_purge(
         &self,
         cutoff: &str,

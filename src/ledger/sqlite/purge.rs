@@ -54,6 +54,15 @@ impl Retention for SqliteLedger {
         holds(&*self.conn()?)
     }
 
+    fn claims_of(&self, award_id: &str) -> Result<u64> {
+        let n: i64 = self.conn()?.query_row(
+            "SELECT COUNT(*) FROM processed_messages WHERE award_id = ?1",
+            [award_id],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
     fn export_purge(
         &self,
         cutoff: &str,
