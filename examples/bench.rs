@@ -765,7 +765,7 @@ impl Env {
                 })
             })
             .unwrap_or_else(|| "(no stage line in the worker's log)".into());
-        println!("  the worker's stages, p50/p99/max us: {stages}");
+        println!("  the worker's stages: {stages}");
         remove_ledger(&db);
         Ok(())
     }

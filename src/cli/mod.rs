@@ -167,14 +167,25 @@ pub fn dispatch(cli: Cli) -> Result<()> {
 /// The man pages and shell completions of this command line, as (relative path, contents):
 /// what `packaging/generated/` holds (see `docs`).
 pub fn docs() -> Vec<(PathBuf, Vec<u8>)> {
+    docs::render(command())
+}
+
+/// The command line's definition, as `--help`, the man pages and the parser see it. Help names
+/// each flag's environment variable but never shows its value: clap would print `[env:
+/// CLAIMGATE_STREAM=]` for one that is unset, as if it were set to nothing, and a set one
+/// may hold a secret.
+pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    docs::render(Cli::command())
+    fn hide(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| a.hide_env_values(true)).mut_subcommands(hide)
+    }
+    hide(Cli::command())
 }
 
 /// Parses the process's arguments, noting whether `--redis-url` came from the command line.
 pub fn parse() -> Cli {
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().get_matches();
+    use clap::FromArgMatches;
+    let matches = command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let from_command_line = |m: &clap::ArgMatches| {
         m.value_source("redis_url") == Some(clap::parser::ValueSource::CommandLine)

@@ -106,8 +106,9 @@ impl Histogram {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
-    /// The `q` quantile (0.0..=1.0) in microseconds, as its bucket's upper bound; `None` when
-    /// nothing was recorded.
+    /// The `q` quantile (0.0..=1.0) in microseconds, as its bucket's upper bound but never above
+    /// the largest duration recorded (a bucket's bound can be, which made a p99 read above
+    /// the max); `None` when nothing was recorded.
     pub fn quantile_us(&self, q: f64) -> Option<u64> {
         let total = self.count();
         if total == 0 {
@@ -118,10 +119,10 @@ impl Histogram {
         for (bucket, c) in self.counts.iter().enumerate() {
             seen += c.load(Ordering::Relaxed);
             if seen >= rank {
-                return Some(upper_us_of(bucket));
+                return Some(upper_us_of(bucket).min(self.max_us.load(Ordering::Relaxed)));
             }
         }
-        Some(upper_us_of(BUCKETS - 1))
+        Some(upper_us_of(BUCKETS - 1).min(self.max_us.load(Ordering::Relaxed)))
     }
 }
 
@@ -195,5 +196,10 @@ mod tests {
         let p99 = h.quantile_us(0.99).unwrap();
         assert!((50_000..=53_200).contains(&p50), "p50 {p50}");
         assert!((99_000..=105_300).contains(&p99), "p99 {p99}");
+        // A bucket's bound may lie above the largest duration: no quantile is read above it.
+        let one = Histogram::default();
+        one.record(Duration::from_micros(347_356));
+        assert_eq!(one.quantile_us(0.99), Some(347_356));
+        assert!(h.quantile_us(1.0).unwrap() <= h.max_us().unwrap());
     }
 }

@@ -105,20 +105,21 @@ impl Stages {
         self.total.record(between(t.read, t.acked));
     }
 
-    /// One line: each stage's p50, p99 and max in microseconds (`parse_us=p50/p99/max …`).
+    /// One line: each stage's p50, p99 and max in microseconds, labelled
+    /// (`parse p50=12us p99=40us max=51us; queue …`).
     pub fn summary(&self) -> String {
         self.named()
             .iter()
             .map(|(name, h)| {
                 format!(
-                    "{name}_us={}/{}/{}",
+                    "{name} p50={}us p99={}us max={}us",
                     h.quantile_us(0.5).unwrap_or(0),
                     h.quantile_us(0.99).unwrap_or(0),
                     h.max_us().unwrap_or(0)
                 )
             })
             .collect::<Vec<_>>()
-            .join(" ")
+            .join("; ")
     }
 }
 
