@@ -177,7 +177,8 @@ pub fn docs() -> Vec<(PathBuf, Vec<u8>)> {
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
     fn hide(cmd: clap::Command) -> clap::Command {
-        cmd.mut_args(|a| a.hide_env_values(true)).mut_subcommands(hide)
+        cmd.mut_args(|a| a.hide_env_values(true))
+            .mut_subcommands(hide)
     }
     hide(Cli::command())
 }

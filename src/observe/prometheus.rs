@@ -41,6 +41,8 @@ struct Snapshot {
     commit_count: u64,
     /// Per-entry stage latency, one histogram per stage.
     stages: Vec<StageHistogram>,
+    /// `claimgate_build_info`'s labels: this build's version, and the ledger's kind.
+    build: [(&'static str, String); 2],
 }
 
 /// One stage's histogram in a scrape.
@@ -86,6 +88,18 @@ impl Collector for Snapshot {
             self.commit_count,
             &self.commit_buckets,
             None,
+        )?;
+        let info = ConstGauge::new(1i64);
+        info.encode(
+            encoder
+                .encode_descriptor(
+                    "claimgate_build_info",
+                    "1, labelled with this build's version and the kind of ledger it writes \
+                     (sqlite or postgres).",
+                    None,
+                    info.metric_type(),
+                )?
+                .encode_family(&self.build.as_slice())?,
         )?;
         let mut stages = encoder.encode_descriptor(
             "claimgate_stage_seconds",
@@ -191,7 +205,16 @@ pub fn render(status: &Status, metrics: &Metrics, healthy: bool) -> String {
     // Buckets are read one by one while commits go on: count is their sum, so the histogram
     // is always self-consistent even if the sum drifts by a commit in flight.
     let commit_count = commit_buckets.iter().map(|(_, n)| n).sum();
+    let ledger_kind = if status.db.starts_with("postgres") {
+        "postgres"
+    } else {
+        "sqlite"
+    };
     let snapshot = Snapshot {
+        build: [
+            ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("ledger", ledger_kind.to_owned()),
+        ],
         counters,
         counts,
         ages,
@@ -280,6 +303,11 @@ mod tests {
             "claimgate_stage_seconds_bucket{stage=\"total\",le=\"0.025\"} 1",
             "claimgate_stage_seconds_count{stage=\"ack\"} 1",
             "claimgate_stage_seconds_sum{stage=\"total\"} 0.01",
+            concat!(
+                "claimgate_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",ledger=\"sqlite\"} 1"
+            ),
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -341,7 +341,8 @@ fn holds_placed_and_lifted_leave_chained_audit_records() {
     let again = w.run_ok(&["hold", "add", "A-000001", "--reason", "again"]);
     let said = String::from_utf8_lossy(&again.stdout);
     assert!(
-        said.contains("already under legal hold since") && said.contains("\"case 21-cv-0042\"; that reason stands"),
+        said.contains("already under legal hold since")
+            && said.contains("\"case 21-cv-0042\"; that reason stands"),
         "{said}"
     );
     // An award nothing was paid to: held, and said so (a typo shows at once).
@@ -362,10 +363,7 @@ fn holds_placed_and_lifted_leave_chained_audit_records() {
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    let records: Vec<_> = records
-        .into_iter()
-        .filter(|r| r.1 == "A-000001")
-        .collect();
+    let records: Vec<_> = records.into_iter().filter(|r| r.1 == "A-000001").collect();
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(
         (
