@@ -12,6 +12,7 @@
 mod audit;
 mod common;
 mod docs;
+pub mod envfile;
 mod key;
 mod ops;
 mod produce;
@@ -74,6 +75,11 @@ pub struct GlobalArgs {
     #[arg(long, env = "CLAIMGATE_REDIS_WAIT_MS", global = true, default_value_t = config::REDIS_WAIT_MS_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..=config::REDIS_WAIT_MS_MAX))]
     pub redis_wait_ms: u64,
+    /// Read settings not given by a flag or the environment from this file, with systemd's
+    /// EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service's, when it
+    /// exists]; '' reads none.
+    #[arg(long, env = "CLAIMGATE_ENV_FILE", global = true, value_name = "FILE")]
+    pub env_file: Option<String>,
     /// Whether --redis-url was given on the command line (not inherited from REDIS_URL).
     #[arg(skip)]
     pub redis_url_explicit: bool,
@@ -186,7 +192,20 @@ pub fn command() -> clap::Command {
 /// Parses the process's arguments, noting whether `--redis-url` came from the command line.
 pub fn parse() -> Cli {
     use clap::FromArgMatches;
-    let matches = command().get_matches();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match envfile::apply(&args) {
+        Ok(Some(applied)) if !applied.supplied.is_empty() => eprintln!(
+            "claimgate: settings from {}: {}",
+            applied.file.display(),
+            applied.supplied.join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("claimgate: {e}");
+            std::process::exit(2);
+        }
+    }
+    let matches = command().get_matches_from(args);
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let from_command_line = |m: &clap::ArgMatches| {
         m.value_source("redis_url") == Some(clap::parser::ValueSource::CommandLine)

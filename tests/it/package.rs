@@ -463,17 +463,25 @@ fn the_env_file_names_every_setting_of_the_service_commented_at_its_default() {
     use clap::CommandFactory;
     let env_file = std::fs::read_to_string(repo().join("packaging/claimgate.env")).unwrap();
     let unit = std::fs::read_to_string(repo().join("packaging/debian/claimgate.service")).unwrap();
-    // Nothing is set by the file itself: every value is the unit's or the flag's default.
+    // Nothing but the ledger is set by the file itself (operator commands read it to find the
+    // service's ledger): every value is the unit's or the flag's default.
     let live: Vec<&str> = env_file
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .collect();
-    assert!(live.is_empty(), "uncommented settings: {live:?}");
+    assert_eq!(
+        live,
+        ["CLAIMGATE_DB=/var/lib/claimgate/claimgate.db"],
+        "uncommented settings"
+    );
+    let parsed = claimgate::cli::envfile::parse(&env_file).expect("systemd's syntax");
+    assert_eq!(parsed.len(), 1, "{parsed:?}");
     let shown = |name: &str| {
-        env_file
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("#{name}=")))
-            .map(str::to_owned)
+        env_file.lines().find_map(|l| {
+            l.strip_prefix(&format!("#{name}="))
+                .or_else(|| l.strip_prefix(&format!("{name}=")))
+                .map(str::to_owned)
+        })
     };
     let set_by_unit = |name: &str| {
         unit.lines()
@@ -486,6 +494,9 @@ fn the_env_file_names_every_setting_of_the_service_commented_at_its_default() {
     for arg in cli.get_arguments().chain(run.get_arguments()) {
         let Some(env) = arg.get_env() else { continue };
         let name = env.to_string_lossy().into_owned();
+        if name == "CLAIMGATE_ENV_FILE" {
+            continue; // the file naming itself
+        }
         let value = shown(&name).unwrap_or_else(|| panic!("{name} is not in the env file"));
         let default = arg
             .get_default_values()
@@ -504,4 +515,52 @@ fn the_env_file_names_every_setting_of_the_service_commented_at_its_default() {
         checked += 1;
     }
     assert!(checked >= 20, "only {checked} settings checked");
+}
+
+#[test]
+fn the_packaged_cli_finds_the_services_ledger_through_the_packaged_settings_file() {
+    // The binary and the settings file as the package installs them (unpacked): `status` with
+    // no --db and no CLAIMGATE_DB looks for the service's ledger, /var/lib/claimgate/claimgate.db,
+    // says which file told it so, and exits 2 naming that path (nothing is made there); a
+    // variable in the environment still wins over the file, and --env-file '' reads none.
+    let (_, root, _) = package();
+    let bin = root.join("usr/bin/claimgate");
+    let settings = root.join("etc/claimgate/claimgate.env");
+    let run = |extra_env: &[(&str, &str)], args: &[&str]| {
+        let mut cmd = Command::new(&bin);
+        cmd.args(["status"])
+            .args(args)
+            .env_remove("CLAIMGATE_DB")
+            .env_remove("CLAIMGATE_ENV_FILE")
+            .env("REDIS_URL", "redis://127.0.0.1:1")
+            .env("CLAIMGATE_ENV_FILE", &settings)
+            .current_dir(root);
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "settings from {}: CLAIMGATE_DB",
+            settings.display()
+        )) && err.contains("no ledger at /var/lib/claimgate/claimgate.db"),
+        "{err}"
+    );
+    assert!(!Path::new("/var/lib/claimgate/claimgate.db").exists() || err.contains("no ledger"));
+    let (code, err) = run(&[("CLAIMGATE_DB", "/nonexistent/here.db")], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no ledger at /nonexistent/here.db"), "{err}");
+    let (code, err) = run(&[], &["--env-file", ""]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("no ledger at ./claimgate.db") && !err.contains("settings from"),
+        "{err}"
+    );
 }

@@ -163,6 +163,9 @@ impl World {
         cmd.args(args)
             .env("REDIS_URL", self.redis.url())
             .env("CLAIMGATE_DB", &self.db)
+            // The box's own service settings, if the package is installed here, are not the
+            // test's.
+            .env("CLAIMGATE_ENV_FILE", "")
             .env_remove("CLAIMGATE_FAILPOINT")
             .env(
                 "RUST_LOG",

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_claimgate_global_optspecs
-    string join \n redis-url= db= stream= group= log-format= audit-log= redis-wait-replicas= redis-wait-ms= h/help V/version
+    string join \n redis-url= db= stream= group= log-format= audit-log= redis-wait-replicas= redis-wait-ms= env-file= h/help V/version
 end
 
 function __fish_claimgate_needs_command
@@ -33,6 +33,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_needs_command" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_needs_command" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "run" -d 'Run the worker: read submissions, record each exactly once, acknowledge after commit'
@@ -82,6 +83,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l exit-when-idle -d 'Exit 0 once the stream has no undelivered entries and the group none pending'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l per-message -d 'One transaction and one XACK per entry (the reference design\'s shape; slow, for comparison)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter -d 'Skip the claim lookup for entries Redis marks as already committed (markers are written only after their commit; a miss asks the ledger)'
@@ -97,6 +99,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l watch -d 'Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter rates per second, lag, oldest pending age, outbox backlog and commit p99' -r
@@ -110,6 +113,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l json -d 'Print JSON instead of a table (with --watch: one compact JSON line per interval)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s V -l version -d 'Print version'
@@ -125,6 +129,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l exact -d 'Take every byte of the file as the payload, a trailing newline included (a payload another producer sent with one)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
@@ -139,6 +144,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l exit-when-idle -d 'Exit 0 once no outbox row is left unpublished'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s V -l version -d 'Print version'
@@ -151,6 +157,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor keygen" -f -a "export" -d 'Write the audit records as JSON lines, each with its prev_hash and hash'
@@ -168,6 +175,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l file -d 'Verify an exported file instead of the ledger' -r -F
@@ -183,6 +191,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l out -d 'Append the line to this file (created 0600 if absent) instead of printing it' -r -F
@@ -196,6 +205,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l out -d 'Where to write the signing key; the public key goes to the same path plus `.pub`' -r -F
@@ -208,6 +218,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -219,6 +230,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -230,6 +242,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -f -a "purge" -d 'Export, then delete, everything recorded before DATE (at least three years back)'
@@ -246,6 +259,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -257,6 +271,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "add" -d 'Place an award under legal hold: nothing naming it will be purged'
@@ -272,6 +287,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -283,6 +299,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -294,6 +311,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -305,6 +323,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "list" -d 'List dead letters: id, time, award id where known, reason, and whether it was replayed'
@@ -320,6 +339,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array instead of a table'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
@@ -332,6 +352,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON instead of text'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
@@ -344,6 +365,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -355,6 +377,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
@@ -368,6 +391,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -379,6 +403,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l events-stream -d 'The events stream the relay publishes to (its mark tells which rows are published)' -r
@@ -391,6 +416,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l to -d 'The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the password is never shown)' -r -F
@@ -403,6 +429,7 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
@@ -414,5 +441,6 @@ json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -s V -l version -d 'Print version'
