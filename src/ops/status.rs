@@ -195,7 +195,10 @@ impl Status {
     }
 }
 
-/// The body of `claimgate status`, on the ledger the command line opened.
+/// The body of `claimgate status`, on the ledger the command line opened. Everything that
+/// could be read is printed; then, if Redis could not be, the command fails (exit 1) naming
+/// the URL it tried (redacted), so a script or cron job never reads "all is well" from an
+/// outage. (A ledger that cannot be read fails before anything is printed.)
 pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
     let status = gather(cfg, ledger, &mut conn)?;
@@ -207,7 +210,20 @@ pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     std::io::stdout()
         .lock()
         .write_all(text.as_bytes())
-        .map_err(|e| Error::io("writing status", e))
+        .map_err(|e| Error::io("writing status", e))?;
+    match &status.redis {
+        Ok(_) => Ok(()),
+        Err(trouble) => Err(Error::Other(format!(
+            "Redis at {} {}: {}",
+            stream::redact(&cfg.redis_url),
+            if trouble.unreachable {
+                "could not be reached"
+            } else {
+                "could not be read"
+            },
+            trouble.message
+        ))),
+    }
 }
 
 /// Seconds as a short human duration.

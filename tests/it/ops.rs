@@ -427,7 +427,15 @@ fn passwords_and_acl_users_work_and_are_never_shown() {
         .cmd(&["status", "--json"])
         .env("REDIS_URL", &wrong_url)
         .run_with_deadline();
-    assert!(table.status.success() && wrong.status.success());
+    assert!(table.status.success());
+    // A wrong password: the ledger's side printed, the Redis side an error, and a failing exit
+    // naming the URL without its password.
+    assert!(!wrong.status.success());
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        said.contains("Redis at redis://claimgate:***@") && !said.contains(WRONG_PW),
+        "{said}"
+    );
     let wrong_doc: serde_json::Value = serde_json::from_slice(&wrong.stdout).unwrap();
     assert!(
         wrong_doc["redis"]["error"].is_string(),
@@ -883,5 +891,35 @@ fn dlq_reconcile_finds_every_lost_copy_among_many_through_the_ledgers_dead_lette
                 "{def}"
             );
         }
+    }
+}
+
+#[test]
+fn status_prints_what_it_can_and_fails_naming_the_redis_it_could_not_reach() {
+    // A cron job's check: the ledger's counts are printed, then exit 1 with one line naming
+    // the URL tried (password hidden). Before, status exited 0 with Redis down.
+    let w = World::new();
+    w.add(&[crate::support::submission(1)]);
+    w.drain(&[]);
+    let port = claimgate::support::localredis::free_port().unwrap();
+    let url = format!("redis://:S3cret@127.0.0.1:{port}");
+    for args in [&["status"][..], &["status", "--json"]] {
+        let out = w.cmd(args).env("REDIS_URL", &url).run_with_deadline();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stdout.contains("claims"),
+            "the ledger's side is shown: {stdout}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "Redis at redis://:***@127.0.0.1:{port} could not be reached"
+            )) && !stderr.contains("S3cret")
+                && !stdout.contains("S3cret"),
+            "{stderr}"
+        );
     }
 }

@@ -717,11 +717,21 @@ fn a_string_written_over_the_dead_letter_stream_is_named_and_loses_nothing() {
     assert!(stderr.contains(dead), "{stderr}");
     assert!(w.pending() >= 1, "the malformed entry is left pending");
 
-    let status = String::from_utf8(w.run_ok(&["status"]).stdout).unwrap();
+    // status prints what it could read, names the key, and fails (exit 1): a cron job must
+    // not read "all is well".
+    let out = w.run(&["status"]);
+    let status = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{status}");
     assert!(status.contains(&named), "{status}");
     assert!(!status.contains("unreachable"), "{status}");
-    let doc: serde_json::Value =
-        serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("could not be read"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = w.run(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         doc["redis"]["error"].as_str().unwrap().contains(&named),
         "{doc}"
