@@ -64,9 +64,12 @@ pub struct RestoreArgs {
 
 /// `claimgate status`.
 pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
-    let ledger = open_existing(cfg)?;
     let Some(interval_s) = args.watch else {
-        return crate::ops::status::run(cfg, &*ledger, args.json);
+        return crate::ops::status::run(cfg, &*open_existing(cfg)?, args.json);
+    };
+    let shutdown = shutdown_flag()?;
+    let Some(ledger) = ledger_once_made(cfg, interval_s, &shutdown)? else {
+        return Ok(());
     };
     // Where `run --metrics-addr` listens, when the operator's environment says (the packaged
     // env file sets CLAIMGATE_METRICS_ADDR for the worker; sourcing it serves both).
@@ -81,7 +84,41 @@ pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
         json: args.json,
         metrics_url,
     };
-    crate::ops::watch::run(cfg, &*ledger, &opts, &*shutdown_flag()?)
+    crate::ops::watch::run(cfg, &*ledger, &opts, &shutdown)
+}
+
+/// The ledger, for `status --watch`, which is started as often before the worker as after:
+/// while there is none yet (`run` or `init` makes it), one line says so and the watch waits,
+/// looking again every interval, until it is made or Ctrl-C (`None`).
+fn ledger_once_made(
+    cfg: &Config,
+    interval_s: f64,
+    shutdown: &std::sync::atomic::AtomicBool,
+) -> Result<Option<Box<dyn crate::ledger::Backend>>> {
+    let mut said = false;
+    loop {
+        match open_existing(cfg) {
+            Ok(ledger) => return Ok(Some(ledger)),
+            Err(crate::error::Error::Config(why))
+                if why.starts_with("no ledger at") || why.contains("no claimgate ledger in") =>
+            {
+                if !said {
+                    eprintln!(
+                        "claimgate: {why}; waiting for it to be made (by claimgate run or init)"
+                    );
+                    said = true;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(interval_s);
+        while std::time::Instant::now() < until {
+            if shutdown.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 }
 
 /// `claimgate dlq reconcile`.

@@ -347,3 +347,39 @@ fn status_watch_exits_0_when_its_reader_goes_away() {
     assert!(status.success(), "{status}: {stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+#[test]
+fn status_watch_started_before_the_worker_waits_for_the_ledger_it_makes() {
+    // `status --watch --json` on a path with no ledger yet: one line says it waits (before, it
+    // exited at once); a worker then makes the ledger and drains 5; the watch shows them, and
+    // SIGINT ends it with exit 0.
+    let world = World::new();
+    let mut watch = world
+        .cmd(&["status", "--watch", "0.2", "--json"])
+        .env_remove("CLAIMGATE_METRICS_ADDR")
+        .env_remove("CLAIMGATE_METRICS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errors = std::io::BufReader::new(watch.stderr.take().unwrap()).lines();
+    let said = errors.next().unwrap().unwrap();
+    assert!(
+        said.contains("no ledger at") && said.contains("waiting for it to be made"),
+        "{said}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(watch.try_wait().unwrap().is_none(), "the watch waits");
+    world.add(&(0..5).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let shown = (0..50).any(|_| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).expect("a JSON line");
+        doc["ledger"]["claims"] == 5
+    });
+    signal(&watch, libc::SIGINT);
+    let status = wait_exit(&mut watch, Duration::from_secs(10));
+    assert!(shown, "the watch showed the 5 claims");
+    assert!(status.success(), "{status}");
+}
