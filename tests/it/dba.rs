@@ -163,6 +163,18 @@ fn a_ledger_is_found_only_in_the_schema_its_url_names_and_made_only_in_an_empty_
         1,
         "nothing made beside it"
     );
+    // A schema named by a keyword is a name like any other.
+    let keyword = format!("{base}?schema=user");
+    w.add(&[submission(99)]);
+    let (code, _, err) = with_db(
+        &w,
+        &["run", "--exit-when-idle", "--claim-idle-ms", "200", "--group", "g2"],
+        &keyword,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = with_db(&w, &["verify"], &keyword);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("11 claims"), "{out}");
     for bad in ["Ledger_A", "ledger;drop", "pg_catalog", "1st", ""] {
         let (code, _, err) = with_db(&w, &["status"], &format!("{base}?schema={bad}"));
         assert_eq!(code, Some(2), "{bad:?}: {err}");

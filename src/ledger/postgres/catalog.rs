@@ -278,6 +278,8 @@ fn functions(tx: &mut Transaction<'_>, schema: &str) -> Result<()> {
         }
         let pinned = format!("search_path={schema}");
         let wants_pin = name != "claimgate_link_detail";
+        // PostgreSQL quotes a name that needs it (a keyword) when it records the setting.
+        let config: Vec<String> = config.into_iter().map(|c| c.replace('"', "")).collect();
         if wants_pin && config != [pinned.clone()] {
             return Err(altered(format!(
                 "the function {name} runs with {config:?}, not {pinned}"

@@ -129,7 +129,8 @@ impl Target {
             Some(tls) => self.config.connect(tls.clone()),
             None => self.config.connect(NoTls),
         }?;
-        client.batch_execute(&format!("SET search_path TO {}", self.schema))?;
+        // Quoted: a plain lower-case name folds to itself, and a keyword (`user`) stays a name.
+        client.batch_execute(&format!("SET search_path TO \"{}\"", self.schema))?;
         Ok(client)
     }
 

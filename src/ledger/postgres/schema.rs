@@ -251,7 +251,7 @@ fn apply(client: &mut Client, target: &Target, doing: &str) -> Result<()> {
         )?
         .get(0);
     if !exists {
-        tx.batch_execute(&format!("CREATE SCHEMA {}", target.schema))
+        tx.batch_execute(&format!("CREATE SCHEMA \"{}\"", target.schema))
             .map_err(Error::from)
             .map_err(denied)?;
     }
