@@ -283,8 +283,9 @@ fn commit_and_hand_on(
     });
     let (outcomes, committed) = match result {
         Ok(recorded) => recorded,
-        // Giving up during shutdown leaves the entries pending; they are redelivered later.
-        Err(e) if e.is_transient() => {
+        // Giving up during shutdown leaves the entries pending; they are redelivered later. A
+        // ledger outage given up on because shutdown came is that too, not a failure.
+        Err(e) if e.is_transient() || (shared.stopping() && e.is_ledger_outage()) => {
             // A try alone cut short by a transient failure (at shutdown) did not fail.
             let solo: Vec<&str> = batch
                 .iter()

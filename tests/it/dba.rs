@@ -914,3 +914,26 @@ fn a_postgres_server_that_cannot_be_reached_is_named_by_host_and_port() {
     );
     assert_eq!(worker.stop().code(), Some(0));
 }
+
+#[test]
+fn sigterm_during_a_ledger_outage_stops_the_worker_with_exit_0_and_its_entries_pending() {
+    // The ledger fails as a whole (a table dropped) while 4 entries are in hand; SIGTERM is
+    // a stop, not a failure: exit 0 within the shutdown tries, the 4 left pending, nothing
+    // dead-lettered.
+    let w = World::new();
+    w.add(&[submission(0)]);
+    let mut worker = Logged::spawn(w.cmd(&["run", "--consumer", "t1"]));
+    assert!(
+        wait_for(Duration::from_secs(30), || w.count_once_made("disbursements") == 1),
+        "{}",
+        worker.log_text()
+    );
+    w.sql().exec("DROP TABLE outbox");
+    w.add(&(1..5).map(submission).collect::<Vec<_>>());
+    worker.wait_log("committing to the ledger failed");
+    support::signal(&worker.child, libc::SIGTERM);
+    let status = wait_exit(&mut worker.child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{}", worker.log_text());
+    assert_eq!(w.pending(), 4);
+    assert_eq!(w.count("dead_letters"), 0);
+}
