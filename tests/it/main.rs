@@ -45,6 +45,7 @@ mod ops;
 mod package;
 mod promises;
 mod relay;
+mod report;
 mod resilience;
 mod restore_and_tombstones;
 mod retry;

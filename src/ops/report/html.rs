@@ -165,7 +165,7 @@ fn verdict(page: &mut String, r: &Report, class: &str, word: &str) {
         ),
         None => format!(
             r#"<li><span class="ok">Audit chain: intact</span>, {} records, every hash and link recomputed</li>"#,
-            count("chain.records", r.chain.records)
+            count("chain.checked", r.chain.records)
         ),
     };
     page.push_str(&chain);
