@@ -53,4 +53,5 @@ mod safeguards;
 mod security;
 mod sentinel;
 mod shared_ledger;
+mod verifier;
 mod worker;
