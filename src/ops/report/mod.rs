@@ -20,5 +20,5 @@ mod html;
 mod markup;
 mod tally;
 
-pub use gather::{write, Request, Verdict, Written};
+pub use gather::{write, Request, Verdict};
 pub use tally::Period;
