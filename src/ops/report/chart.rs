@@ -18,7 +18,7 @@ pub const MONTHS_SPAN_MAX: usize = 240;
 const WIDTH: f64 = 880.0;
 const HEIGHT: f64 = 200.0;
 /// Room for the labels: left (amounts), bottom (buckets).
-const LEFT: f64 = 90.0;
+const LEFT: f64 = 120.0;
 const BOTTOM: f64 = 34.0;
 /// The widest bar, so a chart of one or two buckets does not fill the page.
 const BAR_MAX: f64 = 48.0;
