@@ -9,7 +9,7 @@
 
 use super::html;
 use super::tally::{Period, Tally};
-use crate::domain::anchor::{Anchored, Contradiction, EvidenceCheck, Findings};
+use crate::domain::anchor::{Anchored, EvidenceCheck, Findings};
 use crate::domain::audit::Verifier;
 use crate::domain::clock::now_rfc3339;
 use crate::domain::signing::PublicKey;
@@ -154,7 +154,7 @@ pub fn write(ledger: &dyn Backend, req: &Request<'_>) -> Result<Written> {
 }
 
 /// Everything the report shows, read from `ledger`.
-pub fn read(ledger: &dyn Backend, req: &Request<'_>) -> Result<Report> {
+fn read(ledger: &dyn Backend, req: &Request<'_>) -> Result<Report> {
     // Read, never made: a report writes nothing to the ledger (EvidenceCheck names a ledger
     // without an id as matching no anchor, as `audit verify --anchors` does).
     let ledger_id = ledger.ledger_id_made()?;
@@ -285,14 +285,10 @@ fn verdict(
         return Verdict::Failed(format!("verify: {violation}"));
     }
     if let Some(c) = findings.contradictions.first() {
-        return Verdict::Failed(contradiction(c));
+        return Verdict::Failed(c.to_string());
     }
     Verdict::Verified {
         anchors: !req.anchors.is_empty(),
         key: req.key.is_some(),
     }
-}
-
-fn contradiction(c: &Contradiction) -> String {
-    c.to_string()
 }

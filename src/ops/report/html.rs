@@ -118,29 +118,34 @@ fn money(name: &str, cents: i128) -> String {
 }
 
 fn verdict(page: &mut String, r: &Report, class: &str, word: &str) {
-    let said =
-        match &r.verdict {
-            Verdict::Failed(first) => format!("The first thing that does not hold: {first}"),
-            Verdict::Verified {
-                anchors: true,
-                key: true,
-            } => "The audit chain, the ledger's own invariants, every anchor and every signature \
+    let said: String = match &r.verdict {
+        Verdict::Failed(first) => format!("The first thing that does not hold: {first}"),
+        Verdict::Verified {
+            anchors: true,
+            key: true,
+        } => "The audit chain, the ledger's own invariants, every anchor and every signature \
               hold."
-                .into(),
-            Verdict::Verified { anchors, key } => {
-                format!(
-            "The audit chain and the ledger's own invariants hold{}{}. Without {} a ledger \
-             re-sealed by someone who can write it would pass too.",
-            if *anchors { ", and every anchor" } else { "" },
-            if *key { ", and every checkpoint signature" } else { "" },
-            match (anchors, key) {
-                (false, false) => "anchors (--anchors) and a public key (--public-key),",
-                (false, true) => "anchors (--anchors),",
-                _ => "a public key (--public-key), a forged checkpoint or anchor would pass, and",
-            }
-        )
-            }
-        };
+            .into(),
+        Verdict::Verified {
+            anchors: false,
+            key: false,
+        } => "The audit chain and the ledger's own invariants hold. No anchors and no public key \
+              were given: a ledger changed and re-sealed by someone who can write it would pass \
+              too."
+            .into(),
+        Verdict::Verified { anchors: false, .. } => {
+            "The audit chain, the ledger's own invariants and every checkpoint signature hold. \
+             No anchors were given: a ledger changed and re-sealed by someone who can write it \
+             would pass too."
+                .into()
+        }
+        Verdict::Verified { .. } => {
+            "The audit chain, the ledger's own invariants and every anchor hold. No public key \
+             was given: signatures were not checked, so a forged checkpoint or anchor would \
+             pass too."
+                .into()
+        }
+    };
     let value = match &r.verdict {
         Verdict::Failed(_) => "failed",
         Verdict::Verified {
@@ -149,10 +154,9 @@ fn verdict(page: &mut String, r: &Report, class: &str, word: &str) {
         } => "verified",
         Verdict::Verified { .. } => "partial",
     };
-    let _ = write!(
+    let _ = writeln!(
         page,
-        r#"<section class="verdict {class}" data-figure="verdict" data-value="{value}"><h1>{}</h1><p data-figure="verdict.detail">{}</p></section>
-"#,
+        r#"<section class="verdict {class}" data-figure="verdict" data-value="{value}"><h1>{}</h1><p data-figure="verdict.detail">{}</p></section>"#,
         text(word),
         text(&said)
     );
@@ -509,7 +513,7 @@ fn figures(page: &mut String, r: &Report) {
 
 fn chart_section(page: &mut String, r: &Report) {
     let (unit, rows) = chart::buckets(&r.tally.days);
-    let _ = write!(page, "<h2>Disbursed per {}</h2>\n", unit.noun());
+    let _ = writeln!(page, "<h2>Disbursed per {}</h2>", unit.noun());
     if rows.is_empty() {
         page.push_str(r#"<p class="muted">No payments in the period.</p>"#);
         return;
@@ -650,10 +654,9 @@ fn exceptions(page: &mut String, r: &Report) {
 }
 
 fn footer(page: &mut String, r: &Report) {
-    let _ = write!(
+    let _ = writeln!(
         page,
-        r#"<footer><p>To check this without claimgate: <code>claimgate audit export --out audit.jsonl</code>, then <code>python3 verify-evidence.py --export audit.jsonl --anchors {} --public-key KEY.pub</code> (shipped at <code>/usr/share/claimgate/verify-evidence.py</code>; the steps are in <code>/usr/share/doc/claimgate/auditor.md</code>). The figures are read one after another from the ledger as it was at {}; on a ledger still being written, later rows may have arrived between two of them.</p></footer>
-"#,
+        r#"<footer><p>To check this without claimgate: <code>claimgate audit export --out audit.jsonl</code>, then <code>python3 verify-evidence.py --export audit.jsonl --anchors {} --public-key KEY.pub</code> (shipped at <code>/usr/share/claimgate/verify-evidence.py</code>; the steps are in <code>/usr/share/doc/claimgate/auditor.md</code>). The figures are read one after another from the ledger as it was at {}; on a ledger still being written, later rows may have arrived between two of them.</p></footer>"#,
         text(r.anchors_file.as_deref().unwrap_or("ANCHORS")),
         text(&r.generated_at)
     );

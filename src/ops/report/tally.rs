@@ -200,7 +200,14 @@ impl Tally {
                 self.leading_checkpoint = Some(r.seq);
             }
         }
-        self.last = Some((r.seq, r.recorded_at.clone()));
+        // Reusing the last one's buffer: this runs once per record of the chain.
+        match &mut self.last {
+            Some((seq, at)) => {
+                *seq = r.seq;
+                at.clone_from(&r.recorded_at);
+            }
+            None => self.last = Some((r.seq, r.recorded_at.clone())),
+        }
         self.all.add(r);
         if r.kind == Kind::Checkpoint && self.purges.len() < PURGES_MAX {
             self.purges.push(purge(r, key));
