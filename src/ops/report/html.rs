@@ -6,7 +6,7 @@
 //! attributes, so a program can read the same numbers a person reads (the tests do).
 
 use super::chart;
-use super::gather::{AnchorRow, AnchorStatus, Report, Verdict};
+use super::facts::{AnchorRow, AnchorStatus, Report, Verdict};
 use super::markup::text;
 use super::tally::{Counts, Signature, EXCEPTIONS_MAX};
 use crate::domain::audit::Kind;

@@ -6,7 +6,7 @@
 //!
 //! `gather.rs` reads the ledger through the same calls as `status` (`Ledger::stats`), `verify`
 //! (`Inspect::verify`) and `audit verify --anchors` (`ledger::chain` beside `EvidenceCheck`),
-//! so the report can never say other figures than they do; `tally.rs` counts the chain in
+//! so the report can never say other figures than they do, into `facts.rs`; `tally.rs` counts the chain in
 //! bounded memory; `chart.rs` draws; `html.rs` lays the page out; `markup.rs` is the one
 //! place text becomes HTML.
 //!
@@ -15,10 +15,12 @@
 //! ledger or the anchors file reaches the page except through `markup::text`.
 
 mod chart;
+mod facts;
 mod gather;
 mod html;
 mod markup;
 mod tally;
 
-pub use gather::{write, Request, Verdict};
+pub use facts::Verdict;
+pub use gather::{write, Request};
 pub use tally::Period;
