@@ -145,6 +145,7 @@ fn a_report_in_a_browser_shows_every_figure_the_ledger_commands_show_and_markup_
 
     let page = Page::open(&out);
     assert_eq!(page.banner, VERIFIED_GREEN, "the verdict banner is green");
+    printable(&out);
     let f = &page.figures;
     assert_eq!(f.one("verdict"), "verified");
     self_contained(&page.dom);
@@ -469,6 +470,25 @@ fn self_contained(dom: &str) {
         );
     }
     assert!(!dom.contains("url("), "the style fetches");
+    assert!(dom.contains("@media print"), "a print stylesheet");
+}
+
+/// The report prints to PDF, through its print stylesheet.
+fn printable(html: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let pdf = dir.path().join("report.pdf");
+    let url = format!("file://{}", html.display());
+    chromium(
+        dir.path(),
+        &[
+            &format!("--print-to-pdf={}", pdf.display()),
+            "--no-pdf-header-footer",
+            &url,
+        ],
+    );
+    let bytes = std::fs::read(&pdf).unwrap();
+    assert!(bytes.starts_with(b"%PDF-"), "not a PDF");
+    assert!(bytes.len() > 20_000, "a PDF of {} bytes", bytes.len());
 }
 
 /// The hostile award ids are in the page as text, in the exceptions and the holds.
