@@ -19,7 +19,9 @@
 //! Optional modes: `--backlog N` drains N entries once and reports peak RSS; `--prefill N`
 //! compares throughput on a ledger that already holds N disbursements, for new submissions and
 //! for back-dated ones that land among the history's; `--filter-dup F` compares
-//! `--fast-filter` on and off on a load with F duplicates. `--help` lists all flags.
+//! `--fast-filter` on and off on a load with F duplicates; `--report N` measures only the
+//! auditor's side (`audit report`, `audit verify`, the independent verifier) on a ledger of N
+//! claims. `--help` lists all flags.
 //! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
 //! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
 
@@ -55,6 +57,8 @@ struct Opts {
     prefill: usize,
     /// Compare --fast-filter on and off at this duplicate fraction (skip when absent).
     filter_dup: Option<f64>,
+    /// Only measure the auditor's side on a ledger of this many claims (report mode).
+    report: Option<usize>,
     /// Where ledgers go.
     dir: PathBuf,
     /// Extra flags passed to every `claimgate run`.
@@ -118,6 +122,7 @@ fn parse_opts(args: &[String]) -> Opts {
         backlog: 0,
         prefill: 0,
         filter_dup: None,
+        report: None,
         dir: std::env::temp_dir(),
         extra: Vec::new(),
         template: None,
@@ -151,6 +156,7 @@ fn parse_opts(args: &[String]) -> Opts {
                         .unwrap_or_else(|_| usage("--filter-dup takes a fraction")),
                 )
             }
+            "--report" => o.report = Some(number(&value())),
             "--dir" => o.dir = PathBuf::from(value()),
             "--template" => o.template = Some(PathBuf::from(value())),
             "--run-flag" => o.extra.push(value()),
@@ -177,7 +183,8 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
-         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]"
+         \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]\n\
+         \x20      | --report 1000000 [--template FILE]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }
@@ -186,8 +193,13 @@ type Res<T> = Result<T, String>;
 
 #[path = "bench/pg_mode.rs"]
 mod pg_mode;
+#[path = "bench/report_mode.rs"]
+mod report_mode;
 
 fn bench(o: &Opts) -> Res<()> {
+    if let Some(n) = o.report {
+        return report_mode::run(o, n);
+    }
     let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
     let work = tempfile::Builder::new()
         .prefix("claimgate-bench-")

@@ -1,14 +1,16 @@
-//! `claimgate audit export|verify|anchor|keygen`: the hash-chained audit trail, out of the
-//! ledger and checked, and the evidence kept outside it (anchors, signing keys).
+//! `claimgate audit export|verify|anchor|keygen|report`: the hash-chained audit trail, out of
+//! the ledger and checked, the evidence kept outside it (anchors, signing keys), and the
+//! report an auditor opens.
 
 use super::common::open_existing;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ledger::{AuditLog, Since};
 use crate::ops::evidence;
+use crate::ops::report::{self, Period, Verdict};
 use clap::{Args, Subcommand};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Flags of `claimgate audit`.
 #[derive(Debug, Args)]
@@ -56,6 +58,29 @@ pub enum AuditCommand {
         /// Sign the anchor with this key file (`claimgate audit keygen`).
         #[arg(long, env = "CLAIMGATE_AUDIT_SIGNING_KEY")]
         signing_key: Option<PathBuf>,
+    },
+    /// Write one self-contained HTML report an auditor opens offline: the verdict first
+    /// (verified against the anchors and key given, or FAILED naming the first broken record or
+    /// anchor), then the ledger, the chain head, each anchor, totals disbursed per day or month,
+    /// the counts, holds, purges and exceptions. Exit 1 (the report still written) when the
+    /// ledger does not verify.
+    Report {
+        /// The HTML file to write: a new 0600 file (an existing file is never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+        /// Check the ledger against the anchors in this file (`claimgate audit anchor` lines).
+        #[arg(long)]
+        anchors: Option<PathBuf>,
+        /// Require every checkpoint and anchor to be signed by this key's signing key.
+        #[arg(long, env = "CLAIMGATE_AUDIT_PUBLIC_KEY")]
+        public_key: Option<PathBuf>,
+        /// Count only records written at or after this date (YYYY-MM-DD, UTC) or RFC 3339
+        /// date-time. The whole chain is verified whatever the period.
+        #[arg(long)]
+        since: Option<String>,
+        /// Count only records written before this date (YYYY-MM-DD, UTC) or RFC 3339 date-time.
+        #[arg(long)]
+        until: Option<String>,
     },
     /// Make an Ed25519 key pair: the signing key at PATH, the public key at PATH.pub (both new
     /// 0600 files; existing files are never overwritten).
@@ -111,6 +136,13 @@ pub fn audit(cfg: &Config, args: AuditArgs) -> Result<()> {
             ..
         } => verify_evidence(cfg, anchors, public_key),
         AuditCommand::Anchor { out, signing_key } => anchor(cfg, out, signing_key),
+        AuditCommand::Report {
+            out,
+            anchors,
+            public_key,
+            since,
+            until,
+        } => report(cfg, &out, anchors, public_key, since, until),
         AuditCommand::Keygen { out } => {
             let k = evidence::keygen(&out)?;
             println!(
@@ -192,6 +224,90 @@ fn anchor(cfg: &Config, out: Option<PathBuf>, signing_key: Option<PathBuf>) -> R
         None => println!("{}", anchor.to_line()),
     }
     Ok(())
+}
+
+/// `audit report --out FILE [--anchors FILE] [--public-key FILE] [--since T] [--until T]`.
+fn report(
+    cfg: &Config,
+    out: &Path,
+    anchors_file: Option<PathBuf>,
+    public_key: Option<PathBuf>,
+    since: Option<String>,
+    until: Option<String>,
+) -> Result<()> {
+    let key = public_key
+        .as_deref()
+        .map(evidence::load_public_key)
+        .transpose()?;
+    let period = Period {
+        since: since.map(|s| parse_time("--since", &s)).transpose()?,
+        until: until.map(|s| parse_time("--until", &s)).transpose()?,
+    };
+    if let (Some(a), Some(b)) = (&period.since, &period.until) {
+        if a >= b {
+            return Err(Error::Config(format!(
+                "--since {a} is not before --until {b}: the period is empty"
+            )));
+        }
+    }
+    if out.exists() {
+        return Err(Error::Config(format!(
+            "{} exists; a report never overwrites a file",
+            out.display()
+        )));
+    }
+    let anchors = match &anchors_file {
+        Some(path) => evidence::read_anchors(path)?,
+        None => Vec::new(),
+    };
+    let ledger = open_existing(cfg)?;
+    let written = report::write(
+        &*ledger,
+        &report::Request {
+            out,
+            anchors_file: anchors_file.as_deref(),
+            anchors: &anchors,
+            key: key.as_ref(),
+            period,
+        },
+    )?;
+    match written.verdict {
+        Verdict::Failed(first) => Err(Error::Invariant(format!(
+            "{first}; the report {} says FAILED",
+            written.path.display()
+        ))),
+        Verdict::Verified { anchors, key } => {
+            println!(
+                "report written to {}: {} records verified{}{}",
+                written.path.display(),
+                written.records,
+                if anchors { ", every anchor holds" } else { "" },
+                if key {
+                    ", every signature verifies"
+                } else {
+                    ""
+                },
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A period's end from the command line: a date (midnight UTC) or an RFC 3339 date-time, in
+/// the ledger's time format.
+fn parse_time(flag: &str, s: &str) -> Result<String> {
+    use time::format_description::well_known::Rfc3339;
+    let t = time::OffsetDateTime::parse(s, &Rfc3339)
+        .or_else(|_| {
+            time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
+                .map(|d| d.midnight().assume_utc())
+        })
+        .map_err(|_| {
+            Error::Config(format!(
+                "{flag} {s:?} is neither a date (YYYY-MM-DD) nor an RFC 3339 date-time"
+            ))
+        })?;
+    Ok(crate::domain::clock::ledger_time(t))
 }
 
 fn parse_since(since: Option<String>) -> Result<Since> {

@@ -5,14 +5,17 @@
 //! (with byte-identical resends, a conflicting resubmission and malformed entries of several
 //! kinds), runs the real worker binary as a child process that crashes on purpose between a
 //! commit and its XACK, restarts it as systemd would, relays the outbox to the events stream
-//! (`claimgate relay`), and checks the ledger (`claimgate verify`'s checks plus the totals the
-//! feed promised).
+//! (`claimgate relay`), checks the ledger (`claimgate verify`'s checks plus the totals the
+//! feed promised), anchors it and ends by writing the audit report (`claimgate audit report`)
+//! and printing its path.
 //!
 //! # Invariant
 //! The demo never touches a Redis it did not start unless `--redis-url` is given on the command
 //! line (an inherited `REDIS_URL` does not count), and then only keys under a fresh
 //! `claimgate-demo-*` prefix, deleted at the end. Everything it starts (workers, redis-server,
-//! the temporary directory) is stopped and removed when it returns, including on Ctrl-C.
+//! the temporary directory) is stopped and removed when it returns, including on Ctrl-C. The
+//! one file it leaves is the report, a new file (`--report`, or a name with the time in the
+//! current directory), whose path it prints.
 
 mod check;
 mod data;
@@ -43,6 +46,10 @@ pub struct DemoArgs {
     /// Seed for the generated submissions.
     #[arg(long, default_value_t = 2026)]
     pub seed: u64,
+    /// Where to write the audit report the demo ends with (a new file; default
+    /// `claimgate-demo-report-<UTC time>.html` in the current directory).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
 /// The commit after which the first worker crashes, before acknowledging it.
@@ -88,6 +95,8 @@ struct Demo<'a> {
     tty: bool,
     /// The temporary directory with the ledger, Redis data and worker logs (removed on drop).
     dir: tempfile::TempDir,
+    /// Where the audit report goes: the one file the demo leaves behind.
+    report: PathBuf,
 }
 
 /// How a step ended.
@@ -110,7 +119,15 @@ pub fn run(
     if !redis_url_explicit && !on_path("redis-server") {
         return Err(Error::Config(INSTALL_HELP.into()));
     }
+    let report = args.report.clone().unwrap_or_else(default_report_path);
+    if report.exists() {
+        return Err(Error::Config(format!(
+            "{} exists; the demo's report never overwrites a file (name another with --report)",
+            report.display()
+        )));
+    }
     let mut demo = Demo::start(cfg, redis_url_explicit, interrupted)?;
+    demo.report = report;
     let feed = data::generate(args.submissions as usize, args.seed);
     let result = demo.play(&feed, started);
     if result.is_err() {
@@ -184,6 +201,7 @@ impl<'a> Demo<'a> {
             entries: 0,
             tty: std::io::stdout().is_terminal(),
             dir,
+            report: PathBuf::new(),
         })
     }
 
@@ -249,13 +267,14 @@ impl<'a> Demo<'a> {
             return Ok(false);
         }
         self.summary(e, started)?;
-        self.anchor_and_verify()?;
+        let evidence = self.anchor_and_verify()?;
+        self.write_report(&evidence)?;
         Ok(true)
     }
 
     /// The evidence an auditor keeps: a key pair, a signed anchor of the chain's head, and
     /// `audit verify --anchors --public-key` against it, as README's "Evidence" section does.
-    fn anchor_and_verify(&mut self) -> Result<()> {
+    fn anchor_and_verify(&mut self) -> Result<Kept> {
         use crate::ops::evidence;
         let keys = evidence::keygen(&self.dir.path().join("audit-key"))?;
         let key = evidence::load_signing_key(&keys.signing)?;
@@ -276,7 +295,40 @@ impl<'a> Demo<'a> {
             v.records
         ));
         say("  (in production, ship anchors off this box: README, \"Evidence\")");
-        Ok(())
+        Ok(Kept {
+            anchors_file,
+            anchors,
+            public,
+        })
+    }
+
+    /// The audit report an auditor would open, against the demo's anchor and key: the one file
+    /// the demo leaves, outside its temporary directory.
+    fn write_report(&mut self, kept: &Kept) -> Result<()> {
+        use crate::ops::report;
+        let written = report::write(
+            &*self.ledger,
+            &report::Request {
+                out: &self.report,
+                anchors_file: Some(&kept.anchors_file),
+                anchors: &kept.anchors,
+                key: Some(&kept.public),
+                period: report::Period::default(),
+            },
+        )?;
+        match written.verdict {
+            report::Verdict::Failed(first) => Err(Error::Invariant(format!(
+                "{first}; the report {} says FAILED",
+                written.path.display()
+            ))),
+            report::Verdict::Verified { .. } => {
+                say(&format!(
+                    "\naudit report (open it in a browser): {}",
+                    written.path.display()
+                ));
+                Ok(())
+            }
+        }
     }
 
     /// XADDs the whole feed, pipelined.
@@ -583,6 +635,27 @@ impl Drop for Demo<'_> {
     fn drop(&mut self) {
         self.stop_workers();
     }
+}
+
+/// The evidence the demo keeps for its report.
+struct Kept {
+    /// The anchors file (in the demo's directory).
+    anchors_file: PathBuf,
+    /// Its anchors.
+    anchors: Vec<crate::domain::anchor::Anchored>,
+    /// The public key that signed them.
+    public: crate::domain::signing::PublicKey,
+}
+
+/// `claimgate-demo-report-<UTC time>.html` in the current directory.
+fn default_report_path() -> PathBuf {
+    let now = crate::domain::clock::now_rfc3339();
+    let stamp: String = now
+        .chars()
+        .take(19)
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .collect();
+    PathBuf::from(format!("claimgate-demo-report-{stamp}Z.html"))
 }
 
 /// Whether an executable called `name` is on PATH.

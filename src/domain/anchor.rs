@@ -139,11 +139,10 @@ pub fn check_checkpoint(r: &Record, key: &PublicKey) -> Result<(), String> {
         "only checkpoints carry signatures"
     );
     let detail = r.detail.as_deref().unwrap_or("");
-    let Some((text, signed)) = detail.rsplit_once(CHECKPOINT_SIGNATURE_MARK) else {
+    let (text, Some((signer, sig))) = checkpoint_signature(detail) else {
         return Err("unsigned, but a public key was given".into());
     };
     let id = key.key_id();
-    let (signer, sig) = signed.split_once(' ').unwrap_or((signed, ""));
     if signer != id {
         return Err(format!("signed by key {signer}, not by {id}"));
     }
@@ -151,6 +150,16 @@ pub fn check_checkpoint(r: &Record, key: &PublicKey) -> Result<(), String> {
         return Err(format!("signature does not verify with key {id}"));
     }
     Ok(())
+}
+
+/// A checkpoint's detail split into the text that was signed and, if it is signed, the signing
+/// key's id and the signature (hex): `<text>; signed ed25519 <key id> <signature>`. Whether the
+/// signature verifies is [`check_checkpoint`]'s question; this only reads what the detail says.
+pub fn checkpoint_signature(detail: &str) -> (&str, Option<(&str, &str)>) {
+    match detail.rsplit_once(CHECKPOINT_SIGNATURE_MARK) {
+        Some((text, signed)) => (text, Some(signed.split_once(' ').unwrap_or((signed, "")))),
+        None => (detail, None),
+    }
 }
 
 /// One anchor read from a file, with where it was.

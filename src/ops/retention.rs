@@ -153,9 +153,12 @@ pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> 
     }))
 }
 
-/// `detail` signed for the checkpoint that will take seq `hi`, continuing from record `hi`'s
-/// hash as it is now. Should the record change before the batch runs, the signature will not
-/// verify against the checkpoint, and `audit verify --public-key` names it.
+/// `detail` signed for the checkpoint that will take seq `hi`, continuing from what record
+/// `hi` hashed to as it is now: on a shared ledger where `hi` ends a batch, the hash of the
+/// batch's link (which carries that seq after the batch's last member), never the member's own,
+/// since the checkpoint continues from the link. Should the record change before the batch
+/// runs, the signature will not verify against the checkpoint, and `audit verify --public-key`
+/// names it.
 fn sign_checkpoint(
     ledger: &dyn Backend,
     detail: &str,
@@ -163,17 +166,22 @@ fn sign_checkpoint(
     key: &SigningKey,
 ) -> Result<String> {
     let mut found = None;
-    let stop = || Error::Other(String::new());
+    let past = || Error::Other(String::new());
     let walked = ledger.for_each_record(&Since::Seq(hi), &mut |r| {
-        found = Some(r);
-        Err(stop())
-    });
-    match (walked, found) {
-        (Err(Error::Other(s)), Some(r)) if s.is_empty() && r.seq == hi => {
-            Ok(sign_checkpoint_detail(detail, hi, &r.hash, key))
+        if r.seq != hi {
+            return Err(past());
         }
-        (Err(e), None) => Err(e),
-        _ => Err(Error::Invariant(format!(
+        found = Some(r);
+        Ok(())
+    });
+    match walked {
+        Ok(()) => {}
+        Err(Error::Other(s)) if s.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    match found {
+        Some(r) => Ok(sign_checkpoint_detail(detail, hi, &r.hash, key)),
+        None => Err(Error::Invariant(format!(
             "record {hi}, planned as the end of a purge batch, is gone; nothing more was purged"
         ))),
     }

@@ -186,10 +186,10 @@ fn a_ledger_is_found_only_in_the_schema_its_url_names_and_made_only_in_an_empty_
 fn a_role_that_may_only_read_runs_every_read_command_and_no_ddl() {
     // 1. A ledger is made and paid into (superuser). An auditor role gets USAGE and SELECT
     //    only, and a schema of its own named after it (which "$user" would find first).
-    // 2. status --json, verify, audit verify and audit export all work as the auditor and read
-    //    the real ledger (20 claims), not an empty copy in its own schema; its schema stays
-    //    empty. (Before: exit 2 for want of CREATE, or, with its own schema, "audit chain
-    //    intact: 0 records".)
+    // 2. status --json, verify, audit verify, audit export and audit report all work as the
+    //    auditor and read the real ledger (20 claims), not an empty copy in its own schema;
+    //    its schema stays empty. (Before: exit 2 for want of CREATE, or, with its own schema,
+    //    "audit chain intact: 0 records".)
     // 3. run as the auditor is refused at start (exit 2), naming the privilege it lacks.
     let w = World::on(Store::Postgres);
     w.add(&(0..20).map(submission).collect::<Vec<_>>());
@@ -222,6 +222,16 @@ fn a_role_that_may_only_read_runs_every_read_command_and_no_ddl() {
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(std::fs::read_to_string(&export).unwrap().lines().count() >= 20);
+    let report = w.dir.path().join("report.html");
+    let (code, out, err) = with_db(
+        &w,
+        &["audit", "report", "--out", report.to_str().unwrap()],
+        &url,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("20 records verified"), "{out}");
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains(r#"data-figure="status.claims" data-value="20""#));
     let made: i64 = su
         .query_one(
             "SELECT COUNT(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

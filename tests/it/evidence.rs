@@ -161,7 +161,7 @@ pub(crate) fn reseal_from(db: &Connection, from: i64) {
 
 /// Deletes the claims, disbursements and outbox rows of the `processed` records in `lo..=hi`,
 /// and the records themselves: payments vanish along with their evidence.
-fn delete_records_and_payments(db: &Connection, lo: i64, hi: i64) {
+pub(crate) fn delete_records_and_payments(db: &Connection, lo: i64, hi: i64) {
     db.execute_batch(&format!(
         "CREATE TEMP TABLE gone AS SELECT claim_id FROM processed_messages WHERE hex(idempotency_key) IN
            (SELECT upper(idempotency_key) FROM audit_log WHERE seq BETWEEN {lo} AND {hi} AND kind = 'processed');
@@ -356,7 +356,7 @@ fn a_cut_tail_passes_both_verifies_but_not_the_anchors() {
 
 /// Replaces records `1..=upto` (and their payments) with a hand-made checkpoint at `upto`
 /// that continues from the real hash of record `upto`, carrying `detail`.
-fn forge_head_checkpoint(w: &World, upto: i64, detail: &str) {
+pub(crate) fn forge_head_checkpoint(w: &World, upto: i64, detail: &str) {
     let db = rw(w);
     let continues: String = db
         .query_row("SELECT hash FROM audit_log WHERE seq = ?1", [upto], |r| {

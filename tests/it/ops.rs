@@ -9,7 +9,7 @@ use crate::support::{
 use claimgate::support::localredis::{free_port, Options};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -127,10 +127,7 @@ fn demo_runs_from_an_empty_dir_pays_once_and_leaves_nothing_behind() {
         "the worker crash must happen and be reported:\n{stdout}"
     );
 
-    assert!(
-        is_empty_dir(cwd.path()),
-        "the demo wrote into the current directory"
-    );
+    only_the_report(cwd.path(), &stdout);
     assert!(is_empty_dir(tmp.path()), "the demo left files in TMPDIR");
     let tmp_path = tmp.path().to_string_lossy().into_owned();
     assert_eq!(
@@ -652,6 +649,7 @@ fn demo_with_an_explicit_redis_url_uses_only_its_own_keys_and_removes_them() {
         !stdout.contains("demo-pw-31337") && stdout.contains(":***@127.0.0.1"),
         "{stdout}"
     );
+    only_the_report(cwd.path(), &stdout);
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query(&mut world.conn())
@@ -661,7 +659,35 @@ fn demo_with_an_explicit_redis_url_uses_only_its_own_keys_and_removes_them() {
         vec!["operator:key".to_owned()],
         "only the operator's own key may remain"
     );
-    assert!(is_empty_dir(cwd.path()));
+}
+
+/// The demo's cwd holds one file, the report it printed the path of: 0600, verified, and
+/// never naming the Redis password.
+fn only_the_report(cwd: &Path, stdout: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let files: Vec<PathBuf> = std::fs::read_dir(cwd)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "the demo leaves its report and nothing else: {files:?}"
+    );
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("claimgate-demo-report-") && name.ends_with(".html"),
+        "{name}"
+    );
+    assert!(
+        stdout.contains(&format!("audit report (open it in a browser): {name}")),
+        "the demo ends by printing the report's path:\n{stdout}"
+    );
+    let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let html = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(html.contains(r#"data-figure="verdict" data-value="verified""#));
+    assert!(!html.contains("demo-pw-31337"));
 }
 
 #[test]

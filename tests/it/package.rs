@@ -150,6 +150,21 @@ fn the_package_installs_binary_unit_conffile_man_pages_and_completions_with_thei
         "/usr/share/doc/claimgate/examples/grafana/claimgate.json",
         "-rw-r--r--",
     );
+    // The independent verifier and the auditor's guide to it; the verifier runs as shipped.
+    expect("/usr/share/claimgate/verify-evidence.py", "-rwxr-xr-x");
+    expect("/usr/share/doc/claimgate/auditor.md", "-rw-r--r--");
+    let help = ok(
+        Command::new("python3")
+            .arg(root.join("usr/share/claimgate/verify-evidence.py"))
+            .arg("--help")
+            .output()
+            .unwrap(),
+        "python3 verify-evidence.py --help",
+    );
+    assert!(
+        help.contains("--anchors") && help.contains("--public-key"),
+        "{help}"
+    );
     // The packaged binary is the stripped release build and runs.
     let version = ok(
         Command::new(root.join("usr/bin/claimgate"))

@@ -70,6 +70,9 @@ _claimgate() {
             claimgate__subcmd__audit,keygen)
                 cmd="claimgate__subcmd__audit__subcmd__keygen"
                 ;;
+            claimgate__subcmd__audit,report)
+                cmd="claimgate__subcmd__audit__subcmd__report"
+                ;;
             claimgate__subcmd__audit,verify)
                 cmd="claimgate__subcmd__audit__subcmd__verify"
                 ;;
@@ -154,7 +157,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__audit)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version export verify anchor keygen"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version export verify anchor report keygen"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -373,6 +376,76 @@ _claimgate() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        claimgate__subcmd__audit__subcmd__report)
+            opts="-h -V --out --anchors --public-key --since --until --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --anchors)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --public-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         claimgate__subcmd__audit__subcmd__verify)
             opts="-h -V --file --continuing-from --anchors --public-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -490,7 +563,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__demo)
-            opts="-h -V --submissions --seed --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --submissions --seed --report --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -501,6 +574,10 @@ _claimgate() {
                     return 0
                     ;;
                 --seed)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --report)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
