@@ -531,6 +531,12 @@ def main(argv):
     try:
         key = PublicKey(args.public_key) if args.public_key else None
         anchors = read_anchors(args.anchors) if args.anchors else []
+        if key is not None and anchors and all(a.get("signature") is None for a in anchors):
+            # As claimgate says it: a key for anchors none of which is signed is a mistake of
+            # the command line, not a contradiction of the ledger (one unsigned anchor among
+            # signed ones is: a signature stripped).
+            raise Usage("none of the %d anchor(s) is signed, so --public-key has nothing to "
+                        "check them against: check them without it" % len(anchors))
         evidence = Evidence(anchors, key, args.ledger_id,
                             args.purgeable_before or purgeable_before_now())
         chain = Chain(args.continuing_from)
