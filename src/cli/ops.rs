@@ -132,6 +132,7 @@ pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
             backup: &args.backup,
             redis_url: &cfg.redis_url,
             events_stream: &args.events_stream,
+            stream: &cfg.stream,
         },
     )
 }

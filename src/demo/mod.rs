@@ -292,7 +292,7 @@ impl<'a> Demo<'a> {
                 }
                 cmd.ignore();
             }
-            pipe.query::<()>(self.conn.get()?)?;
+            self.conn.pipeline::<()>(&pipe)?;
         }
         Ok(())
     }

@@ -549,9 +549,18 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
         .unwrap();
     let mut conn =
         claimgate::broker::stream::Conn::new(redis::Client::open(w.redis.url()).unwrap());
-    let history =
-        claimgate::broker::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None)
-            .unwrap();
+    let limits = claimgate::broker::read::Limits::for_payload(1 << 20);
+    let history = claimgate::broker::read::read_group(
+        &mut conn,
+        STREAM,
+        GROUP,
+        "me",
+        "0",
+        100,
+        limits.entry_weight_max(),
+        &limits,
+    )
+    .unwrap();
     assert_eq!(history.vanished, vec![ids[0].clone(), ids[4].clone()]);
     assert_eq!(history.entries.len(), 3);
     let out = w.run_ok(&[

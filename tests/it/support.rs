@@ -157,9 +157,13 @@ impl World {
         }
     }
 
-    /// The `claimgate` binary with this world's Redis and ledger in its environment.
+    /// The `claimgate` binary with this world's Redis and ledger in its environment: the one
+    /// this crate built, or the one `CLAIMGATE_TEST_BIN` names (to see a test red on an older
+    /// build: `CLAIMGATE_TEST_BIN=/tmp/claimgate-old cargo test …`).
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_claimgate"));
+        let bin = std::env::var_os("CLAIMGATE_TEST_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_claimgate").into());
+        let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("REDIS_URL", self.redis.url())
             .env("CLAIMGATE_DB", &self.db)
