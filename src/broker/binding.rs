@@ -20,7 +20,7 @@
 //! **Invariant:** a group is bound to at most one ledger id at a time, and [`bind`] never
 //! replaces a binding.
 
-use super::stream::{naming_key, Conn};
+use super::stream::Conn;
 use crate::config::LedgerName;
 use crate::error::{Error, Result};
 use redis::Value;
@@ -47,7 +47,7 @@ pub fn bind(conn: &mut Conn, stream: &str, group: &str, ledger_id: &str) -> Resu
     let key = key(stream);
     let mut inv = script.prepare_invoke();
     inv.key(&key).arg(group).arg(ledger_id);
-    conn.invoke(&inv).map_err(|e| naming_key(e, &key))
+    conn.invoke(&inv)
 }
 
 /// [`bind`] to `ledger`, refusing with a configuration error (exit 2) when the group belongs to
@@ -76,9 +76,7 @@ pub fn bind_or_refuse(
 /// Every group of `stream` with the ledger it is bound to.
 pub fn bindings(conn: &mut Conn, stream: &str) -> Result<Vec<(String, String)>> {
     let key = key(stream);
-    let reply: Value = conn
-        .query(redis::cmd("HGETALL").arg(&key))
-        .map_err(|e| naming_key(e, &key))?;
+    let reply: Value = conn.query(redis::cmd("HGETALL").arg(&key))?;
     let pairs = super::stream::pairs(reply)?;
     Ok(pairs
         .into_iter()

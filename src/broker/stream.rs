@@ -210,8 +210,8 @@ impl Conn {
 pub fn naming_key(e: Error, key: &str) -> Error {
     match &e {
         Error::Redis(r) if r.code() == Some("WRONGTYPE") => Error::Other(format!(
-            "the Redis key {key} is not a stream (something else was written under that \
-             name); rename or delete it, or point claimgate at another stream"
+            "the Redis key {key} is not a stream (WRONGTYPE: something else was written under \
+             that name); rename or delete it, or point claimgate at another stream"
         )),
         _ => e,
     }

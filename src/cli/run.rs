@@ -277,8 +277,16 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());
     };
+    // Its id is made now if no relay or backup made it before: a write, so a ledger locked by
+    // another process is waited out here as its opening is.
+    let id = crate::retry::with_backoff("opening the ledger", &shutdown, 0, || ledger.ledger_id());
+    let id = match id {
+        Ok(id) => id,
+        Err(e) if e.is_transient() => return Ok(()),
+        Err(e) => return Err(e),
+    };
     let name = LedgerName {
-        id: ledger.ledger_id()?,
+        id,
         shown: ledger.describe(),
     };
     let wcfg = args.worker_config(name);

@@ -324,7 +324,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     //    keeps running.
     // 3. The operator makes room (drops the filler): all 40 are paid without a restart.
     let w = World::new();
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
+    w.create_ledger();
     let admin = rusqlite::Connection::open(&w.db).unwrap();
     admin.busy_timeout(Duration::from_secs(10)).unwrap();
     admin

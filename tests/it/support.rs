@@ -80,11 +80,12 @@ impl World {
         }
     }
 
-    /// Creates the ledger (schema included) as `run` would, so a test can query it before any
-    /// worker has started.
+    /// Creates the ledger (schema included, and its id) as `run` would, so a test can query it,
+    /// or lock it, before any worker has started.
     pub fn create_ledger(&self) {
-        claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&self.db))
+        let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&self.db))
             .expect("create the ledger");
+        ledger.ledger_id().expect("the ledger's id");
     }
 
     /// A read-write SQL connection to the ledger, whichever backend, for tests that edit it
