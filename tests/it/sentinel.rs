@@ -721,7 +721,10 @@ fn groups_on(port: u16) -> Vec<String> {
 /// A promotion can lose the consumer group itself (created on the old primary after the
 /// replica fell behind): the worker finds NOGROUP on the new primary, creates the group again
 /// at 0 and reads everything again, and the ledger turns every entry it had already recorded
-/// into a duplicate. Paid once to the cent, nothing pending, every event and dead letter once.
+/// into a duplicate. The events stream and its mark are lost with it: the relay cannot know
+/// whether consumers read those events, so it stops (exit 1) naming them, and an operator's
+/// `--republish-from 1` publishes them again. Paid once to the cent, nothing pending, every
+/// event and dead letter once.
 #[test]
 fn a_promotion_that_loses_the_consumer_group_replays_from_0_and_pays_nothing_twice() {
     // 1. Three chunks reach both nodes (produce WAITs for the replica); no group exists yet.
@@ -772,6 +775,19 @@ fn a_promotion_that_loses_the_consumer_group_replays_from_0_and_pays_nothing_twi
     cluster.set.nodes[old_index]
         .restart_as_replica_of(replica_port)
         .unwrap();
+    // The relay finds the ledger's 30 published events gone with the stream and its mark.
+    let stopped = wait_for(SETTLE, || relay.child.try_wait().unwrap().is_some());
+    assert!(stopped, "the relay did not stop:\n{}", relay.log_text());
+    assert_eq!(relay.child.wait().unwrap().code(), Some(1));
+    assert!(
+        relay.log_text().contains(
+            "the events stream and its mark are both gone (deleted, evicted, or a failover to a \
+             replica that never had them)"
+        ) && relay.log_text().contains("--republish-from 1 "),
+        "{}",
+        relay.log_text()
+    );
+    let mut relay = cluster.spawn(&[&["relay", "--republish-from", "1"][..], &no_wait].concat());
     assert_exactly_once(&cluster, 3, 0);
     assert!(
         wait_for(SETTLE, || cluster.world.sql_i64(
