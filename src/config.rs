@@ -65,8 +65,9 @@ pub const CUT_NAME_BYTES_MAX: usize = 256;
 pub const READ_STEP_ENTRIES_MAX: usize = 32;
 /// The longest the reader waits between two reads of an idle stream. A read script cannot
 /// block (Redis refuses BLOCK inside a script), so an idle reader polls: at once after a read
-/// that found entries, then after 1, 2, 4 … ms up to this.
-pub const READ_POLL_MS_MAX: u64 = 8;
+/// that found entries, then after 1 ms, then every 2 ms (about 500 cheap script calls a second
+/// while idle: the price of not blocking, measured in BENCHMARKS.md).
+pub const READ_POLL_MS_MAX: u64 = 2;
 /// Most payload bytes merged into one group-commit transaction (16 MiB), beside
 /// [`COMMIT_ENTRIES_MAX`].
 pub const COMMIT_BYTES_MAX: usize = 16 << 20;

@@ -147,21 +147,17 @@ local function limits(first)
 end
 local total, full, cut_made = 0, false, false
 
-local function whole_weight(id, f)
-  local w = L.ew + #id + L.fw * (#f / 2)
-  for i = 1, #f do w = w + #f[i] end
-  return w
-end
-
-local function too_large(id, f)
-  if #f / 2 > L.fields then return true end
-  local size = #id
+-- One pass over an entry: its weight as sent whole, and whether it is too large to send whole.
+local function weigh(id, f)
+  local n = #f / 2
+  local w, size, too_large = L.ew + #id + L.fw * n, #id, n > L.fields
   for i = 1, #f, 2 do
-    local v = #f[i + 1]
-    if v > L.field then return true end
-    size = size + #f[i] + v
+    local k, v = #f[i], #f[i + 1]
+    w = w + k + v
+    size = size + k + v
+    if v > L.field then too_large = true end
   end
-  return size > L.entry
+  return w, too_large or size > L.entry
 end
 
 local function cut(id, f)
@@ -193,12 +189,15 @@ local function cut(id, f)
   return {id, 'cut', tostring(size), tostring(#f / 2), payload_size, largest_name, tostring(largest), whole, summaries}, w
 end
 
+-- What of entry `e` ({id, fields} as XREADGROUP, XAUTOCLAIM and XRANGE give it) is sent: `e`
+-- itself (no new table for the common case), cut, held, or vanished.
 local function take(e)
   local id, f = e[1], e[2]
   if not f then return {id} end
   if full then return {id, 'held'} end
-  local item, w
-  if too_large(id, f) then
+  local item, w = e, 0
+  local whole_w, too_large = weigh(id, f)
+  if too_large then
     if cut_made then
       full = true
       return {id, 'held'}
@@ -206,7 +205,7 @@ local function take(e)
     item, w = cut(id, f)
     cut_made = true
   else
-    item, w = {id, f}, whole_weight(id, f)
+    w = whole_w
   end
   if total > 0 and total + w > L.budget then
     full = true

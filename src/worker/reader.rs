@@ -7,7 +7,7 @@
 //! of the memory budget (`--read-bytes-max`, `read_size.rs`) and cuts down any entry too large
 //! to read whole; an entry it delivered but could not send is held back as its id, ours and
 //! pending, and fetched (XRANGE, counting no delivery) before anything else is read. A script
-//! cannot block, so an idle reader polls (1, 2, 4 … up to `READ_POLL_MS_MAX` ms apart).
+//! cannot block, so an idle reader polls (after 1 ms, then every `READ_POLL_MS_MAX` ms).
 //!
 //! **Invariants:** the reader never acknowledges an entry it hands on (only pending ids whose
 //! entries are gone from the stream, which nothing can process, and each of those only after
@@ -127,7 +127,8 @@ struct Reader<'a> {
     budget: Arc<Budget>,
     /// What an entry may weigh and still be read whole.
     limits: Limits,
-    /// Empty reads in a row: the idle poll waits longer after each, up to `READ_POLL_MS_MAX`.
+    /// Empty reads in a row: the idle poll waits 1 ms after the first, `READ_POLL_MS_MAX` after
+    /// the others.
     empty_reads: u32,
     /// The target's count of primary changes the failover repair has run for.
     failovers_repaired: u64,
@@ -426,8 +427,8 @@ impl<'a> Reader<'a> {
         Ok(Vec::new())
     }
 
-    /// New entries; `None` when none came, after the idle poll's wait (at once after entries,
-    /// then 1, 2, 4 … up to `READ_POLL_MS_MAX` ms).
+    /// New entries; `None` when none came, after the idle poll's wait (1 ms after entries came,
+    /// then `READ_POLL_MS_MAX` ms).
     fn read_new(&mut self, room: usize) -> Result<Option<Vec<Entry>>> {
         let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
         let read = read::read_group(
