@@ -202,6 +202,24 @@ pub fn default_consumer() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// The ledger as the worker names it to Redis and the operator: its id, made now if no relay or
+/// backup made it before (a write, so a ledger locked by another process is waited out, as its
+/// opening is), and where it is. `None` when a stop was asked for meanwhile.
+fn ledger_name(
+    ledger: &dyn crate::ledger::Backend,
+    shutdown: &std::sync::atomic::AtomicBool,
+) -> Result<Option<LedgerName>> {
+    match crate::retry::with_backoff("opening the ledger", shutdown, 0, || ledger.ledger_id()) {
+        Ok(id) => Ok(Some(LedgerName {
+            id,
+            shown: ledger.describe(),
+        })),
+        // The retry gives up on a transient failure only once a stop is asked for.
+        Err(e) if e.is_transient() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Before anything reads the group or writes beside it: binds the group to this ledger, or
 /// refuses (exit 2) when it belongs to another (`broker/binding.rs`). Redis unreachable is
 /// waited out as the reader would, under the reader's name (one WARN, one INFO); `false` when
@@ -277,17 +295,8 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());
     };
-    // Its id is made now if no relay or backup made it before: a write, so a ledger locked by
-    // another process is waited out here as its opening is.
-    let id = crate::retry::with_backoff("opening the ledger", &shutdown, 0, || ledger.ledger_id());
-    let id = match id {
-        Ok(id) => id,
-        Err(e) if e.is_transient() => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let name = LedgerName {
-        id,
-        shown: ledger.describe(),
+    let Some(name) = ledger_name(&*ledger, &shutdown)? else {
+        return Ok(());
     };
     let wcfg = args.worker_config(name);
     let target = stream::client(&cfg.redis_url)?;
