@@ -782,14 +782,20 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed(store: Stor
 }
 
 fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
-    // 1. A worker is idle in a blocking read. In one pipeline, three entries are added and a
-    //    script then holds the server for 6.5 s: Redis hands the entries to the worker (they
-    //    enter its pending list) but cannot send the reply until the script ends, by which time
-    //    the worker's 5.2 s response timeout has dropped the connection. The reply is lost.
-    // 2. On reconnect the worker re-reads its own pending list and pays all three, long before
-    //    the stale-entry scan (--claim-idle-ms 600000) would take them over.
+    // 1. A worker (consumer `lost`) polls an idle stream. In one pipeline, three entries are
+    //    added and a script delivers them to `lost` (XREADGROUP as that consumer: they enter
+    //    its pending list, as a read whose reply is then lost would leave them) and holds the
+    //    server for 6.5 s: the worker's next read waits past its 5.2 s response timeout and
+    //    its connection is dropped.
+    // 2. On reconnect the worker picks up its own pending entries (XPENDING, then their bodies
+    //    by XRANGE) and pays all three, long before the stale-entry scan (--claim-idle-ms
+    //    600000) would take them over, and without counting a second delivery.
     let w = World::on(store);
-    let worker = start_worker(&w, &["--claim-idle-ms", "600000"], &[]);
+    let worker = start_worker(
+        &w,
+        &["--consumer", "lost", "--claim-idle-ms", "600000"],
+        &[],
+    );
     w.add(&submissions(0..1));
     assert!(wait_for(SOON, || w.count_once_made("disbursements") == 1
         && w.pending() == 0));
@@ -800,7 +806,8 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
         .arg(60_000)
         .query(&mut conn)
         .unwrap();
-    let hold = r"
+    let deliver_and_hold = r"
+        redis.call('XREADGROUP', 'GROUP', ARGV[2], 'lost', 'COUNT', 10, 'STREAMS', KEYS[1], '>')
         local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
         local start = us(redis.call('TIME'))
         while us(redis.call('TIME')) - start < tonumber(ARGV[1]) do end
@@ -814,7 +821,13 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
             .arg(p)
             .ignore();
     }
-    pipe.cmd("EVAL").arg(hold).arg(0).arg(6_500_000).ignore();
+    pipe.cmd("EVAL")
+        .arg(deliver_and_hold)
+        .arg(1)
+        .arg(STREAM)
+        .arg(6_500_000)
+        .arg(claimgate::config::GROUP_DEFAULT)
+        .ignore();
     pipe.query::<()>(&mut conn).unwrap();
 
     assert!(
@@ -826,6 +839,14 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
     assert_eq!(disbursed_cents(&w), amount_sum(4));
     assert_eq!(
         worker.lines_with("reading from redis failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        worker
+            .lines_with("picked up 3 entries of ours that were pending but not in hand")
+            .len(),
         1,
         "{}",
         worker.log_text()

@@ -524,6 +524,16 @@ fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() 
         .world
         .count_once_made("disbursements")
         == 10));
+    // Chunk 0's events on the stream before anything is frozen, so the replica has the stream
+    // and its mark (the WAITs of the produce below cover them): the promotion then takes back
+    // its newest events, which the relay publishes again. A replica without the stream at all
+    // is the other case, refused until told (`a_promotion_that_loses_the_consumer_group_…`).
+    assert!(wait_for(SETTLE, || {
+        let events: redis::RedisResult<u64> = redis::cmd("XLEN")
+            .arg("grants:events")
+            .query(&mut cluster.primary());
+        events.is_ok_and(|n| n == 10)
+    }));
     let pids: Vec<u32> = workers
         .iter()
         .map(|w| w.child.id())
