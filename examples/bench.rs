@@ -656,7 +656,11 @@ impl Env {
             group: group.clone(),
             redis_wait: Default::default(),
         };
-        let mut wcfg = WorkerConfig::new(label);
+        let ledger = claimgate::config::LedgerName {
+            id: format!("bench-null-sink-{label}"),
+            shown: "the null sink".into(),
+        };
+        let mut wcfg = WorkerConfig::new(label, ledger);
         wcfg.exit_when_idle = true;
         let metrics = Metrics::default();
         let started = Instant::now();

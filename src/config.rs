@@ -45,27 +45,42 @@ pub const QUARANTINE_TRIES_MAX: u64 = 3;
 pub const QUARANTINE_SPACING_MS_DEFAULT: u64 = 30_000;
 /// Idle time after which another consumer's pending entry is taken over.
 pub const CLAIM_IDLE_MS_DEFAULT: u64 = 30_000;
-/// Entries asked for per XREADGROUP / XAUTOCLAIM.
+/// Entries asked for per read.
 pub const BATCH_COUNT_MAX_DEFAULT: usize = 1024;
-/// Payload bytes one read aims to bring in (4 MiB): a read's COUNT is this divided by the
-/// entry sizes seen so far, never above `batch_count_max`, and starts small again (64, then the budget) after an
-/// oversize entry. With [`CHANNEL_BATCHES_MAX`] batches waiting at each stage, it is what keeps
-/// the worker's memory bounded by bytes, whatever the entries weigh.
+/// The most entry bytes the worker holds at once (4 MiB), by `broker::entry::Entry::weight`:
+/// from the read that brings an entry in until its batch has been acknowledged and reported.
+/// Reads are cut to what is left of it on the server (`broker/read.rs`), so it holds whatever
+/// the entries weigh; README.md states the bound on the worker's memory it gives.
 pub const READ_BYTES_MAX_DEFAULT: usize = 4 << 20;
+/// What an entry may weigh besides its largest field before it is too large to read whole
+/// (64 KiB): room for its id, its field names and small fields beside the payload. An entry is
+/// read whole only if every field's value is at most `--payload-bytes-max` and all of it
+/// together at most `--payload-bytes-max` plus this; anything larger is cut down on the server
+/// to what its dead letter keeps.
+pub const ENTRY_OVERHEAD_BYTES_MAX: usize = 64 << 10;
+/// The most fields an entry read whole may have; one with more is cut down on the server. A
+/// submission has one (`payload`).
+pub const ENTRY_FIELDS_MAX: usize = 1_000;
+/// How many of a cut entry's fields its dead letter shows (the first ones), each value whole up
+/// to `DEAD_LETTER_PREFIX_BYTES` and otherwise as its size, SHA-1 and first bytes.
+pub const CUT_FIELDS_SHOWN_MAX: usize = 32;
+/// How much of a field name a cut entry's dead letter shows (256 bytes).
+pub const CUT_NAME_BYTES_MAX: usize = 256;
+/// The most entries one `XREADGROUP` (or `XAUTOCLAIM`) inside a read script asks for: the
+/// script reads in steps of 1, 2, 4 … up to this, and stops at the budget, so Redis never
+/// holds more than this many unread entries in the script's memory at once.
+pub const READ_STEP_ENTRIES_MAX: usize = 32;
+/// The longest the reader waits between two reads of an idle stream. A read script cannot
+/// block (Redis refuses BLOCK inside a script), so an idle reader polls: at once after a read
+/// that found entries, then after 1 ms, then every 2 ms (about 500 cheap script calls a second
+/// while idle: the price of not blocking, measured in BENCHMARKS.md).
+pub const READ_POLL_MS_MAX: u64 = 2;
 /// Most payload bytes merged into one group-commit transaction (16 MiB), beside
 /// [`COMMIT_ENTRIES_MAX`].
 pub const COMMIT_BYTES_MAX: usize = 16 << 20;
-/// How long one blocking XREADGROUP waits. Short, so shutdown and idle checks stay prompt;
-/// an arriving entry ends the wait at once, so this adds no latency.
-pub const BLOCK_MS_DEFAULT: u64 = 200;
-/// How long one blocking XREADGROUP waits under `--exit-when-idle`. The idle check runs after
-/// a read that brought nothing, so with the default BLOCK a drain ended 200–400 ms after its
-/// last acknowledgement (one empty read, then another while the last commit finished). A job
-/// that drains a backlog should end when the backlog is done.
-pub const EXIT_WHEN_IDLE_BLOCK_MS: u64 = 10;
-/// Slack added on top of BLOCK for the blocking connection's response timeout, so the client
-/// never gives up on a read the server is still legitimately holding.
-pub const BLOCK_TIMEOUT_SLACK_MS: u64 = 5_000;
+/// The reader's response timeout (5.2 s): a read script that meets an entry of hundreds of
+/// MiB spends a second or two hashing it, so the reader waits longer than other commands do.
+pub const READ_RESPONSE_TIMEOUT_MS: u64 = 5_200;
 /// Response timeout for non-blocking Redis commands.
 pub const REDIS_RESPONSE_TIMEOUT_MS: u64 = 5_000;
 /// Connect timeout for every Redis connection.
@@ -186,6 +201,9 @@ pub enum OnConflict {
 pub struct WorkerConfig {
     /// This consumer's name in the group.
     pub consumer: String,
+    /// The ledger the worker writes to: the worker binds its consumer group to its id before
+    /// the first read and refuses a group bound to another (`broker/binding.rs`).
+    pub ledger: LedgerName,
     /// Parse-and-hash threads.
     pub threads: usize,
     /// Take over other consumers' entries idle at least this long.
@@ -201,10 +219,8 @@ pub struct WorkerConfig {
     pub exit_when_idle: bool,
     /// Entries per read, at most.
     pub batch_count_max: usize,
-    /// Entry bytes one read aims for (`--read-bytes-max`); see [`READ_BYTES_MAX_DEFAULT`].
+    /// The most entry bytes held at once (`--read-bytes-max`); see [`READ_BYTES_MAX_DEFAULT`].
     pub read_bytes_max: usize,
-    /// XREADGROUP BLOCK, in milliseconds.
-    pub block_ms: u64,
     /// Largest payload accepted.
     pub payload_bytes_max: usize,
     /// Largest `amount_cents` accepted (`--amount-cents-max`); over it is malformed.
@@ -220,10 +236,11 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// Defaults for a consumer named `consumer`.
-    pub fn new(consumer: impl Into<String>) -> Self {
+    /// Defaults for a consumer named `consumer` writing to `ledger`.
+    pub fn new(consumer: impl Into<String>, ledger: LedgerName) -> Self {
         WorkerConfig {
             consumer: consumer.into(),
+            ledger,
             threads: THREADS_DEFAULT,
             claim_idle_ms: CLAIM_IDLE_MS_DEFAULT,
             max_deliveries: MAX_DELIVERIES_DEFAULT,
@@ -231,7 +248,6 @@ impl WorkerConfig {
             exit_when_idle: false,
             batch_count_max: BATCH_COUNT_MAX_DEFAULT,
             read_bytes_max: READ_BYTES_MAX_DEFAULT,
-            block_ms: BLOCK_MS_DEFAULT,
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
             amount_cents_max: AMOUNT_CENTS_MAX_DEFAULT,
             per_message: false,
@@ -239,6 +255,16 @@ impl WorkerConfig {
             ledger_outage_ms_max: LEDGER_OUTAGE_MS_MAX_DEFAULT,
         }
     }
+}
+
+/// Which ledger a worker writes to, as Redis and an operator know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerName {
+    /// Its random identity (`Outbox::ledger_id`), made when first asked for and never changed.
+    pub id: String,
+    /// Where it is, for messages: a file path, or a URL without its password
+    /// (`Inspect::describe`).
+    pub shown: String,
 }
 
 /// Ledger settings: which ledger (`--db`), and how to open it. `ledger::open` reads them.

@@ -16,7 +16,8 @@
 //! - [`config`]: every limit and default. `error`: the one error type and its transient
 //!   question. `retry`: the one retry policy (backoff with jitter, episode logging, stopping).
 //! - [`support`]: the allocator, failpoints, owner-only files, a private `redis-server`.
-//! - [`broker`]: Redis only — streams, consumer groups, dead-letter copies, the fast filter.
+//! - [`broker`]: Redis only — streams, consumer groups, reads within a byte budget (in Lua, on
+//!   the server), dead-letter copies, which ledger a group belongs to, the fast filter.
 //! - [`ledger`]: the traits every caller sees a ledger through, their written contract and the
 //!   one open step; SQLite behind them in `ledger/sqlite/`, and an in-memory ledger for tests.
 //! - `ops`: status, dead letters, verification, retention, backup and evidence (keys, anchors),

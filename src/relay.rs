@@ -44,6 +44,29 @@
 //! moves the restored ledger's id sequence past the position and marks the restored rows at or
 //! below it published (they are on the stream), so this check passes and nothing is skipped.
 //!
+//! # When the stream stands below the ledger
+//!
+//! The ledger knows what it marked published ([`Outbox::published_id_max`]). When the events
+//! stream's position is below that, events the ledger says were published are not on the
+//! stream, and Redis tells why ([`mark::history`]):
+//!
+//! - **its newest events were lost with Redis's own history of them** (a failover to a replica
+//!   that was behind, a power loss with `appendfsync everysec`): the stream's last entry is the
+//!   last it ever generated. Consumers read from that Redis, so they lost them too: the relay
+//!   publishes those ids again, each once, as always.
+//! - **the stream and its mark are gone** (evicted, an operator's `DEL`, a failover to a replica
+//!   that never had them), **or its newest entries were deleted or trimmed** (Redis generated
+//!   ids past its last entry): consumers may well have read those events already, and the
+//!   relay cannot tell. It refuses (exit 1), naming the ids and the cause (issue 39: 5,207
+//!   events published again after a `DEL`), unless told with `--republish-from ID` where to go
+//!   on from: `ID` the first of the missing ids to publish them again, or the one after the
+//!   last to leave them out. The choice is written as the mark (never lowered), so the next
+//!   round, and every relay after it, goes on from there.
+//!
+//! Either way one WARN names the ids and the cause, and one INFO says when the stream is level
+//! with the ledger again. The check runs on the relay's first round and whenever the position
+//! goes below what this relay has seen.
+//!
 //! Invariant: this module reads and writes the ledger only through [`Outbox`] (plus
 //! `Inspect::describe` for its log line); it XADDs only rows above the position the stream
 //! itself shows, and marks rows published only at or below it.
@@ -76,6 +99,10 @@ pub struct RelayConfig {
     pub batch_count_max: usize,
     /// Replicas that must have a batch before its rows are marked published.
     pub redis_wait: crate::config::RedisWait,
+    /// `--republish-from`: where to go on from when the events stream stands below what the
+    /// ledger published for a cause that makes the relay refuse (see the module doc). Used by
+    /// the first round that finds such a gap, and then forgotten.
+    pub republish_from: Option<i64>,
 }
 
 impl RelayConfig {
@@ -134,7 +161,10 @@ pub fn run(
         rcfg.events_stream
     );
     let mut totals = Totals::default();
-    let mut seen = Seen::default();
+    let mut seen = Seen {
+        republish_from: rcfg.republish_from,
+        ..Seen::default()
+    };
     while !shutdown.load(Ordering::SeqCst) {
         let attempt = || step(rcfg, ledger, &mut conn, &script, &ledger_id, &mut seen);
         let round = match retry::with_backoff("relay", shutdown, 0, attempt) {
@@ -168,6 +198,13 @@ struct Seen {
     /// The highest id up to which this relay has marked rows published in the ledger, so an
     /// idle round does not mark again what it marked before.
     marked_upto: i64,
+    /// True once a round has compared the stream's position with the ledger's.
+    checked: bool,
+    /// While ids the stream lost are published again: the last of them (the WARN that
+    /// started it is not repeated, and an INFO ends it).
+    refilling: Option<i64>,
+    /// `--republish-from`, until a round uses it.
+    republish_from: Option<i64>,
 }
 
 /// What one round did.
@@ -191,17 +228,18 @@ fn step(
     seen: &mut Seen,
 ) -> Result<Round> {
     let position = position(rcfg, ledger, conn, ledger_id)?;
-    if position < seen.reached {
-        warn!(
-            "{} is back at outbox id {position} after this relay saw it at {}: Redis lost events \
-             it had acknowledged (a failover to a replica that was behind?); publishing ids \
-             {}..={} again",
-            rcfg.events_stream,
-            seen.reached,
-            position + 1,
-            seen.reached
-        );
-    }
+    let position = match position {
+        Position::Ours(position) => {
+            if !seen.checked || position < seen.reached || seen.refilling.is_some() {
+                check_behind(rcfg, ledger, conn, ledger_id, position, seen)?
+            } else {
+                position
+            }
+        }
+        // The publish script refuses another ledger's mark (LEDGERMISMATCH) before writing.
+        Position::Foreign => 0,
+    };
+    seen.checked = true;
     seen.reached = position;
     let rows = ledger.rows_after(position, rcfg.batch_count_max)?;
     let (mut round, reached) = match rows.last() {
@@ -246,23 +284,30 @@ fn step(
     Ok(round)
 }
 
-/// Where the events stream stands for this ledger ([`mark::read`]): 0 before anything was
-/// published. Refuses to go on when that position covers ids this ledger has never assigned
-/// (see "A ledger put back behind the events stream" above): a permanent error, so the relay
-/// stops and says why instead of marking unpublished rows published.
+/// Where the events stream stands, as [`position`] reads it.
+enum Position {
+    /// The position for this ledger (0 before anything was published).
+    Ours(i64),
+    /// The mark belongs to another ledger.
+    Foreign,
+}
+
+/// Where the events stream stands for this ledger ([`mark::read`]). Refuses to go on when that
+/// position covers ids this ledger has never assigned (see "A ledger put back behind the
+/// events stream" above): a permanent error, so the relay stops and says why instead of
+/// marking unpublished rows published.
 fn position(
     rcfg: &RelayConfig,
     ledger: &dyn Outbox,
     conn: &mut Conn,
     ledger_id: &str,
-) -> Result<i64> {
+) -> Result<Position> {
     // The position first, then the ledger: see the ordering argument above.
     let Some(mark) = mark::read(conn, &rcfg.events_stream)? else {
-        return Ok(0);
+        return Ok(Position::Ours(0));
     };
     if mark.ledger_id != ledger_id {
-        // Another ledger's mark: the script refuses it (LEDGERMISMATCH) before writing anything.
-        return Ok(0);
+        return Ok(Position::Foreign);
     }
     let id_max = ledger.outbox_id_max()?;
     if mark.upto > id_max {
@@ -276,7 +321,154 @@ fn position(
             rcfg.events_stream, mark.upto
         )));
     }
-    Ok(mark.upto)
+    Ok(Position::Ours(mark.upto))
+}
+
+/// Compares the stream's `position` with what the ledger marked published (see "When the
+/// stream stands below the ledger" above) and returns the position to publish from: as it is,
+/// or raised by `--republish-from`. Refuses, with the ids and the cause, a gap Redis says was
+/// deleted, trimmed, or lost with the stream and its mark, unless told where to go on from.
+fn check_behind(
+    rcfg: &RelayConfig,
+    ledger: &dyn Outbox,
+    conn: &mut Conn,
+    ledger_id: &str,
+    position: i64,
+    seen: &mut Seen,
+) -> Result<i64> {
+    let published = ledger.published_id_max()?.max(seen.reached);
+    let told = seen.republish_from.take();
+    if position >= published {
+        if let Some(upto) = seen.refilling.take() {
+            info!(
+                "{} is level with the ledger again: ids up to {upto} are on it",
+                rcfg.events_stream
+            );
+        }
+        if let Some(from) = told {
+            info!(
+                "--republish-from {from} left unused: {} is not behind the ledger",
+                rcfg.events_stream
+            );
+        }
+        return Ok(position);
+    }
+    if seen.refilling.is_some_and(|upto| upto >= published) {
+        return Ok(position);
+    }
+    let history = mark::history(conn, &rcfg.events_stream)?;
+    let refused = refusal_cause(position, history.as_ref());
+    let events = &rcfg.events_stream;
+    let seen_at = match seen.reached > position {
+        true => format!(", after this relay saw it at {}", seen.reached),
+        false => String::new(),
+    };
+    let cause = refused.as_deref().unwrap_or(
+        "its newest events were lost with Redis's own record of them (a failover to a replica \
+         that was behind, or a power loss), so its consumers lost them too",
+    );
+    warn!(
+        "{events} is back at outbox id {position}, below id {published} that the ledger marked \
+         published{seen_at}: {cause}; ids {}..={published} are not on it",
+        position + 1
+    );
+    let Some(cause) = refused else {
+        info!(
+            "publishing ids {}..={published} again, each once",
+            position + 1
+        );
+        seen.refilling = Some(published);
+        return Ok(position);
+    };
+    let Some(from) = told else {
+        return Err(Error::Other(format!(
+            "{events} stands at outbox id {position}, but the ledger marked ids up to \
+             {published} published: {cause}. Its consumers may already have events {}..=\
+             {published}, so the relay will not publish them again by itself: run it once with \
+             --republish-from {} to publish them again, or --republish-from {} to leave them \
+             out and go on with the rows never published",
+            position + 1,
+            position + 1,
+            published + 1
+        )));
+    };
+    republish_from(rcfg, conn, ledger_id, position, published, from, seen)
+}
+
+/// Why a stream standing below the ledger is refused, from what Redis says of its history
+/// (`None`: its newest events were lost with that history, and are published again).
+fn refusal_cause(position: i64, history: Option<&mark::History>) -> Option<String> {
+    let Some(h) = history else {
+        return Some(match position {
+            0 => "the events stream and its mark are both gone (deleted, evicted, or a failover \
+                  to a replica that never had them)"
+                .to_owned(),
+            _ => "the events stream is gone, though its mark is there".to_owned(),
+        });
+    };
+    if !h.end_removed() {
+        return None;
+    }
+    let added = h
+        .entries_added
+        .map(|n| format!(", {n} entries added in all"))
+        .unwrap_or_default();
+    Some(match &h.last_entry {
+        None => format!(
+            "the events stream is empty, but Redis generated ids up to {}{added}: its entries \
+             were trimmed or deleted",
+            h.last_generated
+        ),
+        Some(last) => format!(
+            "entries after its last one, {last}, were deleted or trimmed (Redis generated ids \
+             up to {}, and deleted up to {}{added})",
+            h.last_generated, h.max_deleted
+        ),
+    })
+}
+
+/// Applies `--republish-from FROM` to a refused gap `position + 1 ..= published`: ids below
+/// FROM are left out (the mark is raised to FROM - 1), the rest published again. FROM past
+/// `published + 1` would skip rows never published: refused (exit 2).
+fn republish_from(
+    rcfg: &RelayConfig,
+    conn: &mut Conn,
+    ledger_id: &str,
+    position: i64,
+    published: i64,
+    from: i64,
+    seen: &mut Seen,
+) -> Result<i64> {
+    if from > published + 1 {
+        return Err(Error::Config(format!(
+            "--republish-from {from} would skip outbox ids {}..={} that were never published: \
+             give at most {}",
+            published + 1,
+            from - 1,
+            published + 1
+        )));
+    }
+    let left_out = (position + 1, from - 1);
+    let position = if from - 1 > position {
+        mark::raise(conn, &rcfg.events_stream, ledger_id, from - 1)?
+    } else {
+        position
+    };
+    let left_out = match left_out.0 <= left_out.1 {
+        true => format!("ids {}..={} left out, as told", left_out.0, left_out.1),
+        false => "none left out".to_owned(),
+    };
+    if position < published {
+        info!(
+            "--republish-from {from}: publishing ids {}..={published} again, each once; \
+             {left_out}",
+            position + 1
+        );
+        seen.refilling = Some(published);
+    } else {
+        info!("--republish-from {from}: {left_out}; going on with the rows never published");
+    }
+    Ok(position)
 }
 
 /// Runs the publish script; returns the new position and how many rows it added.

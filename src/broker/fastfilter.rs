@@ -25,7 +25,9 @@
 
 use crate::broker::stream::Conn;
 use crate::domain::key::IdempotencyKey;
-use log::warn;
+use log::{info, warn};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Default lifetime of a marker: long enough to cover redeliveries and producer retries.
 pub const FAST_FILTER_TTL_S_DEFAULT: u64 = 24 * 60 * 60;
@@ -37,6 +39,9 @@ pub struct FastFilter {
     prefix: String,
     /// Marker lifetime in seconds.
     ttl_s: u64,
+    /// True while Redis fails the filter's commands: one WARN when that starts and one INFO
+    /// when it ends, not one per batch (shared by every clone: the parse threads and the acker).
+    failing: Arc<AtomicBool>,
 }
 
 impl FastFilter {
@@ -45,6 +50,7 @@ impl FastFilter {
         FastFilter {
             prefix: format!("{stream}:committed:{group}:"),
             ttl_s: ttl_s.max(1),
+            failing: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -63,7 +69,9 @@ impl FastFilter {
         for k in keys {
             cmd.arg(self.marker(k));
         }
-        match conn.query::<Vec<Option<String>>>(&cmd) {
+        let found = conn.query::<Vec<Option<String>>>(&cmd);
+        self.episode(found.as_ref().err());
+        match found {
             Ok(found) if found.len() == keys.len() => found,
             Ok(found) => {
                 warn!(
@@ -73,10 +81,7 @@ impl FastFilter {
                 );
                 vec![None; keys.len()]
             }
-            Err(e) => {
-                warn!("fast filter lookup failed ({e}); asking the ledger for this batch");
-                vec![None; keys.len()]
-            }
+            Err(_) => vec![None; keys.len()],
         }
     }
 
@@ -96,12 +101,23 @@ impl FastFilter {
                 .arg(self.ttl_s)
                 .ignore();
         }
-        let result = conn
-            .get()
-            .and_then(|c| pipe.query::<()>(c).map_err(Into::into));
-        if let Err(e) = result {
-            conn.reset();
-            warn!("fast filter: marking {} committed keys failed ({e}); they will be checked in the ledger", keys.len());
+        let marked = conn.pipeline::<()>(&pipe);
+        self.episode(marked.as_ref().err());
+    }
+
+    /// Logs the start of an episode of Redis failures (`error`, the first) and its end, once
+    /// each: meanwhile every lookup is a miss the ledger answers and every key unmarked is
+    /// looked up in the ledger next time, so nothing is lost, only speed.
+    fn episode(&self, error: Option<&crate::Error>) {
+        match error {
+            Some(e) if !self.failing.swap(true, Ordering::SeqCst) => warn!(
+                "fast filter: redis failed ({e}); the ledger answers every lookup until it \
+                 works again"
+            ),
+            None if self.failing.swap(false, Ordering::SeqCst) => {
+                info!("fast filter: redis works again")
+            }
+            _ => {}
         }
     }
 }

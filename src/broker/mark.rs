@@ -15,10 +15,17 @@
 //! an `upto` that is not an integer, a last entry without an integer `event_id`, and a stream
 //! holding events with no mark at all (no relay could tell whose they are).
 //!
-//! [`POSITION_LUA`] is the one statement of that rule; the publish script and [`read`] both run it.
+//! [`POSITION_LUA`] is the one statement of that rule; the publish script, [`read`] and
+//! [`raise`] run it.
+//!
+//! [`history`] is what Redis itself says of the stream (`XINFO STREAM`): whether it exists, the
+//! last id it ever generated, the highest id deleted from it, and how many entries were ever
+//! added. It tells a stream that lost its newest entries with its data (its last entry is the
+//! last it ever made) from one whose entries were deleted or trimmed after being added.
 
-use crate::broker::stream::Conn;
-use crate::error::Result;
+use crate::broker::stream::{self, Conn};
+use crate::error::{Error, Result};
+use redis::Value;
 
 /// How far one ledger's outbox is on the events stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,11 +96,137 @@ pub fn read(conn: &mut Conn, events_stream: &str) -> Result<Option<Mark>> {
     Ok(found.map(|(ledger_id, upto)| Mark { ledger_id, upto }))
 }
 
+/// Raises the mark of `events_stream` for ledger `ledger_id` to `upto` unless the position is
+/// there already (never lowers it); returns the position after. For an operator's
+/// `--republish-from`: the ids below it are to be left out. Another ledger's mark is refused
+/// (`LEDGERMISMATCH`), as the publish script refuses it.
+pub fn raise(conn: &mut Conn, events_stream: &str, ledger_id: &str, upto: i64) -> Result<i64> {
+    let script = redis::Script::new(&format!(
+        "{POSITION_LUA}
+local owner, upto = position(KEYS[1], KEYS[2])
+if owner and owner ~= ARGV[1] then
+  return redis.error_reply('LEDGERMISMATCH ' .. KEYS[2] .. ' belongs to ledger ' .. owner)
+end
+local target = tonumber(ARGV[2])
+if target > upto then
+  redis.call('HSET', KEYS[2], 'ledger_id', ARGV[1], 'upto', ARGV[2])
+  upto = target
+end
+return string.format('%d', upto)"
+    ));
+    let mut inv = script.prepare_invoke();
+    inv.key(events_stream)
+        .key(key(events_stream))
+        .arg(ledger_id)
+        .arg(upto);
+    let raised: String = conn.invoke(&inv)?;
+    raised.parse().map_err(|_| {
+        Error::Other(format!(
+            "raising {} returned {raised:?}",
+            key(events_stream)
+        ))
+    })
+}
+
+/// What Redis says of a stream's history (`XINFO STREAM`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct History {
+    /// Entries in it now.
+    pub length: u64,
+    /// The last id it ever generated, its entry deleted or not.
+    pub last_generated: String,
+    /// The highest id deleted from it (Redis 7; `0-0` for none, or on older servers).
+    pub max_deleted: String,
+    /// How many entries were ever added (Redis 7; `None` on older servers).
+    pub entries_added: Option<u64>,
+    /// Its last entry's id, if it has one.
+    pub last_entry: Option<String>,
+}
+
+impl History {
+    /// True when entries were removed from its end: its last entry is not the last it ever
+    /// generated (or it has none, and generated some). A stream that lost its newest entries
+    /// with the rest of Redis's data (a failover to a replica that was behind) never says so:
+    /// its history lost them too.
+    pub fn end_removed(&self) -> bool {
+        match &self.last_entry {
+            Some(last) => id_order(&self.last_generated) > id_order(last),
+            None => self.last_generated != "0-0",
+        }
+    }
+}
+
+/// A stream id as two numbers, for comparing.
+fn id_order(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+/// [`History`] of `stream`, or `None` when there is no such key.
+pub fn history(conn: &mut Conn, stream_key: &str) -> Result<Option<History>> {
+    let reply: Value = match conn.query(redis::cmd("XINFO").arg("STREAM").arg(stream_key)) {
+        Ok(v) => v,
+        Err(Error::Redis(e)) if e.to_string().contains("no such key") => return Ok(None),
+        Err(e) => return Err(stream::naming_key(e, stream_key)),
+    };
+    let mut h = History {
+        length: 0,
+        last_generated: "0-0".into(),
+        max_deleted: "0-0".into(),
+        entries_added: None,
+        last_entry: None,
+    };
+    let fields: Vec<(Value, Value)> = match reply {
+        Value::Map(m) => m,
+        other => {
+            let flat = stream::array(other)?;
+            let mut it = flat.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+    };
+    for (name, value) in fields {
+        match stream::string(name)?.as_str() {
+            "length" => h.length = stream::int(value)?.max(0) as u64,
+            "last-generated-id" => h.last_generated = stream::string(value)?,
+            "max-deleted-entry-id" => h.max_deleted = stream::string(value)?,
+            "entries-added" => h.entries_added = Some(stream::int(value)?.max(0) as u64),
+            "last-entry" => {
+                h.last_entry = match value {
+                    Value::Nil => None,
+                    v => stream::array(v)?
+                        .into_iter()
+                        .next()
+                        .map(stream::string)
+                        .transpose()?,
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(Some(h))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn the_mark_lives_beside_its_events_stream() {
         // Operators, `restore` and earlier releases find it by this name.
         assert_eq!(super::key("grants:events"), "grants:events:published_upto");
+    }
+
+    #[test]
+    fn a_stream_whose_end_was_deleted_says_so_and_one_that_lost_it_with_its_history_does_not() {
+        let h = |last_generated: &str, last: Option<&str>| super::History {
+            length: u64::from(last.is_some()),
+            last_generated: last_generated.into(),
+            max_deleted: "0-0".into(),
+            entries_added: None,
+            last_entry: last.map(Into::into),
+        };
+        assert!(!h("5-3", Some("5-3")).end_removed());
+        assert!(h("5-4", Some("5-3")).end_removed());
+        assert!(h("10-0", Some("9-9")).end_removed());
+        assert!(h("5-0", None).end_removed(), "emptied");
+        assert!(!h("0-0", None).end_removed(), "never held anything");
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! Every connection `Conn` (in `stream.rs`) opens to a Sentinel-addressed Redis starts here: ask
 //! the sentinels, one after another, `SENTINEL GET-MASTER-ADDR-BY-NAME MASTER`, connect to the
-//! address the first one names (with the URL's credentials: they belong to the data nodes, the
-//! sentinels are asked without them) and keep the connection only if that node's `ROLE` says
-//! `master`. `Conn` drops its connection after any transient error — a refused or reset
+//! address the first one names (with the URL's credentials: they belong to the data nodes) and
+//! keep the connection only if that node's `ROLE` says `master`. Sentinels are asked without
+//! credentials, or with `?sentinel_password=…` (and `&sentinel_user=…`) when the URL gives them:
+//! `redis+sentinel://[USER:PASS@]HOST:PORT[,HOST:PORT…]/MASTER[?sentinel_user=U&sentinel_password=P]`. `Conn` drops its connection after any transient error — a refused or reset
 //! connection, and a `READONLY` reply from a primary that was demoted — so the next command asks
 //! the sentinels again and follows a promotion. Sentinel itself closes the connections of a
 //! node it reconfigures, so a demoted primary is never kept by a quiet connection either.
@@ -17,12 +18,15 @@
 //! by us on every failure. What we need is about a hundred lines over the `Client` we already
 //! use, with our timeouts, and the "which sentinel named which primary" that `status` shows.
 //!
-//! **Invariant:** a connection is handed out only to a node that said it is a primary. A master
-//! name no reachable sentinel knows is a configuration error (exit 2); sentinels or a primary
-//! that cannot be reached are transient, waited out like Redis being down.
+//! **Invariant:** a connection is handed out only to a node that said it is a primary. What no
+//! retry can clear is a configuration error (exit 2) at once: a master name no reachable
+//! sentinel knows, a password or user a sentinel or the primary refuses, a URL setting this
+//! build cannot honour (`#insecure`); sentinels or a primary that cannot be reached are
+//! transient, waited out like Redis being down.
 
+use super::fault::{self, Who};
 use crate::error::{Error, Result};
-use redis::{Client, Connection, Value};
+use redis::{Client, Connection, IntoConnectionInfo, Value};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -39,8 +43,8 @@ pub struct Sentinels {
     userinfo: Option<String>,
     /// `rediss+sentinel`: TLS to the sentinels and to the data nodes.
     tls: bool,
-    /// The URL's fragment was `#insecure`: TLS without checking certificates.
-    insecure: bool,
+    /// The sentinels' own user and password (`?sentinel_user=…&sentinel_password=…`), decoded.
+    sentinel_auth: Option<(Option<String>, String)>,
     /// The primary last connected to, and the sentinel that named it.
     last: Mutex<Option<Primary>>,
     /// The index of the sentinel that last named a primary we connected to: the next
@@ -97,7 +101,7 @@ pub struct Replica {
 }
 
 /// The [`View`] for a connection made through `sentinels`, asking the primary on `conn`.
-pub fn view(sentinels: &Sentinels, conn: &mut Connection) -> Result<Option<View>> {
+pub fn view(sentinels: &Sentinels, conn: &mut Connection) -> redis::RedisResult<Option<View>> {
     let Some(primary) = sentinels.last_primary() else {
         return Ok(None);
     };
@@ -151,16 +155,13 @@ impl Sentinels {
         let bad = |why: &str| why.to_owned();
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
         let tls = scheme == "rediss+sentinel";
-        let (rest, insecure) = match rest.split_once('#') {
-            None => (rest, false),
-            Some((rest, "insecure")) => (rest, true),
-            Some(_) => return Err(bad("the only fragment a sentinel URL takes is #insecure")),
-        };
-        if rest.contains('?') {
-            return Err(bad(
-                "a sentinel URL takes no query (put credentials before the @)",
-            ));
+        if rest.contains('#') {
+            return Err(bad("a sentinel URL takes no fragment"));
         }
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
         let (userinfo, rest) = match rest.rsplit_once('@') {
             Some((info, rest)) => (Some(info.to_owned()), rest),
             None => (None, rest),
@@ -187,7 +188,7 @@ impl Sentinels {
             master: master.to_owned(),
             userinfo,
             tls,
-            insecure,
+            sentinel_auth: query.map(sentinel_auth).transpose()?,
             last: Mutex::new(None),
             preferred: AtomicUsize::new(0),
             changes: AtomicU64::new(0),
@@ -210,21 +211,25 @@ impl Sentinels {
         self.changes.load(Ordering::SeqCst)
     }
 
-    /// A connection to the current primary, found through the sentinels (see the module doc).
-    /// Each connection attempt waits at most `connect_timeout`; replies on the returned
-    /// connection at most `response_timeout`.
+    /// A connection to the current primary, found through the sentinels (see the module doc),
+    /// and its address. Each connection attempt waits at most `connect_timeout`; replies on the
+    /// returned connection at most `response_timeout`. A refused password or user (a sentinel's
+    /// or the primary's) is a configuration error at once.
     pub fn connect(
         &self,
         connect_timeout: Duration,
         response_timeout: Duration,
-    ) -> Result<Connection> {
+    ) -> Result<(Connection, String)> {
         let mut last_err = String::new();
         let mut answered = 0usize;
         let mut unknown = 0usize;
         let first = self.preferred.load(Ordering::Relaxed);
         for i in asking_order(self.sentinels.len(), first) {
             let sentinel = &self.sentinels[i];
-            match self.ask(sentinel, connect_timeout) {
+            let answer = self
+                .ask(sentinel, connect_timeout)
+                .map_err(|e| fault::at(Who::Sentinel, sentinel, e));
+            match answer {
                 Ok(Answer::Unknown) => {
                     answered += 1;
                     unknown += 1;
@@ -234,13 +239,15 @@ impl Sentinels {
                     match self.open_primary(&address, connect_timeout, response_timeout) {
                         Ok(conn) => {
                             self.preferred.store(i, Ordering::Relaxed);
-                            self.remember(address, sentinel);
-                            return Ok(conn);
+                            self.remember(address.clone(), sentinel);
+                            return Ok((conn, address));
                         }
+                        Err(e @ Error::Config(_)) => return Err(e),
                         Err(e) => last_err = format!("{address} (named by {sentinel}): {e}"),
                     }
                 }
-                Err(e) => last_err = format!("sentinel {sentinel}: {e}"),
+                Err(e @ Error::Config(_)) => return Err(e),
+                Err(e) => last_err = e.to_string(),
             }
         }
         if answered > 0 && unknown == answered {
@@ -262,9 +269,17 @@ impl Sentinels {
         ))))
     }
 
-    /// Asks one sentinel where the primary is.
-    fn ask(&self, sentinel: &str, connect_timeout: Duration) -> Result<Answer> {
-        let client = Client::open(self.node_url(sentinel, false))?;
+    /// Asks one sentinel where the primary is, with the sentinels' credentials if any.
+    fn ask(&self, sentinel: &str, connect_timeout: Duration) -> redis::RedisResult<Answer> {
+        let mut info = self.node_url(sentinel, false).into_connection_info()?;
+        if let Some((user, password)) = &self.sentinel_auth {
+            let mut settings = info.redis_settings().clone().set_password(password);
+            if let Some(user) = user {
+                settings = settings.set_username(user);
+            }
+            info = info.set_redis_settings(settings);
+        }
+        let client = Client::open(info)?;
         let mut conn = client.get_connection_with_timeout(connect_timeout)?;
         conn.set_read_timeout(Some(connect_timeout))?;
         conn.set_write_timeout(Some(connect_timeout))?;
@@ -286,11 +301,15 @@ impl Sentinels {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Connection> {
-        let client = Client::open(self.node_url(address, true))?;
-        let mut conn = client.get_connection_with_timeout(connect_timeout)?;
-        conn.set_read_timeout(Some(response_timeout))?;
-        conn.set_write_timeout(Some(response_timeout))?;
-        let role: Vec<Value> = redis::cmd("ROLE").query(&mut conn)?;
+        let open = || -> redis::RedisResult<(Connection, Vec<Value>)> {
+            let client = Client::open(self.node_url(address, true))?;
+            let mut conn = client.get_connection_with_timeout(connect_timeout)?;
+            conn.set_read_timeout(Some(response_timeout))?;
+            conn.set_write_timeout(Some(response_timeout))?;
+            let role: Vec<Value> = redis::cmd("ROLE").query(&mut conn)?;
+            Ok((conn, role))
+        };
+        let (conn, role) = open().map_err(|e| fault::at(Who::Redis, address, e))?;
         match role.first() {
             Some(Value::BulkString(role)) if role == b"master" => Ok(conn),
             other => Err(Error::Other(format!(
@@ -299,15 +318,15 @@ impl Sentinels {
         }
     }
 
-    /// The URL of one node: a sentinel (no credentials) or a data node (with them).
+    /// The URL of one node: a sentinel (no credentials: [`Sentinels::ask`] adds the sentinels'
+    /// own) or a data node (with the URL's).
     fn node_url(&self, address: &str, data_node: bool) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let userinfo = match (&self.userinfo, data_node) {
             (Some(info), true) => format!("{info}@"),
             _ => String::new(),
         };
-        let fragment = if self.insecure { "#insecure" } else { "" };
-        format!("{scheme}://{userinfo}{address}{fragment}")
+        format!("{scheme}://{userinfo}{address}")
     }
 
     /// Records where the connection went, logging when the primary changed.
@@ -330,6 +349,32 @@ impl Sentinels {
         }
         *last = Some(primary);
     }
+}
+
+/// The sentinels' credentials from a sentinel URL's query: `sentinel_password` (required when
+/// there is a query) and `sentinel_user`, percent-decoded; any other parameter is refused.
+fn sentinel_auth(query: &str) -> std::result::Result<(Option<String>, String), String> {
+    // redis-rs parses (and percent-decodes) a query for us when it sits on a URL it knows.
+    let parsed = redis::parse_redis_url(&format!("redis://sentinel/?{query}"))
+        .ok_or_else(|| "its query cannot be read".to_owned())?;
+    let (mut user, mut password) = (None, None);
+    for (name, value) in parsed.query_pairs() {
+        match name.as_ref() {
+            "sentinel_user" => user = Some(value.into_owned()),
+            "sentinel_password" => password = Some(value.into_owned()),
+            _ => {
+                return Err(
+                    "the only query a sentinel URL takes is ?sentinel_password=P (and \
+                     &sentinel_user=U): the sentinels' own credentials (the data nodes' go \
+                     before the @)"
+                        .to_owned(),
+                )
+            }
+        }
+    }
+    let password =
+        password.ok_or_else(|| "?sentinel_user needs &sentinel_password beside it".to_owned())?;
+    Ok((user, password))
 }
 
 /// The order `n` sentinels are asked in: `first` (the one that answered last), then the others
@@ -408,8 +453,29 @@ mod tests {
         assert!(!s.tls);
         assert_eq!(s.node_url("h1:6379", true), "redis://u:p%40ss@h1:6379");
         assert_eq!(s.node_url("h1:26379", false), "redis://h1:26379");
-        let tls = Sentinels::parse("rediss+sentinel://h1:1/m#insecure").expect("parses");
-        assert_eq!(tls.node_url("h:2", true), "rediss://h:2#insecure");
+        let tls = Sentinels::parse("rediss+sentinel://h1:1/m").expect("parses");
+        assert_eq!(tls.node_url("h:2", true), "rediss://h:2");
+        assert!(Sentinels::parse("rediss+sentinel://h1:1/m#insecure").is_err());
+    }
+
+    #[test]
+    fn the_sentinels_credentials_come_from_the_query_percent_decoded() {
+        let s = Sentinels::parse(
+            "redis+sentinel://:data@h1/m?sentinel_user=watch&sentinel_password=p%40ss%26word",
+        )
+        .expect("parses");
+        assert_eq!(
+            s.sentinel_auth,
+            Some((Some("watch".to_owned()), "p@ss&word".to_owned()))
+        );
+        assert_eq!(s.node_url("h1:26379", false), "redis://h1:26379");
+        for bad in [
+            "redis+sentinel://h1/m?password=x",
+            "redis+sentinel://h1/m?sentinel_user=u",
+            "redis+sentinel://h1/m?sentinel_password=x&db=2",
+        ] {
+            assert!(Sentinels::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

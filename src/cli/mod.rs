@@ -40,8 +40,8 @@ pub struct Cli {
 /// Flags every subcommand understands.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER;
-    /// credentials allowed; never logged).
+    /// Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with
+    /// ?sentinel_password=P for sentinels that have one; credentials allowed; never logged).
     #[arg(long, env = "REDIS_URL", global = true, default_value = config::REDIS_URL_DEFAULT, hide_env_values = true)]
     pub redis_url: String,
     /// The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL

@@ -169,6 +169,7 @@ pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
             backup: &args.backup,
             redis_url: &cfg.redis_url,
             events_stream: &args.events_stream,
+            stream: &cfg.stream,
         },
     )
 }

@@ -46,7 +46,7 @@ pub fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
             .ignore();
         pending += 1;
         if pending == PRODUCE_PIPELINE_MAX {
-            pipe.query::<()>(conn.get()?)?;
+            conn.pipeline::<()>(&pipe)?;
             confirm(&mut conn, cfg, queued)?;
             pipe.clear();
             queued += pending as u64;
@@ -54,7 +54,7 @@ pub fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
         }
     }
     if pending > 0 {
-        pipe.query::<()>(conn.get()?)?;
+        conn.pipeline::<()>(&pipe)?;
         confirm(&mut conn, cfg, queued)?;
         queued += pending as u64;
     }

@@ -17,6 +17,12 @@ pub struct RelayOpts {
     #[arg(long, env = "CLAIMGATE_RELAY_BATCH_COUNT_MAX", default_value_t = relay::BATCH_COUNT_MAX_DEFAULT as u32,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub relay_batch_count_max: u32,
+    /// When the events stream stands below what the ledger marked published and Redis says its
+    /// events were deleted, trimmed, or lost with the stream and its mark, the relay refuses
+    /// and names the missing ids; this says where to go on from: the first missing id to
+    /// publish them again, or the id after the last to leave them out. Used once.
+    #[arg(long, env = "CLAIMGATE_RELAY_REPUBLISH_FROM", value_parser = clap::value_parser!(i64).range(1..))]
+    pub republish_from: Option<i64>,
 }
 
 impl RelayOpts {
@@ -36,6 +42,7 @@ impl RelayOpts {
             events_stream: self.events_stream.clone(),
             batch_count_max: self.relay_batch_count_max as usize,
             redis_wait: cfg.redis_wait,
+            republish_from: self.republish_from,
         })
     }
 }

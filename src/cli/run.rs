@@ -2,8 +2,12 @@
 
 use super::common::shutdown_flag;
 use super::relay::RelayOpts;
+use crate::broker::binding;
+use crate::broker::read::Limits;
 use crate::broker::stream;
-use crate::config::{self, Config, LedgerConfig, OnConflict, Synchronous, WorkerConfig};
+use crate::config::{
+    self, Config, LedgerConfig, LedgerName, OnConflict, Synchronous, WorkerConfig,
+};
 use crate::error::{Error, Result};
 use crate::observe::metrics::Metrics;
 use crate::ops::anchoring::{self, Schedule};
@@ -29,8 +33,9 @@ pub struct RunArgs {
     /// that cannot dead-letter a valid entry.
     #[arg(long, env = "CLAIMGATE_QUARANTINE_SPACING_MS", default_value_t = config::QUARANTINE_SPACING_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub quarantine_spacing_ms: u64,
-    /// Refuse payloads larger than this many bytes (checked before parsing); 256 to 512 MiB
-    /// (a limit below any submission's size would dead-letter every entry).
+    /// Refuse payloads larger than this many bytes (checked before parsing; also the limit of
+    /// every other field, and the entry's limit with 64 KiB more); 256 to 512 MiB (a limit
+    /// below any submission's size would dead-letter every entry).
     #[arg(long, env = "CLAIMGATE_PAYLOAD_BYTES_MAX", default_value_t = config::PAYLOAD_BYTES_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(config::PAYLOAD_BYTES_MAX_MIN..=config::PAYLOAD_BYTES_MAX_MAX))]
     pub payload_bytes_max: u64,
     /// Dead-letter (`amount_too_large`) any submission whose amount_cents is over this. The
@@ -40,8 +45,9 @@ pub struct RunArgs {
     /// Entries asked for per read.
     #[arg(long, env = "CLAIMGATE_BATCH_COUNT_MAX", default_value_t = config::BATCH_COUNT_MAX_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_count_max: u32,
-    /// Entry bytes one read aims for: each read's COUNT is this over the entry sizes seen so
-    /// far (at most --batch-count-max), and at most 64 again right after an entry over --payload-bytes-max.
+    /// The most entry bytes the worker holds at once, read and not yet acknowledged (with a
+    /// fixed cost per field); reads ask Redis for no more than what is left. At least what one
+    /// entry of --payload-bytes-max may weigh (that plus 192 KiB).
     #[arg(long, env = "CLAIMGATE_READ_BYTES_MAX", default_value_t = config::READ_BYTES_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub read_bytes_max: u64,
     /// Exit 0 once the stream has no undelivered entries and the group none pending.
@@ -163,10 +169,10 @@ impl RunArgs {
         }))
     }
 
-    /// The worker's settings.
-    fn worker_config(&self) -> WorkerConfig {
+    /// The worker's settings, for the ledger `ledger`.
+    fn worker_config(&self, ledger: LedgerName) -> WorkerConfig {
         let consumer = self.consumer.clone().unwrap_or_else(default_consumer);
-        let mut wcfg = WorkerConfig::new(consumer);
+        let mut wcfg = WorkerConfig::new(consumer, ledger);
         wcfg.threads = self.threads.into();
         wcfg.claim_idle_ms = self.claim_idle_ms;
         wcfg.max_deliveries = self.max_deliveries;
@@ -181,6 +187,21 @@ impl RunArgs {
         wcfg.fast_filter_ttl_s = self.fast_filter.then_some(self.fast_filter_ttl_s);
         wcfg
     }
+
+    /// Refuses a `--read-bytes-max` that cannot hold one entry of the largest size
+    /// `--payload-bytes-max` allows: nothing could be read.
+    fn check_read_budget(&self) -> Result<()> {
+        let entry_max = Limits::for_payload(self.payload_bytes_max as usize).entry_weight_max();
+        if (self.read_bytes_max as usize) < entry_max {
+            return Err(Error::Config(format!(
+                "--read-bytes-max {} cannot hold one entry of the size --payload-bytes-max {} \
+                 allows ({entry_max} bytes with its overhead): raise --read-bytes-max to at \
+                 least {entry_max}",
+                self.read_bytes_max, self.payload_bytes_max
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The default consumer name: host name and pid, unique per process.
@@ -191,6 +212,46 @@ pub fn default_consumer() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "claimgate".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// The ledger as the worker names it to Redis and the operator: its id, made now if no relay or
+/// backup made it before (a write, so a ledger locked by another process is waited out, as its
+/// opening is), and where it is. `None` when a stop was asked for meanwhile.
+fn ledger_name(
+    ledger: &dyn crate::ledger::Backend,
+    shutdown: &std::sync::atomic::AtomicBool,
+) -> Result<Option<LedgerName>> {
+    match crate::retry::with_backoff("opening the ledger", shutdown, 0, || ledger.ledger_id()) {
+        Ok(id) => Ok(Some(LedgerName {
+            id,
+            shown: ledger.describe(),
+        })),
+        // The retry gives up on a transient failure only once a stop is asked for.
+        Err(e) if e.is_transient() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Before anything reads the group or writes beside it: binds the group to this ledger, or
+/// refuses (exit 2) when it belongs to another (`broker/binding.rs`). Redis unreachable is
+/// waited out as the reader would, under the reader's name (one WARN, one INFO); `false` when
+/// a stop was asked for meanwhile.
+fn bind_at_start(
+    cfg: &Config,
+    target: &stream::Target,
+    ledger: &LedgerName,
+    shutdown: &std::sync::atomic::AtomicBool,
+) -> Result<bool> {
+    let mut conn = stream::Conn::new(target.clone());
+    let bound = crate::retry::with_backoff(crate::worker::READING, shutdown, 0, || {
+        binding::bind_or_refuse(&mut conn, &cfg.stream, &cfg.group, ledger)
+    });
+    match bound {
+        Ok(()) => Ok(true),
+        // The retry gives up on a transient failure only once a stop is asked for.
+        Err(e) if e.is_transient() => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Behind Sentinel, before reading: copies again any dead letter a promotion lost
@@ -243,12 +304,19 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     let shutdown = shutdown_flag()?;
     super::common::operator_signals()?;
     let anchors = args.anchor_schedule(cfg)?;
+    args.check_read_budget()?;
     let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
         return Ok(());
     };
+    let Some(name) = ledger_name(&*ledger, &shutdown)? else {
+        return Ok(());
+    };
+    let wcfg = args.worker_config(name);
     let target = stream::client(&cfg.redis_url)?;
+    if !bind_at_start(cfg, &target, &wcfg.ledger, &shutdown)? {
+        return Ok(());
+    }
     reconcile_at_start(cfg, target, &*ledger)?;
-    let wcfg = args.worker_config();
     let metrics = Metrics::default();
     let relay = args
         .relay

@@ -344,7 +344,7 @@ impl<'a> Demo<'a> {
                 }
                 cmd.ignore();
             }
-            pipe.query::<()>(self.conn.get()?)?;
+            self.conn.pipeline::<()>(&pipe)?;
         }
         Ok(())
     }

@@ -335,6 +335,13 @@ pub trait Outbox: Send + Sync {
     /// must only read (`audit verify --anchors` on a ledger that never had an id).
     fn ledger_id_made(&self) -> Result<Option<String>>;
 
+    /// The highest outbox id this ledger has marked published (0 when none). Rows are marked
+    /// in id order (every unpublished row at or below an id at once), so every row below it is
+    /// marked too. The relay compares it with the events stream's position: a stream standing
+    /// lower lost events the ledger says it published (`relay.rs`, "When the stream stands
+    /// below the ledger").
+    fn published_id_max(&self) -> Result<i64>;
+
     /// The highest outbox id this ledger has ever assigned (0 before the first row), whether
     /// or not the row still exists (a purge removes rows, never the sequence). The relay
     /// compares the events stream's mark with it: a mark above it means the stream holds events

@@ -10,9 +10,8 @@
 //! This module talks to Redis only; it never opens the ledger. (`dlq reconcile`, which reads
 //! the ledger's dead-letter records, is `ops/reconcile.rs`, run from `cli/ops.rs`.)
 
-use crate::broker::stream::{
-    self, dead_index_key, Conn, DEAD_LETTER_PREFIX_BYTES, ORIGINAL_FIELD_PREFIX,
-};
+use crate::broker::dead_letter::{dead_index_key, DEAD_LETTER_PREFIX_BYTES, ORIGINAL_FIELD_PREFIX};
+use crate::broker::stream::{self, Conn};
 use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
 use crate::domain::submission::{award_id_hint, PAYLOAD_FIELD};
 use crate::error::{Error, Result};
@@ -159,7 +158,7 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
                 .iter()
                 .any(|(k, _)| k == "original_fields_truncated")
             {
-                writeln!(out, "  note: oversize field(s) kept as size, SHA-256 and first {DEAD_LETTER_PREFIX_BYTES} bytes only; not replayable, have the producer re-send the entry fixed").ok();
+                writeln!(out, "  note: oversize field(s) kept as size, SHA-1 and first {DEAD_LETTER_PREFIX_BYTES} bytes only; not replayable, have the producer re-send the entry fixed").ok();
             }
             Ok(())
         }

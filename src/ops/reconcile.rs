@@ -7,12 +7,15 @@
 //! worker copies it again; this repairs the rest. The ledger's `dead_letter` audit records are
 //! the authority: one per dead-lettered entry id. For each, the index `<stream>:dead:index`
 //! says whether a copy exists; when not, the entry is read back from the submissions stream
-//! (XRANGE, which counts no delivery) and copied with the reason the ledger kept. An entry
+//! (XRANGE, which counts no delivery; one too large to read whole comes cut on the server, as
+//! the worker reads it) and copied with the reason the ledger kept. An entry
 //! trimmed from the stream meanwhile is copied with no original fields: the dead letter still
 //! names it, its award and its reason. Copies go through the same script as the worker's, so
 //! running this twice, or beside workers, never makes a second copy of one entry.
 
-use crate::broker::stream::{self, Conn, DeadLetterCopy, Entry};
+use crate::broker::dead_letter::{self, dead_index_key, DeadLetterCopy};
+use crate::broker::read::{self, Limits};
+use crate::broker::stream::{Conn, Entry};
 use crate::config::{Config, PAYLOAD_BYTES_MAX_DEFAULT};
 use crate::domain::audit::{Kind, Record};
 use crate::error::Result;
@@ -42,7 +45,7 @@ const INDEX_LOOKUPS_PER_CALL: usize = 256;
 /// follows the dead letters, not the size of the trail.
 pub fn reconcile(conn: &mut Conn, cfg: &Config, audit: &dyn AuditLog) -> Result<Reconciled> {
     let dead_stream = cfg.dead_stream();
-    let index = stream::dead_index_key(&dead_stream);
+    let index = dead_index_key(&dead_stream);
     let mut done = Reconciled::default();
     let mut pending: Vec<Record> = Vec::with_capacity(INDEX_LOOKUPS_PER_CALL);
     audit.for_each_dead_letter(&mut |record| {
@@ -106,12 +109,13 @@ fn recopy_missing(
 fn recopy(conn: &mut Conn, cfg: &Config, record: &Record, done: &mut Reconciled) -> Result<()> {
     let id = record.stream_entry_id.as_deref().unwrap_or_default();
     let delivery_count = record.delivery_count.unwrap_or(1).max(1) as u64;
-    let read = stream::entries_by_id(conn, &cfg.stream, &[(id.to_owned(), delivery_count)])?;
-    let entry = read.entries.into_iter().next().unwrap_or(Entry {
-        id: id.to_owned(),
-        fields: Vec::new(),
-        delivery_count,
-    });
+    // One entry at a time, with room for the heaviest one: reconciliation runs in the
+    // worker's reader after a failover, beside its budget.
+    let limits = Limits::for_payload(PAYLOAD_BYTES_MAX_DEFAULT);
+    let ids = [(id.to_owned(), delivery_count)];
+    let read = read::fetch(conn, &cfg.stream, &ids, limits.entry_weight_max(), &limits)?;
+    let entry = (read.entries.into_iter().next())
+        .unwrap_or_else(|| Entry::whole(id, Vec::new(), delivery_count));
     done.without_fields += u64::from(entry.fields.is_empty());
     let reason = record
         .detail
@@ -124,9 +128,8 @@ fn recopy(conn: &mut Conn, cfg: &Config, record: &Record, done: &mut Reconciled)
         consumer: "claimgate dlq reconcile",
         source_stream: &cfg.stream,
         dead_lettered_at: &record.recorded_at,
-        field_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
     };
-    stream::copy_to_dead_letters(conn, &cfg.dead_stream(), &copy)?;
+    dead_letter::copy_to_dead_letters(conn, &cfg.dead_stream(), &copy)?;
     done.recopied += 1;
     Ok(())
 }

@@ -21,8 +21,16 @@
 //! - a `restored` audit record says all this, in the same transaction.
 //!
 //! The ledger replaced is kept whole beside the restored one, never overwritten.
+//!
+//! # The consumer groups' binding
+//!
+//! A consumer group is bound to one ledger by its id (`broker/binding.rs`). A backup carries its
+//! ledger's id, so a restored backup of this ledger is the ledger its groups are bound to and
+//! its workers read on; a backup of another ledger is not, and its workers refuse the group
+//! (exit 2) rather than pay its entries a second time. The restore reads the bindings of
+//! `--stream`'s groups with the mark, before anything is swapped in, and says which is which.
 
-use crate::broker::{mark, stream};
+use crate::broker::{binding, mark, stream};
 use crate::config::LedgerConfig;
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
@@ -37,6 +45,8 @@ pub struct Request<'a> {
     pub redis_url: &'a str,
     /// The events stream the relay publishes to.
     pub events_stream: &'a str,
+    /// The submissions stream, whose consumer groups' bindings are reported.
+    pub stream: &'a str,
 }
 
 /// Restores `req.backup` in place of the ledger `lcfg` names, and says what it did.
@@ -48,6 +58,12 @@ pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
             "cannot read {} from Redis ({e}); restore needs it to keep the events stream \
              exactly-once, so nothing was changed",
             mark::key(req.events_stream)
+        ))
+    })?;
+    let bound = binding::bindings(&mut conn, req.stream).map_err(|e| {
+        crate::error::Error::Other(format!(
+            "cannot read {} from Redis ({e}); nothing was changed",
+            binding::key(req.stream)
         ))
     })?;
     let backup_id = restoring.ledger_id();
@@ -103,5 +119,33 @@ pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
     if let Some(note) = note {
         println!("note: {note}");
     }
+    for line in binding_notes(req.stream, &bound, backup_id.as_deref()) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// What the restore means for each consumer group of `stream` bound to a ledger (`bound`:
+/// group, ledger id), given the restored backup's id.
+fn binding_notes(stream: &str, bound: &[(String, String)], backup_id: Option<&str>) -> Vec<String> {
+    bound
+        .iter()
+        .map(|(group, ledger)| match backup_id {
+            Some(id) if id == ledger => format!(
+                "consumer group {group} of {stream} is bound to this ledger ({id}): its workers \
+                 read on"
+            ),
+            Some(id) => format!(
+                "note: consumer group {group} of {stream} is bound to ledger {ledger}, not to \
+                 this backup's ledger {id}: its workers will refuse this ledger (exit 2) rather \
+                 than pay its entries in a second ledger; give this ledger a group of its own \
+                 (--group)"
+            ),
+            None => format!(
+                "note: the backup carries no ledger id, so it is given a new one when first \
+                 opened, and consumer group {group} of {stream} (bound to ledger {ledger}) will \
+                 refuse it; give it a group of its own (--group)"
+            ),
+        })
+        .collect()
 }

@@ -25,6 +25,8 @@ pub struct Options {
     pub appendonly: bool,
     /// Require this password (`requirepass`).
     pub password: Option<String>,
+    /// As a replica, give this password to the primary (`masterauth`).
+    pub masterauth: Option<String>,
     /// Also listen on a unix socket, `redis.sock` in the server's directory (see
     /// [`LocalRedis::socket_path`]).
     pub unixsocket: bool,
@@ -193,6 +195,9 @@ impl LocalRedis {
         }
         if let Some(p) = &self.options.password {
             cmd.arg("--requirepass").arg(p);
+        }
+        if let Some(p) = &self.options.masterauth {
+            cmd.arg("--masterauth").arg(p);
         }
         if let Some(port) = self.options.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"]).arg(port.to_string());

@@ -7,6 +7,11 @@
 //! `rediss+sentinel://` URL naming the sentinels' TLS ports; the plain ports stay open for the
 //! harness's own checks, and the ports the sentinels name are the TLS ones.
 //!
+//! With [`Passwords`] the data nodes take a password (`requirepass`, and `masterauth` for the
+//! replica; the sentinels monitor them with `sentinel auth-pass`), the sentinels one of their own
+//! (`requirepass`, and `sentinel sentinel-pass` among themselves), and [`LocalSentinels::url`]
+//! carries both in the documented form.
+//!
 //! The sentinels decide fast so that a test sees a promotion within seconds: a primary is down
 //! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
 //! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
@@ -31,6 +36,15 @@ pub const FAILOVER_TIMEOUT_MS: u64 = 3_000;
 /// How long [`LocalSentinels::start`] waits for the sentinels to see the replica.
 const READY_WAIT_MS_MAX: u64 = 15_000;
 
+/// Passwords for a set-up: the data nodes', and the sentinels' own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Passwords {
+    /// The data nodes' `requirepass` (and the replica's `masterauth`).
+    pub data: Option<String>,
+    /// The sentinels' `requirepass`.
+    pub sentinel: Option<String>,
+}
+
 /// One primary, one replica, three sentinels.
 pub struct LocalSentinels {
     /// The data nodes: index 0 started as the primary, index 1 as its replica. Which one is the
@@ -42,22 +56,25 @@ pub struct LocalSentinels {
     sentinel_tls_ports: Option<Vec<u16>>,
     /// Holds the sentinels' config files and logs (and the data nodes' directories).
     dir: tempfile::TempDir,
+    /// The passwords it was started with.
+    passwords: Passwords,
 }
 
 impl LocalSentinels {
     /// Starts the five processes and waits until every sentinel knows the primary and its
     /// replica, so a failover can happen from then on.
     pub fn start() -> Result<Self> {
-        Self::start_with(None)
+        Self::start_with(None, Passwords::default())
     }
 
     /// [`LocalSentinels::start`], with every process also serving TLS with `tls`'s certificate
     /// and the nodes replicating and monitored over TLS.
     pub fn start_tls(tls: Tls) -> Result<Self> {
-        Self::start_with(Some(tls))
+        Self::start_with(Some(tls), Passwords::default())
     }
 
-    fn start_with(tls: Option<Tls>) -> Result<Self> {
+    /// The set-up, over TLS when `tls` is given, with `passwords`.
+    pub fn start_with(tls: Option<Tls>, passwords: Passwords) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("claimgate-sentinel-")
             .tempdir()
@@ -69,12 +86,14 @@ impl LocalSentinels {
         };
         let options = Options {
             tls: tls.clone(),
+            password: passwords.data.clone(),
+            masterauth: passwords.data.clone(),
             ..Options::default()
         };
         let primary = LocalRedis::start_in(&node_dir("a")?, options.clone())?;
         // Replicas and sentinels reach a node on the port they would serve clients on.
         let primary_port = primary.tls_port().unwrap_or(primary.port());
-        sync_at_once(primary.port())?;
+        sync_at_once(primary.port(), passwords.data.as_deref())?;
         let replica = LocalRedis::start_in(
             &node_dir("b")?,
             Options {
@@ -83,11 +102,12 @@ impl LocalSentinels {
             },
         )?;
         // The replica is the primary after a failover, and serves the old one's resync then.
-        sync_at_once(replica.port())?;
+        sync_at_once(replica.port(), passwords.data.as_deref())?;
         let mut sentinels = Vec::new();
         let mut tls_ports = Vec::new();
         for _ in 0..3 {
-            let (port, tls_port, child) = start_sentinel(dir.path(), tls.as_ref(), primary_port)?;
+            let (port, tls_port, child) =
+                start_sentinel(dir.path(), tls.as_ref(), primary_port, &passwords)?;
             sentinels.push((port, child));
             tls_ports.extend(tls_port);
         }
@@ -96,6 +116,7 @@ impl LocalSentinels {
             sentinels,
             sentinel_tls_ports: tls.map(|_| tls_ports),
             dir,
+            passwords,
         };
         set.wait_ready()?;
         Ok(set)
@@ -109,7 +130,18 @@ impl LocalSentinels {
             None => ("redis+sentinel", self.sentinel_ports()),
         };
         let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        format!("{scheme}://{}/{MASTER_NAME}", hosts.join(","))
+        let userinfo = match &self.passwords.data {
+            Some(pw) => format!(":{pw}@"),
+            None => String::new(),
+        };
+        let query = match &self.passwords.sentinel {
+            Some(pw) => format!("?sentinel_password={pw}"),
+            None => String::new(),
+        };
+        format!(
+            "{scheme}://{userinfo}{}/{MASTER_NAME}{query}",
+            hosts.join(",")
+        )
     }
 
     /// The sentinels' ports.
@@ -121,7 +153,7 @@ impl LocalSentinels {
     pub fn primary_port(&self) -> Result<u16> {
         let mut last = None;
         for (port, _) in &self.sentinels {
-            match ask_primary(*port) {
+            match ask_primary(*port, self.passwords.sentinel.as_deref()) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = Some(e),
             }
@@ -164,7 +196,7 @@ impl LocalSentinels {
     /// (without which there is no quorum to fail over).
     fn wait_ready(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_millis(READY_WAIT_MS_MAX);
-        while !replica_link_up(self.nodes[1].port())? {
+        while !replica_link_up_with(self.nodes[1].port(), self.passwords.data.as_deref())? {
             if Instant::now() > deadline {
                 return Err(Error::Other(format!(
                     "the replica did not finish syncing within {READY_WAIT_MS_MAX} ms"
@@ -174,7 +206,8 @@ impl LocalSentinels {
         }
         for (port, _) in &self.sentinels {
             loop {
-                let known = (count(*port, "REPLICAS"), count(*port, "SENTINELS"));
+                let pw = self.passwords.sentinel.as_deref();
+                let known = (count(*port, pw, "REPLICAS"), count(*port, pw, "SENTINELS"));
                 match known {
                     (Ok(replicas), Ok(others)) if replicas >= 1 && others >= 2 => break,
                     _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
@@ -209,14 +242,16 @@ fn start_sentinel(
     dir: &Path,
     tls: Option<&Tls>,
     primary_port: u16,
+    passwords: &Passwords,
 ) -> Result<(u16, Option<u16>, Child)> {
     let mut tries = 0;
     loop {
         tries += 1;
         let (port, tls_port) = fresh_ports(tls.is_some())?;
-        let mut child = spawn_sentinel(dir, port, tls_port.zip(tls), primary_port)?;
+        let mut child = spawn_sentinel(dir, port, tls_port.zip(tls), primary_port, passwords)?;
         let ping = || -> Result<()> {
-            redis::cmd("PING").query::<String>(&mut sentinel_conn(port)?)?;
+            let pw = passwords.sentinel.as_deref();
+            redis::cmd("PING").query::<String>(&mut node_conn(port, pw)?)?;
             Ok(())
         };
         let log = dir.join(format!("sentinel-{port}.log"));
@@ -250,6 +285,7 @@ fn spawn_sentinel(
     port: u16,
     tls: Option<(u16, &Tls)>,
     primary_port: u16,
+    passwords: &Passwords,
 ) -> Result<Child> {
     let path = config_path(dir, port);
     let tls_lines = match tls {
@@ -261,12 +297,21 @@ fn spawn_sentinel(
         ),
         None => String::new(),
     };
+    let mut auth_lines = String::new();
+    if let Some(pw) = &passwords.sentinel {
+        auth_lines.push_str(&format!("requirepass {pw}\nsentinel sentinel-pass {pw}\n"));
+    }
     let config = format!(
         "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n{tls_lines}\
          sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
          sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
          sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
-         sentinel parallel-syncs {MASTER_NAME} 1\n",
+         sentinel parallel-syncs {MASTER_NAME} 1\n{auth_lines}{data_auth}",
+        data_auth = passwords
+            .data
+            .as_ref()
+            .map(|pw| format!("sentinel auth-pass {MASTER_NAME} {pw}\n"))
+            .unwrap_or_default(),
         dir = dir.display(),
         log = dir.join(format!("sentinel-{port}.log")).display(),
     );
@@ -281,48 +326,54 @@ fn start_sentinel_process(config: &Path) -> Result<Child> {
     )
 }
 
-/// A connection to a sentinel or data node on loopback `port`.
-fn sentinel_conn(port: u16) -> Result<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+/// A connection to a sentinel or data node on loopback `port`, with its password if it has one.
+fn node_conn(port: u16, password: Option<&str>) -> Result<redis::Connection> {
+    let auth = password.map(|pw| format!(":{pw}@")).unwrap_or_default();
+    let client = redis::Client::open(format!("redis://{auth}127.0.0.1:{port}"))?;
     let conn = client.get_connection_with_timeout(Duration::from_millis(300))?;
     conn.set_read_timeout(Some(Duration::from_millis(1_000)))?;
     Ok(conn)
 }
 
 /// The primary's port as the sentinel on `port` names it.
-fn ask_primary(port: u16) -> Result<u16> {
+fn ask_primary(port: u16, password: Option<&str>) -> Result<u16> {
     let (_, primary_port): (String, u16) = redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(MASTER_NAME)
-        .query(&mut sentinel_conn(port)?)?;
+        .query(&mut node_conn(port, password)?)?;
     Ok(primary_port)
 }
 
 /// Makes the data node on `port` start a replica's full sync at once: by default a primary
 /// waits 5 s (`repl-diskless-sync-delay`) for more replicas to join the same transfer.
-fn sync_at_once(port: u16) -> Result<()> {
+fn sync_at_once(port: u16, password: Option<&str>) -> Result<()> {
     redis::cmd("CONFIG")
         .arg("SET")
         .arg("repl-diskless-sync-delay")
         .arg(0)
-        .query::<()>(&mut sentinel_conn(port)?)?;
+        .query::<()>(&mut node_conn(port, password)?)?;
     Ok(())
 }
 
 /// True when the replica on `port` says its link to the primary is up.
 pub fn replica_link_up(port: u16) -> Result<bool> {
+    replica_link_up_with(port, None)
+}
+
+/// [`replica_link_up`] for a replica that takes `password`.
+fn replica_link_up_with(port: u16, password: Option<&str>) -> Result<bool> {
     let info: String = redis::cmd("INFO")
         .arg("replication")
-        .query(&mut sentinel_conn(port)?)?;
+        .query(&mut node_conn(port, password)?)?;
     Ok(info.lines().any(|l| l.trim() == "master_link_status:up"))
 }
 
 /// How many replicas (`what` = `REPLICAS`) or other sentinels (`SENTINELS`) the sentinel on
 /// `port` knows of.
-fn count(port: u16, what: &str) -> Result<usize> {
+fn count(port: u16, password: Option<&str>, what: &str) -> Result<usize> {
     let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
         .arg(what)
         .arg(MASTER_NAME)
-        .query(&mut sentinel_conn(port)?)?;
+        .query(&mut node_conn(port, password)?)?;
     Ok(replicas.len())
 }

@@ -10,7 +10,10 @@
 use std::borrow::Cow;
 
 /// Query parameters whose name is shown but whose value is not.
-const URL_QUERY_SECRET: [&str; 4] = ["pass", "password", "passwd", "pwd"];
+const URL_QUERY_SECRET: [&str; 5] = ["pass", "password", "passwd", "pwd", "sentinel_password"];
+
+/// Fragments shown as they are: none is a secret (`#insecure` is refused, and named when it is).
+const URL_FRAGMENT_SHOWN: [&str; 1] = ["insecure"];
 
 /// Decoded query pairs, re-joined with every value that might be a secret hidden; values of
 /// the names in `shown` are kept.
@@ -54,9 +57,17 @@ pub fn by_hand(url: &str, shown: &[&str]) -> String {
             None => "***@".to_owned(),
         },
     };
-    let (address, query_text) = match tail.split_once(['?', '#']) {
+    // The fragment first: a `?` after a `#` is part of the fragment, not a query.
+    let (tail, fragment) = match tail.split_once('#') {
+        Some((before, fragment)) if URL_FRAGMENT_SHOWN.contains(&fragment) => {
+            (before, format!("#{fragment}"))
+        }
+        Some((before, _)) => (before, "#***".to_owned()),
+        None => (tail, String::new()),
+    };
+    let (address, query_text) = match tail.split_once('?') {
         Some((address, after)) => {
-            let pairs = after.split(['&', '#']).filter(|p| !p.is_empty()).map(|p| {
+            let pairs = after.split('&').filter(|p| !p.is_empty()).map(|p| {
                 let (name, value) = p.split_once('=').unwrap_or((p, ""));
                 (Cow::Borrowed(name), Cow::Borrowed(value))
             });
@@ -64,7 +75,7 @@ pub fn by_hand(url: &str, shown: &[&str]) -> String {
         }
         None => (tail, String::new()),
     };
-    format!("{scheme}://{userinfo}{address}{query_text}")
+    format!("{scheme}://{userinfo}{address}{query_text}{fragment}")
 }
 
 #[cfg(test)]
@@ -89,6 +100,26 @@ mod tests {
         assert_eq!(
             by_hand("postgres://h/db?x=s3cret", &shown),
             "postgres://h/db?***"
+        );
+    }
+
+    #[test]
+    fn a_query_and_a_fragment_keep_their_places() {
+        // A sentinel URL's `#insecure` read as a query pair gave `…/grants?***` (issue 39).
+        assert_eq!(
+            by_hand("rediss+sentinel://:pw@h1:1,h2:2/grants#insecure", &[]),
+            "rediss+sentinel://:***@h1:1,h2:2/grants#insecure"
+        );
+        assert_eq!(
+            by_hand(
+                "redis+sentinel://h1/m?sentinel_password=pw&sentinel_user=u#x",
+                &["sentinel_user"]
+            ),
+            "redis+sentinel://h1/m?sentinel_password=***&sentinel_user=u#***"
+        );
+        assert_eq!(
+            by_hand("redis+sentinel://h1/m#a?b=pw", &[]),
+            "redis+sentinel://h1/m#***"
         );
     }
 }

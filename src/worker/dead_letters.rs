@@ -7,7 +7,8 @@
 
 use super::parse::{Parsed, Verdict};
 use super::Shared;
-use crate::broker::stream::{self, Conn, DeadLetterCopy, Entry};
+use crate::broker::dead_letter::{self, DeadLetterCopy};
+use crate::broker::stream::{Conn, Entry};
 use crate::domain::clock::now_rfc3339;
 use crate::domain::submission;
 use crate::error::{Error, Result};
@@ -39,11 +40,11 @@ pub(super) fn copy_held(
             continue;
         };
         // The submission keeps its payload, the one field a valid entry needs.
-        let entry = Entry {
-            id: p.id.clone(),
-            fields: vec![(submission::PAYLOAD_FIELD.to_vec(), s.payload.clone())],
-            delivery_count: p.delivery_count,
-        };
+        let entry = Entry::whole(
+            p.id.clone(),
+            vec![(submission::PAYLOAD_FIELD.to_vec(), s.payload.clone())],
+            p.delivery_count,
+        );
         let reason = format!(
             "conflicts with key {other_key} for the same award and submission time; held for review"
         );
@@ -72,14 +73,11 @@ fn copy(
         consumer: &wcfg.consumer,
         source_stream: &cfg.stream,
         dead_lettered_at: &dead_lettered_at,
-        // A field over the payload limit (an oversize payload above all) is kept as its size,
-        // digest and first bytes: a second full copy would double its cost to Redis.
-        field_bytes_max: wcfg.payload_bytes_max,
     };
     let dead_stream = cfg.dead_stream();
     shared
         .retry(what, || {
-            stream::copy_to_dead_letters(conn, &dead_stream, &letter)?;
+            dead_letter::copy_to_dead_letters(conn, &dead_stream, &letter)?;
             // Before the XACK: a copy only the primary held would go with it in a failover.
             conn.wait_replicated(cfg.redis_wait)
         })

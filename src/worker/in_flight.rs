@@ -30,6 +30,13 @@ impl InFlight {
         entries
     }
 
+    /// Adds `ids` to the set, read now: entries delivered to us whose bodies are still to be
+    /// fetched.
+    pub(super) fn track_ids(&self, ids: &[String]) {
+        let now = Instant::now();
+        self.lock().extend(ids.iter().map(|id| (id.clone(), now)));
+    }
+
     /// The entries that are not in the set already.
     pub(super) fn not_in(&self, entries: Vec<Entry>) -> Vec<Entry> {
         let set = self.lock();

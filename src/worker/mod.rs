@@ -1,10 +1,12 @@
 //! `claimgate run`: the only module that holds both a Redis connection and the ledger.
 //!
-//! Three stages joined by bounded channels, so memory stays flat whatever the backlog, and two
-//! helpers beside them:
+//! Three stages joined by bounded channels, and two helpers beside them. Memory is bounded by
+//! bytes: every entry counts against `--read-bytes-max` from the read that brings it in until
+//! it is dropped after its XACK (`read_size.rs`), and the reader asks Redis for no more than
+//! what is left (`broker/read.rs`), whatever the entries weigh.
 //!
 //! ```text
-//! reader (reader.rs: 1 thread, blocking XREADGROUP / XAUTOCLAIM)
+//! reader (reader.rs: 1 thread, read scripts within the memory budget, polling when idle)
 //!   → parse pool (parse.rs, --threads: validate, hash, enforce the delivery cap)
 //!     → writer (writer.rs, 1 thread: dead letters, one ledger transaction per batch)
 //!       → acker (acker.rs, 1 thread: held copies, XACK, in-flight ids let go)
@@ -52,6 +54,10 @@ use reporter::Committed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::ScopedJoinHandle;
 
+/// The name the reader's failures to reach Redis are logged under (`retry::Episode`); `run`
+/// waits out Redis at start under it too.
+pub use reader::WHAT as READING;
+
 /// What the stages share.
 struct Shared<'a> {
     /// Where to read and what to call ourselves.
@@ -68,6 +74,9 @@ struct Shared<'a> {
     filter: Option<FastFilter>,
     /// Run by the reader after the Redis primary changed (see [`AfterFailover`]).
     after_failover: AfterFailover<'a>,
+    /// The memory budget for entries (`--read-bytes-max`): counted from the read that brings
+    /// an entry in until it is dropped (`read_size.rs`).
+    budget: std::sync::Arc<read_size::Budget>,
 }
 
 /// What the worker runs, on the reader's connection, once it finds that the Redis primary
@@ -178,9 +187,10 @@ pub fn run(
             .fast_filter_ttl_s
             .map(|ttl_s| FastFilter::new(&cfg.stream, &cfg.group, ttl_s)),
         after_failover,
+        budget: read_size::Budget::new(wcfg.read_bytes_max),
     };
     announce(cfg, wcfg);
-    let (raw_tx, raw_rx) = bounded::<parse::Handoff>(CHANNEL_BATCHES_MAX);
+    let (raw_tx, raw_rx) = bounded::<parse::Raw>(CHANNEL_BATCHES_MAX);
     let (parsed_tx, parsed_rx) = bounded::<parse::Batch>(CHANNEL_BATCHES_MAX);
     // Audit log lines, counters and freeing the batch happen on a thread of their own, so
     // the single writer spends its time on commits (+3-9% throughput, see BENCHMARKS.md).

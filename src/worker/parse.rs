@@ -4,7 +4,10 @@
 //! **Invariant:** nothing here writes to Redis or the ledger. Every entry that comes in goes out,
 //! in order, either valid or [`Rejected`] with a reason: none is dropped, none is processed.
 
+use super::read_size::Held;
+use crate::broker::entry::{Cut, PayloadSize};
 use crate::broker::fastfilter::FastFilter;
+use crate::broker::read::Limits;
 use crate::broker::stream::{Conn, Entry};
 use crate::config::{WorkerConfig, QUARANTINE_TRIES_MAX};
 use crate::domain::event;
@@ -32,6 +35,8 @@ pub(super) struct Parsed {
     pub(super) read_at: Instant,
     /// When it was parsed.
     pub(super) parsed_at: Instant,
+    /// Its share of the worker's memory budget, let go when it is dropped.
+    pub(super) held: Held,
 }
 
 /// What the reader hands the parse pool.
@@ -51,6 +56,10 @@ pub(super) struct Handoff {
 
 /// A parsed handoff: its `Handoff::seq` and its entries, in stream order.
 pub(super) type Batch = (u64, Vec<Parsed>);
+
+/// What the reader sends the parse pool: a handoff, and what its entries hold of the memory
+/// budget (split among the parsed entries, each letting go of its share when dropped).
+pub(super) type Raw = (Handoff, Held);
 
 /// What the parse stage decided about an entry.
 pub(super) enum Verdict {
@@ -86,16 +95,24 @@ impl Parsed {
 
 /// Parses batches from the reader until it hangs up or the writer is gone.
 pub(super) fn run(
-    rx: Receiver<Handoff>,
+    rx: Receiver<Raw>,
     tx: Sender<Batch>,
     wcfg: &WorkerConfig,
     mut filter: Option<(&FastFilter, Conn)>,
 ) {
-    for handoff in rx {
+    for (handoff, mut held) in rx {
         let (solo, read_at, seq) = (handoff.solo, handoff.read_at, handoff.seq);
         let mut parsed: Vec<Parsed> = (handoff.entries.into_iter())
-            .map(|e| parse_one(e, wcfg, solo, read_at))
+            .map(|e| {
+                let share = held.take(e.weight());
+                let mut p = parse_one(e, wcfg, solo, read_at);
+                p.held = share;
+                p
+            })
             .collect();
+        // What is left is the weight of entries the reader kept back (past the delivery cap):
+        // the reader reads nothing more until they are done with (quarantine.rs).
+        drop(held);
         if let Some((filter, conn)) = filter.as_mut() {
             look_up_committed(filter, conn, &mut parsed);
         }
@@ -128,13 +145,23 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool, read_at: Instant) ->
     // and `dlq list` names its award; so does this, reading at most that many bytes.
     let hint_bytes_max = wcfg
         .payload_bytes_max
-        .max(crate::broker::stream::DEAD_LETTER_PREFIX_BYTES);
+        .max(crate::broker::dead_letter::DEAD_LETTER_PREFIX_BYTES);
     let hint = |entry: &Entry| {
         submission::payload_of(&entry.fields)
             .ok()
             .and_then(|p| submission::award_id_hint(p, hint_bytes_max))
     };
-    let verdict = if delivery_count > wcfg.max_deliveries && !solo {
+    let verdict = if let Some(cut) = entry.cut.as_deref() {
+        let (code, reason) = too_large(cut, wcfg);
+        Verdict::Rejected(Rejected {
+            code,
+            reason,
+            // A payload small enough to be sent whole (4 KiB or less) still names its award.
+            award_id: hint(&entry),
+            key: None,
+            entry,
+        })
+    } else if delivery_count > wcfg.max_deliveries && !solo {
         Verdict::Rejected(Rejected {
             code: "max_deliveries",
             reason: format!(
@@ -175,7 +202,49 @@ fn parse_one(entry: Entry, wcfg: &WorkerConfig, solo: bool, read_at: Instant) ->
         bytes,
         read_at,
         parsed_at: Instant::now(),
+        held: Held::default(),
     }
+}
+
+/// Why an entry Redis sent cut (too large to read whole: `broker/read.rs`) is dead-lettered,
+/// as a code and words, first cause first: its payload over `--payload-bytes-max`, too many
+/// fields, another field over that limit, or all of it over the entry limit. It is never
+/// parsed: what came of it is not the entry.
+fn too_large(cut: &Cut, wcfg: &WorkerConfig) -> (&'static str, String) {
+    let limits = Limits::for_payload(wcfg.payload_bytes_max);
+    let field_max = limits.field_bytes_max as u64;
+    match cut.payload {
+        PayloadSize::One(size) if size > field_max => {
+            let m = submission::Malformed::PayloadTooLarge {
+                size: size as usize,
+                max: limits.field_bytes_max,
+            };
+            return (m.code(), m.to_string());
+        }
+        _ => {}
+    }
+    if cut.fields > limits.fields_max as u64 {
+        let why = format!(
+            "entry has {} fields, over the limit of {}",
+            cut.fields, limits.fields_max
+        );
+        return ("too_many_fields", why);
+    }
+    if cut.largest_bytes > field_max {
+        // A producer's bytes, kept printable and storable in any ledger (no NUL, no control).
+        let name = String::from_utf8_lossy(&cut.largest_name);
+        let why = format!(
+            "field \"{}\" is {} bytes, over the limit of {field_max} bytes",
+            crate::support::escape::controls(&name),
+            cut.largest_bytes
+        );
+        return ("field_too_large", why);
+    }
+    let why = format!(
+        "entry is {} bytes, over the limit of {} bytes",
+        cut.bytes, limits.entry_bytes_max
+    );
+    ("entry_too_large", why)
 }
 
 #[cfg(test)]
@@ -185,17 +254,84 @@ mod tests {
     const VALID: &[u8] =
         br#"{"award_id":"A-7","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":125}"#;
 
-    fn entry(payload: &[u8], delivery_count: u64) -> Entry {
-        Entry {
-            id: "5-0".into(),
-            fields: vec![(submission::PAYLOAD_FIELD.to_vec(), payload.to_vec())],
-            delivery_count,
+    fn wcfg() -> WorkerConfig {
+        let ledger = crate::config::LedgerName {
+            id: "L".into(),
+            shown: "ledger.db".into(),
+        };
+        WorkerConfig::new("c", ledger)
+    }
+
+    /// An entry the server cut down: `bytes` in all, `fields` fields, the payload's size
+    /// `payload`, the largest value `largest` bytes.
+    fn cut(bytes: u64, fields: u64, payload: PayloadSize, largest: u64) -> Entry {
+        let mut e = Entry::whole("7-0", Vec::new(), 1);
+        e.cut = Some(Box::new(Cut {
+            bytes,
+            fields,
+            payload,
+            largest_name: b"note\n\0".to_vec(),
+            largest_bytes: largest,
+            summaries: Vec::new(),
+        }));
+        e
+    }
+
+    #[test]
+    fn an_entry_cut_on_the_server_is_rejected_with_its_first_cause() {
+        let w = wcfg();
+        let max = w.payload_bytes_max as u64;
+        for (entry, code, reason) in [
+            (
+                cut(max + 10, 1, PayloadSize::One(max + 1), max + 1),
+                "payload_too_large",
+                format!(
+                    "payload is {} bytes, over the limit of {max} bytes",
+                    max + 1
+                ),
+            ),
+            (
+                cut(60_000, 1_001, PayloadSize::One(5), 5),
+                "too_many_fields",
+                "entry has 1001 fields, over the limit of 1000".to_owned(),
+            ),
+            (
+                cut(max + 100, 2, PayloadSize::One(5), max + 1),
+                "field_too_large",
+                format!(
+                    "field \"note\\n\\u{{0}}\" is {} bytes, over the limit of {max} bytes",
+                    max + 1
+                ),
+            ),
+            (
+                cut(max + 70_000, 3, PayloadSize::Absent, max),
+                "entry_too_large",
+                format!(
+                    "entry is {} bytes, over the limit of {} bytes",
+                    max + 70_000,
+                    max + 65_536
+                ),
+            ),
+        ] {
+            let p = parse_one(entry, &w, false, Instant::now());
+            let Verdict::Rejected(r) = &p.verdict else {
+                panic!("accepted a cut entry")
+            };
+            assert_eq!((r.code, r.reason.as_str()), (code, reason.as_str()));
         }
+    }
+
+    fn entry(payload: &[u8], delivery_count: u64) -> Entry {
+        Entry::whole(
+            "5-0",
+            vec![(submission::PAYLOAD_FIELD.to_vec(), payload.to_vec())],
+            delivery_count,
+        )
     }
 
     #[test]
     fn a_valid_entry_under_the_cap_is_a_submission() {
-        let wcfg = WorkerConfig::new("c");
+        let wcfg = wcfg();
         let p = parse_one(
             entry(VALID, wcfg.max_deliveries),
             &wcfg,
@@ -215,7 +351,7 @@ mod tests {
 
     #[test]
     fn over_the_cap_a_valid_entry_is_tried_alone_once() {
-        let wcfg = WorkerConfig::new("c");
+        let wcfg = wcfg();
         let p = parse_one(
             entry(VALID, wcfg.max_deliveries + 1),
             &wcfg,
@@ -228,7 +364,7 @@ mod tests {
 
     #[test]
     fn over_the_cap_after_its_try_alone_even_a_valid_entry_is_rejected_keeping_its_award_and_key() {
-        let wcfg = WorkerConfig::new("c");
+        let wcfg = wcfg();
         let over = wcfg.max_deliveries + 1;
         let p = parse_one(entry(VALID, over), &wcfg, false, Instant::now());
         let Verdict::Rejected(r) = &p.verdict else {
@@ -254,7 +390,7 @@ mod tests {
 
     #[test]
     fn a_malformed_entry_is_rejected_with_its_code_and_no_key() {
-        let wcfg = WorkerConfig::new("c");
+        let wcfg = wcfg();
         let p = parse_one(entry(b"{not json", 1), &wcfg, false, Instant::now());
         let Verdict::Rejected(r) = &p.verdict else {
             panic!("accepted a malformed entry")

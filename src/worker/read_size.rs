@@ -1,72 +1,114 @@
-//! How many entries the reader asks for: a byte budget (`--read-bytes-max`) over the entry sizes
-//! seen so far, so a stream of heavy entries is read a few at a time and a stream of light ones
-//! in full pages.
+//! The worker's memory budget for entries (`--read-bytes-max`): every entry read is counted, by
+//! `Entry::weight`, from the read that brings it in until the last of it is dropped (its batch
+//! acknowledged and reported, or given up), and the reader asks Redis only for what is left.
 //!
-//! **Invariant:** a read never asks for more than `batch_count_max` entries nor fewer than one;
-//! at first and right after an entry over the payload limit it asks for [`READ_COUNT_START`]; from
-//! there the count at most doubles per read, so a run of oversize entries is met a few at a time
-//! once the estimate has learned their size. Redis has no
-//! byte limit on a read, so the budget is an aim learned from what came, not a guarantee for an
-//! entry never seen: the doubling bounds how far a sudden change can overshoot it.
+//! **Invariant:** the entries counted never weigh more than `bytes_max` in all. The reader reads
+//! only when there is room for the heaviest entry it may meet (`read::Limits::entry_weight_max`,
+//! which `--read-bytes-max` must cover, checked at start), asks for at most the room left
+//! (`broker/read.rs` keeps to it), counts what came before handing it on, and the count drops
+//! only when a [`Held`] is dropped, which happens with the memory it stands for.
 
-use crate::broker::stream::Entry;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
-/// The most the first read, and the read after an oversize entry, asks for: small against
-/// `batch_count_max`, since nothing (or something heavy) has been seen, yet enough that entries
-/// arriving together still share a transaction. After an oversize entry the byte budget over the
-/// estimate (which that entry has just raised) usually asks for far fewer.
-pub(super) const READ_COUNT_START: usize = 64;
-
-/// The running estimate behind each read's COUNT.
-#[derive(Debug, Clone)]
-pub(super) struct ReadSize {
-    /// Entry bytes one read aims for.
+/// Entry bytes held, against the most there may be.
+#[derive(Debug)]
+pub(super) struct Budget {
+    /// The most, in `Entry::weight` bytes (`--read-bytes-max`).
     bytes_max: usize,
-    /// The count never goes above this (`batch_count_max`).
-    count_max: usize,
-    /// An entry longer than this restarts the count at 1 (`payload_bytes_max`).
-    oversize_bytes: usize,
-    /// Bytes per entry expected of the next read: the mean of the last read, or a quarter less
-    /// than the previous estimate if that is more (heavy entries are forgotten gradually).
-    entry_bytes_est: usize,
-    /// The slow-start ceiling: [`READ_COUNT_START`] after an oversize entry, doubling with each
-    /// read after it.
-    count_ceiling: usize,
+    /// What is counted now.
+    held: Mutex<usize>,
+    /// Signalled whenever something is let go, so a reader waiting for room wakes at once.
+    freed: Condvar,
 }
 
-impl ReadSize {
-    /// Starts small: the first read asks for [`READ_COUNT_START`] entries, as nothing has been
-    /// seen yet.
-    pub(super) fn new(bytes_max: usize, count_max: usize, oversize_bytes: usize) -> Self {
-        ReadSize {
-            bytes_max: bytes_max.max(1),
-            count_max: count_max.max(1),
-            oversize_bytes,
-            entry_bytes_est: 1,
-            count_ceiling: READ_COUNT_START,
+/// Entry bytes counted against a [`Budget`], let go when this is dropped: it travels with the
+/// entries it stands for (a handoff's, then each parsed entry's) and is dropped with them.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// The budget to give back to; `None` for nothing counted.
+    budget: Option<Arc<Budget>>,
+    /// How much.
+    bytes: usize,
+}
+
+impl Budget {
+    /// A budget of `bytes_max`.
+    pub(super) fn new(bytes_max: usize) -> Arc<Budget> {
+        Arc::new(Budget {
+            bytes_max,
+            held: Mutex::new(0),
+            freed: Condvar::new(),
+        })
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What may be read now.
+    pub(super) fn room(&self) -> usize {
+        self.bytes_max.saturating_sub(*self.held())
+    }
+
+    /// Waits at most `wait` for at least `bytes` of room; true when it is there.
+    pub(super) fn wait_for_room(&self, bytes: usize, wait: Duration) -> bool {
+        let held = self.held();
+        let (held, _) = self
+            .freed
+            .wait_timeout_while(held, wait, |held| {
+                self.bytes_max.saturating_sub(*held) < bytes
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        self.bytes_max.saturating_sub(*held) >= bytes
+    }
+
+    /// Counts `bytes` just read, which the read was asked to keep within [`Budget::room`].
+    pub(super) fn hold(self: &Arc<Self>, bytes: usize) -> Held {
+        *self.held() += bytes;
+        Held {
+            budget: Some(Arc::clone(self)),
+            bytes,
         }
     }
 
-    /// The COUNT for the next read.
-    pub(super) fn count(&self) -> usize {
-        let by_bytes = self.bytes_max / self.entry_bytes_est.max(1);
-        by_bytes.clamp(1, self.count_max).min(self.count_ceiling)
+    fn free(&self, bytes: usize) {
+        let mut held = self.held();
+        *held = held.saturating_sub(bytes);
+        self.freed.notify_all();
+    }
+}
+
+impl Held {
+    /// Splits `bytes` (at most what this holds) off into a [`Held`] of their own.
+    pub(super) fn take(&mut self, bytes: usize) -> Held {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        Held {
+            budget: self.budget.clone(),
+            bytes,
+        }
     }
 
-    /// Learns from what a read returned.
-    pub(super) fn saw(&mut self, entries: &[Entry]) {
-        if entries.is_empty() {
-            return;
+    /// How much this holds.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Takes over what `other` holds (of the same budget), as one share.
+    pub(super) fn absorb(&mut self, mut other: Held) {
+        if self.budget.is_none() {
+            self.budget = other.budget.take();
         }
-        let sizes = entries.iter().map(Entry::size_bytes);
-        let (total, largest) = sizes.fold((0, 0), |(t, l), s| (t + s, l.max(s)));
-        let mean = total / entries.len();
-        self.entry_bytes_est = mean.max(self.entry_bytes_est - self.entry_bytes_est / 4);
-        self.count_ceiling = if largest > self.oversize_bytes {
-            READ_COUNT_START
-        } else {
-            (self.count_ceiling * 2).min(self.count_max)
-        };
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.free(self.bytes);
+        }
     }
 }
 
@@ -74,50 +116,35 @@ impl ReadSize {
 mod tests {
     use super::*;
 
-    fn entries(n: usize, bytes: usize) -> Vec<Entry> {
-        let one = Entry {
-            id: "1-0".into(),
-            fields: vec![(b"payload".to_vec(), vec![b'x'; bytes - 10])],
-            delivery_count: 1,
-        };
-        vec![one; n]
+    #[test]
+    fn what_is_held_is_counted_until_every_part_of_it_is_dropped() {
+        let budget = Budget::new(1_000);
+        let mut read = budget.hold(700);
+        assert_eq!(budget.room(), 300);
+        let first = read.take(200);
+        let second = read.take(10_000);
+        assert_eq!((first.bytes(), second.bytes(), read.bytes()), (200, 500, 0));
+        drop(read);
+        assert_eq!(budget.room(), 300, "nothing was let go yet");
+        drop(first);
+        assert_eq!(budget.room(), 500);
+        assert!(!budget.wait_for_room(600, Duration::from_millis(1)));
+        let mut both = Held::default();
+        both.absorb(second);
+        assert_eq!((both.bytes(), budget.room()), (500, 500));
+        drop(both);
+        assert!(budget.wait_for_room(1_000, Duration::from_millis(1)));
     }
 
     #[test]
-    fn light_entries_grow_the_count_to_its_cap_by_doubling() {
-        let mut size = ReadSize::new(4 << 20, 1024, 1 << 20);
-        let mut counts = Vec::new();
-        for _ in 0..10 {
-            counts.push(size.count());
-            size.saw(&entries(size.count(), 200));
-        }
-        assert_eq!(
-            counts,
-            [64, 128, 256, 512, 1024, 1024, 1024, 1024, 1024, 1024]
-        );
-    }
-
-    #[test]
-    fn heavy_entries_are_read_by_the_byte_budget() {
-        let mut size = ReadSize::new(4 << 20, 1024, 1 << 20);
-        for _ in 0..12 {
-            size.saw(&entries(size.count(), 512 << 10));
-        }
-        assert_eq!(size.count(), 8, "4 MiB over 512 KiB entries");
-    }
-
-    #[test]
-    fn an_oversize_entry_restarts_the_count_small() {
-        let mut size = ReadSize::new(4 << 20, 1024, 1 << 20);
-        for _ in 0..12 {
-            size.saw(&entries(size.count(), 200));
-        }
-        assert_eq!(size.count(), 1024);
-        let mut read = entries(1023, 200);
-        read.extend(entries(1, 2 << 20));
-        size.saw(&read);
-        assert_eq!(size.count(), READ_COUNT_START);
-        size.saw(&entries(1, 2 << 20));
-        assert_eq!(size.count(), 2, "the budget over the heavy estimate");
+    fn a_reader_waiting_for_room_wakes_when_it_is_let_go() {
+        let budget = Budget::new(100);
+        let held = budget.hold(100);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| budget.wait_for_room(50, Duration::from_secs(30)));
+            std::thread::sleep(Duration::from_millis(20));
+            drop(held);
+            assert!(waiter.join().unwrap());
+        });
     }
 }

@@ -1,6 +1,13 @@
 //! The reader: one thread that reads entries from the consumer group and hands them to the
-//! parse pool, in three kinds of read — a due XAUTOCLAIM scan for entries other consumers
+//! parse pool, in four kinds of read — entries of ours held back by an earlier read (their
+//! bodies did not fit the memory budget), a due XAUTOCLAIM scan for entries other consumers
 //! abandoned, this consumer's own pending history, and new entries.
+//!
+//! Every read runs as a script on the server (`broker/read.rs`) that sends at most what is left
+//! of the memory budget (`--read-bytes-max`, `read_size.rs`) and cuts down any entry too large
+//! to read whole; an entry it delivered but could not send is held back as its id, ours and
+//! pending, and fetched (XRANGE, counting no delivery) before anything else is read. A script
+//! cannot block, so an idle reader polls (after 1 ms, then every `READ_POLL_MS_MAX` ms).
 //!
 //! **Invariants:** the reader never acknowledges an entry it hands on (only pending ids whose
 //! entries are gone from the stream, which nothing can process, and each of those only after
@@ -13,24 +20,30 @@
 //! is read again at once: it is not an outage. An entry past the delivery cap is handed on
 //! alone, marked first (`Config::quarantine_key`), and only once nothing else is in the
 //! pipeline; nothing more is read until its try is over, so nothing else can crash or fail
-//! beside it.
+//! beside it. Entries are handed on in the order read, held-back ones before anything read
+//! after them. Nothing is read before the group is bound to this worker's ledger
+//! (`broker/binding.rs`), again after the group was recreated.
 
-use super::parse::Handoff;
+use super::parse::{Handoff, Raw};
 use super::quarantine::{handoff, Quarantine};
-use super::read_size::ReadSize;
+use super::read_size::{Budget, Held};
 use super::Shared;
+use crate::broker::binding;
+use crate::broker::read::{self, Limits};
 use crate::broker::stream::{self, Conn, Entry};
-use crate::config::{BLOCK_TIMEOUT_SLACK_MS, EXIT_WHEN_IDLE_BLOCK_MS};
+use crate::config::{READ_POLL_MS_MAX, READ_RESPONSE_TIMEOUT_MS};
 use crate::error::{Error, Result};
 use crate::ledger::{Item, Ledger};
 use crate::retry::Episode;
 use crate::support::failpoint;
 use crossbeam_channel::Sender;
 use log::{info, warn};
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The one name the reader's failures are logged under.
-const WHAT: &str = "reading from redis";
+pub const WHAT: &str = "reading from redis";
 
 /// Reads until shutdown, until the parse pool is gone, or (with `exit_when_idle`) until the
 /// stream is drained. Transient failures are waited out as one episode; a permanent one is
@@ -38,7 +51,7 @@ const WHAT: &str = "reading from redis";
 pub(super) fn run(
     client: &stream::Target,
     ledger: &dyn Ledger,
-    tx: Sender<Handoff>,
+    tx: Sender<Raw>,
     shared: &Shared<'_>,
 ) -> Result<()> {
     let mut reader = Reader::new(client, ledger, shared);
@@ -49,7 +62,7 @@ pub(super) fn run(
         shared.metrics.beat();
         reader.after_failover(client)?;
         match reader.step() {
-            Ok(Some(mut handoff)) => {
+            Ok(Some((mut handoff, held))) => {
                 reader.episode.succeeded();
                 if handoff.entries.is_empty() {
                     continue;
@@ -57,7 +70,7 @@ pub(super) fn run(
                 handoff.seq = handed;
                 handed += 1;
                 failpoint::hit("after_read");
-                if tx.send(handoff).is_err() {
+                if tx.send((handoff, held)).is_err() {
                     break;
                 }
             }
@@ -68,8 +81,8 @@ pub(super) fn run(
                 }
             }
             Err(e) if e.is_no_group() => reader.recreate_group(),
-            // SIGINT/SIGTERM interrupt a blocking read (sockets with a receive timeout are
-            // not restarted after a signal): that is the stop we asked for, not an outage.
+            // SIGINT/SIGTERM interrupt a read (sockets with a receive timeout are not restarted
+            // after a signal): that is the stop we asked for, not an outage.
             Err(_) if shared.stopping() => break,
             Err(e) if stream::read_cut_short(&e) => {
                 info!("a read was cut short ({e}); reading again at once");
@@ -82,18 +95,24 @@ pub(super) fn run(
     Ok(())
 }
 
+/// What one read hands on: entries and their share of the memory budget.
+type Got = (Handoff, Held);
+
 /// Where the reader is in its cycle.
 struct Reader<'a> {
     /// What the stages share.
     shared: &'a Shared<'a>,
     /// Where vanished entries are recorded before they are acknowledged out.
     ledger: &'a dyn Ledger,
-    /// The blocking connection, its timeout past XREADGROUP's BLOCK.
+    /// The reader's own connection, its timeout past what a read script may take.
     conn: Conn,
-    /// False until the consumer group is known to exist (again).
+    /// False until the consumer group is known to exist (again) and to be ours.
     group_ready: bool,
     /// Which of this consumer's own pending entries are still to be picked up.
     own: Own,
+    /// Ids delivered to us whose bodies an earlier read held back, with their delivery counts
+    /// where known (`None`: ask XPENDING), in stream order; fetched before anything else.
+    unfetched: VecDeque<(String, Option<u64>)>,
     /// XAUTOCLAIM's cursor, carried between calls.
     claim_cursor: String,
     /// When the next XAUTOCLAIM scan is due.
@@ -102,37 +121,48 @@ struct Reader<'a> {
     episode: Episode<'static>,
     /// Entries past the delivery cap, waiting for their try alone.
     quarantine: Quarantine,
-    /// How many entries the next read asks for, from the byte budget and the sizes seen.
-    size: ReadSize,
+    /// What the entries waiting in `quarantine` hold of the budget, let go when none waits.
+    quarantined: Held,
+    /// The memory budget every entry read is counted against.
+    budget: Arc<Budget>,
+    /// What an entry may weigh and still be read whole.
+    limits: Limits,
+    /// Empty reads in a row: the idle poll waits 1 ms after the first, `READ_POLL_MS_MAX` after
+    /// the others.
+    empty_reads: u32,
     /// The target's count of primary changes the failover repair has run for.
     failovers_repaired: u64,
+    /// The failover repair's failures, logged once per episode.
+    repair_episode: Episode<'static>,
 }
 
 impl<'a> Reader<'a> {
     fn new(client: &stream::Target, ledger: &'a dyn Ledger, shared: &'a Shared<'a>) -> Self {
-        let timeout = Duration::from_millis(shared.wcfg.block_ms + BLOCK_TIMEOUT_SLACK_MS);
+        let timeout = Duration::from_millis(READ_RESPONSE_TIMEOUT_MS);
         Reader {
             shared,
             ledger,
             conn: Conn::with_timeout(client.clone(), timeout),
             group_ready: false,
             own: Own::History("0-0".into()),
+            unfetched: VecDeque::new(),
             claim_cursor: "0-0".into(),
             claim_due: Instant::now(),
             episode: Episode::new(WHAT),
             quarantine: Quarantine::default(),
-            size: ReadSize::new(
-                shared.wcfg.read_bytes_max,
-                shared.wcfg.batch_count_max,
-                shared.wcfg.payload_bytes_max,
-            ),
+            quarantined: Held::default(),
+            budget: Arc::clone(&shared.budget),
+            limits: Limits::for_payload(shared.wcfg.payload_bytes_max),
+            empty_reads: 0,
             failovers_repaired: 0,
+            repair_episode: Episode::new("the repair after a redis failover"),
         }
     }
 
     /// Once the Redis primary has changed since the last repair, runs the worker's
-    /// [`super::AfterFailover`] repair. A transient failure is logged and leaves the repair
-    /// due, so the next turn tries again; a permanent one is returned (the worker stops).
+    /// [`super::AfterFailover`] repair. A transient failure is logged once per episode and
+    /// leaves the repair due, so the next turn tries again; a permanent one is returned (the
+    /// worker stops).
     fn after_failover(&mut self, client: &stream::Target) -> Result<()> {
         let changes = client.primary_changes();
         if changes == self.failovers_repaired {
@@ -140,55 +170,99 @@ impl<'a> Reader<'a> {
         }
         match (self.shared.after_failover)(&mut self.conn) {
             Ok(()) => {
+                self.repair_episode.succeeded();
                 self.failovers_repaired = changes;
                 Ok(())
             }
             Err(e) if e.is_transient() => {
-                warn!("repair after the redis failover postponed: {e}");
+                self.repair_episode.failed(&e);
                 Ok(())
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Makes sure the group exists, then reads once. `Ok(None)` means the stream had nothing
-    /// new for us; `Ok(Some(empty))` that there is more to do at once.
-    fn step(&mut self) -> Result<Option<Handoff>> {
+    /// Makes sure the group exists and is bound to our ledger, then reads once. `Ok(None)`
+    /// means the stream had nothing new for us; `Ok(Some(empty))` that there is more to do at
+    /// once.
+    fn step(&mut self) -> Result<Option<Got>> {
         if self.group_ready {
             return self.read();
         }
-        let cfg = self.shared.cfg;
+        let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
         if stream::ensure_group(&mut self.conn, &cfg.stream, &cfg.group)? {
             info!(
                 "created consumer group {} on {} at id 0",
                 cfg.group, cfg.stream
             );
         }
+        binding::bind_or_refuse(&mut self.conn, &cfg.stream, &cfg.group, &wcfg.ledger)?;
         self.group_ready = true;
-        Ok(Some(handoff(Vec::new(), false)))
+        Ok(Some(nothing()))
     }
 
-    /// One read: an entry past the cap on its own, else a due XAUTOCLAIM scan, else our own
-    /// pending history, else new entries. Entries past the cap are held back from the batch.
-    fn read(&mut self) -> Result<Option<Handoff>> {
+    /// One read: an entry past the cap on its own, else entries held back before, else a due
+    /// XAUTOCLAIM scan, else our own pending history, else new entries. Entries past the cap
+    /// are held back from the batch.
+    fn read(&mut self) -> Result<Option<Got>> {
         if let Some(next) = self.quarantine.next(&mut self.conn, self.shared)? {
-            return Ok(Some(next));
+            return Ok(Some((next, Held::default())));
         }
-        if Instant::now() >= self.claim_due && !self.holding_claimable() {
-            if let Some(entries) = self.take_over_stale()? {
-                self.size.saw(&entries);
-                return Ok(Some(self.quarantine.hold(entries, self.shared)));
-            }
-        }
-        let entries = match self.own.clone() {
-            Own::History(cursor) => Some(self.reread_own(&cursor)?),
-            Own::Recover(after) => Some(self.pick_up_own(after)?),
-            Own::Done => self.read_new()?,
+        // Nothing waits in the quarantine: what its entries held is let go.
+        drop(std::mem::take(&mut self.quarantined));
+        let Some(room) = self.room() else {
+            return Ok(Some(nothing()));
         };
-        if let Some(entries) = &entries {
-            self.size.saw(entries);
+        let got = if !self.unfetched.is_empty() {
+            Some(self.fetch(room)?)
+        } else if Instant::now() >= self.claim_due && !self.holding_claimable() {
+            match self.take_over_stale(room)? {
+                Some(entries) => Some(entries),
+                None => self.read_own_or_new(room)?,
+            }
+        } else {
+            self.read_own_or_new(room)?
+        };
+        Ok(got.map(|entries| self.hand_on(entries, room)))
+    }
+
+    /// Our own pending history, or entries picked up after an error, or new entries.
+    fn read_own_or_new(&mut self, room: usize) -> Result<Option<Vec<Entry>>> {
+        Ok(match self.own.clone() {
+            Own::History(cursor) => Some(self.reread_own(&cursor, room)?),
+            Own::Recover(after) => Some(self.pick_up_own(after)?),
+            Own::Done => self.read_new(room)?,
+        })
+    }
+
+    /// The budget's room for a read, waiting a moment for it; `None` when there is not room
+    /// for the heaviest entry a read may bring (the pipeline still holds that much).
+    fn room(&self) -> Option<usize> {
+        let needed = self.limits.entry_weight_max();
+        if self.budget.wait_for_room(needed, Duration::from_millis(10)) {
+            Some(self.budget.room())
+        } else {
+            None
         }
-        Ok(entries.map(|e| self.quarantine.hold(e, self.shared)))
+    }
+
+    /// Counts what a read brought against the budget and hands on all but the entries past the
+    /// delivery cap, whose share the reader keeps while they wait.
+    fn hand_on(&mut self, entries: Vec<Entry>, room: usize) -> Got {
+        let weight: usize = entries.iter().map(Entry::weight).sum();
+        // The read script keeps to the room it was given (one entry may fill it alone); more
+        // would mean the script and `Entry::weight` disagree.
+        assert!(
+            weight <= room || entries.len() == 1,
+            "a read of {} entries weighs {weight} bytes, over the {room} it was given",
+            entries.len()
+        );
+        let mut held = self.budget.hold(weight);
+        let handoff = self.quarantine.hold(entries, self.shared);
+        let passed: usize = handoff.entries.iter().map(Entry::weight).sum();
+        let kept_back = held.bytes() - passed;
+        self.quarantined.absorb(held.take(kept_back));
+        (handoff, held)
     }
 
     /// True when an entry has been in our pipeline long enough that an XAUTOCLAIM scan could
@@ -201,17 +275,59 @@ impl<'a> Reader<'a> {
         self.shared.in_flight.any_held(held_min)
     }
 
-    /// One XAUTOCLAIM step over the group's pending list; `None` when it took nothing.
-    fn take_over_stale(&mut self) -> Result<Option<Vec<Entry>>> {
+    /// Entries of ours an earlier read delivered but held back, as many as the room takes, in
+    /// order; XRANGE counts no delivery.
+    fn fetch(&mut self, room: usize) -> Result<Vec<Entry>> {
         let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
-        let got = stream::autoclaim(
+        let ids: Vec<(String, u64)> = (self.unfetched.iter())
+            .take(wcfg.batch_count_max)
+            .map(|(id, count)| (id.clone(), count.unwrap_or(1)))
+            .collect();
+        let read = read::fetch(&mut self.conn, &cfg.stream, &ids, room, &self.limits)?;
+        let why = "is pending but no longer in the stream";
+        forget_vanished(&mut self.conn, self.ledger, shared, &read.vanished, why)?;
+        shared.in_flight.release(read.vanished.iter().cloned());
+        let taken = ids.len() - read.held.len();
+        let counts_unknown = (self.unfetched.drain(..taken)).any(|(_, count)| count.is_none());
+        let mut entries = read.entries;
+        if counts_unknown {
+            // Claimed or re-read held back: their counts are XPENDING's (one pipeline for all).
+            let (stream_key, group) = (&cfg.stream, &cfg.group);
+            stream::fill_delivery_counts(
+                &mut self.conn,
+                stream_key,
+                group,
+                &wcfg.consumer,
+                &mut entries,
+            )?;
+        }
+        Ok(entries)
+    }
+
+    /// Keeps ids a read delivered to us without their bodies, to fetch next, in our pipeline
+    /// from now on (the heartbeat keeps them ours; no scan hands them back to us).
+    fn hold_back(&mut self, ids: Vec<String>, counts_known: Option<u64>) {
+        if ids.is_empty() {
+            return;
+        }
+        self.shared.in_flight.track_ids(&ids);
+        self.unfetched
+            .extend(ids.into_iter().map(|id| (id, counts_known)));
+    }
+
+    /// One XAUTOCLAIM step over the group's pending list; `None` when it took nothing.
+    fn take_over_stale(&mut self, room: usize) -> Result<Option<Vec<Entry>>> {
+        let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
+        let got = read::autoclaim(
             &mut self.conn,
             &cfg.stream,
             &cfg.group,
             &wcfg.consumer,
             wcfg.claim_idle_ms,
             &self.claim_cursor,
-            self.size.count(),
+            wcfg.batch_count_max,
+            room,
+            &self.limits,
         )?;
         let why = "was deleted from the stream while pending";
         forget_vanished(&mut self.conn, self.ledger, shared, &got.deleted, why)?;
@@ -219,9 +335,19 @@ impl<'a> Reader<'a> {
         if self.claim_cursor == "0-0" {
             self.claim_due = Instant::now() + claim_interval(wcfg.claim_idle_ms);
         }
-        let mut entries = shared.in_flight.not_in(got.entries);
+        let held = got
+            .read
+            .held
+            .into_iter()
+            .filter(|id| !shared.in_flight.holds(id));
+        self.hold_back(held.collect(), None);
+        let mut entries = shared.in_flight.not_in(got.read.entries);
         if entries.is_empty() {
-            return Ok(None);
+            return Ok(if self.unfetched.is_empty() {
+                None
+            } else {
+                Some(Vec::new())
+            });
         }
         let (stream_key, group) = (&cfg.stream, &cfg.group);
         stream::fill_delivery_counts(
@@ -240,32 +366,37 @@ impl<'a> Reader<'a> {
     }
 
     /// One page of this consumer's own pending entries, from `cursor`.
-    fn reread_own(&mut self, cursor: &str) -> Result<Vec<Entry>> {
+    fn reread_own(&mut self, cursor: &str, room: usize) -> Result<Vec<Entry>> {
         let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
         let (stream_key, group, consumer) = (&cfg.stream, &cfg.group, &wcfg.consumer);
-        let page = self.size.count();
-        let read = stream::read_group(
+        let read = read::read_group(
             &mut self.conn,
             stream_key,
             group,
             consumer,
             cursor,
-            page,
-            None,
+            wcfg.batch_count_max,
+            room,
+            &self.limits,
         )?;
         let why = "is pending but no longer in the stream";
         forget_vanished(&mut self.conn, self.ledger, shared, &read.vanished, why)?;
         self.own = read.last_id.map_or(Own::Done, Own::History);
+        let held = read
+            .held
+            .into_iter()
+            .filter(|id| !shared.in_flight.holds(id));
+        self.hold_back(held.collect(), None);
         let mut entries = shared.in_flight.not_in(read.entries);
         stream::fill_delivery_counts(&mut self.conn, stream_key, group, consumer, &mut entries)?;
         Ok(shared.in_flight.track(entries))
     }
 
     /// One page of this consumer's pending entries after `after` that are not in our pipeline,
-    /// without counting a delivery: ids and counts from XPENDING, bodies from XRANGE.
+    /// without counting a delivery: ids and counts from XPENDING, bodies fetched next (XRANGE).
     fn pick_up_own(&mut self, after: Option<String>) -> Result<Vec<Entry>> {
         let (cfg, wcfg, shared) = (self.shared.cfg, self.shared.wcfg, self.shared);
-        let page = self.size.count();
+        let page = wcfg.batch_count_max;
         let ids = stream::pending_ids(
             &mut self.conn,
             &cfg.stream,
@@ -282,41 +413,42 @@ impl<'a> Reader<'a> {
             .into_iter()
             .filter(|(id, _)| !shared.in_flight.holds(id))
             .collect();
-        let read = stream::entries_by_id(&mut self.conn, &cfg.stream, &lost)?;
-        let why = "is pending but no longer in the stream";
-        forget_vanished(&mut self.conn, self.ledger, shared, &read.vanished, why)?;
         self.own = next;
-        if !read.entries.is_empty() {
+        if !lost.is_empty() {
             info!(
                 "picked up {} entries of ours that were pending but not in hand",
-                read.entries.len()
+                lost.len()
             );
+            for (id, count) in lost {
+                self.shared.in_flight.track_ids(std::slice::from_ref(&id));
+                self.unfetched.push_back((id, Some(count)));
+            }
         }
-        Ok(shared.in_flight.track(read.entries))
+        Ok(Vec::new())
     }
 
-    /// New entries, blocking up to `block_ms` (at most [`EXIT_WHEN_IDLE_BLOCK_MS`] under
-    /// `exit_when_idle`, so the idle check follows the last acknowledgement closely); `None`
-    /// when none came.
-    fn read_new(&mut self) -> Result<Option<Vec<Entry>>> {
+    /// New entries; `None` when none came, after the idle poll's wait (1 ms after entries came,
+    /// then `READ_POLL_MS_MAX` ms).
+    fn read_new(&mut self, room: usize) -> Result<Option<Vec<Entry>>> {
         let (cfg, wcfg) = (self.shared.cfg, self.shared.wcfg);
-        let block_ms = if wcfg.exit_when_idle {
-            wcfg.block_ms.min(EXIT_WHEN_IDLE_BLOCK_MS)
-        } else {
-            wcfg.block_ms
-        };
-        let read = stream::read_group(
+        let read = read::read_group(
             &mut self.conn,
             &cfg.stream,
             &cfg.group,
             &wcfg.consumer,
             ">",
-            self.size.count(),
-            Some(block_ms),
+            wcfg.batch_count_max,
+            room,
+            &self.limits,
         )?;
+        self.hold_back(read.held, Some(1));
         if read.entries.is_empty() {
+            let poll_ms = (1u64 << self.empty_reads.min(16)).min(READ_POLL_MS_MAX);
+            self.empty_reads = self.empty_reads.saturating_add(1);
+            std::thread::sleep(Duration::from_millis(poll_ms));
             return Ok(None);
         }
+        self.empty_reads = 0;
         Ok(Some(self.shared.in_flight.track(read.entries)))
     }
 
@@ -347,7 +479,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// After NOGROUP: the group went with a Redis restart; recreate it and start over.
+    /// After NOGROUP: the group went with a Redis restart; recreate it (and bind it again) and
+    /// start over.
     fn recreate_group(&mut self) {
         warn!(
             "consumer group {} is gone (Redis restarted without its data?); recreating it",
@@ -355,8 +488,10 @@ impl<'a> Reader<'a> {
         );
         self.group_ready = false;
         self.own = Own::History("0-0".into());
-        // Entries held back past the cap went with the group.
+        // Entries held back past the cap, or delivered and not fetched, went with the group.
         self.quarantine.forget(self.shared);
+        let unfetched = self.unfetched.drain(..).map(|(id, _)| id);
+        self.shared.in_flight.release(unfetched);
         self.claim_cursor = "0-0".into();
     }
 
@@ -377,6 +512,11 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// An empty handoff: nothing to hand on, more to do at once.
+fn nothing() -> Got {
+    (handoff(Vec::new(), false), Held::default())
+}
+
 /// Which of this consumer's own pending entries the reader has still to pick up.
 #[derive(Debug, Clone)]
 enum Own {
@@ -387,8 +527,8 @@ enum Own {
     /// and counting them is what stops a crash loop at the delivery cap.
     History(String),
     /// After a read that failed or was cut short: XPENDING after this id (from the start when
-    /// `None`), bodies by XRANGE, skipping what is in our pipeline. Neither command counts a
-    /// delivery, so blips cannot push healthy entries toward the cap.
+    /// `None`), bodies fetched by XRANGE, skipping what is in our pipeline. Neither command
+    /// counts a delivery, so blips cannot push healthy entries toward the cap.
     Recover(Option<String>),
 }
 

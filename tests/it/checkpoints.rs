@@ -45,3 +45,99 @@ fn a_running_workers_commits_reach_the_ledger_file_through_the_background_checkp
     signal(&worker, libc::SIGTERM);
     assert!(wait_exit(&mut worker, Duration::from_secs(30)).success());
 }
+
+/// Sets the file-size limit (RLIMIT_FSIZE) of a running process, as `prlimit --fsize` does.
+fn set_file_size_limit(pid: u32, bytes: libc::rlim_t) {
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit(2) on a child we spawned and have not reaped, with a valid rlimit.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_FSIZE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+/// A checkpoint that cannot grow the ledger file (a full disk) is one episode: one WARN when it
+/// starts failing and one INFO when it works again, with backoff between tries, not a WARN every
+/// 250 ms (issue 39: 80 lines in 22 s, onto a journal likely on the same full disk).
+#[test]
+fn checkpoints_failing_on_a_full_disk_are_one_episode_of_two_lines() {
+    // 1. A worker (SIGXFSZ ignored, as a supervisor may start it) pays 2,000 submissions and
+    //    its checkpointer copies them into the ledger file.
+    // 2. Its file-size limit is set to the ledger file's size: commits still append to the
+    //    WAL, which starts over at its top, but no checkpoint can grow the file. 500 more.
+    // 3. For 4 s every checkpoint fails: one WARN `checkpointing the ledger failed`.
+    // 4. The limit lifted: one INFO `checkpointing the ledger recovered after`; all paid.
+    use std::os::unix::process::CommandExt;
+    let w = World::new();
+    let mut cmd = w.cmd(&["run", "--consumer", "full", "--claim-idle-ms", "600000"]);
+    // SAFETY: signal(2) between fork and exec touches nothing but this process's dispositions.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let worker = crate::support::Logged::spawn(cmd);
+    w.add(&(0..2_000).map(submission).collect::<Vec<_>>());
+    assert!(
+        wait_for(Duration::from_secs(60), || w
+            .count_once_made("disbursements")
+            == 2_000),
+        "{}",
+        worker.log_text()
+    );
+    // Until the checkpointer has copied everything (so the next commit starts the WAL over).
+    let wal = w.db.with_extension("db-wal");
+    let caught_up = || {
+        let conn = rusqlite::Connection::open(&w.db).unwrap();
+        let (log, done): (i64, i64) = conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        log == done
+    };
+    assert!(wait_for(Duration::from_secs(30), caught_up));
+    let size = std::fs::metadata(&w.db).unwrap().len();
+    assert!(std::fs::metadata(&wal).is_ok());
+    set_file_size_limit(worker.child.id(), size);
+    w.add(&(2_000..2_500).map(submission).collect::<Vec<_>>());
+    let warned = || -> Vec<String> {
+        (worker.lines_with("checkpoint").into_iter())
+            .filter(|l| l.contains("WARN"))
+            .collect()
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), || !warned().is_empty()),
+        "no checkpoint failed:\n{}",
+        worker.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let warned = warned();
+    assert_eq!(warned.len(), 1, "{}", worker.log_text());
+    assert!(
+        warned[0].contains("retrying with backoff until it clears"),
+        "{}",
+        warned[0]
+    );
+
+    set_file_size_limit(worker.child.id(), libc::RLIM_INFINITY);
+    assert!(
+        wait_for(Duration::from_secs(60), || w.count("disbursements")
+            == 2_500
+            && w.pending() == 0),
+        "{}",
+        worker.log_text()
+    );
+    worker.wait_log("checkpointing the ledger recovered after");
+    worker.assert_one_episode("checkpointing the ledger");
+    assert!(worker.stop().success());
+}

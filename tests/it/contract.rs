@@ -136,6 +136,9 @@ impl Outbox for Sqlite {
     fn outbox_id_max(&self) -> Result<i64> {
         self.ledger.outbox_id_max()
     }
+    fn published_id_max(&self) -> Result<i64> {
+        self.ledger.published_id_max()
+    }
 }
 
 impl AuditLog for Sqlite {
@@ -262,6 +265,9 @@ macro_rules! delegate {
             }
             fn outbox_id_max(&self) -> Result<i64> {
                 self.ledger.outbox_id_max()
+            }
+            fn published_id_max(&self) -> Result<i64> {
+                self.ledger.published_id_max()
             }
         }
         impl AuditLog for $t {
@@ -801,6 +807,7 @@ fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
     for i in [0, 2, 4] {
         record_pair(i);
     }
+    assert_eq!(l.published_id_max().unwrap(), 0, "nothing marked yet");
     let rows = l.rows_after(0, 100).unwrap();
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 6);
@@ -821,6 +828,7 @@ fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
         0
     );
     assert_eq!(counts(&l).outbox_backlog, 3);
+    assert_eq!(l.published_id_max().unwrap(), ids[2], "the last row marked");
     assert_eq!(ids_after(ids[2], 100), ids[3..]);
     assert_eq!(ids_after(ids[2], 2), ids[3..5]);
     assert_eq!(
@@ -845,6 +853,7 @@ fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
     );
     assert_eq!(ids_after(*new.last().unwrap(), 100), Vec::<i64>::new());
     assert_eq!(counts(&l).outbox_backlog, 0);
+    assert_eq!(l.published_id_max().unwrap(), *new.last().unwrap());
 }
 
 fn the_ledger_id_is_stable_and_differs_between_ledgers<L: Subject>() {

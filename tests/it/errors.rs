@@ -184,3 +184,116 @@ fn redis_says_stop_for_wrong_types_missing_rights_and_bad_commands() {
     let unknown = error_of(&mut c, &redis::cmd("NOSUCHCOMMAND"));
     assert!(!unknown.is_transient(), "{unknown}");
 }
+
+/// Each command's stderr, as text.
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn produce_without_the_password_says_so_in_one_line_and_exits_2() {
+    // Issue 39: `produce` without the password printed 56 KB of `NOAUTH` pipeline errors and
+    // exited 1. Now: one line, exit 2, naming host:port and the URL form that carries a
+    // password; nothing added.
+    let w = crate::support::World::with(Options {
+        password: Some("pr0duce-pw".into()),
+        ..Options::default()
+    });
+    let lines: Vec<String> = (0..1_000).map(crate::support::submission).collect();
+    let file = w.dir.path().join("in.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let bare = format!("redis://127.0.0.1:{}", w.redis.port());
+    let out = w
+        .cmd(&["produce", file.to_str().unwrap()])
+        .env("REDIS_URL", &bare)
+        .run_with_deadline();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.len() < 1_024, "{} bytes:\n{stderr}", stderr.len());
+    let said = format!(
+        "redis at 127.0.0.1:{} wants a password (NOAUTH)",
+        w.redis.port()
+    );
+    for part in [said.as_str(), "redis://:PASSWORD@HOST:PORT"] {
+        assert!(stderr.contains(part), "wanted {part:?} in {stderr}");
+    }
+    assert_eq!(w.xlen("grants:submissions"), 0);
+}
+
+use crate::support::RunWithDeadline;
+
+#[test]
+fn a_refused_password_or_command_is_exit_2_in_every_command_and_never_shows_the_password() {
+    // A wrong password (WRONGPASS), an ACL user refused a command claimgate needs (NOPERM):
+    // configuration, exit 2 at once, one line naming host:port; never retried for ever, never
+    // the password.
+    const PW: &str = "r1ght-pw-0b5e";
+    const WRONG: &str = "wr0ng-pw-77c1";
+    let w = crate::support::World::with(Options {
+        password: Some(PW.into()),
+        ..Options::default()
+    });
+    let port = w.redis.port();
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "scant", "on", ">scant-pw-9d", "~*", "+ping"])
+        .query::<()>(&mut w.conn())
+        .unwrap();
+    w.create_ledger();
+    let wrong = format!("redis://:{WRONG}@127.0.0.1:{port}");
+    let scant = format!("redis://scant:scant-pw-9d@127.0.0.1:{port}");
+    for (url, said) in [
+        (&wrong, "refused the user or password --redis-url gives it"),
+        (&scant, "refused a command to the user --redis-url names"),
+    ] {
+        for args in [
+            &["run", "--exit-when-idle"][..],
+            &["relay", "--exit-when-idle"][..],
+            &["status"][..],
+            &["dlq", "list"][..],
+        ] {
+            let out = w
+                .cmd(args)
+                .env("REDIS_URL", url)
+                .run_within(std::time::Duration::from_secs(60));
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                stderr_of(&out)
+            );
+            assert_eq!(out.status.code(), Some(2), "{args:?} at {url}: {all}");
+            let last = stderr_of(&out).lines().last().unwrap_or("").to_owned();
+            assert!(
+                last.contains(&format!("redis at 127.0.0.1:{port} {said}")),
+                "{args:?}: {all}"
+            );
+            assert!(
+                !all.contains(WRONG) && !all.contains("scant-pw-9d"),
+                "{all}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_redis_that_cannot_be_reached_is_named_by_host_and_port() {
+    // "Connection refused" alone does not say which Redis; redis-cli says where.
+    let w = crate::support::World::new();
+    let port = free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let file = w.dir.path().join("in.jsonl");
+    std::fs::write(&file, crate::support::submission(0)).unwrap();
+    for args in [
+        &["produce", file.to_str().unwrap()][..],
+        &["dlq", "list"][..],
+    ] {
+        let out = w.cmd(args).env("REDIS_URL", &url).run_with_deadline();
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("redis: 127.0.0.1:{port}: Connection refused")),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -218,7 +218,7 @@ fn a_vanished_entry_is_recorded_once_a_locked_ledger_clears() {
     // 3. Once the lock is released it records both as vanished, one record each, pays the
     //    third and exits when idle with nothing pending.
     let world = World::new();
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&world.db).expect("create the ledger");
+    world.create_ledger();
     world.drain(&["--consumer", "me"]);
     let ids = world.add(&[paying("V-1", "1"), paying("V-2", "2"), paying("V-3", "3")]);
     let _: redis::Value = redis::cmd("XREADGROUP")

@@ -26,6 +26,7 @@ mod support;
 
 mod audit;
 mod batching;
+mod binding;
 mod chaos;
 mod checkpoints;
 mod contract;

@@ -19,7 +19,7 @@ fn rw(w: &World) -> rusqlite::Connection {
 
 /// Creates the ledger before the worker starts, so the test can lock or alter it first.
 fn make_ledger(w: &World) {
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
+    w.create_ledger();
 }
 
 #[test]

@@ -40,7 +40,31 @@ on_both_ledgers!(
     events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once,
     a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap,
     a_relay_refuses_an_events_stream_it_could_not_have_written,
+    a_relay_whose_events_stream_and_mark_are_gone_refuses_unless_told_where_to_go_on,
+    a_relay_refuses_a_stream_trimmed_or_deleted_past_what_the_ledger_published,
 );
+
+/// `claimgate relay --exit-when-idle` with `extra` flags (and env), logging at INFO: its exit
+/// code, and its stderr.
+fn relay_once(w: &World, extra: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut args = vec!["relay", "--exit-when-idle"];
+    args.extend_from_slice(extra);
+    let mut cmd = w.cmd(&args);
+    cmd.env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.run_with_deadline();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The event ids on `grants:events`, in stream order.
+fn event_ids(w: &World) -> Vec<i64> {
+    events(w).iter().map(|(id, _, _)| *id).collect()
+}
 
 fn relay_args(extra: &[&'static str]) -> Vec<&'static str> {
     let mut args = vec!["relay", "--relay-batch-count-max", "7"];
@@ -159,8 +183,9 @@ fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_s
     store: Store,
 ) {
     // Plan: 1. `run --relay --exit-when-idle` records and publishes 25 submissions.
-    // 2. A second, fresh ledger on the same Redis: its relay must refuse the old mark rather
-    //    than take rows 1..25 of the new ledger for already published.
+    // 2. A second, fresh ledger on the same Redis (with a consumer group of its own: the first
+    //    group is bound to the first ledger): its relay must refuse the old mark rather than
+    //    take rows 1..25 of the new ledger for already published.
     let w = World::on(store);
     w.add(&(0..25).map(support::submission).collect::<Vec<_>>());
     w.drain(&["--relay"]);
@@ -176,10 +201,14 @@ fn run_with_relay_publishes_in_process_and_a_fresh_ledger_is_refused_by_an_old_s
     let other_db = w.another_ledger();
     w.add(&[support::submission(99)]);
     let drained = w
-        .cmd(&["run", "--exit-when-idle"])
+        .cmd(&["run", "--exit-when-idle", "--group", "fresh-ledger"])
         .env("CLAIMGATE_DB", &other_db)
         .run_with_deadline();
-    assert!(drained.status.success());
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
     let out = w
         .cmd(&["relay", "--exit-when-idle"])
         .env("CLAIMGATE_DB", &other_db)
@@ -253,35 +282,43 @@ fn record_while_redis_is_down(w: &World, range: std::ops::Range<usize>) {
     );
 }
 
-/// The events stream's last `n` entries deleted and its mark set back, exactly what a Redis
-/// promotion of a replica that was behind leaves (the publish script's writes are lost
-/// together, newest first).
+/// The events stream as a Redis promotion of a replica that was behind leaves it: its last `n`
+/// entries gone with Redis's own record of them (the stream made again from the entries kept,
+/// with their ids, so its last generated id is its last entry's), and the mark set back with
+/// them (the publish script's writes are lost together, newest first).
 fn lose_last_events(w: &World, n: usize) {
     let mut conn = w.conn();
-    let last: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+    let all: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg("grants:events")
-        .arg("+")
         .arg("-")
-        .arg("COUNT")
-        .arg(n + 1)
+        .arg("+")
         .query(&mut conn)
         .unwrap();
-    assert_eq!(last.len(), n + 1, "the stream holds more than {n} events");
-    for (id, _) in &last[..n] {
-        redis::cmd("XDEL")
-            .arg("grants:events")
-            .arg(id)
-            .query::<()>(&mut conn)
-            .unwrap();
+    assert!(all.len() > n, "the stream holds more than {n} events");
+    let kept = &all[..all.len() - n];
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("DEL").arg("grants:events").ignore();
+    for (id, fields) in kept {
+        let cmd = pipe.cmd("XADD").arg("grants:events").arg(id);
+        for (k, v) in fields {
+            cmd.arg(k).arg(v);
+        }
+        cmd.ignore();
     }
-    let kept = &last[n].1;
-    let upto = &kept.iter().find(|(k, _)| k == "event_id").unwrap().1;
-    redis::cmd("HSET")
+    let upto = &kept
+        .last()
+        .unwrap()
+        .1
+        .iter()
+        .find(|(k, _)| k == "event_id")
+        .unwrap()
+        .1;
+    pipe.cmd("HSET")
         .arg("grants:events:published_upto")
         .arg("upto")
         .arg(upto)
-        .query::<()>(&mut conn)
-        .unwrap();
+        .ignore();
+    pipe.query::<()>(&mut conn).unwrap();
 }
 
 fn events_the_stream_lost_after_the_ledger_marked_them_are_published_again_once(store: Store) {
@@ -337,7 +374,8 @@ fn a_relay_in_a_process_that_saw_the_stream_go_back_says_so_and_fills_the_gap(st
     lose_last_events(&w, 2);
     assert!(
         support::wait_for(Duration::from_secs(30), || relay.log_text().contains(
-            "grants:events is back at outbox id 4 after this relay saw it at 6"
+            "grants:events is back at outbox id 4, below id 6 that the ledger marked published, \
+             after this relay saw it at 6: its newest events were lost with Redis's own record"
         )),
         "{}",
         relay.log_text()
@@ -513,4 +551,153 @@ fn a_worker_pointed_at_the_events_stream_pays_nothing_and_says_why() {
         .unwrap();
     assert_eq!(pending.0, 0, "every event acknowledged");
     w.run_ok(&["verify"]);
+}
+
+fn a_relay_whose_events_stream_and_mark_are_gone_refuses_unless_told_where_to_go_on(store: Store) {
+    // Issue 39: with the events stream and its mark gone (an operator's DEL, an eviction, a
+    // failover to a replica that lacked both), the relay published the whole history again,
+    // every event already marked published in the ledger, without a word.
+    // 1. 30 submissions paid and published. Then the stream and its mark are deleted.
+    // 2. The relay refuses (exit 1) naming ids 1..=30 and the cause, after one WARN; nothing
+    //    is published.
+    // 3. 5 more are paid. Told to go on from 31 (by the env var), the relay publishes 31..=35
+    //    only; a second run publishes nothing; every row is marked published.
+    let w = World::on(store);
+    w.add(&(0..30).map(support::submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    assert_eq!(w.xlen("grants:events"), 30);
+    let _: () = redis::cmd("DEL")
+        .arg("grants:events")
+        .arg("grants:events:published_upto")
+        .query(&mut w.conn())
+        .unwrap();
+
+    let (code, stderr) = relay_once(&w, &[], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or("");
+    for part in [
+        "grants:events stands at outbox id 0, but the ledger marked ids up to 30 published",
+        "the events stream and its mark are both gone",
+        "events 1..=30",
+        "--republish-from 1 ",
+        "--republish-from 31 ",
+    ] {
+        assert!(
+            last.contains(part),
+            "wanted {part:?} in the last line of:\n{stderr}"
+        );
+    }
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("grants:events is back at outbox id 0"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert_eq!(w.xlen("grants:events"), 0, "nothing published again");
+
+    w.add(&(30..35).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let (code, stderr) = relay_once(&w, &[], &[("CLAIMGATE_RELAY_REPUBLISH_FROM", "31")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("relay stopped: 5 events published"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("ids 1..=30 left out, as told"), "{stderr}");
+    assert_eq!(event_ids(&w), (31..=35).collect::<Vec<_>>());
+    let (code, stderr) = relay_once(&w, &[], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("relay stopped: 0 events published"),
+        "{stderr}"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+}
+
+fn a_relay_refuses_a_stream_trimmed_or_deleted_past_what_the_ledger_published(store: Store) {
+    // 1. 12 published. The stream is trimmed to nothing and its mark evicted: the relay
+    //    refuses (Redis says entries were added and removed), and is told to publish all 12
+    //    again: each once, in order.
+    // 2. The last 3 events are deleted and the mark set back with them: refused again, naming
+    //    10..=12; --republish-from past every published id is refused as configuration; told
+    //    to leave them out, nothing is published and the mark moves on.
+    let w = World::on(store);
+    w.add(&(0..12).map(support::submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    let mut conn = w.conn();
+    let _: i64 = redis::cmd("XTRIM")
+        .arg("grants:events")
+        .arg("MAXLEN")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("grants:events:published_upto")
+        .query(&mut conn)
+        .unwrap();
+    let (code, stderr) = relay_once(&w, &[], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the events stream is empty, but Redis generated ids up to")
+            && stderr.contains("12 entries added in all: its entries were trimmed or deleted"),
+        "{stderr}"
+    );
+    let (code, stderr) = relay_once(&w, &["--republish-from", "1"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("relay stopped: 12 events published"),
+        "{stderr}"
+    );
+    assert_eq!(event_ids(&w), (1..=12).collect::<Vec<_>>());
+
+    let tail: Vec<(String, redis::Value)> = redis::cmd("XREVRANGE")
+        .arg("grants:events")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(3)
+        .query(&mut conn)
+        .unwrap();
+    for (id, _) in &tail {
+        let _: i64 = redis::cmd("XDEL")
+            .arg("grants:events")
+            .arg(id)
+            .query(&mut conn)
+            .unwrap();
+    }
+    let _: i64 = redis::cmd("HSET")
+        .arg("grants:events:published_upto")
+        .arg("upto")
+        .arg(9)
+        .query(&mut conn)
+        .unwrap();
+    let (code, stderr) = relay_once(&w, &[], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("entries after its last one") && stderr.contains("events 10..=12"),
+        "{stderr}"
+    );
+    let (code, stderr) = relay_once(&w, &["--republish-from", "14"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--republish-from 14 would skip outbox ids 13..=13"),
+        "{stderr}"
+    );
+    let (code, stderr) = relay_once(&w, &["--republish-from", "13"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("relay stopped: 0 events published"),
+        "{stderr}"
+    );
+    assert_eq!(event_ids(&w), (1..=9).collect::<Vec<_>>());
+    let mark: String = redis::cmd("HGET")
+        .arg("grants:events:published_upto")
+        .arg("upto")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(mark, "12");
+    let (code, stderr) = relay_once(&w, &[], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
 }

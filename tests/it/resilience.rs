@@ -324,7 +324,7 @@ fn a_full_ledger_keeps_entries_pending_until_room_is_made() {
     //    keeps running.
     // 3. The operator makes room (drops the filler): all 40 are paid without a restart.
     let w = World::new();
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).unwrap();
+    w.create_ledger();
     let admin = rusqlite::Connection::open(&w.db).unwrap();
     admin.busy_timeout(Duration::from_secs(10)).unwrap();
     admin
@@ -564,9 +564,18 @@ fn own_pending_entries_deleted_before_a_restart_are_acknowledged_out_and_logged(
         .unwrap();
     let mut conn =
         claimgate::broker::stream::Conn::new(redis::Client::open(w.redis.url()).unwrap());
-    let history =
-        claimgate::broker::stream::read_group(&mut conn, STREAM, GROUP, "me", "0", 100, None)
-            .unwrap();
+    let limits = claimgate::broker::read::Limits::for_payload(1 << 20);
+    let history = claimgate::broker::read::read_group(
+        &mut conn,
+        STREAM,
+        GROUP,
+        "me",
+        "0",
+        100,
+        limits.entry_weight_max(),
+        &limits,
+    )
+    .unwrap();
     assert_eq!(history.vanished, vec![ids[0].clone(), ids[4].clone()]);
     assert_eq!(history.entries.len(), 3);
     let out = w.run_ok(&[
@@ -811,14 +820,20 @@ fn redis_out_of_memory_holds_dead_letters_back_until_memory_is_freed(store: Stor
 }
 
 fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
-    // 1. A worker is idle in a blocking read. In one pipeline, three entries are added and a
-    //    script then holds the server for 6.5 s: Redis hands the entries to the worker (they
-    //    enter its pending list) but cannot send the reply until the script ends, by which time
-    //    the worker's 5.2 s response timeout has dropped the connection. The reply is lost.
-    // 2. On reconnect the worker re-reads its own pending list and pays all three, long before
-    //    the stale-entry scan (--claim-idle-ms 600000) would take them over.
+    // 1. A worker (consumer `lost`) polls an idle stream. In one pipeline, three entries are
+    //    added and a script delivers them to `lost` (XREADGROUP as that consumer: they enter
+    //    its pending list, as a read whose reply is then lost would leave them) and holds the
+    //    server for 6.5 s: the worker's next read waits past its 5.2 s response timeout and
+    //    its connection is dropped.
+    // 2. On reconnect the worker picks up its own pending entries (XPENDING, then their bodies
+    //    by XRANGE) and pays all three, long before the stale-entry scan (--claim-idle-ms
+    //    600000) would take them over, and without counting a second delivery.
     let w = World::on(store);
-    let worker = start_worker(&w, &["--claim-idle-ms", "600000"], &[]);
+    let worker = start_worker(
+        &w,
+        &["--consumer", "lost", "--claim-idle-ms", "600000"],
+        &[],
+    );
     w.add(&submissions(0..1));
     assert!(wait_for(SOON, || w.count_once_made("disbursements") == 1
         && w.pending() == 0));
@@ -829,7 +844,8 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
         .arg(60_000)
         .query(&mut conn)
         .unwrap();
-    let hold = r"
+    let deliver_and_hold = r"
+        redis.call('XREADGROUP', 'GROUP', ARGV[2], 'lost', 'COUNT', 10, 'STREAMS', KEYS[1], '>')
         local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
         local start = us(redis.call('TIME'))
         while us(redis.call('TIME')) - start < tonumber(ARGV[1]) do end
@@ -843,7 +859,13 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
             .arg(p)
             .ignore();
     }
-    pipe.cmd("EVAL").arg(hold).arg(0).arg(6_500_000).ignore();
+    pipe.cmd("EVAL")
+        .arg(deliver_and_hold)
+        .arg(1)
+        .arg(STREAM)
+        .arg(6_500_000)
+        .arg(claimgate::config::GROUP_DEFAULT)
+        .ignore();
     pipe.query::<()>(&mut conn).unwrap();
 
     assert!(
@@ -855,6 +877,14 @@ fn entries_whose_read_reply_was_lost_are_reread_on_reconnect(store: Store) {
     assert_eq!(disbursed_cents(&w), amount_sum(4));
     assert_eq!(
         worker.lines_with("reading from redis failed").len(),
+        1,
+        "{}",
+        worker.log_text()
+    );
+    assert_eq!(
+        worker
+            .lines_with("picked up 3 entries of ours that were pending but not in hand")
+            .len(),
         1,
         "{}",
         worker.log_text()

@@ -675,7 +675,8 @@ fn a_ledger_named_through_a_symlink_is_locked_and_restored_as_the_one_file_it_is
 #[test]
 fn a_backup_of_another_ledger_is_not_matched_with_this_events_stream() {
     // A backup of ledger B restored where ledger A published: nothing is marked published on
-    // A's mark, `restore` says so, and the relay refuses the stream instead of skipping rows.
+    // A's mark, `restore` says so (and that A's consumer group will refuse B), and the relay
+    // refuses the stream instead of skipping rows.
     let a = World::new();
     a.add(&(0..5).map(submission).collect::<Vec<_>>());
     a.drain(&[]);
@@ -704,8 +705,16 @@ fn a_backup_of_another_ledger_is_not_matched_with_this_events_stream() {
         "{}",
         stdout(&out)
     );
+    // Its consumer group is bound to A (issue 39): B reads with a group of its own.
+    assert!(
+        stdout(&out).contains(
+            "note: consumer group grant-workers of grants:submissions is bound to ledger"
+        ),
+        "{}",
+        stdout(&out)
+    );
     a.add(&[submission(9)]);
-    a.drain(&[]);
+    a.drain(&["--group", "for-the-restored-ledger"]);
     let relay = a.run(&["relay", "--exit-when-idle"]);
     assert_eq!(relay.status.code(), Some(1), "{}", stderr(&relay));
     assert!(

@@ -11,7 +11,7 @@ const SOON: Duration = Duration::from_secs(60);
 
 /// Creates the SQLite ledger before any worker starts, so the test can lock it first.
 fn make_ledger(w: &World) {
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&w.db).expect("create the ledger");
+    w.create_ledger();
 }
 
 /// Audit records of `kind`.

@@ -439,7 +439,12 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     pg.drain(&[]);
     assert_eq!(pg.count("audit_log"), records + 5);
     pg.run_ok(&["verify"]);
-    pg.run_ok(&["relay", "--exit-when-idle"]);
+    // This world's Redis is not the one the SQLite ledger's events went to: its events stream
+    // is empty while the ledger says ids 1..=20 were published, which the relay refuses to
+    // guess about (issue 39). Those events are on the other Redis: they are left out.
+    let refused = pg.run(&["relay", "--exit-when-idle"]);
+    assert_eq!(refused.status.code(), Some(1));
+    pg.run_ok(&["relay", "--exit-when-idle", "--republish-from", "21"]);
     assert_eq!(
         pg.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
         0

@@ -80,11 +80,12 @@ impl World {
         }
     }
 
-    /// Creates the ledger (schema included) as `run` would, so a test can query it before any
-    /// worker has started.
+    /// Creates the ledger (schema included, and its id) as `run` would, so a test can query it,
+    /// or lock it, before any worker has started.
     pub fn create_ledger(&self) {
-        claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&self.db))
+        let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&self.db))
             .expect("create the ledger");
+        ledger.ledger_id().expect("the ledger's id");
     }
 
     /// A read-write SQL connection to the ledger, whichever backend, for tests that edit it
@@ -157,9 +158,13 @@ impl World {
         }
     }
 
-    /// The `claimgate` binary with this world's Redis and ledger in its environment.
+    /// The `claimgate` binary with this world's Redis and ledger in its environment: the one
+    /// this crate built, or the one `CLAIMGATE_TEST_BIN` names (to see a test red on an older
+    /// build: `CLAIMGATE_TEST_BIN=/tmp/claimgate-old cargo test …`).
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_claimgate"));
+        let bin = std::env::var_os("CLAIMGATE_TEST_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_claimgate").into());
+        let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("REDIS_URL", self.redis.url())
             .env("CLAIMGATE_DB", &self.db)

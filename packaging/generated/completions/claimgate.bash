@@ -1295,7 +1295,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__relay)
-            opts="-h -V --events-stream --relay-batch-count-max --exit-when-idle --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --events-stream --relay-batch-count-max --republish-from --exit-when-idle --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1306,6 +1306,10 @@ _claimgate() {
                     return 0
                     ;;
                 --relay-batch-count-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --republish-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1523,7 +1527,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__run)
-            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --quarantine-spacing-ms --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --ledger-pages-max --ledger-outage-ms-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --consumer --threads --claim-idle-ms --max-deliveries --quarantine-spacing-ms --payload-bytes-max --amount-cents-max --batch-count-max --read-bytes-max --exit-when-idle --per-message --fast-filter --fast-filter-ttl-s --synchronous --on-conflict --relay --events-stream --relay-batch-count-max --republish-from --ledger-pages-max --ledger-outage-ms-max --metrics-addr --anchor-every --anchor-out --anchor-stream --signing-key --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1582,6 +1586,10 @@ _claimgate() {
                     return 0
                     ;;
                 --relay-batch-count-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --republish-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -24,7 +24,7 @@ function __fish_claimgate_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_needs_command" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_needs_command" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_needs_command" -l group -d 'The consumer group' -r
@@ -56,10 +56,10 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d '
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l max-deliveries -d 'Dead-letter an entry delivered more than this many times' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l quarantine-spacing-ms -d 'The least time between two tries alone of an entry past --max-deliveries, doubled after each try (30 s, 60 s, then 120 s before it is dead-lettered): a crash storm shorter than that cannot dead-letter a valid entry' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l payload-bytes-max -d 'Refuse payloads larger than this many bytes (checked before parsing); 256 to 512 MiB (a limit below any submission\'s size would dead-letter every entry)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l payload-bytes-max -d 'Refuse payloads larger than this many bytes (checked before parsing; also the limit of every other field, and the entry\'s limit with 64 KiB more); 256 to 512 MiB (a limit below any submission\'s size would dead-letter every entry)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l amount-cents-max -d 'Dead-letter (`amount_too_large`) any submission whose amount_cents is over this. The default, 100000000000 cents ($1 billion), is above any single grant disbursement' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l batch-count-max -d 'Entries asked for per read' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l read-bytes-max -d 'Entry bytes one read aims for: each read\'s COUNT is this over the entry sizes seen so far (at most --batch-count-max), and at most 64 again right after an entry over --payload-bytes-max' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l read-bytes-max -d 'The most entry bytes the worker holds at once, read and not yet acknowledged (with a fixed cost per field); reads ask Redis for no more than what is left. At least what one entry of --payload-bytes-max may weigh (that plus 192 KiB)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter-ttl-s -d 'Lifetime of a --fast-filter marker, in seconds' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l synchronous -d 'SQLite synchronous level: full (default; survives power loss) or normal' -r -f -a "full\t'fsync the WAL at every commit: a committed claim survives power loss'
 normal\t'fsync only at checkpoints: a power loss may roll back recent commits (never corrupts)'"
@@ -67,6 +67,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l on-conflict 
 hold\t'Dead-letter it for review instead of paying'"
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l events-stream -d 'The events stream outbox rows are published to' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l republish-from -d 'When the events stream stands below what the ledger marked published and Redis says its events were deleted, trimmed, or lost with the stream and its mark, the relay refuses and names the missing ids; this says where to go on from: the first missing id to publish them again, or the id after the last to leave them out. Used once' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l ledger-pages-max -d 'Cap the ledger at this many pages (PRAGMA max_page_count); when it is full the worker leaves entries pending and retries until room is made' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l ledger-outage-ms-max -d 'Wait this long (ms) for a failure of the ledger as a whole (a privilege revoked, a read-only or damaged file, a missing schema) to clear before exiting 1; entries stay pending meanwhile, nothing is dead-lettered for it, and /healthz is 503' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l metrics-addr -d 'Serve Prometheus /metrics and /healthz on this HOST:PORT' -r
@@ -74,7 +75,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-every
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-out -d 'Append each anchor to this file (0600, created if absent)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l anchor-stream -d 'Add each anchor to this Redis stream (field `anchor`), e.g. grants:audit:anchors' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l signing-key -d 'Sign each anchor with this key file (`claimgate audit keygen`)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l group -d 'The consumer group' -r
@@ -90,7 +91,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter 
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay -d 'Also run the outbox relay in this process (single-box setups)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l group -d 'The consumer group' -r
@@ -104,7 +105,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s h -l hel
 complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l watch -d 'Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter rates per second, lag, oldest pending age, outbox backlog and commit p99' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l metrics-url -d 'The worker\'s /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99 [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set]' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l group -d 'The consumer group' -r
@@ -120,7 +121,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s V -l vers
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 'The award id, exactly as in the payload' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the payload, one line as `claimgate produce` reads it (`-` for stdin): its line ending is not part of the payload, as produce does not send it' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l group -d 'The consumer group' -r
@@ -135,7 +136,8 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d
 complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l events-stream -d 'The events stream outbox rows are published to' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l republish-from -d 'When the events stream stands below what the ledger marked published and Redis says its events were deleted, trimmed, or lost with the stream and its mark, the relay refuses and names the missing ids; this says where to go on from: the first missing id to publish them again, or the id after the last to leave them out. Used once' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l group -d 'The consumer group' -r
@@ -148,7 +150,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l env-file -
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l exit-when-idle -d 'Exit 0 once no outbox row is left unpublished'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor report keygen" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor report keygen" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor report keygen" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor report keygen" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor report keygen" -l group -d 'The consumer group' -r
@@ -167,7 +169,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and not __fish_seen_subcommand_from export verify anchor report keygen" -f -a "keygen" -d 'Make an Ed25519 key pair: the signing key at PATH, the public key at PATH.pub (both new 0600 files; existing files are never overwritten)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l out -d 'Write here instead of stdout' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l since -d 'Only records from this seq, or written at or after this RFC 3339 time' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from export" -l group -d 'The consumer group' -r
@@ -183,7 +185,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l continuing-from -d 'With --file: the hash the file\'s first record links to (an export made with --since)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l anchors -d 'Check the ledger against the anchors in this file (`claimgate audit anchor` lines)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l public-key -d 'Require every checkpoint (and every anchor) to be signed by this key\'s signing key (with --file: every checkpoint in the file)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -l group -d 'The consumer group' -r
@@ -197,7 +199,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from verify" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l out -d 'Append the line to this file (created 0600 if absent) instead of printing it' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l signing-key -d 'Sign the anchor with this key file (`claimgate audit keygen`)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from anchor" -l group -d 'The consumer group' -r
@@ -214,7 +216,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l public-key -d 'Require every checkpoint and anchor to be signed by this key\'s signing key' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l since -d 'Count only records written at or after this date (YYYY-MM-DD, UTC) or RFC 3339 date-time. The whole chain is verified whatever the period' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l until -d 'Count only records written before this date (YYYY-MM-DD, UTC) or RFC 3339 date-time' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -l group -d 'The consumer group' -r
@@ -227,7 +229,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from report" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l out -d 'Where to write the signing key; the public key goes to the same path plus `.pub`' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l group -d 'The consumer group' -r
@@ -239,7 +241,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_se
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand audit; and __fish_seen_subcommand_from keygen" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l group -d 'The consumer group' -r
@@ -251,7 +253,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l redis-wai
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand verify" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and not __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
@@ -268,7 +270,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l export -d 'The export file [default: next to the ledger, `<db>.purge-<time>.jsonl`]' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l batch-records-max -d 'Audit records removed per transaction, with the ledger rows they describe' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l signing-key -d 'Sign the checkpoint the purge leaves with this key file (`claimgate audit keygen`)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l group -d 'The consumer group' -r
@@ -280,7 +282,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fis
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand retention; and __fish_seen_subcommand_from purge" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -l group -d 'The consumer group' -r
@@ -296,7 +298,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "remove" -d 'Lift a legal hold'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and not __fish_seen_subcommand_from add remove list" -f -a "list" -d 'List awards under legal hold'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l reason -d 'Why (a case number, an auditor\'s request)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l group -d 'The consumer group' -r
@@ -308,7 +310,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_see
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l group -d 'The consumer group' -r
@@ -320,7 +322,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_see
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
@@ -332,7 +334,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_see
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand hold; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -l group -d 'The consumer group' -r
@@ -348,7 +350,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "show" -d 'Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "replay" -d 'Put a dead letter\'s original fields back on the submissions stream, once'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and not __fish_seen_subcommand_from list show replay reconcile" -f -a "reconcile" -d 'Copy again every dead letter the ledger records but the dead-letter stream lacks (after a Redis failover lost some); never copies one entry twice'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l group -d 'The consumer group' -r
@@ -361,7 +363,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print a JSON array instead of a table'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l group -d 'The consumer group' -r
@@ -374,7 +376,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON instead of text'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l group -d 'The consumer group' -r
@@ -386,7 +388,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l group -d 'The consumer group' -r
@@ -401,7 +403,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l seed -d 'Seed for the generated submissions' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l report -d 'Where to write the audit report the demo ends with (a new file; default `claimgate-demo-report-<UTC time>.html` in the current directory)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l group -d 'The consumer group' -r
@@ -413,7 +415,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l group -d 'The consumer group' -r
@@ -426,7 +428,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l env-file 
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l events-stream -d 'The events stream the relay publishes to (its mark tells which rows are published)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l group -d 'The consumer group' -r
@@ -439,7 +441,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -l env-file
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand restore" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l to -d 'The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the password is never shown)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l group -d 'The consumer group' -r
@@ -451,7 +453,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l redis-wa
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand migrate" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l stream -d 'The submissions stream' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l group -d 'The consumer group' -r

@@ -280,6 +280,12 @@ impl Outbox for MemoryLedger {
         Ok(self.lock()?.outbox_id_last)
     }
 
+    fn published_id_max(&self) -> Result<i64> {
+        let state = self.lock()?;
+        let published = state.outbox.iter().filter(|o| o.published_at.is_some());
+        Ok(published.map(|o| o.id).max().unwrap_or(0))
+    }
+
     fn ledger_id(&self) -> Result<String> {
         let mut state = self.lock()?;
         let id = state.ledger_id.get_or_insert_with(|| {

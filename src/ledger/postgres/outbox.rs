@@ -120,6 +120,30 @@ impl Outbox for PgLedger {
         Ok(row.map(|r| r.get(0)))
     }
 
+    /// The last linked batch row marked published (batches' ids are above every stored row's),
+    /// else the highest stored row marked published. Each walks its index down from the top,
+    /// past the backlog, to the first published row. Added for the relay's check of a stream
+    /// standing below the ledger (issue 39).
+    fn published_id_max(&self) -> Result<i64> {
+        let mut conn = self.conn()?;
+        let row = conn.client.query_opt(
+            "SELECT b.outbox_first + o.batch_index - 1
+             FROM audit_batches b JOIN outbox_rows o ON o.batch_id = b.batch_id
+             WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0 AND o.published_at IS NOT NULL
+             ORDER BY b.outbox_first + b.outbox_count DESC, o.batch_index DESC LIMIT 1",
+            &[],
+        )?;
+        if let Some(row) = row {
+            return Ok(row.get(0));
+        }
+        let row = conn.client.query_one(
+            "SELECT COALESCE(MAX(id), 0) FROM outbox_rows
+             WHERE id IS NOT NULL AND published_at IS NOT NULL",
+            &[],
+        )?;
+        Ok(row.get(0))
+    }
+
     /// The head's counter, not `MAX(id)`: ids are numbered from it under the head lock and it
     /// only grows, so it still counts rows a purge removed. Read without the lock: a link that
     /// has numbered rows but not committed has not advanced it for anyone else yet, and its

@@ -10,11 +10,17 @@
 //! unchanged: commits still fsync the WAL (synchronous=FULL); a checkpoint only moves
 //! already-durable pages.
 //!
+//! A checkpoint that fails (a full disk, an I/O error) is one episode of the shared retry
+//! policy: one WARN when failures start, one INFO when a checkpoint works again, and the
+//! backoff between tries (issue 39: a full disk logged a WARN every 250 ms, onto a journal that
+//! is likely on the same disk).
+//!
 //! Invariant: this module never writes a row; it only moves committed pages.
 
 use crate::config::LedgerConfig;
 use crate::error::{Error, Result};
-use log::{debug, warn};
+use crate::retry::Episode;
+use log::debug;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -65,47 +71,52 @@ impl Drop for Checkpointer {
 
 fn run(conn: &Connection, stop: &AtomicBool) {
     let interval = Duration::from_millis(CHECKPOINT_INTERVAL_MS);
+    let mut episode = Episode::new("checkpointing the ledger");
     while !stop.load(Ordering::SeqCst) {
-        let next = Instant::now() + interval;
+        let started = Instant::now();
         // A passive checkpoint never blocks the writer, but under a steady stream of commits
         // it rarely finds the log fully copied, so the WAL would never start over. Once it is
         // long, a RESTART right behind the passive pass copies only the last commit or two,
         // briefly holding the writer back, and lets the next commit reuse the log from the top.
-        let wal_frames = checkpoint(conn, "PASSIVE");
-        if wal_frames > WAL_FRAMES_SOFT_MAX {
-            checkpoint(conn, "RESTART");
-        }
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+        let result = checkpoint(conn, "PASSIVE").and_then(|wal_frames| {
+            if wal_frames > WAL_FRAMES_SOFT_MAX {
+                checkpoint(conn, "RESTART")?;
+            }
+            Ok(())
+        });
+        let wait = match result {
+            Ok(()) => {
+                episode.succeeded();
+                interval
+            }
+            // Never fatal: the WAL keeps every commit durable, so a missed checkpoint only
+            // means a longer WAL until the next one. Failing, it waits longer between tries.
+            Err(e) => episode.failed(&e).max(interval),
+        };
+        if let Some(wait) = (started + wait).checked_duration_since(Instant::now()) {
             std::thread::park_timeout(wait);
         }
     }
     // Leave a short WAL behind for whoever opens the ledger next.
-    checkpoint(conn, "TRUNCATE");
+    if let Err(e) = checkpoint(conn, "TRUNCATE") {
+        debug!("the last checkpoint failed: {e}");
+    }
 }
 
-/// One checkpoint; returns the WAL's length in frames (0 if unknown). Failures are logged,
-/// never fatal: the WAL keeps every commit durable, so a missed checkpoint only means a longer
-/// WAL until the next one.
-fn checkpoint(conn: &Connection, mode: &str) -> i64 {
+/// One checkpoint; returns the WAL's length in frames.
+fn checkpoint(conn: &Connection, mode: &str) -> Result<i64> {
     let started = Instant::now();
-    let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)?,
-        ))
-    });
-    match result {
-        Ok((busy, log_frames, copied_frames)) => {
-            debug!(
-                "checkpoint {mode}: busy={busy} wal_frames={log_frames} copied={copied_frames} in {:?}",
-                started.elapsed()
-            );
-            log_frames
-        }
-        Err(e) => {
-            warn!("checkpoint {mode} failed (will retry): {e}");
-            0
-        }
-    }
+    let (busy, log_frames, copied_frames) =
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+    debug!(
+        "checkpoint {mode}: busy={busy} wal_frames={log_frames} copied={copied_frames} in {:?}",
+        started.elapsed()
+    );
+    Ok(log_frames)
 }

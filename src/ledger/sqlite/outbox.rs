@@ -47,6 +47,19 @@ impl Outbox for SqliteLedger {
         outbox_id_max(&*self.conn()?)
     }
 
+    /// Below the first unpublished row (found through `outbox_unpublished`), the highest row:
+    /// rows are marked in id order, so it is the last one marked. Two index probes, however
+    /// large the backlog.
+    fn published_id_max(&self) -> Result<i64> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT COALESCE(MAX(id), 0) FROM outbox WHERE published_at IS NOT NULL
+               AND id < COALESCE((SELECT MIN(id) FROM outbox WHERE published_at IS NULL),
+                                 9223372036854775807)",
+        )?;
+        Ok(stmt.query_row([], |r| r.get(0))?)
+    }
+
     fn ledger_id(&self) -> Result<String> {
         let conn = self.conn()?;
         if let Some(id) = read_ledger_id(&conn)? {

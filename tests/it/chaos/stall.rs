@@ -114,7 +114,7 @@ fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_recla
     //    the reader did not XAUTOCLAIM its own in-flight entries (each claim would count a
     //    delivery and push healthy entries toward the cap). Then all 50 are paid once.
     let world = World::new();
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&world.db).expect("create the ledger");
+    world.create_ledger();
     let lock = rusqlite::Connection::open(&world.db).unwrap();
     lock.busy_timeout(Duration::from_secs(30)).unwrap();
     let mut cmd = world.cmd(&["run", "--consumer", "solo", "--claim-idle-ms", "1000"]);
@@ -165,7 +165,7 @@ fn with_the_heartbeat_off_the_scan_pause_alone_keeps_a_stalled_worker_from_recla
 /// the number paid in the end (all 30, once, either way).
 fn stall_beside_an_idle_scanner(heartbeat_off: bool) -> (Vec<(String, i64)>, i64) {
     let world = World::new();
-    claimgate::ledger::sqlite::SqliteLedger::open_path(&world.db).expect("create the ledger");
+    world.create_ledger();
     let lock = rusqlite::Connection::open(&world.db).unwrap();
     lock.busy_timeout(Duration::from_secs(30)).unwrap();
     let mut a_cmd = world.cmd(&["run", "--consumer", "a", "--claim-idle-ms", "1000"]);
