@@ -278,7 +278,7 @@ fn step(
     // this ledger assigned): rows this relay just sent, and rows another relay (or this one,
     // before a crash) sent but did not get to mark.
     if reached > seen.marked_upto {
-        round.marked = ledger.mark_published(reached, &now_rfc3339())?;
+        round.marked = ledger.mark_published(reached, &now_rfc3339(), &rcfg.events_stream)?;
         seen.marked_upto = reached;
     }
     Ok(round)
@@ -336,7 +336,9 @@ fn check_behind(
     position: i64,
     seen: &mut Seen,
 ) -> Result<i64> {
-    let published = ledger.published_id_max()?.max(seen.reached);
+    let published = ledger
+        .published_id_max(&rcfg.events_stream)?
+        .max(seen.reached);
     let told = seen.republish_from.take();
     if position >= published {
         if let Some(upto) = seen.refilling.take() {

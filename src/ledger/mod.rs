@@ -323,9 +323,13 @@ pub trait Outbox: Send + Sync {
     /// the stream lost after the ledger marked it is read, and published, again.
     fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>>;
 
-    /// Marks every unpublished row with id `<= upto_id` as published at `now`, in one
-    /// transaction; returns how many rows changed. Rows already published are left alone.
-    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64>;
+    /// Marks every unpublished row with id `<= upto_id` as published at `now`, and records,
+    /// in the same transaction, that the events stream `events_stream` holds every row at or
+    /// below `upto_id` (`ledger_meta` `published_upto:<stream>`, only ever raised), so a
+    /// retention purge never removes a row one of several relays has not published yet (each
+    /// on its own stream, any of them may set `published_at` first). Returns how many rows
+    /// changed; rows already published are left alone.
+    fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64>;
 
     /// This ledger's random identity, created on first call and never changed after, so two
     /// ledgers (or a ledger and its fresh replacement) are never mistaken for each other.
@@ -335,12 +339,15 @@ pub trait Outbox: Send + Sync {
     /// must only read (`audit verify --anchors` on a ledger that never had an id).
     fn ledger_id_made(&self) -> Result<Option<String>>;
 
-    /// The highest outbox id this ledger has marked published (0 when none). Rows are marked
-    /// in id order (every unpublished row at or below an id at once), so every row below it is
+    /// The highest outbox id this ledger has recorded as published to the events stream
+    /// `events_stream` (its `published_upto:` mark, [`Outbox::mark_published`]); 0 for a
+    /// stream no relay has published to while another has (a second relay's first run). A
+    /// ledger of an earlier release, which records no stream's mark, answers the highest id
+    /// marked published by any relay: rows are marked in id order, so every row below it is
     /// marked too. The relay compares it with the events stream's position: a stream standing
     /// lower lost events the ledger says it published (`relay.rs`, "When the stream stands
     /// below the ledger").
-    fn published_id_max(&self) -> Result<i64>;
+    fn published_id_max(&self, events_stream: &str) -> Result<i64>;
 
     /// The highest outbox id this ledger has ever assigned (0 before the first row), whether
     /// or not the row still exists (a purge removes rows, never the sequence). The relay
@@ -561,7 +568,7 @@ pub trait Restoring {
     /// id sequence to at least `upto` (so new rows get ids the relay has never skipped), and
     /// appends a `restored` audit record saying so, in one transaction. Returns how many rows
     /// it marked. Call at most once.
-    fn adopt_mark(&mut self, upto: i64, now: &str) -> Result<u64>;
+    fn adopt_mark(&mut self, upto: i64, now: &str, events_stream: &str) -> Result<u64>;
 
     /// Puts the copy in place of the ledger. The ledger it replaces (if any) is kept beside
     /// it under a new name, which is returned with what was paid there and not in the backup;

@@ -90,7 +90,7 @@ pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
             )),
         ),
     };
-    let marked = restoring.adopt_mark(upto, &now_rfc3339())?;
+    let marked = restoring.adopt_mark(upto, &now_rfc3339(), req.events_stream)?;
     let id_max = restoring.outbox_id_max();
     let aside = restoring.commit()?;
     println!(

@@ -197,7 +197,9 @@ fn refuse_if_held_or_unpublished(plan: &PurgePlan, cutoff: &str) -> Result<()> {
     }
     if plan.unpublished > 0 {
         return Err(Error::Other(format!(
-            "refusing to purge: {} outbox rows recorded before {cutoff} are not yet published; run claimgate relay first",
+            "refusing to purge: {} outbox rows recorded before {cutoff} are not yet published to \
+             every events stream a relay publishes this ledger to; run claimgate relay first (each \
+             relay, on its own --events-stream)",
             plan.unpublished
         )));
     }

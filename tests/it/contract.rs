@@ -124,8 +124,8 @@ impl Outbox for Sqlite {
     fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         self.ledger.rows_after(after_id, limit)
     }
-    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
-        self.ledger.mark_published(upto_id, now)
+    fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
+        self.ledger.mark_published(upto_id, now, events_stream)
     }
     fn ledger_id(&self) -> Result<String> {
         self.ledger.ledger_id()
@@ -136,8 +136,8 @@ impl Outbox for Sqlite {
     fn outbox_id_max(&self) -> Result<i64> {
         self.ledger.outbox_id_max()
     }
-    fn published_id_max(&self) -> Result<i64> {
-        self.ledger.published_id_max()
+    fn published_id_max(&self, events_stream: &str) -> Result<i64> {
+        self.ledger.published_id_max(events_stream)
     }
 }
 
@@ -254,8 +254,8 @@ macro_rules! delegate {
             fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
                 self.ledger.rows_after(after_id, limit)
             }
-            fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
-                self.ledger.mark_published(upto_id, now)
+            fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
+                self.ledger.mark_published(upto_id, now, events_stream)
             }
             fn ledger_id(&self) -> Result<String> {
                 self.ledger.ledger_id()
@@ -266,8 +266,8 @@ macro_rules! delegate {
             fn outbox_id_max(&self) -> Result<i64> {
                 self.ledger.outbox_id_max()
             }
-            fn published_id_max(&self) -> Result<i64> {
-                self.ledger.published_id_max()
+            fn published_id_max(&self, events_stream: &str) -> Result<i64> {
+                self.ledger.published_id_max(events_stream)
             }
         }
         impl AuditLog for $t {
@@ -807,7 +807,11 @@ fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
     for i in [0, 2, 4] {
         record_pair(i);
     }
-    assert_eq!(l.published_id_max().unwrap(), 0, "nothing marked yet");
+    assert_eq!(
+        l.published_id_max("grants:events").unwrap(),
+        0,
+        "nothing marked yet"
+    );
     let rows = l.rows_after(0, 100).unwrap();
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 6);
@@ -818,17 +822,26 @@ fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
     }
 
     assert_eq!(
-        l.mark_published(ids[2], "2026-07-01T10:00:00.000000Z")
+        l.mark_published(ids[2], "2026-07-01T10:00:00.000000Z", "grants:events")
             .unwrap(),
         3
     );
     assert_eq!(
-        l.mark_published(ids[2], "2026-07-01T10:00:01.000000Z")
+        l.mark_published(ids[2], "2026-07-01T10:00:01.000000Z", "grants:events")
             .unwrap(),
         0
     );
     assert_eq!(counts(&l).outbox_backlog, 3);
-    assert_eq!(l.published_id_max().unwrap(), ids[2], "the last row marked");
+    assert_eq!(
+        l.published_id_max("grants:events").unwrap(),
+        ids[2],
+        "the last row marked"
+    );
+    assert_eq!(
+        l.published_id_max("other:events").unwrap(),
+        0,
+        "a stream no relay has published to, beside one that has"
+    );
     assert_eq!(ids_after(ids[2], 100), ids[3..]);
     assert_eq!(ids_after(ids[2], 2), ids[3..5]);
     assert_eq!(
@@ -847,13 +860,17 @@ fn outbox_rows_appear_in_id_order_above_any_position<L: Subject>() {
     assert!(new.windows(2).all(|w| w[0] < w[1]), "{new:?}");
     assert_eq!(ids_after(0, 100).len(), 10);
     assert_eq!(
-        l.mark_published(i64::MAX, "2026-07-01T10:00:02.000000Z")
+        l.mark_published(i64::MAX, "2026-07-01T10:00:02.000000Z", "grants:events")
             .unwrap(),
         7
     );
     assert_eq!(ids_after(*new.last().unwrap(), 100), Vec::<i64>::new());
     assert_eq!(counts(&l).outbox_backlog, 0);
-    assert_eq!(l.published_id_max().unwrap(), *new.last().unwrap());
+    assert_eq!(
+        l.published_id_max("grants:events").unwrap(),
+        *new.last().unwrap(),
+        "a mark is never above the highest id the ledger gave"
+    );
 }
 
 fn the_ledger_id_is_stable_and_differs_between_ledgers<L: Subject>() {

@@ -168,7 +168,14 @@ fn a_ledger_is_found_only_in_the_schema_its_url_names_and_made_only_in_an_empty_
     w.add(&[submission(99)]);
     let (code, _, err) = with_db(
         &w,
-        &["run", "--exit-when-idle", "--claim-idle-ms", "200", "--group", "g2"],
+        &[
+            "run",
+            "--exit-when-idle",
+            "--claim-idle-ms",
+            "200",
+            "--group",
+            "g2",
+        ],
         &keyword,
     );
     assert_eq!(code, Some(0), "{err}");
@@ -934,7 +941,9 @@ fn sigterm_during_a_ledger_outage_stops_the_worker_with_exit_0_and_its_entries_p
     w.add(&[submission(0)]);
     let mut worker = Logged::spawn(w.cmd(&["run", "--consumer", "t1"]));
     assert!(
-        wait_for(Duration::from_secs(30), || w.count_once_made("disbursements") == 1),
+        wait_for(Duration::from_secs(30), || w
+            .count_once_made("disbursements")
+            == 1),
         "{}",
         worker.log_text()
     );

@@ -301,7 +301,72 @@ fn kills_aimed_at_a_valid_entrys_tries_alone_never_dead_letter_it_while_the_stor
 
 on_both_ledgers!(
     leap_seconds_and_instants_outside_the_years_are_dead_lettered_with_their_own_reason_never_held_as_conflicts,
+    a_purge_keeps_every_row_a_second_relay_has_not_published_to_its_own_stream,
 );
+
+fn a_purge_keeps_every_row_a_second_relay_has_not_published_to_its_own_stream(store: Store) {
+    // 1. Five submissions paid; relay B publishes them to other:events.
+    // 2. Five more paid; relay A publishes all ten to grants:events (published_at set on all).
+    // 3. Everything made three years ago and more: a purge is refused, naming the relays, and
+    //    removes nothing: B's stream lacks rows 6-10, and B reads rows by id from its own
+    //    position. (Before: the purge checked published_at alone, which A had set, and
+    //    removed them: B never published them.)
+    // 4. B runs again and publishes rows 6-10; the purge removes everything.
+    let w = World::on(store);
+    w.add(&(0..5).map(crate::support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&[
+        "relay",
+        "--exit-when-idle",
+        "--events-stream",
+        "other:events",
+    ]);
+    w.add(&(5..10).map(crate::support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    let last = w.sql_i64("SELECT MAX(seq) FROM audit_log");
+    crate::audit::backdate(&w, last, "2019-03-01T12:00:00.000000Z");
+    let export = w.dir.path().join("purge.jsonl");
+    let purge = |w: &World| {
+        w.run(&[
+            "retention",
+            "purge",
+            "--before",
+            "2020-01-01",
+            "--export",
+            export.to_str().unwrap(),
+        ])
+    };
+    let refused = purge(&w);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("5 outbox rows") && said.contains("every events stream"),
+        "{said}"
+    );
+    assert_eq!(w.count("disbursements"), 10, "nothing purged");
+    assert_eq!(w.xlen("other:events"), 5);
+    w.run_ok(&[
+        "relay",
+        "--exit-when-idle",
+        "--events-stream",
+        "other:events",
+    ]);
+    assert_eq!(w.xlen("other:events"), 10);
+    let _ = std::fs::remove_file(&export);
+    let done = purge(&w);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(w.count("processed_messages"), 0, "everything purged");
+    w.run_ok(&["verify"]);
+}
 
 fn leap_seconds_and_instants_outside_the_years_are_dead_lettered_with_their_own_reason_never_held_as_conflicts(
     store: Store,

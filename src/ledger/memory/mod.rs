@@ -127,6 +127,8 @@ struct State {
     audit: Vec<Record>,
     /// This ledger's random identity, once the first caller asked for it.
     ledger_id: Option<String>,
+    /// Each events stream's mark: every row at or below it is on that stream.
+    published_upto: HashMap<String, i64>,
     /// The armed fault: `record` fails when it would pay a new claim of this award.
     fail_on_award: Option<String>,
 }
@@ -264,8 +266,14 @@ impl Outbox for MemoryLedger {
             .collect())
     }
 
-    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
+    fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
         let mut state = self.lock()?;
+        let given = state.outbox_id_last;
+        let upto = state
+            .published_upto
+            .entry(events_stream.to_owned())
+            .or_insert(0);
+        *upto = (*upto).max(upto_id.min(given));
         let mut changed = 0;
         for o in state.outbox.iter_mut().take_while(|o| o.id <= upto_id) {
             if o.published_at.is_none() {
@@ -280,8 +288,14 @@ impl Outbox for MemoryLedger {
         Ok(self.lock()?.outbox_id_last)
     }
 
-    fn published_id_max(&self) -> Result<i64> {
+    fn published_id_max(&self, events_stream: &str) -> Result<i64> {
         let state = self.lock()?;
+        if let Some(upto) = state.published_upto.get(events_stream) {
+            return Ok(*upto);
+        }
+        if !state.published_upto.is_empty() {
+            return Ok(0);
+        }
         let published = state.outbox.iter().filter(|o| o.published_at.is_some());
         Ok(published.map(|o| o.id).max().unwrap_or(0))
     }

@@ -82,19 +82,34 @@ impl Outbox for PgLedger {
         Ok(rows)
     }
 
-    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
+    fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
         let mut conn = self.conn()?;
         // Through the index of unpublished rows; a row of a batch not linked yet has no id,
-        // so it is never at or below any position.
+        // so it is never at or below any position. The stream's mark in `ledger_meta` moves
+        // in the same statement, so atomically (retention reads it: `retention.rs`).
         let st = conn.prepared(
-            "UPDATE outbox_rows o SET published_at = $1
-             WHERE o.published_at IS NULL
-               AND (o.id <= $2
-                    OR EXISTS (SELECT 1 FROM audit_batches b
-                               WHERE b.batch_id = o.batch_id AND b.link_seq IS NOT NULL
-                                 AND b.outbox_first + o.batch_index - 1 <= $2))",
+            "WITH marked AS (
+                 UPDATE outbox_rows o SET published_at = $1
+                 WHERE o.published_at IS NULL
+                   AND (o.id <= $2
+                        OR EXISTS (SELECT 1 FROM audit_batches b
+                                   WHERE b.batch_id = o.batch_id AND b.link_seq IS NOT NULL
+                                     AND b.outbox_first + o.batch_index - 1 <= $2))
+                 RETURNING 1
+             ), noted AS (
+                 INSERT INTO ledger_meta (name, value)
+                 VALUES ('published_upto:' || $3,
+                         LEAST($2, (SELECT outbox_id_last FROM chain_head WHERE id = 1))::text)
+                 ON CONFLICT (name) DO UPDATE
+                     SET value = GREATEST(ledger_meta.value::bigint, EXCLUDED.value::bigint)::text
+             )
+             SELECT COUNT(*) FROM marked",
         )?;
-        Ok(conn.client.execute(&st, &[&now, &upto_id])?)
+        let n: i64 = conn
+            .client
+            .query_one(&st, &[&now, &upto_id, &events_stream])?
+            .get(0);
+        Ok(n as u64)
     }
     fn ledger_id(&self) -> Result<String> {
         let mut conn = self.conn()?;
@@ -124,8 +139,19 @@ impl Outbox for PgLedger {
     /// else the highest stored row marked published. Each walks its index down from the top,
     /// past the backlog, to the first published row. Added for the relay's check of a stream
     /// standing below the ledger (issue 39).
-    fn published_id_max(&self) -> Result<i64> {
+    fn published_id_max(&self, events_stream: &str) -> Result<i64> {
         let mut conn = self.conn()?;
+        let marks = conn.client.query_one(
+            "SELECT (SELECT value::bigint FROM ledger_meta WHERE name = 'published_upto:' || $1),
+                    EXISTS (SELECT 1 FROM ledger_meta WHERE name LIKE 'published\\_upto:%')",
+            &[&events_stream],
+        )?;
+        if let Some(upto) = marks.get::<_, Option<i64>>(0) {
+            return Ok(upto);
+        }
+        if marks.get::<_, bool>(1) {
+            return Ok(0);
+        }
         let row = conn.client.query_opt(
             "SELECT b.outbox_first + o.batch_index - 1
              FROM audit_batches b JOIN outbox_rows o ON o.batch_id = b.batch_id

@@ -31,7 +31,7 @@ impl Outbox for SqliteLedger {
         Ok(rows)
     }
 
-    fn mark_published(&self, upto_id: i64, now: &str) -> Result<u64> {
+    fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = tx
@@ -39,6 +39,7 @@ impl Outbox for SqliteLedger {
                 "UPDATE outbox SET published_at = ?1 WHERE published_at IS NULL AND id <= ?2",
             )?
             .execute(params![now, upto_id])?;
+        note_published_upto(&tx, events_stream, upto_id)?;
         tx.commit()?;
         Ok(n as u64)
     }
@@ -50,8 +51,22 @@ impl Outbox for SqliteLedger {
     /// Below the first unpublished row (found through `outbox_unpublished`), the highest row:
     /// rows are marked in id order, so it is the last one marked. Two index probes, however
     /// large the backlog.
-    fn published_id_max(&self) -> Result<i64> {
+    fn published_id_max(&self, events_stream: &str) -> Result<i64> {
         let conn = self.conn()?;
+        let (mine, any): (Option<i64>, bool) = conn
+            .prepare_cached(
+                "SELECT (SELECT CAST(value AS INTEGER) FROM ledger_meta
+                         WHERE name = 'published_upto:' || ?1),
+                        EXISTS (SELECT 1 FROM ledger_meta
+                                WHERE name LIKE 'published\\_upto:%' ESCAPE '\\')",
+            )?
+            .query_row([events_stream], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        if let Some(upto) = mine {
+            return Ok(upto);
+        }
+        if any {
+            return Ok(0);
+        }
         let mut stmt = conn.prepare_cached(
             "SELECT COALESCE(MAX(id), 0) FROM outbox WHERE published_at IS NOT NULL
                AND id < COALESCE((SELECT MIN(id) FROM outbox WHERE published_at IS NULL),
@@ -108,4 +123,23 @@ pub(super) fn outbox_id_max(conn: &Connection) -> Result<i64> {
         )
         .optional()?
         .unwrap_or(0))
+}
+
+/// Records in `ledger_meta` that `events_stream` holds every outbox row at or below `upto_id`
+/// (raised, never lowered; never above the highest id the ledger gave); retention reads the
+/// lowest such mark (`purge.rs`).
+pub(super) fn note_published_upto(
+    tx: &rusqlite::Transaction<'_>,
+    events_stream: &str,
+    upto_id: i64,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO ledger_meta (name, value)
+             VALUES ('published_upto:' || ?1,
+                     min(?2, COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)))
+         ON CONFLICT (name) DO UPDATE
+             SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+    )?
+    .execute(params![events_stream, upto_id])?;
+    Ok(())
 }

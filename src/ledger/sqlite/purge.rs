@@ -227,11 +227,18 @@ fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Outbox rows not yet published among the claims of `first..=last`.
+/// Outbox rows among the claims of `first..=last` not yet published, or not yet on every
+/// events stream a relay has published this ledger to: above the lowest `published_upto:`
+/// mark (`outbox.rs`). Either relay of two may set `published_at`; the other reads rows by id
+/// from its own stream's position, so a row above its mark must stay.
 fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
     let n: i64 = conn.query_row(
         &format!(
-            "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND claim_id IN ({CLAIMS_IN})"
+            "SELECT COUNT(*) FROM outbox
+             WHERE (published_at IS NULL
+                    OR id > (SELECT MIN(CAST(value AS INTEGER)) FROM ledger_meta
+                             WHERE name LIKE 'published\\_upto:%' ESCAPE '\\'))
+               AND claim_id IN ({CLAIMS_IN})"
         ),
         [first, last],
         |r| r.get(0),

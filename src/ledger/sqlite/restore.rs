@@ -154,7 +154,7 @@ impl Restoring for Restore {
         self.outbox_id_max
     }
 
-    fn adopt_mark(&mut self, upto: i64, now: &str) -> Result<u64> {
+    fn adopt_mark(&mut self, upto: i64, now: &str, events_stream: &str) -> Result<u64> {
         let copy = self.copy.as_ref().expect("present until commit");
         let mut conn = Connection::open(copy.path())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -162,6 +162,9 @@ impl Restoring for Restore {
             "UPDATE outbox SET published_at = ?1 WHERE published_at IS NULL AND id <= ?2",
             rusqlite::params![now, upto],
         )?;
+        if upto > 0 {
+            super::outbox::note_published_upto(&tx, events_stream, upto)?;
+        }
         // AUTOINCREMENT gives the next row max(seq, max(id)) + 1, so raising `seq` is enough.
         let next_after = self.outbox_id_max.max(upto);
         tx.execute("DELETE FROM sqlite_sequence WHERE name = 'outbox'", [])?;
