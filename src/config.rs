@@ -50,7 +50,7 @@ pub const BATCH_COUNT_MAX_DEFAULT: usize = 1024;
 /// The most entry bytes the worker holds at once (4 MiB), by `broker::entry::Entry::weight`:
 /// from the read that brings an entry in until its batch has been acknowledged and reported.
 /// Reads are cut to what is left of it on the server (`broker/read.rs`), so it holds whatever
-/// the entries weigh; README.md states the bound on the worker's memory it gives.
+/// the entries weigh; docs/guide.md states the bound on the worker's memory it gives.
 pub const READ_BYTES_MAX_DEFAULT: usize = 4 << 20;
 /// What an entry may weigh besides its largest field before it is too large to read whole
 /// (64 KiB): room for its id, its field names and small fields beside the payload. An entry is

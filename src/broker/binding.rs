@@ -7,7 +7,7 @@
 //! whose ledger is another refuses to read (exit 2), naming both ids and what to do.
 //!
 //! The bindings of a stream live in the hash `<stream>:ledgers` (field: group, value: ledger
-//! id), beside the stream's other keys, so README's ACL pattern covers it. The check and the
+//! id), beside the stream's other keys, so the ACL pattern of docs/operations.md ("Security") covers it. The check and the
 //! first write are one Lua script, so two first workers of different ledgers cannot both bind.
 //! A binding lost with Redis's data (a restart without persistence, a failover to a replica
 //! that never had it) is made again by the next worker to read, as the group itself is.

@@ -95,7 +95,7 @@ fn refusal(who: Who, addr: &str, e: &RedisError) -> Option<Error> {
     } else if code == "NOPERM" {
         format!(
             "{noun} at {addr} refused a command to the user --redis-url names ({}): give that \
-             user what README.md's ACL line gives (section Security)",
+             user what the ACL line of docs/operations.md gives (section Security)",
             one_line(&text)
         )
     } else {

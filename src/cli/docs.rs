@@ -103,7 +103,7 @@ fn sections(cmd: &clap::Command, path: &[&str]) -> String {
         see.push(format!("\\fB{}-{}\\fR(1)", path.join("-"), sub.get_name()));
     }
     out.push_str(&format!(
-        ".SH SEE ALSO\n{}{}README.md, failure\\-handling.md and postgres.md in {DOC_DIR}\n",
+        ".SH SEE ALSO\n{}{}README.md in {DOC_DIR}, and guide.md, operations.md, failure\\-handling.md, postgres.md and auditor.md in {DOC_DIR}/docs\n",
         see.join(", "),
         if see.is_empty() { "" } else { "; " }
     ));

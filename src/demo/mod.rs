@@ -273,7 +273,7 @@ impl<'a> Demo<'a> {
     }
 
     /// The evidence an auditor keeps: a key pair, a signed anchor of the chain's head, and
-    /// `audit verify --anchors --public-key` against it, as README's "Evidence" section does.
+    /// `audit verify --anchors --public-key` against it, as docs/operations.md's "Evidence" section does.
     fn anchor_and_verify(&mut self) -> Result<Kept> {
         use crate::ops::evidence;
         let keys = evidence::keygen(&self.dir.path().join("audit-key"))?;
@@ -294,7 +294,7 @@ impl<'a> Demo<'a> {
             "  audit verify --anchors --public-key: {} records intact, the anchor holds",
             v.records
         ));
-        say("  (in production, ship anchors off this box: README, \"Evidence\")");
+        say("  (in production, ship anchors off this box: docs/operations.md, \"Evidence\")");
         Ok(Kept {
             anchors_file,
             anchors,

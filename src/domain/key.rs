@@ -71,7 +71,7 @@ impl fmt::Debug for IdempotencyKey {
 }
 
 /// Derives the idempotency key of one submission, exactly as the formula at the top of this file
-/// (and README.md, "Using it") defines it.
+/// (and docs/guide.md, "The commands") defines it.
 pub fn derive_idempotency_key(
     award_id: &str,
     submission_timestamp: &str,

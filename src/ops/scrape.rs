@@ -3,7 +3,7 @@
 //! process knows its commit latencies; the ledger does not record them).
 //!
 //! Deliberately small: `http://HOST:PORT/PATH` only (the endpoint is meant to stay on loopback
-//! or a private interface, README "Monitoring"), HTTP/1.0 so the server closes the connection
+//! or a private interface, docs/operations.md, "Monitoring"), HTTP/1.0 so the server closes the connection
 //! after the body, bounded time and bytes. Every failure is a sentence for the screen, never a
 //! reason to stop watching.
 

@@ -31,6 +31,7 @@ mod chaos;
 mod checkpoints;
 mod contract;
 mod dba;
+mod docs;
 mod errors;
 mod evidence;
 mod evidence_prop;

@@ -152,7 +152,31 @@ fn the_package_installs_binary_unit_conffile_man_pages_and_completions_with_thei
     );
     // The independent verifier and the auditor's guide to it; the verifier runs as shipped.
     expect("/usr/share/claimgate/verify-evidence.py", "-rwxr-xr-x");
-    expect("/usr/share/doc/claimgate/auditor.md", "-rw-r--r--");
+    for doc in [
+        "README.md",
+        "ARCHITECTURE.md",
+        "CONTRIBUTING.md",
+        "docs/guide.md",
+        "docs/operations.md",
+        "docs/postgres.md",
+        "docs/failure-handling.md",
+        "docs/auditor.md",
+        "docs/report.png",
+    ] {
+        expect(&format!("/usr/share/doc/claimgate/{doc}"), "-rw-r--r--");
+    }
+    // Every link README.md makes to a file opens one the package installed beside it.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for link in readme.split("](").skip(1).filter_map(|l| l.split(')').next()) {
+        if link.starts_with("http") {
+            continue;
+        }
+        let installed = format!("/usr/share/doc/claimgate/{link}");
+        assert!(
+            files.contains_key(&installed),
+            "README links {link}, which the package does not install"
+        );
+    }
     let help = ok(
         Command::new("python3")
             .arg(root.join("usr/share/claimgate/verify-evidence.py"))

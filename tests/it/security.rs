@@ -318,11 +318,14 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
     assert!(worker.stop().success());
 }
 
-/// The arguments of the `ACL SETUSER claimgate …` command README.md documents (after `ACL`),
-/// with its `>PASSWORD` set to `password`.
+/// The arguments of the `ACL SETUSER claimgate …` command docs/operations.md documents (after
+/// `ACL`), with its `>PASSWORD` set to `password`.
 pub(crate) fn readme_acl_args(password: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/operations.md"
+    ))
+    .unwrap();
     let documented: Vec<&str> = readme
         .split('`')
         .filter(|quoted| quoted.starts_with("ACL SETUSER claimgate "))
@@ -330,7 +333,7 @@ pub(crate) fn readme_acl_args(password: &str) -> Vec<String> {
     assert_eq!(
         documented.len(),
         1,
-        "README.md should document one ACL: {documented:?}"
+        "docs/operations.md should document one ACL: {documented:?}"
     );
     let words = shell_words(documented[0]);
     assert!(words.iter().any(|w| w == ">PASSWORD"), "{words:?}");
