@@ -186,8 +186,55 @@ pub fn command() -> clap::Command {
         cmd.mut_args(|a| a.hide_env_values(true))
             .mut_subcommands(hide)
     }
-    hide(Cli::command())
+    let mut cmd = hide(Cli::command());
+    // Global flags reach every subcommand, unless it has its own of the same name: a hidden
+    // copy keeps a page from offering one its command ignores.
+    for (sub, unused) in UNUSED_GLOBALS {
+        let copies: Vec<clap::Arg> = cmd
+            .get_arguments()
+            .filter(|a| unused.contains(&a.get_id().as_str()))
+            .map(|a| a.clone().hide(true))
+            .collect();
+        assert_eq!(copies.len(), unused.len(), "{sub}: every hidden flag is global");
+        cmd = cmd.mut_subcommand(sub, |s| s.args(copies));
+    }
+    // The demo starts a private redis-server and uses --redis-url only when it is given.
+    let demo_redis = cmd
+        .get_arguments()
+        .find(|a| a.get_id() == "redis_url")
+        .expect("--redis-url is global")
+        .clone()
+        .hide_default_value(true)
+        .help(
+            "Use this Redis instead of a private redis-server started for the demo (only when \
+             given on the command line; the demo writes only fresh claimgate-demo-* keys there \
+             and deletes them afterwards)",
+        );
+    cmd.mut_subcommand("demo", |s| s.arg(demo_redis))
 }
+
+/// The global flags each of these commands ignores, hidden from its help and man page (still
+/// accepted, as every global flag is, so a script setting them for all commands keeps working).
+const UNUSED_GLOBALS: [(&str, &[&str]); 3] = [
+    (
+        "key",
+        &[
+            "redis_url",
+            "db",
+            "stream",
+            "group",
+            "audit_log",
+            "redis_wait_replicas",
+            "redis_wait_ms",
+            "env_file",
+        ],
+    ),
+    ("produce", &["db", "group", "audit_log"]),
+    (
+        "demo",
+        &["db", "stream", "group", "audit_log", "redis_wait_replicas", "redis_wait_ms"],
+    ),
+];
 
 /// Parses the process's arguments, noting whether `--redis-url` came from the command line.
 pub fn parse() -> Cli {
@@ -224,5 +271,30 @@ impl GlobalArgs {
             format: self.log_format,
             audit_log: self.audit_log.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_page_offers_no_global_flag_its_command_ignores() {
+        let help = |sub: &str| {
+            let mut cmd = super::command();
+            cmd.build();
+            cmd.find_subcommand_mut(sub)
+                .expect("a subcommand")
+                .render_long_help()
+                .to_string()
+        };
+        let key = help("key");
+        assert!(!key.contains("--db") && !key.contains("--redis-url"), "{key}");
+        let produce = help("produce");
+        assert!(produce.contains("--redis-url") && !produce.contains("--db"), "{produce}");
+        let demo = help("demo");
+        assert!(
+            !demo.contains("--stream") && !demo.contains("default: redis://"),
+            "{demo}"
+        );
+        assert!(help("run").contains("--db"));
     }
 }

@@ -58,7 +58,11 @@ pub fn produce(cfg: &Config, args: ProduceArgs) -> Result<()> {
         confirm(&mut conn, cfg, queued)?;
         queued += pending as u64;
     }
-    println!("queued {queued} submissions on {}", cfg.stream);
+    println!(
+        "queued {queued} submission{} on {}",
+        if queued == 1 { "" } else { "s" },
+        cfg.stream
+    );
     Ok(())
 }
 

@@ -54,6 +54,10 @@ pub enum DlqCommand {
     Replay {
         /// The dead-letter entry id (or the original submission entry id).
         id: String,
+        /// Replay it even though it is still malformed as it stands (the worker's own limits
+        /// may differ from the defaults it is checked against here).
+        #[arg(long)]
+        anyway: bool,
     },
     /// Copy again every dead letter the ledger records but the dead-letter stream lacks (after
     /// a Redis failover lost some); never copies one entry twice.
@@ -162,8 +166,17 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
             }
             Ok(())
         }
-        DlqCommand::Replay { id } => {
+        DlqCommand::Replay { id, anyway } => {
             let d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
+            if let (Some(why), false) = (still_malformed(&d), anyway) {
+                return Err(Error::Other(format!(
+                    "dead letter {} is still malformed as it stands ({why}): replayed unchanged, \
+                     it would be dead-lettered again. Have the producer send it fixed (dlq show \
+                     {} names the original), or, if the worker's limits differ from the \
+                     defaults, replay it with --anyway",
+                    d.id, d.id
+                )));
+            }
             match replay(&mut conn, cfg, &d.id)? {
                 Replay::Replayed(new_id) => {
                     let original = d.original_id.as_deref().unwrap_or("?");
@@ -178,6 +191,28 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
         }
         DlqCommand::Reconcile => unreachable!("cli::dispatch sends dlq reconcile to cli::ops"),
     }
+}
+
+/// Why the dead letter's original fields, put back as they are, would be dead-lettered again
+/// (checked against the default limits, as a worker would check them); `None` when they are a
+/// valid submission (a letter past the delivery cap, one held for review, one fixed by a
+/// higher limit since).
+fn still_malformed(d: &Letter) -> Option<String> {
+    let original: Vec<(Vec<u8>, Vec<u8>)> = d
+        .fields
+        .iter()
+        .filter_map(|(name, value)| {
+            name.strip_prefix(ORIGINAL_FIELD_PREFIX)
+                .map(|n| (n.as_bytes().to_vec(), value.as_bytes().to_vec()))
+        })
+        .collect();
+    let limits = crate::domain::submission::Limits {
+        payload_bytes_max: crate::config::PAYLOAD_BYTES_MAX_DEFAULT,
+        amount_cents_max: crate::config::AMOUNT_CENTS_MAX_DEFAULT,
+    };
+    crate::domain::submission::parse_entry(&original, &limits)
+        .err()
+        .map(|m| m.to_string())
 }
 
 /// The hash that marks dead letters replayed: dead-letter id → new submissions entry id.

@@ -943,3 +943,29 @@ fn status_prints_what_it_can_and_fails_naming_the_redis_it_could_not_reach() {
         );
     }
 }
+
+#[test]
+fn replaying_a_dead_letter_still_malformed_as_it_stands_is_refused_with_the_reason() {
+    // A dead letter that is not JSON, replayed unchanged, would only be dead-lettered again:
+    // `dlq replay` says so (exit 1, naming why) and changes nothing; --anyway replays it.
+    let w = World::new();
+    w.add_fields(&[("payload", b"{not json")]);
+    w.drain(&[]);
+    let dead: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+        .arg("grants:submissions:dead")
+        .arg("-")
+        .arg("+")
+        .query(&mut w.conn())
+        .unwrap();
+    let id = dead[0].0.clone();
+    let refused = w.run(&["dlq", "replay", &id]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("is still malformed as it stands (payload is not JSON"),
+        "{said}"
+    );
+    assert_eq!(w.xlen("grants:submissions"), 1, "nothing put back");
+    w.run_ok(&["dlq", "replay", &id, "--anyway"]);
+    assert_eq!(w.xlen("grants:submissions"), 2, "put back when asked");
+}

@@ -107,7 +107,7 @@ _claimgate() {
 
     case "${cmd}" in
         claimgate)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version run produce status key relay audit verify retention hold dlq demo backup restore migrate init"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version run status relay audit verify retention hold dlq backup restore migrate init key produce demo"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -563,7 +563,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__demo)
-            opts="-h -V --submissions --seed --report --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --submissions --seed --report --db --stream --group --audit-log --redis-wait-replicas --redis-wait-ms --redis-url --log-format --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -581,10 +581,6 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --redis-url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -597,10 +593,6 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
-                    return 0
-                    ;;
                 --audit-log)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -611,6 +603,14 @@ _claimgate() {
                     ;;
                 --redis-wait-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
                     return 0
                     ;;
                 --env-file)
@@ -775,7 +775,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__dlq__subcmd__replay)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --anyway --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1129,7 +1129,7 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__key)
-            opts="-h -V --award-id --timestamp --payload-file --exact --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --award-id --timestamp --payload-file --exact --redis-url --db --stream --group --audit-log --redis-wait-replicas --redis-wait-ms --env-file --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1163,10 +1163,6 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
-                    return 0
-                    ;;
                 --audit-log)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1181,6 +1177,10 @@ _claimgate() {
                     ;;
                 --env-file)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1245,21 +1245,13 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__produce)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            opts="-h -V --db --group --audit-log --redis-url --stream --log-format --redis-wait-replicas --redis-wait-ms --env-file --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --redis-url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --db)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --stream)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1267,12 +1259,20 @@ _claimgate() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
-                    return 0
-                    ;;
                 --audit-log)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
                     return 0
                     ;;
                 --redis-wait-replicas)

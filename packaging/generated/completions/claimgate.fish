@@ -37,20 +37,20 @@ complete -c claimgate -n "__fish_claimgate_needs_command" -l env-file -d 'Read s
 complete -c claimgate -n "__fish_claimgate_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_needs_command" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "run" -d 'Run the worker: read submissions, record each exactly once, acknowledge after commit'
-complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "produce" -d 'Queue submissions: each line of a JSON-lines file (or stdin) becomes one stream entry'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "status" -d 'Show ledger counts and totals, stream length, pending entries and backlog'
-complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "key" -d 'Print the idempotency key of a payload'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "relay" -d 'Publish unpublished outbox rows to the events stream, each event exactly once'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "audit" -d 'Export or verify the hash-chained audit trail'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "verify" -d 'Check the ledger against itself and the audit chain; exit 1 naming the first violation'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "retention" -d 'Purge records older than the retention window (exported first; never automatic)'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "hold" -d 'Place, lift or list legal holds on awards (held awards are never purged)'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "dlq" -d 'Inspect dead letters and replay one onto the submissions stream'
-complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored)'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "backup" -d 'Copy the ledger consistently (while workers run) to a new file, mode 0600'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "restore" -d 'Put a backup in place of the ledger (no worker may have it open); the ledger replaced is kept beside it, and every disbursement in the backup reaches the events stream once'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "migrate" -d 'Copy the --db SQLite ledger into an empty PostgreSQL ledger, audit chain unchanged'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "init" -d 'Make the ledger (or upgrade one an earlier release made), then exit: on PostgreSQL, run it as the role that owns the schema before the workers start as theirs'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "key" -d 'Print the idempotency key of a payload'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "produce" -d 'Queue submissions: each line of a JSON-lines file (or stdin) becomes one stream entry'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 'This consumer\'s name in the group [default: host name and pid]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
@@ -91,18 +91,6 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l fast-filter 
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l relay -d 'Also run the outbox relay in this process (single-box setups)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l stream -d 'The submissions stream' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l group -d 'The consumer group' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
-json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l watch -d 'Redraw every SECONDS (default 2) until Ctrl-C, with processed, duplicate and dead-letter rates per second, lag, oldest pending age, outbox backlog and commit p99' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l metrics-url -d 'The worker\'s /metrics URL (http://HOST:PORT/metrics), read by --watch for commit p99 [default: http://$CLAIMGATE_METRICS_ADDR/metrics when that is set]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
@@ -118,22 +106,6 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l env-file 
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -l json -d 'Print JSON instead of a table (with --watch: one compact JSON line per interval)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand status" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 'The award id, exactly as in the payload' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the payload, one line as `claimgate produce` reads it (`-` for stdin): its line ending is not part of the payload, as produce does not send it' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l group -d 'The consumer group' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
-json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l exact -d 'Take every byte of the file as the payload, a trailing newline included (a payload another producer sent with one)'
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l events-stream -d 'The events stream outbox rows are published to' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l relay-batch-count-max -d 'Outbox rows published per round (one Redis script call, one ledger transaction)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand relay" -l republish-from -d 'When the events stream stands below what the ledger marked published and Redis says its events were deleted, trimmed, or lost with the stream and its mark, the relay refuses and names the missing ids; this says where to go on from: the first missing id to publish them again, or the id after the last to leave them out. Used once' -r
@@ -386,6 +358,7 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -l anyway -d 'Replay it even though it is still malformed as it stands (the worker\'s own limits may differ from the defaults it is checked against here)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from replay" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
@@ -400,21 +373,6 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand dlq; and __fish_seen_subcommand_from reconcile" -s V -l version -d 'Print version'
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l seed -d 'Seed for the generated submissions' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l report -d 'Where to write the audit report the demo ends with (a new file; default `claimgate-demo-report-<UTC time>.html` in the current directory)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l stream -d 'The submissions stream' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l group -d 'The consumer group' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
-json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
 complete -c claimgate -n "__fish_claimgate_using_subcommand backup" -l stream -d 'The submissions stream' -r
@@ -465,3 +423,46 @@ complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l redis-wait-
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c claimgate -n "__fish_claimgate_using_subcommand init" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l award-id -d 'The award id, exactly as in the payload' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l timestamp -d 'The submission timestamp, exactly as in the payload' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l payload-file -d 'File holding the payload, one line as `claimgate produce` reads it (`-` for stdin): its line ending is not part of the payload, as produce does not send it' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -l exact -d 'Take every byte of the file as the payload, a trailing newline included (a payload another producer sent with one)'
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand key" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-url -d 'Redis URL (redis://, rediss://, or redis+sentinel://[user:pass@]host:port,…/MASTER, with ?sentinel_password=P for sentinels that have one; credentials allowed; never logged)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand produce" -s V -l version -d 'Print version'
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l submissions -d 'Distinct valid submissions to feed (resends and malformed entries come on top)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l seed -d 'Seed for the generated submissions' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l report -d 'Where to write the audit report the demo ends with (a new file; default `claimgate-demo-report-<UTC time>.html` in the current directory)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l db -d 'The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL ledger (credentials allowed; never shown)' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l stream -d 'The submissions stream' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l group -d 'The consumer group' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l audit-log -d 'Append audit lines (target claimgate::audit) to this file instead of stderr' -r -F
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-replicas -d 'Writes that should survive a Redis failover (dead-letter copies, produce, the relay\'s publish) wait until this many replicas have them (WAIT); default 1 with a redis+sentinel:// URL, 0 (no wait) otherwise' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-wait-ms -d 'How long such a write waits for its replicas before it is reported as failed' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l redis-url -d 'Use this Redis instead of a private redis-server started for the demo (only when given on the command line; the demo writes only fresh claimgate-demo-* keys there and deletes them afterwards)' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "human\t'`2026-11-29T23:15:00.123456Z INFO  claimgate::worker: message`'
+json\t'`{"ts":"…","level":"INFO","target":"claimgate::worker","message":"…"}`'"
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -l env-file -d 'Read settings not given by a flag or the environment from this file, with systemd\'s EnvironmentFile= rules [default: /etc/claimgate/claimgate.env, the service\'s, when it exists]; \'\' reads none' -r
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c claimgate -n "__fish_claimgate_using_subcommand demo" -s V -l version -d 'Print version'
