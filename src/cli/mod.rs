@@ -108,8 +108,8 @@ pub enum Command {
     Hold(retention::HoldArgs),
     /// Inspect dead letters and replay one onto the submissions stream.
     Dlq(crate::ops::dlq::DlqArgs),
-    /// The whole pipeline on a private redis-server and a temporary ledger, then a summary
-    /// (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored).
+    /// The whole pipeline on a private redis-server and a temporary ledger, then a summary and
+    /// an auditor's report (it uses its own temporary ledger and stream keys).
     Demo(crate::demo::DemoArgs),
     /// Copy the ledger consistently (while workers run) to a new file, mode 0600.
     Backup(ops::BackupArgs),
@@ -292,7 +292,7 @@ mod tests {
         assert!(produce.contains("--redis-url") && !produce.contains("--db"), "{produce}");
         let demo = help("demo");
         assert!(
-            !demo.contains("--stream") && !demo.contains("default: redis://"),
+            !demo.contains("--stream <STREAM>") && !demo.contains("default: redis://"),
             "{demo}"
         );
         assert!(help("run").contains("--db"));

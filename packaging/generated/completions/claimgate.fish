@@ -50,7 +50,7 @@ complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "migrate" -d 'Co
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "init" -d 'Make the ledger (or upgrade one an earlier release made), then exit: on PostgreSQL, run it as the role that owns the schema before the workers start as theirs'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "key" -d 'Print the idempotency key of a payload'
 complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "produce" -d 'Queue submissions: each line of a JSON-lines file (or stdin) becomes one stream entry'
-complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary (it uses its own temporary ledger and stream keys; --db, --stream and --group are ignored)'
+complete -c claimgate -n "__fish_claimgate_needs_command" -f -a "demo" -d 'The whole pipeline on a private redis-server and a temporary ledger, then a summary and an auditor\'s report (it uses its own temporary ledger and stream keys)'
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l consumer -d 'This consumer\'s name in the group [default: host name and pid]' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l threads -d 'Threads that parse, validate and hash entries' -r
 complete -c claimgate -n "__fish_claimgate_using_subcommand run" -l claim-idle-ms -d 'Take over entries other consumers have left idle this long' -r
