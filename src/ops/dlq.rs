@@ -198,6 +198,13 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
 /// valid submission (a letter past the delivery cap, one held for review, one fixed by a
 /// higher limit since).
 fn still_malformed(d: &Letter) -> Option<String> {
+    // A letter that kept only part of its entry cannot be put back at all; the replay script
+    // refuses it with that reason, which is the one the operator needs.
+    if d.fields.iter().any(|(k, _)| {
+        k == "original_fields_truncated" || k == "original_fields_omitted"
+    }) {
+        return None;
+    }
     let original: Vec<(Vec<u8>, Vec<u8>)> = d
         .fields
         .iter()
@@ -319,7 +326,7 @@ pub fn replay(conn: &mut Conn, cfg: &Config, dead_id: &str) -> Result<Replay> {
             "dead letter {dead_id} kept only part of its entry ({value} fields omitted); replay it by hand from the source"
         ))),
         "truncated" => Err(Error::Other(format!(
-            "dead letter {dead_id} kept only the size, SHA-256 and first bytes of {value} oversize field(s), not the original; it cannot be replayed: have the producer re-send the entry fixed"
+            "dead letter {dead_id} kept only the size, SHA-1 and first bytes of {value} oversize field(s), not the original; it cannot be replayed: have the producer re-send the entry fixed"
         ))),
         _ => Err(Error::Other(format!("dead letter {dead_id} holds no original fields to replay"))),
     }

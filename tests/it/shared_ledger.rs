@@ -1147,11 +1147,8 @@ fn a_batch_left_unlinked_leaves_other_nodes_working_and_a_running_relay_places_i
         "--consumer",
         "other",
     ]);
-    w.add(&(0..4).map(submission).collect::<Vec<_>>());
-    crash_before_link(&w, &[]);
-    assert_eq!(unlinked(&w), (1, 4));
     let mut c = w.conn();
-    for i in 100..103 {
+    let mut add_other = |i: usize| {
         let _: String = redis::cmd("XADD")
             .arg("other:submissions")
             .arg("*")
@@ -1159,7 +1156,21 @@ fn a_batch_left_unlinked_leaves_other_nodes_working_and_a_running_relay_places_i
             .arg(submission(i).as_bytes())
             .query(&mut c)
             .unwrap();
-    }
+    };
+    // The other node is running (its start done, so it cannot be the one that links the batch
+    // left behind) before the batch is left: it has paid and linked an entry of its own.
+    add_other(100);
+    assert!(
+        wait_for(Duration::from_secs(20), || w
+            .sql_i64_once_made("SELECT COUNT(*) FROM audit_log WHERE seq IS NOT NULL")
+            == 1),
+        "the other node starts and pays its first entry"
+    );
+    w.add(&(0..4).map(submission).collect::<Vec<_>>());
+    crash_before_link(&w, &[]);
+    assert_eq!(unlinked(&w), (1, 4));
+    add_other(101);
+    add_other(102);
     assert!(
         wait_for(Duration::from_secs(20), || w.count("disbursements") == 7
             && w.sql_i64(
