@@ -126,7 +126,8 @@ pub const THREADS_DEFAULT: usize = 2;
 pub struct Config {
     /// Redis URL, possibly with credentials (never logged whole).
     pub redis_url: String,
-    /// The SQLite ledger file.
+    /// Where the ledger is: a SQLite file's path, or a `postgres://` URL (which may carry a
+    /// password: never logged whole). `ledger::open` tells the two apart.
     pub db_path: PathBuf,
     /// The submissions stream key.
     pub stream: String,

@@ -19,7 +19,8 @@
 //! - [`broker`]: Redis only — streams, consumer groups, reads within a byte budget (in Lua, on
 //!   the server), dead-letter copies, which ledger a group belongs to, the fast filter.
 //! - [`ledger`]: the traits every caller sees a ledger through, their written contract and the
-//!   one open step; SQLite behind them in `ledger/sqlite/`, and an in-memory ledger for tests.
+//!   one open step; the embedded SQLite file behind them in `ledger/sqlite/`, a PostgreSQL
+//!   ledger shared by several nodes in `ledger/postgres/`, and an in-memory ledger for tests.
 //! - `ops`: status, dead letters, verification, retention, backup and evidence (keys, anchors),
 //!   for the operator commands.
 //! - `relay`: outbox rows to the events stream, each event exactly once.

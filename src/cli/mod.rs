@@ -195,7 +195,11 @@ pub fn command() -> clap::Command {
             .filter(|a| unused.contains(&a.get_id().as_str()))
             .map(|a| a.clone().hide(true))
             .collect();
-        assert_eq!(copies.len(), unused.len(), "{sub}: every hidden flag is global");
+        assert_eq!(
+            copies.len(),
+            unused.len(),
+            "{sub}: every hidden flag is global"
+        );
         cmd = cmd.mut_subcommand(sub, |s| s.args(copies));
     }
     // The demo starts a private redis-server and uses --redis-url only when it is given.
@@ -232,7 +236,14 @@ const UNUSED_GLOBALS: [(&str, &[&str]); 3] = [
     ("produce", &["db", "group", "audit_log"]),
     (
         "demo",
-        &["db", "stream", "group", "audit_log", "redis_wait_replicas", "redis_wait_ms"],
+        &[
+            "db",
+            "stream",
+            "group",
+            "audit_log",
+            "redis_wait_replicas",
+            "redis_wait_ms",
+        ],
     ),
 ];
 
@@ -287,9 +298,15 @@ mod tests {
                 .to_string()
         };
         let key = help("key");
-        assert!(!key.contains("--db") && !key.contains("--redis-url"), "{key}");
+        assert!(
+            !key.contains("--db") && !key.contains("--redis-url"),
+            "{key}"
+        );
         let produce = help("produce");
-        assert!(produce.contains("--redis-url") && !produce.contains("--db"), "{produce}");
+        assert!(
+            produce.contains("--redis-url") && !produce.contains("--db"),
+            "{produce}"
+        );
         let demo = help("demo");
         assert!(
             !demo.contains("--stream <STREAM>") && !demo.contains("default: redis://"),

@@ -200,9 +200,10 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
 fn still_malformed(d: &Letter) -> Option<String> {
     // A letter that kept only part of its entry cannot be put back at all; the replay script
     // refuses it with that reason, which is the one the operator needs.
-    if d.fields.iter().any(|(k, _)| {
-        k == "original_fields_truncated" || k == "original_fields_omitted"
-    }) {
+    if d.fields
+        .iter()
+        .any(|(k, _)| k == "original_fields_truncated" || k == "original_fields_omitted")
+    {
         return None;
     }
     let original: Vec<(Vec<u8>, Vec<u8>)> = d

@@ -4,7 +4,9 @@
 //! (docs/failure-handling.md, "The quarantine rule"). The reader holds such entries back
 //! ([`Quarantine::hold`]) and hands them on one at a time ([`Quarantine::next`]); one whose
 //! next try is not due yet is *parked*: kept (in flight, so the heartbeat keeps it ours) while
-//! the reader goes on reading everything else. The writer clears their marks ([`unmark`]).
+//! the reader goes on reading everything else. Their marks are cleared ([`unmark`]) by the
+//! writer when a try fails for a reason that is not the entry's (the ledger's, say), and by the
+//! acknowledger once the entry is settled.
 //!
 //! **Invariant:** an entry on its try alone is marked in `<stream>:quarantine` before it is
 //! handed on, and is then the only entry in the pipeline: it is handed on only once nothing
@@ -148,7 +150,7 @@ fn wait_a_moment() -> Handoff {
     handoff(Vec::new(), false)
 }
 
-/// The writer's side: clears the marks of `ids`. Best effort: a mark left behind on an
+/// Clears the marks of `ids` (the writer's and the acknowledger's side). Best effort: a mark left behind on an
 /// acknowledged entry is never looked at again (its id is not delivered again).
 pub(super) fn unmark(conn: &mut Conn, shared: &Shared<'_>, ids: &[&str]) {
     if ids.is_empty() {

@@ -1,11 +1,12 @@
 //! The ledger contract (`src/ledger/mod.rs`), written once and run against every implementation.
 //!
 //! Each test is a generic function over [`Subject`]; `for_every_ledger!` instantiates it once
-//! per ledger, as `contract::memory::NAME` and `contract::sqlite::NAME`. A subject is a fresh,
-//! empty ledger plus one fault hook ("fail when paying award X"), so the all-or-nothing test is
-//! the same on both: `MemoryLedger::fail_on_award` on one, a real trigger on the other.
-//! One test compares the two ledgers directly: the same batches must give the same outcomes and
-//! the same audit records. Nothing here needs Redis.
+//! per ledger, as `contract::memory::NAME`, `contract::sqlite::NAME` and
+//! `contract::postgres::NAME`. A subject is a fresh, empty ledger plus one fault hook ("fail when
+//! paying award X"), so the all-or-nothing test is the same on all three:
+//! `MemoryLedger::fail_on_award` on one, a real trigger on the others.
+//! One test compares the three ledgers directly: the same batches must give the same outcomes
+//! and the same audit records. Nothing here needs Redis.
 
 use claimgate::config::LedgerConfig;
 use claimgate::config::OnConflict;
@@ -1515,7 +1516,7 @@ fn transcript<L: Subject>(on_conflict: OnConflict, script: &[Vec<Item<'_>>]) -> 
 
 #[test]
 fn memory_sqlite_and_postgres_give_the_same_outcomes_and_records_for_the_same_batches() {
-    // Every kind of item, under both conflict policies: the two ledgers agree field for field.
+    // Every kind of item, under both conflict policies: the three ledgers agree field for field.
     let s: Vec<Submission> = (0..4).map(sub).collect();
     let c: Vec<Submission> = (0..4).map(conflicting).collect();
     let by = "2026-07-01T10:00:00.000000Z";
@@ -1865,7 +1866,10 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
                 }
             })
         };
-        while l.counts_claims() < subs.len() as u64 {
+        // A deadline, and the reader stopped before anything is asserted: a writer that
+        // panicked must fail the test, not leave the scope waiting on the reader for ever.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while l.counts_claims() < subs.len() as u64 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -2040,7 +2044,14 @@ fn purge_race_round() {
                     // Rounds of 25 keys, each writer starting elsewhere, until two whole
                     // rounds after the purge committed.
                     let mut rounds_after = 0;
+                    // A purge that failed (the main thread panicked) never sets `purged`: the
+                    // deadline turns that into this writer's failure instead of a hang.
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
                     while rounds_after < 2 {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "the purge did not commit within two minutes"
+                        );
                         if purged.load(std::sync::atomic::Ordering::SeqCst) {
                             rounds_after += 1;
                         }

@@ -539,21 +539,14 @@ fn rediss_urls_are_verified_against_trusted_certificates() {
         }
         cmd
     };
+    // From a file, each try within a deadline: a produce that hangs fails the test.
+    let two = dir.path().join("two.jsonl");
+    std::fs::write(&two, format!("{}\n{}\n", submission(1), submission(2))).unwrap();
     let ready = wait_for(Duration::from_secs(10), || {
-        let mut c = claimgate(&["produce"], true);
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{}\n{}\n", submission(1), submission(2)).as_bytes())
-            .unwrap();
-        child.wait().unwrap().success()
+        claimgate(&["produce", two.to_str().unwrap()], true)
+            .run_within(Duration::from_secs(10))
+            .status
+            .success()
     });
     assert!(ready, "could not queue over rediss://");
     let drained = claimgate(&["run", "--exit-when-idle"], true).run_with_deadline();
@@ -951,13 +944,13 @@ fn replaying_a_dead_letter_still_malformed_as_it_stands_is_refused_with_the_reas
     let w = World::new();
     w.add_fields(&[("payload", b"{not json")]);
     w.drain(&[]);
-    let dead: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+    let dead: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
         .arg("grants:submissions:dead")
         .arg("-")
         .arg("+")
         .query(&mut w.conn())
         .unwrap();
-    let id = dead[0].0.clone();
+    let id = dead.ids[0].id.clone();
     let refused = w.run(&["dlq", "replay", &id]);
     let said = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{said}");

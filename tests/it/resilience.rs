@@ -193,17 +193,32 @@ fn produce_through_outages(url: String, payloads: Vec<String>) -> u32 {
 
 fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice(store: Store) {
     // 1. A producer sends 400 submissions one by one while a worker processes them.
-    // 2. Once some are paid, Redis (AOF, fsync always) is SIGKILLed; the producer and the worker
-    //    both keep retrying. Redis restarts with its data.
-    // 3. All 400 are paid exactly once; nothing is left pending; the worker never exited.
+    // 2. Once some are paid, the worker is paused (SIGSTOP) while 5 more arrive and a consumer
+    //    that then dies reads them: at the kill, entries are pending (delivered, unacknowledged).
+    //    Redis (AOF, fsync always) is SIGKILLed; the producer and the worker both keep
+    //    retrying. Redis restarts with its data, pending list included.
+    // 3. All 405 are paid exactly once (the 5 taken over from the dead consumer); nothing is
+    //    left pending; the worker never exited.
     let mut w = World::persistent_on(store);
-    let mut worker = start_worker(&w, &[], &[]);
+    let mut worker = start_worker(&w, &["--claim-idle-ms", "500"], &[]);
     let producer = {
         let url = w.redis.url();
         std::thread::spawn(move || produce_through_outages(url, submissions(0..400)))
     };
     assert!(wait_for(SOON, || w.count_once_made("processed_messages") >= 50));
+    let pid = worker.child.id() as libc::pid_t;
+    // SAFETY: signals to the worker this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    w.add(&submissions(400..405));
+    assert!(read_as(&w, "gone").len() >= 5);
+    let pending_at_kill = w.pending();
+    assert!(
+        pending_at_kill >= 5,
+        "pending at the kill: {pending_at_kill}"
+    );
     w.redis.kill();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     worker.wait_log("reading from redis failed");
     assert!(worker.alive());
     w.redis.restart().unwrap();
@@ -213,14 +228,14 @@ fn redis_killed_mid_run_with_persistence_loses_nothing_and_pays_nothing_twice(st
     );
 
     assert!(
-        wait_for(SOON, || w.count_once_made("disbursements") == 400
+        wait_for(SOON, || w.count_once_made("disbursements") == 405
             && w.pending() == 0),
         "not drained:\n{}",
         worker.log_text()
     );
-    assert_eq!(w.count("processed_messages"), 400);
-    assert_eq!(audit(&w, "processed"), 400);
-    assert_eq!(disbursed_cents(&w), amount_sum(400));
+    assert_eq!(w.count("processed_messages"), 405);
+    assert_eq!(audit(&w, "processed"), 405);
+    assert_eq!(disbursed_cents(&w), amount_sum(405));
     assert_eq!(w.count("dead_letters"), 0);
     assert!(worker.alive());
     assert!(worker.stop().success());

@@ -5,7 +5,7 @@
 //! ledger out of a typo. `restore` and tombstones are what stop them.
 
 use crate::audit::backdate;
-use crate::support::{self, submission, World};
+use crate::support::{self, submission, RunWithDeadline, World};
 use rusqlite::Connection;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -225,8 +225,7 @@ fn a_fast_filter_marker_planted_for_a_never_processed_submission_is_not_trusted(
             "200",
             "--fast-filter",
         ])
-        .output()
-        .unwrap();
+        .run_with_deadline();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(w.count("disbursements"), 1);
     assert_eq!(
@@ -489,6 +488,45 @@ fn a_restored_ledger_gets_every_disbursement_onto_the_events_stream_exactly_once
         1
     );
     w.run_ok(&["audit", "verify"]);
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn a_restored_backup_whose_last_row_is_the_events_mark_publishes_only_what_comes_after() {
+    // The boundary the test above does not reach: the backup's highest outbox id equals the
+    // events mark. Backed up before the relay ran (10 rows, none published), then all 10
+    // published (mark 10). Restored, all 10 rows, the one at the mark included, are marked
+    // published, none is sent again, and the next submission's row gets id 11, sent once.
+    let w = World::new();
+    w.add(&(0..10).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let backup = w.dir.path().join("backup.db");
+    w.run_ok(&["backup", backup.to_str().unwrap()]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 10);
+
+    lose_the_ledger(&w);
+    let out = w.run_ok(&["restore", backup.to_str().unwrap()]);
+    assert!(
+        stdout(&out).contains("10 outbox rows at or below the events mark (10) marked published")
+            && stdout(&out).contains("new outbox ids continue after 10"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 10, "nothing published again");
+
+    w.add(&[submission(10)]);
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 11, "the new event, once");
+    let ids: Vec<i64> = outbox_rows(&w).iter().map(|r| r.0).collect();
+    assert_eq!(ids, (1..=11).collect::<Vec<_>>());
+    assert_events_exactly_once(&w);
     w.run_ok(&["verify"]);
 }
 

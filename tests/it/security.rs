@@ -321,11 +321,9 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
 /// The arguments of the `ACL SETUSER claimgate …` command docs/operations.md documents (after
 /// `ACL`), with its `>PASSWORD` set to `password`.
 pub(crate) fn readme_acl_args(password: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/operations.md"
-    ))
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
     let documented: Vec<&str> = readme
         .split('`')
         .filter(|quoted| quoted.starts_with("ACL SETUSER claimgate "))
@@ -929,17 +927,34 @@ fn an_anchors_file_or_audit_log_is_appended_only_to_a_plain_file_of_its_own_kind
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 
     let db = s(&w.db);
-    for (args, target) in [
-        (vec!["audit", "anchor", "--out", &s(&path("k"))], path("k")),
-        (vec!["audit", "anchor", "--out", &db], w.db.clone()),
+    // Each refused for its own reason, named: a refusal for any other cause (a hang killed,
+    // a missing file) would not be the protection under test.
+    let something_else = "holds something else (its first line is not one this file takes)";
+    for (args, target, why) in [
+        (
+            vec!["audit", "anchor", "--out", &s(&path("k"))],
+            path("k"),
+            something_else,
+        ),
+        (
+            vec!["audit", "anchor", "--out", &db],
+            w.db.clone(),
+            something_else,
+        ),
         (
             vec!["audit", "anchor", "--out", &s(&path("link.jsonl"))],
             anchors.clone(),
+            "is a symlink; name the file itself",
         ),
-        (vec!["audit", "anchor", "--out", &s(&fifo)], fifo.clone()),
+        (
+            vec!["audit", "anchor", "--out", &s(&fifo)],
+            fifo.clone(),
+            "is not a plain file",
+        ),
         (
             vec!["run", "--exit-when-idle", "--audit-log", &s(&path("k.pub"))],
             path("k.pub"),
+            something_else,
         ),
     ] {
         let before = std::fs::symlink_metadata(&target)
@@ -948,6 +963,11 @@ fn an_anchors_file_or_audit_log_is_appended_only_to_a_plain_file_of_its_own_kind
             .then(|| std::fs::read(&target).unwrap());
         let out = w.run(&args);
         assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(why),
+            "{args:?} refused for another reason than {why:?}: {}",
+            text(&out)
+        );
         if let Some(before) = before {
             assert_eq!(
                 std::fs::read(&target).unwrap(),
