@@ -2226,3 +2226,138 @@ fn postgres_verify_names_every_tampering_of_the_batch_tables() {
         assert!(err.contains(named), "{sql}: {err}");
     }
 }
+
+// ----- PostgreSQL: the batch link's bytes have one meaning on both sides ---------------------
+
+/// The expression `claimgate_link` hashes a link with, as `schema_postgres.sql` ships it, with
+/// its inputs made parameters: `$1` prev hash, `$2` seq, `$3` batch id, `$4` member count, `$5`
+/// last member's hash, `$6` outbox rows, `$7` first outbox id, `$8` the link's time.
+fn shipped_link_hash_sql() -> String {
+    let script = include_str!("../../schema_postgres.sql");
+    let start = script
+        .find("encode(sha256(convert_to(format(")
+        .expect("claimgate_link hashes with encode(sha256(convert_to(format(…");
+    let end = start
+        + script[start..]
+            .find("'UTF8')), 'hex')")
+            .expect("…, 'UTF8')), 'hex')")
+        + "'UTF8')), 'hex')".len();
+    let mut expr = script[start..end].to_owned();
+    // Longest first: `h.seq + b.record_count` holds `b.record_count`.
+    for (from, to) in [
+        ("h.seq + b.record_count", "$2::int8"),
+        ("h.outbox_id_last + 1", "$7::int8"),
+        ("h.hash", "$1::text"),
+        ("b.batch_id", "$3::int8"),
+        ("b.record_count", "$4::int4"),
+        ("b.last_hash", "$5::text"),
+        ("b.outbox_count", "$6::int4"),
+    ] {
+        assert!(expr.contains(from), "{from} in {expr}");
+        expr = expr.replace(from, to);
+    }
+    // `at`, the function's parameter, as a whole word (not the `_at` of `recorded_at`).
+    let at = word_offsets(&expr, "at");
+    assert_eq!(at.len(), 1, "one `at` in {expr}");
+    expr.replace_range(at[0]..at[0] + 2, "$8::text");
+    format!("SELECT {expr}")
+}
+
+/// Byte offsets of `word` in `text` standing as a whole word.
+fn word_offsets(text: &str, word: &str) -> Vec<usize> {
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    text.match_indices(word)
+        .map(|(i, _)| i)
+        .filter(|&i| {
+            !is_word(text[..i].chars().next_back())
+                && !is_word(text[i + word.len()..].chars().next())
+        })
+        .collect()
+}
+
+#[test]
+fn postgres_spells_and_hashes_a_batch_link_byte_for_byte_as_rust_does() {
+    // The audit link has two authors: Rust (`Record::link`, `detail::batch_link`) and the
+    // PL/pgSQL of `claimgate_link` (`claimgate_link_detail` and a `format()`). Over generated
+    // values, extremes included, the server's detail and hash, from the shipped script's own
+    // text, equal Rust's; a drift in either spelling fails here before any ledger is written.
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let l = Postgres::fresh(OnConflict::Record);
+    let db = std::cell::RefCell::new(l.raw());
+    let hash_sql = shipped_link_hash_sql();
+    let detail_sql = "SELECT claimgate_link_detail($1, $2, $3, $4, $5)";
+    let hex = "[0-9a-f]{64}";
+    let at = (
+        2000u32..=9999,
+        1u32..=12,
+        1u32..=28,
+        0u32..24,
+        0u32..60,
+        0u32..60,
+        0u32..1_000_000,
+    )
+        .prop_map(|(y, mo, d, h, mi, s, us)| {
+            format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{us:06}Z")
+        });
+    let count = prop_oneof![Just(1i32), Just(i32::MAX), 1i32..5_000];
+    let big = prop_oneof![Just(1i64), Just(i64::MAX / 2), 1i64..1_000_000_000];
+    let values = (
+        hex,
+        big.clone(),
+        big.clone(),
+        count.clone(),
+        hex,
+        0i32..5_000,
+        big,
+        at,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 256,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &values,
+            |(prev, seq, batch_id, records, last, outbox_rows, outbox_first, at)| {
+                let link = claimgate::domain::audit::BatchLink {
+                    batch_id,
+                    records: records.into(),
+                    last_hash: last.clone(),
+                    outbox_rows: outbox_rows.into(),
+                    outbox_first,
+                };
+                let rust_detail = detail::batch_link(&link);
+                let pg_detail: String = db
+                    .borrow_mut()
+                    .query_one(
+                        detail_sql,
+                        &[&batch_id, &records, &last, &outbox_rows, &outbox_first],
+                    )
+                    .unwrap()
+                    .get(0);
+                prop_assert_eq!(&pg_detail, &rust_detail);
+                let rust_hash = Record::link(seq, rust_detail, &at, &prev).hash;
+                let pg_hash: String = db
+                    .borrow_mut()
+                    .query_one(
+                        &hash_sql,
+                        &[
+                            &prev,
+                            &seq,
+                            &batch_id,
+                            &records,
+                            &last,
+                            &outbox_rows,
+                            &outbox_first,
+                            &at,
+                        ],
+                    )
+                    .unwrap()
+                    .get(0);
+                prop_assert_eq!(pg_hash, rust_hash);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
