@@ -26,9 +26,15 @@ pub fn end(v: &Verifier) -> Result<(u64, String)> {
 }
 
 /// Recomputes the whole chain of `log` from one snapshot; returns the record count and the
-/// head hash, or [`Error::Invariant`] naming the first broken record.
+/// head hash, or [`Error::Invariant`] naming the first broken record. Shows its progress on a
+/// terminal when it takes more than two seconds ([`super::sweep::Progress`]).
 pub fn verify(log: &(impl AuditLog + ?Sized)) -> Result<(u64, String)> {
     let mut v = Verifier::default();
-    log.for_each_record(&Since::All, &mut |r| check(&mut v, &r))?;
+    let mut progress = super::sweep::Progress::new();
+    log.for_each_record(&Since::All, &mut |r| {
+        progress.row(|| format!("audit verify: {} records checked (seq {})", v.count, r.seq));
+        check(&mut v, &r)
+    })?;
+    drop(progress);
     end(&v)
 }

@@ -95,6 +95,7 @@ mod memory;
 mod open;
 pub mod postgres;
 pub mod sqlite;
+pub mod sweep;
 
 pub use memory::MemoryLedger;
 pub use open::{migrate, open, open_waiting, prepare_restore, Migrated};

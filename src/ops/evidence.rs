@@ -221,11 +221,14 @@ pub fn verify(
     let purgeable = purgeable_before();
     let mut evidence = EvidenceCheck::new(&ledger_id, anchors, key, &purgeable);
     let mut v = Verifier::default();
+    let mut progress = ledger::sweep::Progress::new();
     ledger.for_each_record(&Since::All, &mut |r| {
+        progress.row(|| format!("audit verify: {} records checked (seq {})", v.count, r.seq));
         ledger::chain::check(&mut v, &r)?;
         evidence.push(&r);
         Ok(())
     })?;
+    drop(progress);
     ledger::chain::end(&v)?;
     let findings = evidence.finish();
     if !findings.contradictions.is_empty() {

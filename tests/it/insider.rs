@@ -183,3 +183,83 @@ fn a_hold_lifted_or_placed_by_editing_the_table_fails_verify(store: Store) {
     w.run_ok(&["hold", "remove", "A-000001"]);
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn an_event_spelled_differently_but_announcing_the_same_payment_verifies_and_one_announcing_another_amount_does_not(
+) {
+    // verify reads plain events itself and hands any other spelling to SQLite's JSON functions,
+    // the ones its named checks use: an escape, a fraction and reordered fields are still the
+    // same payment to both.
+    let (w, db) = drained(3);
+    let (claim, payload): (i64, String) = db
+        .query_row(
+            "SELECT claim_id, payload FROM outbox ORDER BY id LIMIT 1 OFFSET 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let event: serde_json::Value = serde_json::from_str(&payload).unwrap();
+    let award = event["award_id"].as_str().unwrap();
+    let respelled = format!(
+        r#" {{ "idempotency_key": "{}", "amount_cents": {}.0, "award_id": "\u0041{}" }}"#,
+        event["idempotency_key"].as_str().unwrap(),
+        event["amount_cents"],
+        &award[1..]
+    );
+    assert!(award.starts_with('A'), "{award}");
+    db.execute(
+        "UPDATE outbox SET payload = ?1 WHERE claim_id = ?2",
+        rusqlite::params![respelled, claim],
+    )
+    .unwrap();
+    w.run_ok(&["verify"]);
+    let other = respelled.replace(
+        &format!("{}.0", event["amount_cents"]),
+        &format!("{}.5", event["amount_cents"]),
+    );
+    db.execute(
+        "UPDATE outbox SET payload = ?1 WHERE claim_id = ?2",
+        rusqlite::params![other, claim],
+    )
+    .unwrap();
+    let err = refused(&w);
+    assert!(
+        err.contains("outbox event differs from its disbursement"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_payment_whose_processed_record_names_another_claims_key_in_capitals_fails_verify() {
+    // Each processed record must match its own claim: a record rewritten (and the chain
+    // re-sealed) to name another claim's key, spelled in capitals so that no two records
+    // spell one key alike, leaves a payment with no record of its own.
+    let (w, db) = drained(2);
+    let (key, award, amount): (String, String, i64) = db
+        .query_row(
+            "SELECT upper(idempotency_key), award_id, amount_cents FROM audit_log
+             WHERE kind = 'processed' ORDER BY seq LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let seq: i64 = db
+        .query_row(
+            "SELECT MAX(seq) FROM audit_log WHERE kind = 'processed'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    db.execute(
+        "UPDATE audit_log SET idempotency_key = ?1, award_id = ?2, amount_cents = ?3
+         WHERE seq = ?4",
+        rusqlite::params![key, award, amount, seq],
+    )
+    .unwrap();
+    crate::evidence::reseal_from(&db, seq);
+    let err = refused(&w);
+    assert!(
+        err.contains("processed records and the 2 disbursements differ"),
+        "{err}"
+    );
+}

@@ -1,19 +1,23 @@
-//! [`Inspect`] for SQLite: `claimgate verify`'s checks as SQL, `/healthz`'s ping, and the file
-//! path as the ledger's description.
+//! [`Inspect`] for SQLite: `claimgate verify`'s checks (one bounded pass, and the same checks
+//! as SQL to name a violation), `/healthz`'s ping, and the file path as the ledger's
+//! description.
 //!
-//! Invariant: this module only reads. Every check of `verify` runs inside one read
-//! transaction, the audit chain included, so a worker committing meanwhile cannot make a
-//! consistent ledger look inconsistent.
+//! Invariant: this module only reads the ledger (what it writes is unnamed temporary files).
+//! Every check of `verify` but SQLite's `integrity_check` of the file's structure runs inside
+//! one read transaction, the audit chain included, so a worker committing meanwhile cannot
+//! make a consistent ledger look inconsistent.
 
 use super::{audit_store, SqliteLedger};
-use crate::domain::audit::Verifier;
+use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
-use crate::ledger::{chain, checks, Inspect, Since, Summary};
+use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
+use rusqlite::types::ValueRef::{Blob, Integer, Text};
 use rusqlite::{Connection, OptionalExtension};
+use std::path::Path;
 
 impl Inspect for SqliteLedger {
     fn verify(&self) -> Result<Summary> {
-        ledger(&mut *self.conn()?)
+        ledger(&mut *self.conn()?, &self.path)
     }
 
     fn ping(&self) -> Result<()> {
@@ -172,10 +176,65 @@ const CHECKS: [(&str, &str); 15] = [
 ];
 
 /// Checks everything; returns the summary, or `Error::Invariant` naming the first violation.
-fn ledger(conn: &mut Connection) -> Result<Summary> {
+///
+/// SQLite's `integrity_check` runs on a connection of its own, on the other core, while this
+/// one walks the tables: it checks the file's structure, which every snapshot of it shows, so
+/// it need not share the snapshot the checks below read. Its finding is still reported first.
+///
+/// Temporary B-trees (a sort, an index SQLite builds for a join) go to unnamed temporary files
+/// while `verify` runs, not to memory as the pool's connections keep them: when the checks
+/// were all SQL, their sorts and automatic indexes of every key took `verify` to 144 MiB at a
+/// million claims and 1.1 GiB at ten million (BENCHMARKS.md). The pass needs none; the SQL
+/// checks a faulty ledger is given to still do.
+fn ledger(conn: &mut Connection, path: &Path) -> Result<Summary> {
+    let pragma = |name: &str| -> Result<i64> {
+        Ok(conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))?)
+    };
+    let (temp_store, cache_size) = (pragma("temp_store")?, pragma("cache_size")?);
+    conn.execute_batch(&format!(
+        "PRAGMA temp_store = FILE; PRAGMA cache_size = -{VERIFY_CACHE_KIB};"
+    ))?;
+    let checked = std::thread::scope(|s| {
+        let integrity = s.spawn(|| integrity_of(path));
+        let checked = checked(conn);
+        integrity
+            .join()
+            .map_err(|_| Error::Other("the integrity check's thread panicked".into()))??;
+        checked
+    });
+    conn.execute_batch(&format!(
+        "PRAGMA temp_store = {temp_store}; PRAGMA cache_size = {cache_size};"
+    ))?;
+    checked
+}
+
+/// The page cache `verify`'s connection keeps while it runs. Every walk reads in index order,
+/// so a page is read once and a larger cache would only hold pages already done with.
+const VERIFY_CACHE_KIB: u32 = 8 * 1024;
+
+/// Every check but the file's integrity, in one read transaction.
+///
+/// One pass ([`sweep`]) reads each table once, in index order, in memory that does not grow
+/// with the ledger, and decides whether the ledger is clean. Only if it is not do the checks
+/// run one by one as SQL ([`exact`]), to name the first violation in their order, the most
+/// basic first, as they always have; whatever the pass found is reported if they find nothing.
+/// The pass finds every fault they do: each of its conditions is shown there to imply theirs.
+fn checked(conn: &mut Connection) -> Result<Summary> {
     let tx = conn.transaction()?;
-    integrity(&tx)?;
     constraints(&tx)?;
+    match sweep(&tx) {
+        Ok(summary) => Ok(summary),
+        Err(found) => {
+            exact(&tx)?;
+            Err(found)
+        }
+    }
+}
+
+/// The checks one by one as SQL ([`CHECKS`], the instants, the count of `processed` records),
+/// naming the first violation; slow on a large ledger (several join on keys no index holds),
+/// so run only for a ledger [`sweep`] did not pass.
+fn exact(tx: &Connection) -> Result<()> {
     for (what, sql) in CHECKS {
         if let Some(found) = tx
             .query_row(sql, [], |r| r.get::<_, String>(0))
@@ -184,12 +243,12 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
             return Err(Error::Invariant(format!("{what}: {found}")));
         }
     }
-    instants(&tx)?;
+    instants(tx)?;
     let count =
         |sql: &str| -> Result<u64> { Ok(tx.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let disbursements = count("SELECT COUNT(*) FROM disbursements")?;
-    // Every processed record matches a distinct disbursement (checked above); equal counts then
-    // mean every disbursement has its record.
+    // Every processed record matches a disbursement (checked above); equal counts then mean
+    // every disbursement has its record, unless two records name one key in different case.
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
     if processed != disbursements {
         let found: Option<String> = tx.query_row(
@@ -209,23 +268,297 @@ fn ledger(conn: &mut Connection) -> Result<Summary> {
             ))
         )));
     }
+    Ok(())
+}
+
+/// The three tables [`sweep`] walks in step, each in the order of a key it has: claims and
+/// disbursements by claim (their primary key; on a ledger an earlier release made,
+/// disbursements' unique index on it), outbox rows by id (its primary key), which must then
+/// name the claims in the same order.
+const CLAIMS: &str =
+    "SELECT claim_id, idempotency_key, award_id, amount_cents, submission_timestamp,
+                             submission_instant
+                      FROM processed_messages ORDER BY claim_id";
+const DISBURSEMENTS: &str = "SELECT claim_id, idempotency_key, award_id, amount_cents
+                             FROM disbursements ORDER BY claim_id";
+const OUTBOX: &str = "SELECT id, claim_id, payload FROM outbox ORDER BY id";
+
+/// The one pass: every check of [`exact`] and the chain, in memory that does not grow with the
+/// ledger. Returns the summary, or an error describing the first fault it met (which
+/// [`checked`] then has [`exact`] name in the checks' words).
+///
+/// Why its conditions imply [`CHECKS`]':
+/// - Claims, disbursements and outbox rows walked in step ([`CLAIMS`]): the nth claim, the
+///   nth disbursement and the nth outbox row must all be of the same claim, and none may be
+///   left over. So each claim has exactly one disbursement and one outbox row, none exists
+///   without its claim, and outbox ids rise with claims. The disbursement must hold the
+///   claim's key, award and amount (the same types, the same bytes: SQLite's `<>` then finds
+///   no difference), and the event must announce them ([`event_announces`]).
+/// - Every claim's (key, award, amount), as its disbursement holds them, and every `processed`
+///   record's, digested as multisets ([`sweep::SetDigest`]): equal means each record matches a
+///   distinct disbursement (and, with the claims' keys distinct, no key is processed twice,
+///   in any case of its hex) and the counts are equal.
+/// - The claims' keys, the tombstones' and the `duplicate` records' keys, each sorted in
+///   bounded memory and merged ([`sweep::key_faults`]): no key claimed twice, none claimed and
+///   tombstoned, every duplicate naming a claim or a tombstone.
+/// - Dead letters against their records: [`CHECKS`]' own query (it reads the partial index of
+///   `dead_letter` records and the dead letters: as many rows as there are dead letters).
+fn sweep(tx: &Connection) -> Result<Summary> {
+    let fault = |s: String| Error::Invariant(s);
+    let ids = |sql: &str| -> Result<(i64, i64)> {
+        Ok(tx.query_row(sql, [], |r| {
+            Ok((
+                r.get::<_, Option<i64>>(0)?.unwrap_or(0),
+                r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+            ))
+        })?)
+    };
+    let (first_claim, last_claim) = ids("SELECT (SELECT MIN(claim_id) FROM processed_messages),
+                (SELECT MAX(claim_id) FROM processed_messages)")?;
+    let mut progress = sweep::Progress::new();
+    let mut claim_digest = sweep::SetDigest::new()?;
+    let mut processed_digest = claim_digest.clone();
+    let mut claim_keys = sweep::KeySort::default();
+    let mut claims = 0u64;
+    {
+        let (mut c, mut d, mut o) = (
+            tx.prepare(CLAIMS)?,
+            tx.prepare(DISBURSEMENTS)?,
+            tx.prepare(OUTBOX)?,
+        );
+        let (mut c, mut d, mut o) = (c.query([])?, d.query([])?, o.query([])?);
+        while let Some(p) = c.next()? {
+            let claim: i64 = p.get(0)?;
+            progress.row(|| {
+                format!(
+                    "verify: claims {:.0}% (claim {claim} of {last_claim})",
+                    sweep::percent(claim, first_claim, last_claim)
+                )
+            });
+            let Some(d) = d
+                .next()?
+                .filter(|d| d.get_ref(0).ok() == Some(Integer(claim)))
+            else {
+                return Err(fault(format!(
+                    "claim {claim}'s disbursement is not the next one in claim order"
+                )));
+            };
+            let key = p.get_ref(1)?;
+            let (award, amount) = (p.get_ref(2)?, p.get_ref(3)?);
+            let (Blob(key), Text(award_bytes), Integer(amount)) = (key, award, amount) else {
+                return Err(fault(format!(
+                    "claim {claim} holds a value of another type"
+                )));
+            };
+            if d.get_ref(1)? != Blob(key)
+                || d.get_ref(2)? != Text(award_bytes)
+                || d.get_ref(3)? != Integer(amount)
+            {
+                return Err(fault(format!(
+                    "claim {claim}'s disbursement differs from it"
+                )));
+            }
+            let key: sweep::Key = key
+                .try_into()
+                .map_err(|_| fault(format!("claim {claim}'s key is not 32 bytes")))?;
+            let award = std::str::from_utf8(award_bytes)
+                .map_err(|_| fault(format!("claim {claim}'s award is not UTF-8")))?;
+            let Some(o) = o
+                .next()?
+                .filter(|o| o.get_ref(1).ok() == Some(Integer(claim)))
+            else {
+                return Err(fault(format!(
+                    "claim {claim}'s outbox row is not the next one in id order"
+                )));
+            };
+            if !event_announces(tx, o.get_ref(2)?, &key, award, amount)? {
+                return Err(fault(format!(
+                    "outbox row {}'s event differs from claim {claim}'s disbursement",
+                    o.get::<_, i64>(0)?
+                )));
+            }
+            let (timestamp, instant): (String, Option<String>) = (p.get(4)?, p.get(5)?);
+            checks::instant(claim, &timestamp, instant.as_deref())?;
+            claim_digest.add(&key, award, amount);
+            claim_keys.push(key)?;
+            claims += 1;
+        }
+        if d.next()?.is_some() || o.next()?.is_some() {
+            return Err(fault(format!(
+                "a disbursement or outbox row is left over after the {claims} claims"
+            )));
+        }
+    }
+    let (disbursements, outbox_rows) = (claims, claims);
+
+    let (first_seq, last_seq) =
+        ids("SELECT (SELECT MIN(seq) FROM audit_log), (SELECT MAX(seq) FROM audit_log)")?;
     let mut links = Verifier::default();
     let mut holds = checks::Holds::default();
-    audit_store::for_each(&tx, &Since::All, |r| {
+    let mut duplicate_keys = sweep::KeySort::default();
+    audit_store::for_each(tx, &Since::All, |r| {
+        progress.row(|| {
+            format!(
+                "verify: audit chain {:.0}% (seq {} of {last_seq})",
+                sweep::percent(r.seq, first_seq, last_seq),
+                r.seq
+            )
+        });
         holds.see(&r);
-        chain::check(&mut links, &r)
+        chain::check(&mut links, &r)?;
+        match r.kind {
+            Kind::Processed => {
+                let (Some(key), Some(award), Some(amount)) = (
+                    r.idempotency_key.as_deref().and_then(unhex),
+                    &r.award_id,
+                    r.amount_cents,
+                ) else {
+                    return Err(fault(format!(
+                        "audit record {} (processed) lacks a key, award or amount",
+                        r.seq
+                    )));
+                };
+                processed_digest.add(&key, award, amount);
+            }
+            Kind::Duplicate => {
+                let key = r
+                    .idempotency_key
+                    .as_deref()
+                    .and_then(unhex)
+                    .ok_or_else(|| {
+                        fault(format!("audit record {} (duplicate) has no key", r.seq))
+                    })?;
+                duplicate_keys.push(key)?;
+            }
+            _ => {}
+        }
+        Ok(())
     })?;
-    chain::end(&links)?;
-    holds.compare(&super::purge::holds(&tx)?)?;
+    drop(progress);
+    if !claim_digest.same_as(&processed_digest) {
+        return Err(fault(format!(
+            "the {} processed records and the {claims} disbursements differ",
+            processed_digest.count
+        )));
+    }
+    let mut stmt =
+        tx.prepare("SELECT idempotency_key FROM claim_tombstones ORDER BY idempotency_key")?;
+    let mut rows = stmt.query([])?;
+    let mut tombstone = || -> Result<Option<sweep::Key>> {
+        let Some(row) = rows.next()? else {
+            return Ok(None);
+        };
+        let key: Vec<u8> = row.get(0)?;
+        Ok(Some(key.try_into().map_err(|_| {
+            fault("a tombstone's key is not 32 bytes".into())
+        })?))
+    };
+    let (tombstones, key_fault) = sweep::key_faults(
+        &mut claim_keys.sorted()?,
+        &mut tombstone,
+        &mut duplicate_keys.sorted()?,
+    )?;
+    if let Some(f) = key_fault {
+        return Err(fault(format!("key fault: {f:?}")));
+    }
+    let (what, dead_letters) = CHECKS[CHECKS.len() - 1];
+    if let Some(found) = tx
+        .query_row(dead_letters, [], |r| r.get::<_, String>(0))
+        .optional()?
+    {
+        return Err(fault(format!("{what}: {found}")));
+    }
+    let (audit_records, head_hash) = chain::end(&links)?;
+    holds.compare(&super::purge::holds(tx)?)?;
     Ok(Summary {
-        claims: count("SELECT COUNT(*) FROM processed_messages")?,
+        claims,
         disbursements,
-        outbox_rows: count("SELECT COUNT(*) FROM outbox")?,
-        audit_records: links.count,
-        tombstones: count("SELECT COUNT(*) FROM claim_tombstones")?,
-        head_hash: links.head().to_owned(),
+        outbox_rows,
+        audit_records,
+        tombstones,
+        head_hash,
         unlinked_batches: 0,
     })
+}
+
+/// Whether an outbox row's payload is an event announcing exactly this award, amount and key,
+/// as [`CHECKS`]' SQL decides it: a JSON object whose `award_id` is that string, whose
+/// `amount_cents` is that integer and whose `idempotency_key` is the key's lowercase hex.
+/// Decided here when the payload is plainly such an object (as every event claimgate writes
+/// is); any other payload (an escape, a NUL, a field named twice, a number written as a
+/// fraction, not JSON at all) is handed to SQLite with the same expression as [`CHECKS`], so
+/// the two can never read one text differently.
+fn event_announces(
+    tx: &Connection,
+    payload: rusqlite::types::ValueRef<'_>,
+    key: &sweep::Key,
+    award: &str,
+    amount: i64,
+) -> Result<bool> {
+    #[derive(serde::Deserialize)]
+    struct Event<'a> {
+        award_id: &'a str,
+        amount_cents: i64,
+        idempotency_key: &'a str,
+    }
+    if let Text(text) = payload {
+        let plain = text.trim_ascii_start().starts_with(b"{")
+            && !text.iter().any(|b| *b == b'\\' || *b == 0);
+        if let Some(event) = plain
+            .then(|| serde_json::from_slice::<Event<'_>>(text).ok())
+            .flatten()
+        {
+            return Ok(event.award_id == award
+                && event.amount_cents == amount
+                && is_lower_hex_of(event.idempotency_key.as_bytes(), key));
+        }
+    }
+    let differs: Option<bool> = tx
+        .prepare_cached(
+            "SELECT json_valid(?1) = 0
+                 OR json_extract(?1, '$.amount_cents') IS NOT ?2
+                 OR json_extract(?1, '$.award_id') IS NOT ?3
+                 OR json_extract(?1, '$.idempotency_key') IS NOT lower(hex(?4))",
+        )?
+        .query_row(
+            rusqlite::params![
+                rusqlite::types::ToSqlOutput::Borrowed(payload),
+                amount,
+                award,
+                &key[..]
+            ],
+            |r| r.get(0),
+        )?;
+    Ok(differs == Some(false))
+}
+
+/// Whether `hex` is exactly `key` in lowercase hex.
+fn is_lower_hex_of(hex: &[u8], key: &sweep::Key) -> bool {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    hex.len() == 64
+        && key.iter().zip(hex.chunks_exact(2)).all(|(k, pair)| {
+            pair[0] == DIGITS[usize::from(k >> 4)] && pair[1] == DIGITS[usize::from(k & 15)]
+        })
+}
+
+/// A key's hex as SQLite's `unhex` reads it (either case, nothing else), as 32 bytes; `None`
+/// for anything else, which `unhex` would not match to a claim either.
+fn unhex(hex: &str) -> Option<sweep::Key> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let hex = hex.as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
+    }
+    Some(key)
 }
 
 /// The uniqueness each promise rests on, as sets of columns a table must have a unique,
@@ -323,8 +656,10 @@ fn instants(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// SQLite's own consistency check of the file.
-fn integrity(conn: &Connection) -> Result<()> {
+/// SQLite's own consistency check of the file, on a connection of its own.
+fn integrity_of(path: &Path) -> Result<()> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let mut stmt = conn.prepare("PRAGMA integrity_check")?;
     let problems: Vec<String> = stmt
         .query_map([], |r| r.get(0))?
