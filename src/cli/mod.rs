@@ -106,7 +106,8 @@ pub enum Command {
     Retention(retention::RetentionArgs),
     /// Place, lift or list legal holds on awards (held awards are never purged).
     Hold(retention::HoldArgs),
-    /// Inspect dead letters and replay one onto the submissions stream.
+    /// Inspect dead letters, replay one onto the submissions stream, or decide a conflict held
+    /// for review (approve: pay it once; reject: never).
     Dlq(crate::ops::dlq::DlqArgs),
     /// The whole pipeline on a private redis-server and a temporary ledger, then a summary and
     /// an auditor's report (it uses its own temporary ledger and stream keys).
@@ -156,6 +157,12 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Dlq(crate::ops::dlq::DlqArgs {
             command: crate::ops::dlq::DlqCommand::Reconcile,
         }) => ops::dlq_reconcile(&cfg),
+        Command::Dlq(crate::ops::dlq::DlqArgs {
+            command: crate::ops::dlq::DlqCommand::Approve(args),
+        }) => ops::dlq_decide(&cfg, crate::ledger::Verdict::Approved, &args),
+        Command::Dlq(crate::ops::dlq::DlqArgs {
+            command: crate::ops::dlq::DlqCommand::Reject(args),
+        }) => ops::dlq_decide(&cfg, crate::ledger::Verdict::Rejected, &args),
         Command::Dlq(args) => crate::ops::dlq::run(&cfg, args),
         Command::Demo(args) => crate::demo::run(
             &cfg,
@@ -195,7 +202,11 @@ pub fn command() -> clap::Command {
             .filter(|a| unused.contains(&a.get_id().as_str()))
             .map(|a| a.clone().hide(true))
             .collect();
-        assert_eq!(copies.len(), unused.len(), "{sub}: every hidden flag is global");
+        assert_eq!(
+            copies.len(),
+            unused.len(),
+            "{sub}: every hidden flag is global"
+        );
         cmd = cmd.mut_subcommand(sub, |s| s.args(copies));
     }
     // The demo starts a private redis-server and uses --redis-url only when it is given.
@@ -232,7 +243,14 @@ const UNUSED_GLOBALS: [(&str, &[&str]); 3] = [
     ("produce", &["db", "group", "audit_log"]),
     (
         "demo",
-        &["db", "stream", "group", "audit_log", "redis_wait_replicas", "redis_wait_ms"],
+        &[
+            "db",
+            "stream",
+            "group",
+            "audit_log",
+            "redis_wait_replicas",
+            "redis_wait_ms",
+        ],
     ),
 ];
 
@@ -287,9 +305,15 @@ mod tests {
                 .to_string()
         };
         let key = help("key");
-        assert!(!key.contains("--db") && !key.contains("--redis-url"), "{key}");
+        assert!(
+            !key.contains("--db") && !key.contains("--redis-url"),
+            "{key}"
+        );
         let produce = help("produce");
-        assert!(produce.contains("--redis-url") && !produce.contains("--db"), "{produce}");
+        assert!(
+            produce.contains("--redis-url") && !produce.contains("--db"),
+            "{produce}"
+        );
         let demo = help("demo");
         assert!(
             !demo.contains("--stream <STREAM>") && !demo.contains("default: redis://"),

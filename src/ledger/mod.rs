@@ -94,6 +94,7 @@ pub mod copy;
 mod memory;
 mod open;
 pub mod postgres;
+mod review;
 pub mod sqlite;
 
 pub use memory::MemoryLedger;
@@ -588,6 +589,10 @@ pub struct Replaced {
     pub cents_only_there: i64,
 }
 
+pub use review::{
+    Decided, HeldConflict, HoldDecision, LetterState, PastDecision, Review, Verdict, CONFLICT_HOLD,
+};
+
 /// Every side of a ledger at once: what the CLI's open step returns.
-pub trait Backend: Ledger + Outbox + AuditLog + Inspect + Retention + Backup {}
-impl<T: Ledger + Outbox + AuditLog + Inspect + Retention + Backup> Backend for T {}
+pub trait Backend: Ledger + Outbox + AuditLog + Inspect + Retention + Backup + Review {}
+impl<T: Ledger + Outbox + AuditLog + Inspect + Retention + Backup + Review> Backend for T {}

@@ -74,6 +74,10 @@ pub struct Counts {
     pub checkpoints: u64,
     /// `restored` records.
     pub restored: u64,
+    /// `conflict_approved` records: held conflicts a reviewer approved (and so paid).
+    pub conflicts_approved: u64,
+    /// `conflict_rejected` records: held conflicts a reviewer rejected.
+    pub conflicts_rejected: u64,
 }
 
 impl Counts {
@@ -94,6 +98,8 @@ impl Counts {
             Kind::HoldRemoved => self.holds_lifted += 1,
             Kind::Checkpoint => self.checkpoints += 1,
             Kind::Restored => self.restored += 1,
+            Kind::ConflictApproved => self.conflicts_approved += 1,
+            Kind::ConflictRejected => self.conflicts_rejected += 1,
             Kind::Batch => {}
         }
     }
@@ -222,9 +228,12 @@ impl Tally {
                 self.reason(r.detail.as_deref().unwrap_or(""));
                 self.exception(r);
             }
-            Kind::Conflict | Kind::HoldAdded | Kind::HoldRemoved | Kind::Vanished => {
-                self.exception(r)
-            }
+            Kind::Conflict
+            | Kind::ConflictApproved
+            | Kind::ConflictRejected
+            | Kind::HoldAdded
+            | Kind::HoldRemoved
+            | Kind::Vanished => self.exception(r),
             _ => {}
         }
     }
