@@ -120,8 +120,8 @@ fn the_readmes_five_minutes_run_verbatim_do_what_they_say() {
     // The walk of README's "Five minutes with it", every line as written, in a fresh
     // directory, against a private Redis (REDIS_URL) and no service settings: two paid, the
     // resend suppressed, the bad one dead-lettered, status and dlq list saying so, two events.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let section = readme
         .split("\n## Five minutes with it\n")
         .nth(1)

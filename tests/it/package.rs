@@ -167,7 +167,11 @@ fn the_package_installs_binary_unit_conffile_man_pages_and_completions_with_thei
     }
     // Every link README.md makes to a file opens one the package installed beside it.
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    for link in readme.split("](").skip(1).filter_map(|l| l.split(')').next()) {
+    for link in readme
+        .split("](")
+        .skip(1)
+        .filter_map(|l| l.split(')').next())
+    {
         if link.starts_with("http") {
             continue;
         }

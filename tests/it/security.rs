@@ -321,11 +321,9 @@ fn a_loose_ledger_is_made_owner_only_with_a_warning_naming_its_mode() {
 /// The arguments of the `ACL SETUSER claimgate …` command docs/operations.md documents (after
 /// `ACL`), with its `>PASSWORD` set to `password`.
 pub(crate) fn readme_acl_args(password: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/operations.md"
-    ))
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
     let documented: Vec<&str> = readme
         .split('`')
         .filter(|quoted| quoted.starts_with("ACL SETUSER claimgate "))

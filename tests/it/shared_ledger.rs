@@ -1161,9 +1161,9 @@ fn a_batch_left_unlinked_leaves_other_nodes_working_and_a_running_relay_places_i
     // left behind) before the batch is left: it has paid and linked an entry of its own.
     add_other(100);
     assert!(
-        wait_for(Duration::from_secs(20), || w
-            .sql_i64_once_made("SELECT COUNT(*) FROM audit_log WHERE seq IS NOT NULL")
-            == 1),
+        wait_for(Duration::from_secs(20), || w.sql_i64_once_made(
+            "SELECT COUNT(*) FROM audit_log WHERE seq IS NOT NULL"
+        ) == 1),
         "the other node starts and pays its first entry"
     );
     w.add(&(0..4).map(submission).collect::<Vec<_>>());
