@@ -951,7 +951,8 @@ fn replaying_a_dead_letter_still_malformed_as_it_stands_is_refused_with_the_reas
     let w = World::new();
     w.add_fields(&[("payload", b"{not json")]);
     w.drain(&[]);
-    let dead: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+    type Entries = Vec<(String, Vec<(String, Vec<u8>)>)>;
+    let dead: Entries = redis::cmd("XRANGE")
         .arg("grants:submissions:dead")
         .arg("-")
         .arg("+")
