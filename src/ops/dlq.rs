@@ -38,13 +38,15 @@ pub struct DlqArgs {
 /// The `dlq` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum DlqCommand {
-    /// List dead letters: id, time, award id where known, reason, and whether it was replayed.
+    /// List dead letters: id, time, award id where known, reason, whether it was replayed and,
+    /// for a conflict held for review, whether a reviewer decided it.
     List {
         /// Print a JSON array instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id).
+    /// Show one dead letter with all its fields (ID: the dead-letter id, or the original entry
+    /// id) and, for a conflict held for review, the ledger's decision.
     Show {
         /// The dead-letter entry id (or the original submission entry id).
         id: String,
@@ -66,8 +68,19 @@ pub enum DlqCommand {
     Reconcile,
     /// Approve a conflict held for review (run --on-conflict hold): pay it once, exactly as a
     /// new submission, and record who approved it and why, in one ledger transaction.
+    ///
+    /// The entry is read from the dead-letter stream and paid only if it is the submission the
+    /// ledger held (the same idempotency key): claim, disbursement, outbox row for the relay,
+    /// `processed` and `conflict` records, and a `conflict_approved` record naming who and why.
+    /// A letter is decided once: deciding it again, at once or later, is refused naming the
+    /// earlier decision, and any dead letter that is not a held conflict is refused naming its
+    /// reason. Exit 2 for a missing, empty, over-long or multi-line --by or --reason.
     Approve(DecideArgs),
     /// Reject a conflict held for review: nothing is paid; record who rejected it and why.
+    ///
+    /// Leaves a `conflict_rejected` record naming who and why, and the decision on the ledger's
+    /// dead-letter row; the letter stays in the dead-letter stream as evidence. Decided once,
+    /// as for approve.
     Reject(DecideArgs),
 }
 
