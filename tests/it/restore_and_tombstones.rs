@@ -313,7 +313,9 @@ fn verify_names_a_dead_letter_row_deleted_or_added_without_its_record() {
     );
     db.execute_batch(
         "INSERT INTO dead_letters SELECT * FROM saved; DROP TABLE saved;
-         INSERT INTO dead_letters VALUES ('grants:submissions', '9-9', 'not_json', 'x', NULL, 1, '2026-01-01T00:00:00Z');",
+         INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason, award_id,
+             delivery_count, recorded_at)
+         VALUES ('grants:submissions', '9-9', 'not_json', 'x', NULL, 1, '2026-01-01T00:00:00Z');",
     )
     .unwrap();
     let out = w.run(&["verify"]);
@@ -553,8 +555,11 @@ fn a_ledger_copied_back_by_hand_stops_the_relay_and_restore_waits_for_the_worker
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| {
+            // The ledger itself, not a `-wal` or `-shm` beside it (a directory lists them in
+            // no fixed order).
             p.to_string_lossy().contains("ledger.db.replaced-")
                 && !p.to_string_lossy().ends_with("-wal")
+                && !p.to_string_lossy().ends_with("-shm")
         })
         .expect("the replaced ledger is kept");
     assert!(
