@@ -370,6 +370,35 @@ mod tests {
     }
 
     #[test]
+    fn reviewers_decisions_are_counted_and_listed_among_the_exceptions() {
+        let mut t = Tally::new(Period::default());
+        let at = "2026-07-02T10:00:00.000000Z";
+        for (seq, kind) in [
+            (1, Kind::Conflict),
+            (2, Kind::DeadLetter),
+            (3, Kind::Processed),
+            (4, Kind::ConflictApproved),
+            (5, Kind::ConflictRejected),
+        ] {
+            t.push(&record(seq, kind, at), None);
+        }
+        assert_eq!(
+            (t.all.conflicts_approved, t.all.conflicts_rejected, t.all.records),
+            (1, 1, 5)
+        );
+        let listed: Vec<(i64, Kind)> = t.exceptions.iter().map(|e| (e.seq, e.kind)).collect();
+        assert_eq!(
+            listed,
+            [
+                (1, Kind::Conflict),
+                (2, Kind::DeadLetter),
+                (4, Kind::ConflictApproved),
+                (5, Kind::ConflictRejected)
+            ]
+        );
+    }
+
+    #[test]
     fn lists_are_bounded_however_many_records_come() {
         let mut t = Tally::new(Period::default());
         for seq in 0..(EXCEPTIONS_MAX as i64 + 5) {
