@@ -189,6 +189,20 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
         },
         0,
     );
+    // The auditor's report counts the approval and lists it among the exceptions.
+    let report = w.dir.path().join("report.html");
+    w.run_ok(&["audit", "report", "--out", report.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.contains(r#"<span data-figure="chain.conflicts_approved" data-value="1">"#)
+            && page.contains(r#"<span data-figure="chain.conflicts_rejected" data-value="0">"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"data-kind="conflict_approved""#)
+            && page.contains("approved by Ann Auditor: invoice 7 corrected"),
+        "{page}"
+    );
     let show = stdout(&w.run_ok(&["dlq", "show", &dead]));
     assert!(
         show.contains("decision: approved by Ann Auditor at"),
@@ -248,7 +262,8 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
 
 fn a_held_conflict_rejected_is_never_paid_and_no_other_letter_can_be_decided(store: Store) {
     // Plan: 1. Flags: --by and --reason required, non-empty, one line, bounded (exit 2).
-    // 2. A letter that is not a held conflict (not JSON) is refused naming what it is. 3. The
+    // 2. A letter that is not a held conflict (not JSON) is refused naming what it is, and a
+    // letter forged in Redis for the held entry is refused for its key. 3. The
     // held one rejected: nothing paid, a conflict_rejected record with who and why, status lists
     // nothing, verify passes; approving it then is refused naming the rejection. 4. verify
     // names a decision cleared or made up by an edit of the row.
@@ -325,6 +340,33 @@ fn a_held_conflict_rejected_is_never_paid_and_no_other_letter_can_be_decided(sto
         1,
     );
     assert!(msg.contains("no dead letter 1-999"), "{msg}");
+    // A letter forged in Redis for the held entry, carrying another payload, pays nothing.
+    let forged: String = redis::cmd("XADD")
+        .arg("grants:submissions:dead")
+        .arg("*")
+        .arg("original_id")
+        .arg(&held)
+        .arg("reason_code")
+        .arg("conflict_hold")
+        .arg("original.payload")
+        .arg(same(90_000))
+        .query(&mut w.conn())
+        .unwrap();
+    let msg = exits(
+        &w,
+        &["dlq", "approve", &forged, "--by", "Eve", "--reason", "x"],
+        1,
+    );
+    assert!(
+        msg.contains("does not hold the submission the ledger held")
+            && msg.contains(&key_of(&same(300))),
+        "{msg}"
+    );
+    assert_eq!(w.count("disbursements"), 1);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM dead_letters WHERE decision IS NOT NULL"),
+        0
+    );
 
     // 3.
     let said = stdout(&w.run_ok(&[

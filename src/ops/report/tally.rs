@@ -383,7 +383,11 @@ mod tests {
             t.push(&record(seq, kind, at), None);
         }
         assert_eq!(
-            (t.all.conflicts_approved, t.all.conflicts_rejected, t.all.records),
+            (
+                t.all.conflicts_approved,
+                t.all.conflicts_rejected,
+                t.all.records
+            ),
             (1, 1, 5)
         );
         let listed: Vec<(i64, Kind)> = t.exceptions.iter().map(|e| (e.seq, e.kind)).collect();
