@@ -622,6 +622,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_reviewers_name_and_reason_are_one_bounded_line_of_plain_text() {
+        assert_eq!(
+            reviewer_text("Ann Auditor", 128).as_deref(),
+            Ok("Ann Auditor")
+        );
+        assert_eq!(
+            reviewer_text(&"é".repeat(128), 128).map(|t| t.len()),
+            Ok(256)
+        );
+        for bad in [
+            "",
+            "   ",
+            "a\nb",
+            "a\tb",
+            "a\u{1b}[2Jb",
+            "a\u{2028}b",
+            "a\u{202e}b",
+        ] {
+            assert!(reviewer_text(bad, 128).is_err(), "{bad:?}");
+        }
+        assert!(reviewer_text(&"é".repeat(129), 128)
+            .unwrap_err()
+            .contains("at most 128"));
+    }
+
+    #[test]
     fn only_stream_ids_are_accepted() {
         for ok in ["0", "0-0", "1700000000000-12"] {
             assert!(is_stream_id(ok), "{ok}");
