@@ -504,3 +504,28 @@ fn a_ledger_made_before_decisions_opens_and_decides(store: Store) {
     assert_eq!(disbursed(&w), 400);
     w.run_ok(&["verify"]);
 }
+
+#[test]
+fn a_migrated_ledger_keeps_its_decisions_and_verifies() {
+    // A SQLite ledger with one held conflict approved and one rejected, migrated to
+    // PostgreSQL: the decisions are copied with their rows, both ledgers verify, and the
+    // decided letters stay decided there.
+    let (w, approved) = one_held(Store::Sqlite);
+    let rejected = w.add(&[same(700)]).remove(0);
+    w.drain(&["--on-conflict", "hold"]);
+    w.run_ok(&["dlq", "approve", &approved, "--by", "Ann", "--reason", "ok"]);
+    w.run_ok(&["dlq", "reject", &rejected, "--by", "Bo", "--reason", "no"]);
+    let url = crate::pg::fresh_database();
+    w.run_ok(&["migrate", "--to", &url]);
+    let pg = World::on_postgres_url(&url);
+    pg.run_ok(&["verify"]);
+    assert_eq!(
+        pg.sql_text(
+            "SELECT string_agg(decision || ' by ' || decided_by, ', ' ORDER BY decision)
+             FROM dead_letters"
+        ),
+        "approved by Ann, rejected by Bo"
+    );
+    assert_eq!(pg.count("disbursements"), 2);
+    assert_eq!(disbursed(&pg), 400);
+}
