@@ -4,7 +4,8 @@
 //! check — sees a ledger only through the traits below, each written for the one caller that
 //! needs it: [`Ledger`] (the worker), [`Outbox`] (the relay), [`AuditLog`] (export and chain
 //! verification), [`Inspect`] (verify, status, `/healthz`), [`Retention`] (purge and legal
-//! holds) and [`Backup`]. [`Backend`] is all of them together: what the one open step,
+//! holds), [`Backup`] and [`Review`] (a reviewer's decision on a conflict held for review,
+//! `review.rs`). [`Backend`] is all of them together: what the one open step,
 //! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
 //! backend from the `--db` value. [`Restoring`] is `claimgate restore`'s, from
 //! [`prepare_restore`]: a backup put in place of the ledger, not a side of an open one.
