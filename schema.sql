@@ -92,7 +92,11 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
 
 -- Entries that were dead-lettered, one row per stream entry, so a redelivered bad entry leaves
--- one audit record, not one per delivery.
+-- one audit record, not one per delivery. A conflict held for review (reason_code
+-- 'conflict_hold') gets a reviewer's decision once (`claimgate dlq approve` / `reject`,
+-- src/ledger/review.rs): `decision` is 'approved' or 'rejected', set with who, why and when in
+-- the transaction that writes its audit record (and, approved, pays it); NULL while awaiting.
+-- Ledgers of earlier releases get the four columns at open (src/ledger/sqlite/upgrade.rs).
 CREATE TABLE IF NOT EXISTS dead_letters (
     stream          TEXT    NOT NULL,
     stream_entry_id TEXT    NOT NULL,
@@ -101,6 +105,10 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     award_id        TEXT,
     delivery_count  INTEGER NOT NULL,
     recorded_at     TEXT    NOT NULL,
+    decision        TEXT,
+    decided_by      TEXT,
+    decided_reason  TEXT,
+    decided_at      TEXT,
     PRIMARY KEY (stream, stream_entry_id)
 );
 

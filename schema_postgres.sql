@@ -148,6 +148,13 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     recorded_at     TEXT    NOT NULL,
     PRIMARY KEY (stream, stream_entry_id)
 );
+-- A reviewer's decision on a conflict held for review, as on SQLite (schema.sql says what the
+-- columns mean); added in format 3.
+ALTER TABLE dead_letters
+    ADD COLUMN IF NOT EXISTS decision       TEXT,
+    ADD COLUMN IF NOT EXISTS decided_by     TEXT,
+    ADD COLUMN IF NOT EXISTS decided_reason TEXT,
+    ADD COLUMN IF NOT EXISTS decided_at     TEXT;
 
 -- The audit records sealed one by one (src/domain/audit.rs), seq from chain_head: those of
 -- earlier releases and of ledgers `migrate` copied, and a retention purge's checkpoint.

@@ -153,6 +153,16 @@ pub struct RedisWait {
 /// [`REDIS_RESPONSE_TIMEOUT_MS`] would read as a dead connection.
 pub const REDIS_WAIT_MS_MAX: u64 = REDIS_RESPONSE_TIMEOUT_MS - 1_000;
 
+/// Longest `--by` of `dlq approve` / `dlq reject`, in characters: a name, not a document.
+pub const REVIEW_BY_CHARS_MAX: usize = 128;
+
+/// Longest `--reason` of `dlq approve` / `dlq reject`, in characters: it is hashed into the
+/// audit trail and shown on one line.
+pub const REVIEW_REASON_CHARS_MAX: usize = 1_000;
+
+/// Held conflicts `status` names one by one (it counts them all).
+pub const STATUS_HELD_SHOWN_MAX: usize = 5;
+
 /// `--redis-wait-ms` when not given.
 pub const REDIS_WAIT_MS_DEFAULT: u64 = 1_000;
 

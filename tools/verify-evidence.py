@@ -39,7 +39,7 @@ import tempfile
 GENESIS_HASH = "0" * 64
 KINDS = {
     "processed", "duplicate", "dead_letter", "conflict", "checkpoint", "vanished",
-    "hold_added", "hold_removed", "restored", "batch",
+    "hold_added", "hold_removed", "restored", "batch", "conflict_approved", "conflict_rejected",
 }
 ANCHOR_LABEL = b"claimgate anchor v1\n"
 CHECKPOINT_LABEL = b"claimgate checkpoint v1\n"

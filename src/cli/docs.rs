@@ -158,6 +158,12 @@ pub fn examples(path: &str) -> &'static [&'static str] {
         "claimgate audit anchor" => &["claimgate audit anchor --out anchors.jsonl"],
         "claimgate audit keygen" => &["claimgate audit keygen --out /etc/claimgate/audit-key"],
         "claimgate dlq list" => &["claimgate dlq list"],
+        "claimgate dlq approve" => &[
+            "claimgate dlq approve 1751360400000-0 --by 'Ann Auditor' --reason 'amount corrected on invoice 7'",
+        ],
+        "claimgate dlq reject" => &[
+            "claimgate dlq reject 1751360400000-0 --by 'Ann Auditor' --reason 'sent twice by the portal'",
+        ],
         "claimgate hold add" => &["claimgate hold add A-2026-014 --reason 'case 21-cv-0042'"],
         "claimgate retention purge" => &[
             "claimgate retention purge --before 2023-01-01 --export purged-2022.jsonl",

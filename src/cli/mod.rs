@@ -106,7 +106,8 @@ pub enum Command {
     Retention(retention::RetentionArgs),
     /// Place, lift or list legal holds on awards (held awards are never purged).
     Hold(retention::HoldArgs),
-    /// Inspect dead letters and replay one onto the submissions stream.
+    /// Inspect dead letters, replay one onto the submissions stream, or decide a conflict held
+    /// for review (approve: pay it once; reject: never).
     Dlq(crate::ops::dlq::DlqArgs),
     /// The whole pipeline on a private redis-server and a temporary ledger, then a summary and
     /// an auditor's report (it uses its own temporary ledger and stream keys).
@@ -156,6 +157,12 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Dlq(crate::ops::dlq::DlqArgs {
             command: crate::ops::dlq::DlqCommand::Reconcile,
         }) => ops::dlq_reconcile(&cfg),
+        Command::Dlq(crate::ops::dlq::DlqArgs {
+            command: crate::ops::dlq::DlqCommand::Approve(args),
+        }) => ops::dlq_decide(&cfg, crate::ledger::Verdict::Approved, &args),
+        Command::Dlq(crate::ops::dlq::DlqArgs {
+            command: crate::ops::dlq::DlqCommand::Reject(args),
+        }) => ops::dlq_decide(&cfg, crate::ledger::Verdict::Rejected, &args),
         Command::Dlq(args) => crate::ops::dlq::run(&cfg, args),
         Command::Demo(args) => crate::demo::run(
             &cfg,

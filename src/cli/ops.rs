@@ -136,6 +136,19 @@ pub fn dlq_reconcile(cfg: &Config) -> Result<()> {
     Ok(())
 }
 
+/// `claimgate dlq approve` / `claimgate dlq reject`.
+pub fn dlq_decide(
+    cfg: &Config,
+    verdict: crate::ledger::Verdict,
+    args: &crate::ops::dlq::DecideArgs,
+) -> Result<()> {
+    let ledger = open_existing(cfg)?;
+    let mut conn = crate::broker::stream::Conn::new(crate::broker::stream::client(&cfg.redis_url)?);
+    let said = crate::ops::review::decide(cfg, &*ledger, &mut conn, verdict, args)?;
+    println!("{said}");
+    Ok(())
+}
+
 /// `claimgate verify`.
 pub fn verify(cfg: &Config) -> Result<()> {
     let ledger = open_existing(cfg)?;

@@ -75,6 +75,8 @@ impl Trail {
                 | Kind::HoldAdded
                 | Kind::HoldRemoved
                 | Kind::Restored
+                | Kind::ConflictApproved
+                | Kind::ConflictRejected
                 | Kind::Batch => return Ok(()),
             }
             accounted.extend(entry);

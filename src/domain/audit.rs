@@ -66,6 +66,13 @@ pub enum Kind {
     /// doc): its detail names the batch, its member count, the last member's hash and the
     /// outbox ids the batch's rows were given ([`detail::batch_link`]).
     Batch,
+    /// A reviewer approved a conflicting resubmission held for review (`claimgate dlq
+    /// approve`): who and why ([`detail::conflict_approved`]). Written in the transaction that
+    /// pays it, after its `processed` and `conflict` records.
+    ConflictApproved,
+    /// A reviewer rejected a conflicting resubmission held for review (`claimgate dlq
+    /// reject`): who and why ([`detail::conflict_rejected`]). Nothing is paid.
+    ConflictRejected,
 }
 
 impl Kind {
@@ -82,6 +89,8 @@ impl Kind {
             Kind::HoldRemoved => "hold_removed",
             Kind::Restored => "restored",
             Kind::Batch => "batch",
+            Kind::ConflictApproved => "conflict_approved",
+            Kind::ConflictRejected => "conflict_rejected",
         }
     }
 
@@ -98,6 +107,8 @@ impl Kind {
             Kind::HoldRemoved,
             Kind::Restored,
             Kind::Batch,
+            Kind::ConflictApproved,
+            Kind::ConflictRejected,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -713,6 +724,25 @@ pub mod detail {
         dead_letter("conflict_hold", reason)
     }
 
+    /// A held conflicting resubmission paid because a reviewer approved it (`claimgate dlq
+    /// approve`): its `conflict` record, beside the `processed` one.
+    pub fn conflict_paid_on_approval(other_key: &str, other_claimed_at: &str) -> String {
+        format!(
+            "{}; paid on approval after review",
+            conflict(other_key, other_claimed_at)
+        )
+    }
+
+    /// A reviewer's approval of a held conflicting resubmission: who (`by`) and why.
+    pub fn conflict_approved(by: &str, reason: &str) -> String {
+        format!("approved by {by}: {reason}")
+    }
+
+    /// A reviewer's rejection of a held conflicting resubmission: who (`by`) and why.
+    pub fn conflict_rejected(by: &str, reason: &str) -> String {
+        format!("rejected by {by}: {reason}; not paid")
+    }
+
     fn conflict(other_key: &str, other_claimed_at: &str) -> String {
         format!(
             "conflicts with key {other_key} (claimed at {other_claimed_at}): same award_id and submission instant, different payload"
@@ -766,6 +796,8 @@ mod tests {
             (Kind::HoldAdded, "hold_added"),
             (Kind::HoldRemoved, "hold_removed"),
             (Kind::Restored, "restored"),
+            (Kind::ConflictApproved, "conflict_approved"),
+            (Kind::ConflictRejected, "conflict_rejected"),
         ];
         for (kind, column) in kinds {
             assert_eq!(kind.as_str(), column);
@@ -1181,7 +1213,7 @@ mod tests {
         #[test]
         fn the_canonical_json_is_exactly_serde_jsons(
             seq in proptest::num::i64::ANY,
-            kind in 0usize..9,
+            kind in 0usize..11,
             texts in proptest::collection::vec(proptest::option::of("(?s).{0,40}"), 5),
             amount in proptest::option::of(proptest::num::i64::ANY),
             deliveries in proptest::option::of(proptest::num::i64::ANY),
@@ -1190,7 +1222,8 @@ mod tests {
             batch_index in proptest::option::of(1i64..1_000_000),
         ) {
             let kinds = [Kind::Processed, Kind::Duplicate, Kind::DeadLetter, Kind::Conflict,
-                Kind::Checkpoint, Kind::Vanished, Kind::HoldAdded, Kind::HoldRemoved, Kind::Restored];
+                Kind::Checkpoint, Kind::Vanished, Kind::HoldAdded, Kind::HoldRemoved, Kind::Restored,
+                Kind::ConflictApproved, Kind::ConflictRejected];
             let r = Record {
                 seq,
                 kind: kinds[kind],

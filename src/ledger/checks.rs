@@ -106,6 +106,103 @@ impl Holds {
     }
 }
 
+/// A held conflict's `dead_letters` row, as `verify` reads it for [`decisions`].
+#[derive(Debug, Clone)]
+pub struct HeldRow {
+    /// The row's reason code.
+    pub reason_code: String,
+    /// Its stream entry id.
+    pub entry_id: String,
+    /// `decision`, `decided_by`, `decided_reason`, `decided_at`.
+    pub decision: [Option<String>; 4],
+}
+
+/// A `conflict_approved` / `conflict_rejected` record, as `verify` reads it for [`decisions`]
+/// (on PostgreSQL from every batch, linked or not, so a decision committed a moment before its
+/// link is still seen).
+#[derive(Debug, Clone)]
+pub struct DecisionRecord {
+    /// Its kind.
+    pub kind: crate::domain::audit::Kind,
+    /// The held entry it decides.
+    pub entry_id: Option<String>,
+    /// Who and why.
+    pub detail: Option<String>,
+    /// When.
+    pub recorded_at: String,
+}
+
+/// Reviewers' decisions on held conflicts (`ledger::review`) agree with their records: every
+/// decided row is a held conflict with exactly one record of its verdict, worded from its who
+/// and why, written when it says it was decided; and no row of an entry a record decides is
+/// undecided. The decision columns decide whether a held entry may be paid, and nothing hashed
+/// covers them: a decision cleared by an edit (which would let the entry be paid again) or
+/// made up without a record fails here. A purge removes a held row with the records before it,
+/// so a record whose row is gone is no violation.
+pub fn decisions(rows: &[HeldRow], records: &[DecisionRecord]) -> Result<()> {
+    use crate::ledger::review::{Verdict, CONFLICT_HOLD};
+    let mut by_entry: std::collections::HashMap<&str, Vec<&DecisionRecord>> =
+        std::collections::HashMap::new();
+    for r in records {
+        by_entry
+            .entry(r.entry_id.as_deref().unwrap_or(""))
+            .or_default()
+            .push(r);
+    }
+    for row in rows {
+        let found = by_entry.get(row.entry_id.as_str()).map_or(&[][..], |v| v);
+        let [verdict, by, reason, at] = &row.decision;
+        let Some(verdict) = verdict else {
+            if let Some(r) = found.first() {
+                return Err(Error::Invariant(format!(
+                    "held conflict decisions differ from the audit trail: entry {} has a {} \
+                     record (at {}) but its dead letter row is undecided",
+                    row.entry_id,
+                    r.kind.as_str(),
+                    r.recorded_at
+                )));
+            }
+            continue;
+        };
+        let bad = |why: String| {
+            Err(Error::Invariant(format!(
+                "held conflict decisions differ from the audit trail: entry {}'s dead letter \
+                 row says {verdict:?} by {:?} at {:?}, but {why}",
+                row.entry_id,
+                by.as_deref().unwrap_or(""),
+                at.as_deref().unwrap_or("")
+            )))
+        };
+        if row.reason_code != CONFLICT_HOLD {
+            return bad(format!(
+                "it is a {} dead letter, not a held conflict",
+                row.reason_code
+            ));
+        }
+        let Some(v) = Verdict::parse(verdict) else {
+            return bad("that is no decision".into());
+        };
+        let r = match found {
+            [] => return bad("no record decides it".into()),
+            [one] => one,
+            more => return bad(format!("{} records decide it", more.len())),
+        };
+        let detail = v.detail(by.as_deref().unwrap_or(""), reason.as_deref().unwrap_or(""));
+        if r.kind != v.kind()
+            || r.detail.as_deref() != Some(detail.as_str())
+            || Some(&r.recorded_at) != at.as_ref()
+        {
+            return bad(format!(
+                "its record reads {} {:?} at {}",
+                r.kind.as_str(),
+                r.detail.as_deref().unwrap_or(""),
+                r.recorded_at
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,9 @@ pub enum Row {
         delivery_count: i64,
         /// When.
         recorded_at: String,
+        /// A reviewer's decision on a held conflict: `decision`, `decided_by`,
+        /// `decided_reason`, `decided_at` (`ledger::review`), all `None` while awaiting.
+        decision: [Option<String>; 4],
     },
     /// `audit_log`, exactly as sealed (hold and restore records included: they are chain
     /// records like any other).

@@ -4,7 +4,8 @@
 //! check — sees a ledger only through the traits below, each written for the one caller that
 //! needs it: [`Ledger`] (the worker), [`Outbox`] (the relay), [`AuditLog`] (export and chain
 //! verification), [`Inspect`] (verify, status, `/healthz`), [`Retention`] (purge and legal
-//! holds) and [`Backup`]. [`Backend`] is all of them together: what the one open step,
+//! holds), [`Backup`] and [`Review`] (a reviewer's decision on a conflict held for review,
+//! `review.rs`). [`Backend`] is all of them together: what the one open step,
 //! [`open`] (and [`open_waiting`] for long-running processes), hands out after choosing the
 //! backend from the `--db` value. [`Restoring`] is `claimgate restore`'s, from
 //! [`prepare_restore`]: a backup put in place of the ledger, not a side of an open one.
@@ -94,6 +95,7 @@ pub mod copy;
 mod memory;
 mod open;
 pub mod postgres;
+mod review;
 pub mod sqlite;
 pub mod sweep;
 
@@ -589,6 +591,10 @@ pub struct Replaced {
     pub cents_only_there: i64,
 }
 
+pub use review::{
+    Decided, HeldConflict, HoldDecision, LetterState, PastDecision, Review, Verdict, CONFLICT_HOLD,
+};
+
 /// Every side of a ledger at once: what the CLI's open step returns.
-pub trait Backend: Ledger + Outbox + AuditLog + Inspect + Retention + Backup {}
-impl<T: Ledger + Outbox + AuditLog + Inspect + Retention + Backup> Backend for T {}
+pub trait Backend: Ledger + Outbox + AuditLog + Inspect + Retention + Backup + Review {}
+impl<T: Ledger + Outbox + AuditLog + Inspect + Retention + Backup + Review> Backend for T {}

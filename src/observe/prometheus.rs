@@ -267,6 +267,7 @@ mod tests {
                 unreachable: true,
                 message: "down".into(),
             }),
+            held: None,
         };
         let metrics = Metrics::default();
         metrics.observe_commit(Duration::from_millis(3));
@@ -329,6 +330,7 @@ mod tests {
                 unreachable: true,
                 message: "down".into(),
             }),
+            held: None,
         };
         let metrics = Metrics::default();
         let gauge = |text: &str, name: &str| -> f64 {
@@ -366,6 +368,7 @@ mod tests {
                 unreachable: true,
                 message: "down".into(),
             }),
+            held: None,
         };
         let text = render(&status, &Metrics::default(), true);
         let line = format!("claimgate_disbursed_cents_total {}", u64::MAX);

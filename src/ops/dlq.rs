@@ -7,8 +7,10 @@
 //! produce one new entry. A replayed submission that the ledger already holds is an ordinary
 //! duplicate: the ledger, not this module, is what prevents a second disbursement.
 //!
-//! This module talks to Redis only; it never opens the ledger. (`dlq reconcile`, which reads
-//! the ledger's dead-letter records, is `ops/reconcile.rs`, run from `cli/ops.rs`.)
+//! This module talks to Redis, and opens the ledger only to say what a reviewer decided of a
+//! conflict held for review (`dlq list`, `dlq show`). (`dlq reconcile`, which reads the
+//! ledger's dead-letter records, is `ops/reconcile.rs`; `dlq approve` and `dlq reject`, which
+//! decide a held conflict in the ledger, are `ops/review.rs`; both run from `cli/ops.rs`.)
 
 use crate::broker::dead_letter::{dead_index_key, DEAD_LETTER_PREFIX_BYTES, ORIGINAL_FIELD_PREFIX};
 use crate::broker::stream::{self, Conn};
@@ -36,13 +38,15 @@ pub struct DlqArgs {
 /// The `dlq` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum DlqCommand {
-    /// List dead letters: id, time, award id where known, reason, and whether it was replayed.
+    /// List dead letters: id, time, award id where known, reason, whether it was replayed and,
+    /// for a conflict held for review, whether a reviewer decided it.
     List {
         /// Print a JSON array instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Show one dead letter with all its fields (ID: the dead-letter id, or the original entry id).
+    /// Show one dead letter with all its fields (ID: the dead-letter id, or the original entry
+    /// id) and, for a conflict held for review, the ledger's decision.
     Show {
         /// The dead-letter entry id (or the original submission entry id).
         id: String,
@@ -62,6 +66,65 @@ pub enum DlqCommand {
     /// Copy again every dead letter the ledger records but the dead-letter stream lacks (after
     /// a Redis failover lost some); never copies one entry twice.
     Reconcile,
+    /// Approve a conflict held for review (run --on-conflict hold): pay it once, exactly as a
+    /// new submission, and record who approved it and why, in one ledger transaction.
+    ///
+    /// The entry is read from the dead-letter stream and paid only if it is the submission the
+    /// ledger held (the same idempotency key): claim, disbursement, outbox row for the relay,
+    /// `processed` and `conflict` records, and a `conflict_approved` record naming who and why.
+    /// A letter is decided once: deciding it again, at once or later, is refused naming the
+    /// earlier decision, and any dead letter that is not a held conflict is refused naming its
+    /// reason. Exit 2 for a missing, empty, over-long or multi-line --by or --reason.
+    Approve(DecideArgs),
+    /// Reject a conflict held for review: nothing is paid; record who rejected it and why.
+    ///
+    /// Leaves a `conflict_rejected` record naming who and why, and the decision on the ledger's
+    /// dead-letter row; the letter stays in the dead-letter stream as evidence. Decided once,
+    /// as for approve.
+    Reject(DecideArgs),
+}
+
+/// Flags of `dlq approve` and `dlq reject`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecideArgs {
+    /// The held conflict's dead-letter entry id (or its original submission entry id).
+    pub id: String,
+    /// Who decides (a name the audit trail keeps; one line, at most 128 characters).
+    #[arg(long, value_name = "WHO", value_parser = reviewer_name)]
+    pub by: String,
+    /// Why (kept in the audit trail; one line, at most 1000 characters).
+    #[arg(long, value_name = "WHY", value_parser = reviewer_reason)]
+    pub reason: String,
+}
+
+/// `--by`: non-empty, one line, bounded.
+fn reviewer_name(text: &str) -> std::result::Result<String, String> {
+    reviewer_text(text, crate::config::REVIEW_BY_CHARS_MAX)
+}
+
+/// `--reason`: non-empty, one line, bounded.
+fn reviewer_reason(text: &str) -> std::result::Result<String, String> {
+    reviewer_text(text, crate::config::REVIEW_REASON_CHARS_MAX)
+}
+
+/// Text a reviewer gives, kept whole in the audit trail: refused when empty (or only spaces),
+/// longer than `chars_max` characters, or holding anything `escape::controls` would escape (a
+/// control character, a line separator, a character that reorders text), which would let it
+/// forge lines or hide words wherever it is shown.
+fn reviewer_text(text: &str, chars_max: usize) -> std::result::Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    let chars = text.chars().count();
+    if chars > chars_max {
+        return Err(format!("is {chars} characters; at most {chars_max}"));
+    }
+    if let std::borrow::Cow::Owned(shown) = escape::controls(text) {
+        return Err(format!(
+            "holds a control or formatting character ({shown}); give one line of plain text"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 /// One entry of the dead-letter stream as an operator sees it (the worker wrote it as a
@@ -84,9 +147,102 @@ pub struct Letter {
     pub deliveries: Option<u64>,
     /// The new submissions entry id if it was replayed.
     pub replayed_as: Option<String>,
+    /// For a conflict held for review: what the ledger says a reviewer decided (`None` for
+    /// every other letter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
     /// Every field of the dead-letter entry, in stream order (values shown as lossy UTF-8).
     #[serde(skip)]
     pub fields: Vec<(String, String)>,
+}
+
+/// A held conflict's decision as `dlq list` and `dlq show` report it, read from the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Decision {
+    /// No decision yet: `dlq approve` or `dlq reject` it.
+    Awaiting,
+    /// Decided (`verdict` approved or rejected) by `by` at `at`, for `reason`.
+    Decided(crate::ledger::PastDecision),
+    /// The ledger holds no dead letter of this entry (another ledger's stream, or lost).
+    NotInLedger,
+    /// The ledger says it is not a held conflict (its reason code there).
+    NotHeld {
+        /// The ledger's reason code.
+        reason_code: String,
+    },
+    /// The ledger could not be read: why.
+    Unknown {
+        /// The error.
+        error: String,
+    },
+}
+
+impl Decision {
+    /// How a decision reads on one line.
+    pub fn words(&self) -> String {
+        match self {
+            Decision::Awaiting => "awaiting review (dlq approve / dlq reject)".into(),
+            Decision::Decided(p) => format!(
+                "{} by {} at {}: {}",
+                p.verdict.as_str(),
+                p.by,
+                p.at,
+                p.reason
+            ),
+            Decision::NotInLedger => "not recorded in the ledger".into(),
+            Decision::NotHeld { reason_code } => {
+                format!("the ledger records it as {reason_code}, not a held conflict")
+            }
+            Decision::Unknown { error } => format!("unknown (ledger unreadable: {error})"),
+        }
+    }
+}
+
+/// The ledger, opened the first time a held conflict's decision is asked for, and kept.
+#[derive(Default)]
+struct Decisions {
+    /// The ledger, or why it could not be opened.
+    ledger: Option<std::result::Result<Box<dyn crate::ledger::Backend>, String>>,
+}
+
+impl Decisions {
+    /// Fills in `d.decision` when `d` is a held conflict (the Redis copy says so).
+    fn fill(&mut self, cfg: &Config, d: &mut Letter) {
+        if d.reason_code.as_deref() != Some(crate::ledger::CONFLICT_HOLD) {
+            return;
+        }
+        let Some(original) = d.original_id.clone() else {
+            return;
+        };
+        let ledger = self.ledger.get_or_insert_with(|| {
+            let mut lcfg = crate::config::LedgerConfig::new(&cfg.db_path);
+            lcfg.create = false;
+            crate::ledger::open(&lcfg).map_err(|e| e.to_string())
+        });
+        d.decision = Some(match ledger {
+            Err(e) => Decision::Unknown { error: e.clone() },
+            Ok(l) => match l.letter_state(&cfg.stream, &original) {
+                Err(e) => Decision::Unknown {
+                    error: e.to_string(),
+                },
+                Ok(s) => Decision::of(s),
+            },
+        });
+    }
+}
+
+impl Decision {
+    /// The decision a ledger's letter state reports.
+    pub fn of(state: crate::ledger::LetterState) -> Decision {
+        use crate::ledger::LetterState;
+        match state {
+            LetterState::Unknown => Decision::NotInLedger,
+            LetterState::NotHeld { reason_code } => Decision::NotHeld { reason_code },
+            LetterState::Awaiting { .. } => Decision::Awaiting,
+            LetterState::Decided(p) => Decision::Decided(p),
+        }
+    }
 }
 
 /// What a replay did.
@@ -109,7 +265,11 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
             if json {
                 write!(out, "[").ok();
             }
+            let mut decisions = Decisions::default();
             for_each(&mut conn, cfg, |d| {
+                let mut d = d.clone();
+                decisions.fill(cfg, &mut d);
+                let d = &d;
                 let line = if json {
                     let sep = if count == 0 { "\n  " } else { ",\n  " };
                     format!("{sep}{}", serde_json::to_string(d).expect("serializable"))
@@ -127,7 +287,8 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
             Ok(())
         }
         DlqCommand::Show { id, json } => {
-            let d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
+            let mut d = find(&mut conn, cfg, &id)?.ok_or_else(|| not_found(cfg, &id))?;
+            Decisions::default().fill(cfg, &mut d);
             if json {
                 let mut doc = serde_json::to_value(&d).expect("serializable");
                 // Pairs, not a map: an entry dead-lettered for two payload fields must show both.
@@ -158,6 +319,9 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
                 .map(|r| format!("yes, as {r}"))
                 .unwrap_or_else(|| "no".into());
             writeln!(out, "  replayed: {replayed}").ok();
+            if let Some(decision) = &d.decision {
+                writeln!(out, "  decision: {}", escape::controls(&decision.words())).ok();
+            }
             if d.fields
                 .iter()
                 .any(|(k, _)| k == "original_fields_truncated")
@@ -189,7 +353,9 @@ pub fn run(cfg: &Config, args: DlqArgs) -> Result<()> {
                 ))),
             }
         }
-        DlqCommand::Reconcile => unreachable!("cli::dispatch sends dlq reconcile to cli::ops"),
+        DlqCommand::Reconcile | DlqCommand::Approve(_) | DlqCommand::Reject(_) => {
+            unreachable!("cli::dispatch sends dlq reconcile, approve and reject to cli::ops")
+        }
     }
 }
 
@@ -403,6 +569,7 @@ fn letter_of(id: String, raw: &[(Vec<u8>, Vec<u8>)]) -> Letter {
         award_id: payload.and_then(|p| award_id_hint(p, PAYLOAD_BYTES_MAX_DEFAULT)),
         deliveries: text("deliveries").and_then(|d| d.parse().ok()),
         replayed_as: None,
+        decision: None,
         fields: raw
             .iter()
             .map(|(k, v)| {
@@ -425,11 +592,21 @@ fn summary_line(d: &Letter) -> String {
         (Some(code), None) => code.clone(),
         (None, None) => dash(),
     };
-    let replayed = d
+    let mut replayed = d
         .replayed_as
         .as_deref()
         .map(|r| format!("  [replayed as {r}]"))
         .unwrap_or_default();
+    match &d.decision {
+        None => {}
+        Some(Decision::Decided(p)) => replayed.push_str(&format!(
+            "  [{} by {} at {}]",
+            p.verdict.as_str(),
+            p.by,
+            p.at
+        )),
+        Some(other) => replayed.push_str(&format!("  [{}]", other.words())),
+    }
     // One line per dead letter, whatever a producer put in its award id or reason.
     let line = format!(
         "{}  {}  award={}  {reason}{replayed}",
@@ -443,6 +620,32 @@ fn summary_line(d: &Letter) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reviewers_name_and_reason_are_one_bounded_line_of_plain_text() {
+        assert_eq!(
+            reviewer_text("Ann Auditor", 128).as_deref(),
+            Ok("Ann Auditor")
+        );
+        assert_eq!(
+            reviewer_text(&"é".repeat(128), 128).map(|t| t.len()),
+            Ok(256)
+        );
+        for bad in [
+            "",
+            "   ",
+            "a\nb",
+            "a\tb",
+            "a\u{1b}[2Jb",
+            "a\u{2028}b",
+            "a\u{202e}b",
+        ] {
+            assert!(reviewer_text(bad, 128).is_err(), "{bad:?}");
+        }
+        assert!(reviewer_text(&"é".repeat(129), 128)
+            .unwrap_err()
+            .contains("at most 128"));
+    }
 
     #[test]
     fn only_stream_ids_are_accepted() {

@@ -14,6 +14,7 @@ pub mod reconcile;
 pub mod report;
 pub mod restore;
 pub mod retention;
+pub mod review;
 pub mod scrape;
 pub mod status;
 pub mod verify;

@@ -69,6 +69,25 @@ pub struct Status {
     pub ledger: Stats,
     /// The stream side, or why it could not be read.
     pub redis: std::result::Result<RedisStatus, RedisTrouble>,
+    /// Conflicts held for review awaiting a decision: `claimgate status` reads them
+    /// ([`held`]); the `/metrics` snapshot does not (`None`).
+    pub held: Option<HeldStatus>,
+}
+
+/// Conflicts held for review (`run --on-conflict hold`) that no reviewer has decided yet.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HeldStatus {
+    /// How many await a decision.
+    pub awaiting: u64,
+    /// The oldest few (`STATUS_HELD_SHOWN_MAX`).
+    pub oldest: Vec<crate::ledger::HeldConflict>,
+}
+
+/// The held conflicts of `cfg.stream` awaiting a decision.
+pub fn held(cfg: &Config, ledger: &dyn Backend) -> Result<HeldStatus> {
+    let (awaiting, oldest) =
+        ledger.held_awaiting(&cfg.stream, crate::config::STATUS_HELD_SHOWN_MAX)?;
+    Ok(HeldStatus { awaiting, oldest })
 }
 
 /// Why the stream side could not be read.
@@ -162,6 +181,7 @@ pub fn gather(cfg: &Config, ledger: &dyn Backend, conn: &mut Conn) -> Result<Sta
                 message: e.to_string(),
             }),
         },
+        held: None,
     })
 }
 
@@ -176,6 +196,9 @@ pub struct Doc<'s> {
     pub ledger: &'s Stats,
     /// The stream side, or `{"url", "error"}`.
     pub redis: serde_json::Value,
+    /// Conflicts held for review awaiting a decision (absent where not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_conflicts: Option<&'s HeldStatus>,
 }
 
 impl Status {
@@ -191,6 +214,7 @@ impl Status {
                     "error": e.message,
                 }),
             },
+            held_conflicts: self.held.as_ref(),
         }
     }
 }
@@ -201,7 +225,8 @@ impl Status {
 /// outage. (A ledger that cannot be read fails before anything is printed.)
 pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
-    let status = gather(cfg, ledger, &mut conn)?;
+    let mut status = gather(cfg, ledger, &mut conn)?;
+    status.held = Some(held(cfg, ledger)?);
     let text = if json {
         serde_json::to_string_pretty(&status.doc(cfg)).expect("status serializes") + "\n"
     } else {
@@ -272,6 +297,38 @@ pub fn table(s: &Status) -> String {
         ),
         ("  audit records".into(), l.audit_records.to_string()),
     ];
+    if let Some(h) = &s.held {
+        rows.push((
+            "  held conflicts awaiting review".into(),
+            if h.awaiting == 0 {
+                "0".into()
+            } else {
+                format!(
+                    "{} (claimgate dlq approve|reject ID --by --reason)",
+                    h.awaiting
+                )
+            },
+        ));
+        for c in &h.oldest {
+            rows.push((
+                format!("    entry {}", c.entry_id),
+                format!(
+                    "award {}, held at {}",
+                    c.award_id.as_deref().unwrap_or("-"),
+                    c.held_at
+                ),
+            ));
+        }
+        if h.awaiting > h.oldest.len() as u64 {
+            rows.push((
+                "    …".into(),
+                format!(
+                    "{} more (claimgate dlq list)",
+                    h.awaiting - h.oldest.len() as u64
+                ),
+            ));
+        }
+    }
     match &s.redis {
         Err(e) if e.unreachable => {
             rows.push(("redis".into(), format!("unreachable: {}", e.message)))

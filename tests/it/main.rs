@@ -51,6 +51,7 @@ mod report;
 mod resilience;
 mod restore_and_tombstones;
 mod retry;
+mod review;
 mod safeguards;
 mod security;
 mod sentinel;

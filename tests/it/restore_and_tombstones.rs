@@ -312,7 +312,9 @@ fn verify_names_a_dead_letter_row_deleted_or_added_without_its_record() {
     );
     db.execute_batch(
         "INSERT INTO dead_letters SELECT * FROM saved; DROP TABLE saved;
-         INSERT INTO dead_letters VALUES ('grants:submissions', '9-9', 'not_json', 'x', NULL, 1, '2026-01-01T00:00:00Z');",
+         INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason, award_id,
+             delivery_count, recorded_at)
+         VALUES ('grants:submissions', '9-9', 'not_json', 'x', NULL, 1, '2026-01-01T00:00:00Z');",
     )
     .unwrap();
     let out = w.run(&["verify"]);

@@ -31,18 +31,18 @@ fn independent(args: &[&str]) -> Output {
 
 /// The evidence one case is checked against.
 #[derive(Clone, Copy, Default)]
-struct Against<'a> {
-    anchors: Option<&'a Path>,
-    public: Option<&'a Path>,
+pub(crate) struct Against<'a> {
+    pub(crate) anchors: Option<&'a Path>,
+    pub(crate) public: Option<&'a Path>,
     /// For the verifier: the ledger id the anchors must name (which claimgate reads from the
     /// ledger, and an auditor from the report).
-    ledger_id: Option<&'a str>,
+    pub(crate) ledger_id: Option<&'a str>,
 }
 
 /// `audit verify [--anchors] [--public-key]` on the ledger, and the verifier on a fresh export
 /// of it with the same evidence: both must exit `code`, and name the same seq if the chain
 /// breaks. Returns both stderrs.
-fn agree(w: &World, with: Against<'_>, code: i32) -> (String, String) {
+pub(crate) fn agree(w: &World, with: Against<'_>, code: i32) -> (String, String) {
     let mut evidence: Vec<&str> = Vec::new();
     if let Some(a) = with.anchors {
         evidence.extend(["--anchors", s(a)]);
@@ -105,7 +105,7 @@ fn keygen(w: &World, name: &str) -> (PathBuf, PathBuf) {
     (key.clone(), w.dir.path().join(format!("{name}.pub")))
 }
 
-fn anchor(w: &World, file: &Path, key: Option<&Path>) {
+pub(crate) fn anchor(w: &World, file: &Path, key: Option<&Path>) {
     let mut args = vec!["audit", "anchor", "--out", s(file)];
     if let Some(k) = key {
         args.extend(["--signing-key", s(k)]);
@@ -538,6 +538,8 @@ fn generated_chain(rng: &mut fastrand::Rng, key: &SigningKey) -> Vec<Record> {
         Kind::HoldAdded,
         Kind::HoldRemoved,
         Kind::Restored,
+        Kind::ConflictApproved,
+        Kind::ConflictRejected,
     ];
     let text = |rng: &mut fastrand::Rng, n| rng.bool().then(|| awkward(rng, n));
     let record = |rng: &mut fastrand::Rng, seq: i64| -> Record {

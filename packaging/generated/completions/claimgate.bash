@@ -76,11 +76,17 @@ _claimgate() {
             claimgate__subcmd__audit,verify)
                 cmd="claimgate__subcmd__audit__subcmd__verify"
                 ;;
+            claimgate__subcmd__dlq,approve)
+                cmd="claimgate__subcmd__dlq__subcmd__approve"
+                ;;
             claimgate__subcmd__dlq,list)
                 cmd="claimgate__subcmd__dlq__subcmd__list"
                 ;;
             claimgate__subcmd__dlq,reconcile)
                 cmd="claimgate__subcmd__dlq__subcmd__reconcile"
+                ;;
+            claimgate__subcmd__dlq,reject)
+                cmd="claimgate__subcmd__dlq__subcmd__reject"
                 ;;
             claimgate__subcmd__dlq,replay)
                 cmd="claimgate__subcmd__dlq__subcmd__replay"
@@ -625,12 +631,70 @@ _claimgate() {
             return 0
             ;;
         claimgate__subcmd__dlq)
-            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version list show replay reconcile"
+            opts="-h -V --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version list show replay reconcile approve reject"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        claimgate__subcmd__dlq__subcmd__approve)
+            opts="-h -V --by --reason --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -731,6 +795,64 @@ _claimgate() {
                 return 0
             fi
             case "${prev}" in
+                --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stream)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "human json" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        claimgate__subcmd__dlq__subcmd__reject)
+            opts="-h -V --by --reason --redis-url --db --stream --group --log-format --audit-log --redis-wait-replicas --redis-wait-ms --env-file --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

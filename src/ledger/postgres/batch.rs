@@ -82,6 +82,8 @@ pub(super) struct Context<'a> {
     /// Entry ids this ledger handle deferred and not yet saw again: their groups are waited
     /// for on the next offer (contract point 8).
     pub(super) deferred: &'a Mutex<HashSet<String>>,
+    /// Paying a held conflict a reviewer approved (`review.rs`): its `conflict` record says so.
+    pub(super) approving: bool,
 }
 
 /// How many stripes `claim_locks` holds: rows 0 to `CLAIM_STRIPES - 1`, made with the ledger.
@@ -322,6 +324,27 @@ pub(super) fn record<'a>(
     if items.is_empty() {
         return Ok(Vec::new());
     }
+    let outcomes = record_with(conn, ctx, items, locked, &mut |_, _, _, _| Ok(true))?;
+    Ok(outcomes.expect("a batch with no last step is never given up"))
+}
+
+/// The last step of a batch before its claims and records are written, inside its
+/// transaction, once every item is decided and its group locked: given the transaction, the
+/// outcomes, the batch's unsealed records (to add to) and the batch's time, it says whether
+/// to go on (`false`: the batch is rolled back and nothing of it is written).
+pub(super) type LastStep<'s> = dyn FnMut(&mut postgres::Transaction<'_>, &[Outcome], &mut Vec<Record>, &str) -> Result<bool>
+    + 's;
+
+/// [`record`], calling `last` before anything but dead letters is written (`review.rs` records
+/// a reviewer's decision there, so the decision and the payment commit together); `None` when
+/// `last` gave the batch up.
+pub(super) fn record_with<'a>(
+    conn: &mut Conn,
+    ctx: &Context<'_>,
+    items: &[Item<'a>],
+    locked: &mut dyn FnMut(bool),
+    last: &mut LastStep<'_>,
+) -> Result<Option<Vec<Outcome>>> {
     let st = Statements::prepare(conn)?;
     let now = crate::domain::clock::now_rfc3339();
     let mut tx = conn.client.transaction()?;
@@ -363,6 +386,9 @@ pub(super) fn record<'a>(
         audit: mut members,
         paid,
     } = out;
+    if !last(&mut tx, &outcomes, &mut members, &now)? {
+        return Ok(None);
+    }
     // The records and events need no claim id: a large batch's are sealed and spelled on a
     // thread of their own while the server inserts the claims, which the writer only waits for.
     let (claim_ids, (last_hash, payloads)) = if members.len() < SEAL_APART_RECORDS_MIN {
@@ -394,7 +420,11 @@ pub(super) fn record<'a>(
         )?),
         None => None,
     };
-    failpoint::hit("before_commit");
+    failpoint::hit(if ctx.approving {
+        "before_decision_commit"
+    } else {
+        "before_commit"
+    });
     tx.commit()?;
     // After the commit: a batch that failed is retried whole, offers and all.
     note_deferred(ctx, items, &deferred);
@@ -402,7 +432,7 @@ pub(super) fn record<'a>(
         failpoint::hit("before_link");
         link_committed(conn, batch)?;
     }
-    Ok(outcomes)
+    Ok(Some(outcomes))
 }
 
 /// The batch's statements, prepared once per connection.
@@ -988,7 +1018,11 @@ impl<'a> Written<'a> {
                 };
                 let mut c = rec(Kind::Conflict);
                 c.amount_cents = Some(s.amount_cents);
-                c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
+                c.detail = Some(if ctx.approving {
+                    detail::conflict_paid_on_approval(&other.key_hex, &other.claimed_at)
+                } else {
+                    detail::conflict_paid(&other.key_hex, &other.claimed_at)
+                });
                 self.audit.push(c);
                 Outcome::ProcessedConflicting {
                     other_key: other.key_hex.clone(),

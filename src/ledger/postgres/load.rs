@@ -189,9 +189,11 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 award_id,
                 delivery_count,
                 recorded_at,
+                decision: [decision, decided_by, decided_reason, decided_at],
             } => tx.execute(
                 "INSERT INTO dead_letters (stream, stream_entry_id, reason_code, reason,
-                     award_id, delivery_count, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                     award_id, delivery_count, recorded_at, decision, decided_by, decided_reason,
+                     decided_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 &[
                     &stream,
                     &stream_entry_id,
@@ -200,6 +202,10 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                     &award_id,
                     &delivery_count,
                     &recorded_at,
+                    &decision,
+                    &decided_by,
+                    &decided_reason,
+                    &decided_at,
                 ],
             )?,
             Row::Tombstone {

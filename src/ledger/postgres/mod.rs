@@ -17,6 +17,7 @@ mod error;
 mod load;
 mod outbox;
 mod retention;
+mod review;
 mod schema;
 mod tally;
 mod verify;
@@ -215,6 +216,7 @@ impl Ledger for PgLedger {
             stream,
             on_conflict: self.on_conflict,
             deferred: &self.deferred,
+            approving: false,
         };
         let outcomes = batch::record(&mut conn, &ctx, items, locked)?;
         assert_eq!(outcomes.len(), items.len(), "one outcome per item");

@@ -25,8 +25,9 @@ use postgres::Client;
 
 /// The format this build makes and reads. 1: every ledger of a release before the format was
 /// recorded. 2: the format was recorded, every function pins the schema it was made in, and
-/// batches lock stripes of `claim_locks` rather than one advisory lock per group.
-pub const FORMAT_VERSION: i64 = 2;
+/// batches lock stripes of `claim_locks` rather than one advisory lock per group. 3:
+/// `dead_letters` records reviewers' decisions on held conflicts (`ledger::review`).
+pub const FORMAT_VERSION: i64 = 3;
 
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.
 pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");

@@ -272,6 +272,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     let (records, head_hash) = chain::end(&links)?;
     head(tx, last_seq, &head_hash)?;
     holds.compare(&super::retention::holds_in(tx)?)?;
+    decisions(tx)?;
     let unlinked: i64 = tx
         .query_one(
             "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
@@ -328,4 +329,43 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
         )));
     }
     Ok(())
+}
+
+/// Reviewers' decisions on held conflicts agree with their records ([`checks::decisions`]),
+/// the records read from every batch, linked or not (`audit_log`).
+fn decisions(tx: &mut postgres::Transaction<'_>) -> Result<()> {
+    let rows: Vec<checks::HeldRow> = tx
+        .query(
+            "SELECT reason_code, stream_entry_id, decision, decided_by, decided_reason, decided_at
+             FROM dead_letters WHERE reason_code = 'conflict_hold' OR decision IS NOT NULL
+                OR decided_by IS NOT NULL OR decided_reason IS NOT NULL OR decided_at IS NOT NULL",
+            &[],
+        )?
+        .iter()
+        .map(|r| checks::HeldRow {
+            reason_code: r.get(0),
+            entry_id: r.get(1),
+            decision: [r.get(2), r.get(3), r.get(4), r.get(5)],
+        })
+        .collect();
+    let records = tx
+        .query(
+            "SELECT kind, stream_entry_id, detail, recorded_at FROM audit_log
+             WHERE kind IN ('conflict_approved', 'conflict_rejected')",
+            &[],
+        )?
+        .iter()
+        .map(|r| {
+            let kind: String = r.get(0);
+            Ok(checks::DecisionRecord {
+                kind: crate::domain::audit::Kind::parse(&kind).ok_or_else(|| {
+                    Error::Invariant(format!("an audit record of unknown kind {kind:?}"))
+                })?,
+                entry_id: r.get(1),
+                detail: r.get(2),
+                recorded_at: r.get(3),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    checks::decisions(&rows, &records)
 }

@@ -29,6 +29,8 @@ pub(super) struct Context<'a> {
     /// The ledger's claim index leads with the timestamp as spelled (a ledger made before
     /// this release): a claim an older release wrote without its instant is found that way.
     pub(super) claims_by_spelling: bool,
+    /// Paying a held conflict a reviewer approved (`review.rs`): its `conflict` record says so.
+    pub(super) approving: bool,
 }
 
 /// One submission with its delivery facts.
@@ -388,7 +390,11 @@ impl<'t, 'a> Batch<'t, 'a> {
         };
         let mut c = self.claim_record(Kind::Conflict, claim);
         c.amount_cents = Some(s.amount_cents);
-        c.detail = Some(detail::conflict_paid(&other.key_hex, &other.claimed_at));
+        c.detail = Some(if self.ctx.approving {
+            detail::conflict_paid_on_approval(&other.key_hex, &other.claimed_at)
+        } else {
+            detail::conflict_paid(&other.key_hex, &other.claimed_at)
+        });
         self.append(c);
         Ok(Outcome::ProcessedConflicting {
             other_key: other.key_hex,

@@ -78,7 +78,8 @@ impl SqliteLedger {
         {
             let mut st = tx.prepare(
                 "SELECT stream, stream_entry_id, reason_code, reason, award_id, delivery_count,
-                        recorded_at FROM dead_letters ORDER BY stream, stream_entry_id",
+                        recorded_at, decision, decided_by, decided_reason, decided_at
+                 FROM dead_letters ORDER BY stream, stream_entry_id",
             )?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
@@ -90,6 +91,7 @@ impl SqliteLedger {
                     award_id: r.get(4)?,
                     delivery_count: r.get(5)?,
                     recorded_at: r.get(6)?,
+                    decision: [r.get(7)?, r.get(8)?, r.get(9)?, r.get(10)?],
                 })?;
             }
         }

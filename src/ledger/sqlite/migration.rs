@@ -48,7 +48,17 @@ const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
     (
         "dead_letters",
         "'dead letter ' || stream_entry_id",
-        &["stream", "reason_code", "reason", "award_id", "recorded_at"],
+        &[
+            "stream",
+            "reason_code",
+            "reason",
+            "award_id",
+            "recorded_at",
+            "decision",
+            "decided_by",
+            "decided_reason",
+            "decided_at",
+        ],
     ),
     (
         "audit_log",

@@ -23,6 +23,7 @@ mod outbox;
 mod purge;
 mod raw;
 mod restore;
+mod review;
 mod tally;
 mod upgrade;
 mod verify;
@@ -497,6 +498,7 @@ impl Ledger for SqliteLedger {
             stream,
             on_conflict: self.on_conflict,
             claims_by_spelling: self.claims_by_spelling,
+            approving: false,
         };
         let mut batch = Batch::start(&tx, statements, groups, &ctx, items.len())?;
         let outcomes = items

@@ -12,7 +12,10 @@
 //! - `processed_messages.submission_instant`, the UTC instant of the submission's timestamp,
 //!   which conflict detection compares (`conflict.rs`);
 //! - `claim_tombstones` (created by `schema.sql`), filled for a ledger that an earlier release
-//!   purged: see [`backfill_tombstones`].
+//!   purged: see [`backfill_tombstones`];
+//! - `dead_letters.decision`, `decided_by`, `decided_reason` and `decided_at`, a reviewer's
+//!   decision on a held conflict (`ledger::review`): added empty, as no earlier release could
+//!   decide one.
 
 use crate::domain::clock::instant_utc;
 use crate::error::Result;
@@ -24,6 +27,7 @@ const BACKFILL_PAGE_ROWS: i64 = 10_000;
 /// Adds `processed_messages.submission_instant` to a ledger whose table predates it. A new
 /// ledger has no table yet; `schema.sql` creates it with the column.
 pub(super) fn before_schema(conn: &mut Connection) -> Result<()> {
+    add_decision_columns(conn)?;
     if !needs_instant_column(conn)? {
         return Ok(());
     }
@@ -147,6 +151,44 @@ pub(super) fn backfill_tombstones(conn: &mut Connection) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The columns of a held conflict's decision, as `schema.sql` declares them.
+const DECISION_COLUMNS: [&str; 4] = ["decision", "decided_by", "decided_reason", "decided_at"];
+
+/// Adds the decision columns to a `dead_letters` table that predates them (a new ledger has no
+/// table yet; `schema.sql` creates it with them). Looks first without writing.
+fn add_decision_columns(conn: &mut Connection) -> Result<()> {
+    if missing_decision_columns(conn)?.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let missing = missing_decision_columns(&tx)?;
+    for column in &missing {
+        tx.execute_batch(&format!(
+            "ALTER TABLE dead_letters ADD COLUMN {column} TEXT"
+        ))?;
+    }
+    tx.commit()?;
+    if !missing.is_empty() {
+        log::info!("upgraded the ledger: dead letters can record a reviewer's decision");
+    }
+    Ok(())
+}
+
+/// The decision columns an existing `dead_letters` table lacks (none when there is no table).
+fn missing_decision_columns(conn: &Connection) -> Result<Vec<&'static str>> {
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('dead_letters')")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(DECISION_COLUMNS
+        .into_iter()
+        .filter(|c| !columns.iter().any(|have| have == c))
+        .collect())
 }
 
 /// True when `processed_messages` exists without `submission_instant`.

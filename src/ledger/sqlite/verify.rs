@@ -470,6 +470,7 @@ fn sweep(tx: &Connection) -> Result<Summary> {
     }
     let (audit_records, head_hash) = chain::end(&links)?;
     holds.compare(&super::purge::holds(tx)?)?;
+    decisions(tx)?;
     Ok(Summary {
         claims,
         disbursements,
@@ -671,4 +672,48 @@ fn integrity_of(path: &Path) -> Result<()> {
             problems.join("; ")
         ))),
     }
+}
+
+/// Reviewers' decisions on held conflicts agree with their records ([`checks::decisions`]).
+fn decisions(conn: &Connection) -> Result<()> {
+    let rows = conn
+        .prepare(
+            "SELECT reason_code, stream_entry_id, decision, decided_by, decided_reason, decided_at
+             FROM dead_letters WHERE reason_code = 'conflict_hold' OR decision IS NOT NULL
+                OR decided_by IS NOT NULL OR decided_reason IS NOT NULL OR decided_at IS NOT NULL",
+        )?
+        .query_map([], |r| {
+            Ok(checks::HeldRow {
+                reason_code: r.get(0)?,
+                entry_id: r.get(1)?,
+                decision: [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?],
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let records = conn
+        .prepare(
+            "SELECT kind, stream_entry_id, detail, recorded_at FROM audit_log
+             WHERE kind IN ('conflict_approved', 'conflict_rejected') ORDER BY seq",
+        )?
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                checks::DecisionRecord {
+                    kind: crate::domain::audit::Kind::ConflictApproved,
+                    entry_id: r.get(1)?,
+                    detail: r.get(2)?,
+                    recorded_at: r.get(3)?,
+                },
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?
+        .into_iter()
+        .map(|(kind, mut r)| {
+            r.kind = crate::domain::audit::Kind::parse(&kind).ok_or_else(|| {
+                Error::Invariant(format!("an audit record of unknown kind {kind:?}"))
+            })?;
+            Ok(r)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    checks::decisions(&rows, &records)
 }

@@ -445,6 +445,22 @@ fn figures(page: &mut String, r: &Report) {
     );
     row(
         page,
+        "Held conflicts approved",
+        "conflicts_approved",
+        r,
+        |c| c.conflicts_approved.into(),
+        None,
+    );
+    row(
+        page,
+        "Held conflicts rejected",
+        "conflicts_rejected",
+        r,
+        |c| c.conflicts_rejected.into(),
+        None,
+    );
+    row(
+        page,
         "Dead letters",
         "dead_letters",
         r,
@@ -618,7 +634,7 @@ fn exceptions(page: &mut String, r: &Report) {
     let t = &r.tally;
     let _ = write!(
         page,
-        "<h2>Exceptions to sample</h2>\n<p class=\"muted\">Conflicts, dead letters, legal holds and vanished entries in the period, in chain order: {} in all{}.</p>\n",
+        "<h2>Exceptions to sample</h2>\n<p class=\"muted\">Conflicts and reviewers' decisions on them, dead letters, legal holds and vanished entries in the period, in chain order: {} in all{}.</p>\n",
         count("exceptions.total", t.exceptions_total),
         if t.exceptions_total > t.exceptions.len() as u64 {
             format!(", the first {EXCEPTIONS_MAX} listed (<code>claimgate audit export</code> has every one)")
@@ -635,6 +651,8 @@ fn exceptions(page: &mut String, r: &Report) {
             Kind::HoldAdded => "hold placed",
             Kind::HoldRemoved => "hold lifted",
             Kind::DeadLetter => "dead letter",
+            Kind::ConflictApproved => "held conflict approved",
+            Kind::ConflictRejected => "held conflict rejected",
             other => other.as_str(),
         };
         let _ = write!(

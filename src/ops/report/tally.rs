@@ -74,6 +74,10 @@ pub struct Counts {
     pub checkpoints: u64,
     /// `restored` records.
     pub restored: u64,
+    /// `conflict_approved` records: held conflicts a reviewer approved (and so paid).
+    pub conflicts_approved: u64,
+    /// `conflict_rejected` records: held conflicts a reviewer rejected.
+    pub conflicts_rejected: u64,
 }
 
 impl Counts {
@@ -94,6 +98,8 @@ impl Counts {
             Kind::HoldRemoved => self.holds_lifted += 1,
             Kind::Checkpoint => self.checkpoints += 1,
             Kind::Restored => self.restored += 1,
+            Kind::ConflictApproved => self.conflicts_approved += 1,
+            Kind::ConflictRejected => self.conflicts_rejected += 1,
             Kind::Batch => {}
         }
     }
@@ -222,9 +228,12 @@ impl Tally {
                 self.reason(r.detail.as_deref().unwrap_or(""));
                 self.exception(r);
             }
-            Kind::Conflict | Kind::HoldAdded | Kind::HoldRemoved | Kind::Vanished => {
-                self.exception(r)
-            }
+            Kind::Conflict
+            | Kind::ConflictApproved
+            | Kind::ConflictRejected
+            | Kind::HoldAdded
+            | Kind::HoldRemoved
+            | Kind::Vanished => self.exception(r),
             _ => {}
         }
     }
@@ -358,6 +367,39 @@ mod tests {
         assert_eq!((t.exceptions.len(), t.exceptions[0].seq), (1, 12));
         assert_eq!(t.first, Some((0, at[0].to_owned())));
         assert_eq!(t.last.as_ref().map(|l| l.0), Some(12));
+    }
+
+    #[test]
+    fn reviewers_decisions_are_counted_and_listed_among_the_exceptions() {
+        let mut t = Tally::new(Period::default());
+        let at = "2026-07-02T10:00:00.000000Z";
+        for (seq, kind) in [
+            (1, Kind::Conflict),
+            (2, Kind::DeadLetter),
+            (3, Kind::Processed),
+            (4, Kind::ConflictApproved),
+            (5, Kind::ConflictRejected),
+        ] {
+            t.push(&record(seq, kind, at), None);
+        }
+        assert_eq!(
+            (
+                t.all.conflicts_approved,
+                t.all.conflicts_rejected,
+                t.all.records
+            ),
+            (1, 1, 5)
+        );
+        let listed: Vec<(i64, Kind)> = t.exceptions.iter().map(|e| (e.seq, e.kind)).collect();
+        assert_eq!(
+            listed,
+            [
+                (1, Kind::Conflict),
+                (2, Kind::DeadLetter),
+                (4, Kind::ConflictApproved),
+                (5, Kind::ConflictRejected)
+            ]
+        );
     }
 
     #[test]
