@@ -156,6 +156,20 @@ pub struct Letter {
     pub fields: Vec<(String, String)>,
 }
 
+impl Letter {
+    /// The entry's fields as the worker read them (the letter's `original.*` fields, prefix
+    /// removed): what a replay puts back and what a reviewer's decision parses.
+    pub fn original_fields(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.fields
+            .iter()
+            .filter_map(|(name, value)| {
+                name.strip_prefix(ORIGINAL_FIELD_PREFIX)
+                    .map(|n| (n.as_bytes().to_vec(), value.as_bytes().to_vec()))
+            })
+            .collect()
+    }
+}
+
 /// A held conflict's decision as `dlq list` and `dlq show` report it, read from the ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -372,14 +386,7 @@ fn still_malformed(d: &Letter) -> Option<String> {
     {
         return None;
     }
-    let original: Vec<(Vec<u8>, Vec<u8>)> = d
-        .fields
-        .iter()
-        .filter_map(|(name, value)| {
-            name.strip_prefix(ORIGINAL_FIELD_PREFIX)
-                .map(|n| (n.as_bytes().to_vec(), value.as_bytes().to_vec()))
-        })
-        .collect();
+    let original = d.original_fields();
     let limits = crate::domain::submission::Limits {
         payload_bytes_max: crate::config::PAYLOAD_BYTES_MAX_DEFAULT,
         amount_cents_max: crate::config::AMOUNT_CENTS_MAX_DEFAULT,

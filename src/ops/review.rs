@@ -9,7 +9,6 @@
 //! and `dlq list` / `dlq show` read its decision from the ledger.
 
 use super::dlq::{self, DecideArgs, Letter};
-use crate::broker::dead_letter::ORIGINAL_FIELD_PREFIX;
 use crate::broker::stream::Conn;
 use crate::config::Config;
 use crate::domain::money::dollars;
@@ -130,14 +129,7 @@ fn refusal(what: &str, state: &LetterState, ledger: &dyn Backend) -> Error {
 /// The limits are the largest any worker can be given, not the defaults: the worker accepted it
 /// under its own, and the ledger pays it only if its key is the held one.
 fn held_submission(letter: &Letter, what: &str) -> Result<Submission> {
-    let original: Vec<(Vec<u8>, Vec<u8>)> = letter
-        .fields
-        .iter()
-        .filter_map(|(name, value)| {
-            name.strip_prefix(ORIGINAL_FIELD_PREFIX)
-                .map(|n| (n.as_bytes().to_vec(), value.as_bytes().to_vec()))
-        })
-        .collect();
+    let original = letter.original_fields();
     let limits = submission::Limits {
         payload_bytes_max: crate::config::PAYLOAD_BYTES_MAX_MAX as usize,
         amount_cents_max: i64::MAX,
