@@ -1,7 +1,9 @@
 //! The background checkpointer of a running worker (`ledger/sqlite/checkpoint.rs`): committed
 //! pages reach the ledger file itself while the worker runs, not only when it stops.
 
-use crate::support::{signal, submission, wait_exit, wait_for, World};
+use crate::support::{
+    set_file_size_limit, signal, spawn_ignoring_sigxfsz, submission, wait_exit, wait_for, World,
+};
 use std::time::Duration;
 
 /// Whether the ledger file itself (not its -wal) holds `needle`: its page was copied back.
@@ -46,24 +48,6 @@ fn a_running_workers_commits_reach_the_ledger_file_through_the_background_checkp
     assert!(wait_exit(&mut worker, Duration::from_secs(30)).success());
 }
 
-/// Sets the file-size limit (RLIMIT_FSIZE) of a running process, as `prlimit --fsize` does.
-fn set_file_size_limit(pid: u32, bytes: libc::rlim_t) {
-    let limit = libc::rlimit {
-        rlim_cur: bytes,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: prlimit(2) on a child we spawned and have not reaped, with a valid rlimit.
-    let rc = unsafe {
-        libc::prlimit(
-            pid as libc::pid_t,
-            libc::RLIMIT_FSIZE,
-            &limit,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
-}
-
 /// A checkpoint that cannot grow the ledger file (a full disk) is one episode: one WARN when it
 /// starts failing and one INFO when it works again, with backoff between tries, not a WARN every
 /// 250 ms (issue 39: 80 lines in 22 s, onto a journal likely on the same full disk).
@@ -75,17 +59,9 @@ fn checkpoints_failing_on_a_full_disk_are_one_episode_of_two_lines() {
     //    WAL, which starts over at its top, but no checkpoint can grow the file. 500 more.
     // 3. For 4 s every checkpoint fails: one WARN `checkpointing the ledger failed`.
     // 4. The limit lifted: one INFO `checkpointing the ledger recovered after`; all paid.
-    use std::os::unix::process::CommandExt;
     let w = World::new();
-    let mut cmd = w.cmd(&["run", "--consumer", "full", "--claim-idle-ms", "600000"]);
-    // SAFETY: signal(2) between fork and exec touches nothing but this process's dispositions.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let worker = crate::support::Logged::spawn(cmd);
+    let worker =
+        spawn_ignoring_sigxfsz(w.cmd(&["run", "--consumer", "full", "--claim-idle-ms", "600000"]));
     w.add(&(0..2_000).map(submission).collect::<Vec<_>>());
     assert!(
         wait_for(Duration::from_secs(60), || w

@@ -3,7 +3,9 @@
 //! seen to fail under that mutation. Real processes, a real redis-server, real ledgers.
 
 use crate::resilience::read_as;
-use crate::support::{self, submission, wait_for, Logged, World};
+use crate::support::{
+    self, set_file_size_limit, spawn_ignoring_sigxfsz, submission, wait_for, Logged, World,
+};
 use std::time::Duration;
 
 /// Generous bound for anything that should happen "soon" on a loaded 2-core box.
@@ -128,24 +130,6 @@ fn an_entry_past_the_cap_waits_until_everything_read_beside_it_is_committed_and_
     assert_eq!(w.pending(), 0);
 }
 
-/// Sets the file-size limit (RLIMIT_FSIZE) of a running process, as `prlimit --fsize` does.
-fn set_file_size_limit(pid: u32, bytes: libc::rlim_t) {
-    let limit = libc::rlimit {
-        rlim_cur: bytes,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: prlimit(2) on a child we spawned and have not reaped, with a valid rlimit.
-    let rc = unsafe {
-        libc::prlimit(
-            pid as libc::pid_t,
-            libc::RLIMIT_FSIZE,
-            &limit,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
-}
-
 #[test]
 fn a_ledger_whose_writes_fail_with_an_io_error_keeps_entries_pending_until_it_clears() {
     // SQLite's IOERR (a failing disk, a file-size limit) is transient: the batch rolls back and
@@ -157,17 +141,9 @@ fn a_ledger_whose_writes_fail_with_an_io_error_keeps_entries_pending_until_it_cl
     // 2. Its file-size limit is set to 1 byte: 10 more arrive and none is paid, all 10 stay
     //    pending, the worker stays up, and the commit's failure is logged.
     // 3. The limit is lifted: the 10 are paid once, as one episode, and the ledger verifies.
-    use std::os::unix::process::CommandExt;
     let w = World::new();
-    let mut cmd = w.cmd(&["run", "--consumer", "io", "--claim-idle-ms", "600000"]);
-    // SAFETY: signal(2) between fork and exec touches nothing but this process's dispositions.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let mut worker = Logged::spawn(cmd);
+    let mut worker =
+        spawn_ignoring_sigxfsz(w.cmd(&["run", "--consumer", "io", "--claim-idle-ms", "600000"]));
     w.add(&(0..10).map(submission).collect::<Vec<_>>());
     assert!(
         wait_for(SOON, || w.count_once_made("disbursements") == 10

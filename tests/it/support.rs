@@ -806,3 +806,35 @@ pub fn status_refusing_the_certificate(out: &Output) -> serde_json::Value {
     );
     doc
 }
+
+/// Starts `cmd` (a worker) logged, with SIGXFSZ ignored, as a supervisor may start it: a write
+/// over its file-size limit then fails (EFBIG, an I/O error to SQLite) instead of killing it.
+pub fn spawn_ignoring_sigxfsz(mut cmd: Command) -> Logged {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) between fork and exec touches nothing but this process's dispositions.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    Logged::spawn(cmd)
+}
+
+/// Sets the file-size limit (RLIMIT_FSIZE) of a running process, as `prlimit --fsize` does.
+pub fn set_file_size_limit(pid: u32, bytes: libc::rlim_t) {
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit(2) on a child we spawned and have not reaped, with a valid rlimit.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_FSIZE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
