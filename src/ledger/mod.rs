@@ -91,6 +91,7 @@
 
 pub(crate) mod chain;
 pub(crate) mod checks;
+pub(crate) mod decide;
 pub mod copy;
 mod memory;
 mod open;

@@ -58,11 +58,12 @@
 
 use super::connect::Conn;
 use crate::config::OnConflict;
-use crate::domain::audit::{detail, Kind, Record};
+use crate::domain::audit::Record;
 use crate::domain::event::{self, DISBURSEMENT_RECORDED};
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;
 use crate::error::{Error, Result};
+use crate::ledger::decide::{self, DeadRow, Delivered, Other, Purged, Stamp, Verdict};
 use crate::ledger::{Item, Outcome};
 use crate::support::failpoint;
 use crate::support::threads::spawn_named;
@@ -194,42 +195,11 @@ const COPY_OUTBOX: &str = "COPY outbox_rows (claim_id, event_type, payload, crea
 /// writer's own batch, or NULL for the oldest batch not linked yet that no writer holds.
 const LINK: &str = "SELECT linked, waited_us, held_us FROM claimgate_link($1, $2)";
 
-/// The earlier claim a submission conflicts with.
-#[derive(Clone)]
-struct Other {
-    /// Its key, in hex.
-    key_hex: String,
-    /// When it was claimed.
-    claimed_at: String,
-}
-
-/// What step 3 decided for one item.
-enum Decision<'a> {
-    /// A new claim; `other` is the earlier conflicting claim, if any.
-    Claim {
-        s: &'a Submission,
-        other: Option<Other>,
-    },
-    /// Already claimed (before this batch, or by an earlier item of it), or tombstoned.
-    Duplicate {
-        first_claimed_at: String,
-        /// When the claim was purged, for a key found by its tombstone.
-        purged_at: Option<String>,
-        /// A confirmed fast-filter marker (the record says so).
-        via_filter: bool,
-    },
-    /// Held for review under `--on-conflict hold`: dead-lettered, not claimed.
-    Hold { other: Other },
-    /// An item that carries no submission: a vanished entry, which needs nothing from the
-    /// database, or a dead letter, settled by step 4's insert.
-    Direct,
-    /// Its group is another batch's until that one commits: nothing written, offered again.
-    Deferred,
-}
-
-/// What the batch found in the database in step 2.
-#[derive(Default)]
+/// What the batch found in the database in step 2, and the claims it decided since: what a
+/// PostgreSQL ledger answers [`decide`](decide::decide) with, under its group locks.
 struct Facts {
+    /// The batch's time, which its claims are made at.
+    now: String,
     /// Claimed keys (before the batch, then the batch's own as they are decided) → claimed_at.
     claimed: HashMap<IdempotencyKey, String>,
     /// Tombstoned keys → (claimed_at, purged_at).
@@ -239,19 +209,46 @@ struct Facts {
     groups: HashMap<(String, String), Vec<(IdempotencyKey, String)>>,
 }
 
-impl Facts {
-    /// The earliest claim with `s`'s award and instant and another key.
-    fn conflict(&self, s: &Submission) -> Option<Other> {
+impl<'a> decide::Facts<'a> for Facts {
+    fn tombstone(&mut self, s: &Submission) -> Result<Option<Purged>> {
+        Ok(self
+            .tombstones
+            .get(&s.key)
+            .map(|(claimed_at, purged_at)| Purged {
+                claimed_at: claimed_at.clone(),
+                purged_at: purged_at.clone(),
+            }))
+    }
+
+    fn claimed_at(&mut self, s: &Submission) -> Result<Option<String>> {
+        Ok(self.claimed.get(&s.key).cloned())
+    }
+
+    fn earliest_other(&mut self, s: &Submission) -> Result<Option<Other>> {
         let group = self
             .groups
-            .get(&(s.submission_instant.clone(), s.award_id.clone()))?;
-        group
-            .iter()
-            .find(|(k, _)| *k != s.key)
+            .get(&(s.submission_instant.clone(), s.award_id.clone()));
+        Ok(group
+            .and_then(|g| g.iter().find(|(k, _)| *k != s.key))
             .map(|(k, at)| Other {
                 key_hex: k.to_hex(),
                 claimed_at: at.clone(),
-            })
+            }))
+    }
+
+    /// Decided here, written by step 4, where the store's unique index must take every one
+    /// (asserted: the group locks keep every other writer out of these groups).
+    fn claim(&mut self, d: &Delivered<'a>) -> Result<Option<String>> {
+        let s = d.submission;
+        if let Some(at) = self.claimed.get(&s.key) {
+            return Ok(Some(at.clone()));
+        }
+        self.claimed.insert(s.key, self.now.clone());
+        self.groups
+            .entry((s.submission_instant.clone(), s.award_id.clone()))
+            .or_default()
+            .push((s.key, self.now.clone()));
+        Ok(None)
     }
 }
 
@@ -352,7 +349,7 @@ pub(super) fn record_with<'a>(
     // A fast-filter hit may turn out unconfirmed and be claimed: its group is locked too.
     let groups: Vec<Option<i32>> = items
         .iter()
-        .map(|i| delivered(i).map(|(s, _, _)| group_stripe(&s.submission_instant, &s.award_id)))
+        .map(|i| Delivered::of(i).map(|d| group_stripe(&d.submission.submission_instant, &d.submission.award_id)))
         .collect();
     failpoint::hit("before_locks");
     let busy = lock_groups(&mut tx, &st, ctx, items, &groups)?;
@@ -367,37 +364,56 @@ pub(super) fn record_with<'a>(
         .iter()
         .zip(&deferred)
         .filter(|(_, d)| !**d)
-        .filter_map(|(i, _)| delivered(i).map(|d| d.0))
+        .filter_map(|(i, _)| Delivered::of(i).map(|d| d.submission))
         .collect();
-    let mut facts = Facts::default();
+    let mut facts = Facts {
+        now: now.clone(),
+        claimed: HashMap::new(),
+        tombstones: HashMap::new(),
+        groups: HashMap::new(),
+    };
     if !subs.is_empty() {
         read_facts(&mut tx, &st, &subs, &mut facts)?;
     }
-    let decisions = decide(items, &deferred, ctx.on_conflict, &mut facts, &now);
-    let first_dead = insert_dead_letters(&mut tx, &st, ctx, items, &decisions, &now)?;
-    let mut out = Written::default();
+    // Step 3: `None` for a deferred item.
+    let verdicts = items
+        .iter()
+        .zip(&deferred)
+        .map(|(item, d)| match d {
+            true => Ok(None),
+            false => decide::decide(item, ctx.on_conflict, &mut facts).map(Some),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let first_dead = insert_dead_letters(&mut tx, &st, ctx, items, &verdicts, &now)?;
+    let (new_claims, paid) = claimed(items, &verdicts);
+    let stamp = Stamp {
+        consumer: ctx.consumer,
+        stream: ctx.stream,
+        now: &now,
+        approving: ctx.approving,
+    };
+    let mut members = Vec::with_capacity(items.len());
     let outcomes: Vec<Outcome> = items
         .iter()
-        .zip(&decisions)
+        .zip(verdicts)
         .enumerate()
-        .map(|(n, (item, d))| out.item(ctx, &now, item, d, first_dead.contains(&n)))
+        .map(|(n, (item, verdict))| match verdict {
+            None => Outcome::Deferred,
+            Some(v) => decide::settle(item, v, first_dead.contains(&n), &stamp, &mut members),
+        })
         .collect();
-    let Written {
-        audit: mut members,
-        paid,
-    } = out;
     if !last(&mut tx, &outcomes, &mut members, &now)? {
         return Ok(None);
     }
     // The records and events need no claim id: a large batch's are sealed and spelled on a
     // thread of their own while the server inserts the claims, which the writer only waits for.
     let (claim_ids, (last_hash, payloads)) = if members.len() < SEAL_APART_RECORDS_MIN {
-        let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now)?;
+        let claim_ids = insert_claims(&mut tx, &st, ctx, new_claims, &now)?;
         (claim_ids, seal_and_spell(&mut members, &paid))
     } else {
         std::thread::scope(|scope| {
             let sealing = spawn_named(scope, "seal", || seal_and_spell(&mut members, &paid));
-            let claim_ids = insert_claims(&mut tx, &st, ctx, items, &decisions, &now);
+            let claim_ids = insert_claims(&mut tx, &st, ctx, new_claims, &now);
             let sealed = sealing
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -492,7 +508,7 @@ fn lock_groups(
     {
         let deferred = ctx.deferred.lock().unwrap_or_else(|p| p.into_inner());
         for (item, g) in items.iter().zip(groups) {
-            let (Some(g), Some((_, entry_id, _))) = (g, delivered(item)) else {
+            let (Some(g), Some(Delivered { entry_id, .. })) = (g, Delivered::of(item)) else {
                 continue;
             };
             if deferred.contains(entry_id) {
@@ -544,7 +560,7 @@ fn stripes_missing(n: usize) -> Error {
 fn note_deferred(ctx: &Context<'_>, items: &[Item<'_>], deferred: &[bool]) {
     let mut set = ctx.deferred.lock().unwrap_or_else(|p| p.into_inner());
     for (item, d) in items.iter().zip(deferred) {
-        if let Some((_, entry_id, _)) = delivered(item) {
+        if let Some(Delivered { entry_id, .. }) = Delivered::of(item) {
             if *d {
                 set.insert(entry_id.to_owned());
             } else {
@@ -651,182 +667,41 @@ fn look_up_keys(
     Ok(())
 }
 
-/// The submission, entry id and delivery count of an item that carries a submission (a plain
-/// one, or a fast-filter hit).
-fn delivered<'a>(item: &Item<'a>) -> Option<(&'a Submission, &'a str, u64)> {
-    match item {
-        Item::Submission {
-            submission,
-            entry_id,
-            delivery_count,
-        }
-        | Item::KnownDuplicate {
-            submission,
-            entry_id,
-            delivery_count,
-            ..
-        } => Some((*submission, *entry_id, *delivery_count)),
-        _ => None,
-    }
-}
-
 fn key_of(bytes: &[u8]) -> Result<IdempotencyKey> {
     IdempotencyKey::from_slice(bytes)
         .ok_or_else(|| Error::Invariant(format!("a stored key of {} bytes", bytes.len())))
 }
 
-/// Step 3: each item's fate, in item order, mirroring `sqlite/batch.rs` decision for decision.
-fn decide<'a>(
-    items: &[Item<'a>],
-    deferred: &[bool],
-    policy: OnConflict,
-    facts: &mut Facts,
-    now: &str,
-) -> Vec<Decision<'a>> {
-    items
-        .iter()
-        .zip(deferred)
-        .map(|(item, deferred)| match item {
-            _ if *deferred => Decision::Deferred,
-            Item::Submission { submission: s, .. } => decide_submission(s, policy, facts, now),
-            Item::KnownDuplicate {
-                submission: s,
-                entry_id,
-                ..
-            } => {
-                // Confirmed as `sqlite/batch.rs` confirms it: claim (this batch's own earlier
-                // items included), then tombstone; else a warning and the submission decided as
-                // what it is.
-                if let Some(at) = facts.claimed.get(&s.key) {
-                    return Decision::Duplicate {
-                        first_claimed_at: at.clone(),
-                        purged_at: None,
-                        via_filter: true,
-                    };
-                }
-                if let Some((claimed, purged)) = facts.tombstones.get(&s.key) {
-                    return Decision::Duplicate {
-                        first_claimed_at: claimed.clone(),
-                        purged_at: Some(purged.clone()),
-                        via_filter: true,
-                    };
-                }
-                crate::ledger::warn_unconfirmed_marker(entry_id, &s.key);
-                decide_submission(s, policy, facts, now)
-            }
-            _ => Decision::Direct,
-        })
-        .collect()
-}
-
-/// One submission's fate: tombstone, then (under hold) conflict, then claim, as in
-/// `sqlite/batch.rs`; a new claim is added to `facts` for the items after it.
-fn decide_submission<'a>(
-    s: &'a Submission,
-    policy: OnConflict,
-    facts: &mut Facts,
-    now: &str,
-) -> Decision<'a> {
-    if let Some((claimed, purged)) = facts.tombstones.get(&s.key) {
-        return Decision::Duplicate {
-            first_claimed_at: claimed.clone(),
-            purged_at: Some(purged.clone()),
-            via_filter: false,
-        };
-    }
-    let held = match policy {
-        OnConflict::Hold => facts.conflict(s),
-        OnConflict::Record => None,
-    };
-    if let Some(other) = held.clone() {
-        if !facts.claimed.contains_key(&s.key) {
-            return Decision::Hold { other };
-        }
-    }
-    if let Some(at) = facts.claimed.get(&s.key) {
-        return Decision::Duplicate {
-            first_claimed_at: at.clone(),
-            purged_at: None,
-            via_filter: false,
-        };
-    }
-    facts.claimed.insert(s.key, now.to_owned());
-    facts
-        .groups
-        .entry((s.submission_instant.clone(), s.award_id.clone()))
-        .or_default()
-        .push((s.key, now.to_owned()));
-    let other = match policy {
-        OnConflict::Hold => held,
-        OnConflict::Record => facts.conflict(s),
-    };
-    Decision::Claim { s, other }
-}
-
-/// A `dead_letters` row to insert: (entry id, item index, reason code, reason, award,
-/// deliveries).
-type DeadRow<'a> = (&'a str, usize, String, String, Option<String>, i64);
-
-/// Step 4a: dead letters and holds, once per stream entry. Returns the indexes of the items
-/// whose row this batch inserted (the first of the batch's items for an entry, and only if no
-/// earlier batch had dead-lettered it).
+/// Step 4a: dead letters and holds ([`decide::dead_row`]), once per stream entry. Returns the
+/// indexes of the items whose row this batch inserted (the first of the batch's items for an
+/// entry, and only if no earlier batch had dead-lettered it).
 fn insert_dead_letters(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
     ctx: &Context<'_>,
     items: &[Item<'_>],
-    decisions: &[Decision<'_>],
+    verdicts: &[Option<Verdict>],
     now: &str,
 ) -> Result<HashSet<usize>> {
-    let mut rows: Vec<DeadRow<'_>> = Vec::new();
-    for (n, (item, d)) in items.iter().zip(decisions).enumerate() {
-        match (item, d) {
-            (
-                Item::DeadLetter {
-                    entry_id,
-                    reason_code,
-                    reason,
-                    award_id,
-                    delivery_count,
-                    ..
-                },
-                _,
-            ) => rows.push((
-                entry_id,
-                n,
-                (*reason_code).to_owned(),
-                (*reason).to_owned(),
-                award_id.map(str::to_owned),
-                *delivery_count as i64,
-            )),
-            (item, Decision::Hold { other }) => {
-                let (submission, entry_id, delivery_count) =
-                    delivered(item).expect("only a submission is held");
-                rows.push((
-                    entry_id,
-                    n,
-                    "conflict_hold".to_owned(),
-                    detail::hold_reason(&other.key_hex),
-                    Some(submission.award_id.clone()),
-                    delivery_count as i64,
-                ))
-            }
-            _ => {}
-        }
-    }
+    let mut rows: Vec<(usize, DeadRow<'_>)> = items
+        .iter()
+        .zip(verdicts)
+        .enumerate()
+        .filter_map(|(n, (item, v))| Some((n, decide::dead_row(item, v.as_ref()?)?)))
+        .collect();
     if rows.is_empty() {
         return Ok(HashSet::new());
     }
     // The first item for each entry is the one that may insert; sorted by entry id, the lock
     // order every batch shares.
     let mut seen = HashSet::new();
-    rows.retain(|r| seen.insert(r.0));
-    rows.sort_by(|a, b| a.0.cmp(b.0));
-    let entries: Vec<&str> = rows.iter().map(|r| r.0).collect();
-    let codes: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
-    let reasons: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
-    let awards: Vec<Option<&str>> = rows.iter().map(|r| r.4.as_deref()).collect();
-    let counts: Vec<i64> = rows.iter().map(|r| r.5).collect();
+    rows.retain(|(_, r)| seen.insert(r.entry_id));
+    rows.sort_by(|(_, a), (_, b)| a.entry_id.cmp(b.entry_id));
+    let entries: Vec<&str> = rows.iter().map(|(_, r)| r.entry_id).collect();
+    let codes: Vec<&str> = rows.iter().map(|(_, r)| r.reason_code).collect();
+    let reasons: Vec<&str> = rows.iter().map(|(_, r)| r.reason.as_ref()).collect();
+    let awards: Vec<Option<&str>> = rows.iter().map(|(_, r)| r.award_id).collect();
+    let counts: Vec<i64> = rows.iter().map(|(_, r)| r.delivery_count as i64).collect();
     let inserted: HashSet<String> = tx
         .query(
             &st.insert_dead,
@@ -845,9 +720,26 @@ fn insert_dead_letters(
         .collect();
     Ok(rows
         .iter()
-        .filter(|r| inserted.contains(r.0))
-        .map(|r| r.1)
+        .filter(|(_, r)| inserted.contains(r.entry_id))
+        .map(|(n, _)| *n)
         .collect())
+}
+
+/// The new claims the verdicts make: (submission, entry id) each, and their submissions, in
+/// item order (whose events the batch spells).
+#[allow(clippy::type_complexity)]
+fn claimed<'a>(
+    items: &[Item<'a>],
+    verdicts: &[Option<Verdict>],
+) -> (Vec<(&'a Submission, &'a str)>, Vec<&'a Submission>) {
+    let new: Vec<(&Submission, &str)> = items
+        .iter()
+        .zip(verdicts)
+        .filter(|(_, v)| matches!(v, Some(Verdict::Claim { .. })))
+        .filter_map(|(item, _)| Delivered::of(item).map(|d| (d.submission, d.entry_id)))
+        .collect();
+    let paid = new.iter().map(|(s, _)| *s).collect();
+    (new, paid)
 }
 
 /// Step 4b: the new claims and their disbursements, sorted as the claim index orders them;
@@ -856,18 +748,9 @@ fn insert_claims(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
     ctx: &Context<'_>,
-    items: &[Item<'_>],
-    decisions: &[Decision<'_>],
+    mut new: Vec<(&Submission, &str)>,
     now: &str,
 ) -> Result<HashMap<IdempotencyKey, i64>> {
-    let mut new: Vec<(&Submission, &str)> = items
-        .iter()
-        .zip(decisions)
-        .filter_map(|(item, d)| match (item, d) {
-            (item, Decision::Claim { s, .. }) => delivered(item).map(|(_, e, _)| (*s, e)),
-            _ => None,
-        })
-        .collect();
     if new.is_empty() {
         return Ok(HashMap::new());
     }
@@ -922,159 +805,6 @@ fn insert_claims(
         )));
     }
     Ok(ids)
-}
-
-/// What step 4 and 5 write besides claims: collected in item order.
-#[derive(Default)]
-struct Written<'a> {
-    /// Unsealed audit records, in chain order.
-    audit: Vec<Record>,
-    /// New claims' submissions, in item order.
-    paid: Vec<&'a Submission>,
-}
-
-impl<'a> Written<'a> {
-    /// An unsealed record of `kind` by this batch's consumer at this batch's time.
-    fn record(ctx: &Context<'_>, now: &str, kind: Kind) -> Record {
-        Record {
-            consumer: Some(ctx.consumer.to_owned()),
-            ..Record::unsealed(kind, now)
-        }
-    }
-
-    /// A record of `kind` about a submission delivered in `entry_id`.
-    fn claim_record(
-        ctx: &Context<'_>,
-        now: &str,
-        kind: Kind,
-        s: &Submission,
-        entry_id: &str,
-        deliveries: u64,
-    ) -> Record {
-        let mut r = Self::record(ctx, now, kind);
-        r.idempotency_key = Some(s.key.to_hex());
-        r.award_id = Some(s.award_id.clone());
-        r.stream_entry_id = Some(entry_id.to_owned());
-        r.delivery_count = Some(deliveries as i64);
-        r
-    }
-
-    /// The records and outcome of one item, from its decision.
-    fn item(
-        &mut self,
-        ctx: &Context<'_>,
-        now: &str,
-        item: &Item<'a>,
-        decision: &Decision<'a>,
-        first_dead: bool,
-    ) -> Outcome {
-        let Some((s, entry_id, delivery_count)) = delivered(item) else {
-            return self.direct(ctx, now, item, first_dead);
-        };
-        if matches!(decision, Decision::Deferred) {
-            return Outcome::Deferred;
-        }
-        let rec = |kind| Self::claim_record(ctx, now, kind, s, entry_id, delivery_count);
-        match decision {
-            Decision::Duplicate {
-                first_claimed_at,
-                purged_at,
-                via_filter,
-            } => {
-                let mut r = rec(Kind::Duplicate);
-                r.detail = Some(detail::duplicate_record(
-                    first_claimed_at,
-                    purged_at.as_deref(),
-                    *via_filter,
-                ));
-                self.audit.push(r);
-                Outcome::Duplicate {
-                    first_claimed_at: first_claimed_at.clone(),
-                    purged_at: purged_at.clone(),
-                }
-            }
-            Decision::Hold { other } => {
-                if first_dead {
-                    let mut c = rec(Kind::Conflict);
-                    c.amount_cents = Some(s.amount_cents);
-                    c.detail = Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
-                    self.audit.push(c);
-                    let mut d = rec(Kind::DeadLetter);
-                    d.detail = Some(detail::conflict_hold(&detail::hold_reason(&other.key_hex)));
-                    self.audit.push(d);
-                }
-                Outcome::Held {
-                    other_key: other.key_hex.clone(),
-                    first: first_dead,
-                }
-            }
-            Decision::Claim { other, .. } => {
-                let mut r = rec(Kind::Processed);
-                self.paid.push(s);
-                r.amount_cents = Some(s.amount_cents);
-                self.audit.push(r);
-                let Some(other) = other else {
-                    return Outcome::Processed;
-                };
-                let mut c = rec(Kind::Conflict);
-                c.amount_cents = Some(s.amount_cents);
-                c.detail = Some(if ctx.approving {
-                    detail::conflict_paid_on_approval(&other.key_hex, &other.claimed_at)
-                } else {
-                    detail::conflict_paid(&other.key_hex, &other.claimed_at)
-                });
-                self.audit.push(c);
-                Outcome::ProcessedConflicting {
-                    other_key: other.key_hex.clone(),
-                }
-            }
-            Decision::Direct | Decision::Deferred => {
-                unreachable!("a submission is decided; a deferred one returned above")
-            }
-        }
-    }
-
-    /// The records and outcome of an item that carries no submission.
-    fn direct(
-        &mut self,
-        ctx: &Context<'_>,
-        now: &str,
-        item: &Item<'a>,
-        first_dead: bool,
-    ) -> Outcome {
-        match item {
-            Item::Submission { .. } | Item::KnownDuplicate { .. } => {
-                unreachable!("a submission is decided, not direct")
-            }
-            Item::DeadLetter {
-                entry_id,
-                reason_code,
-                reason,
-                award_id,
-                key,
-                delivery_count,
-            } => {
-                if !first_dead {
-                    return Outcome::AlreadyDeadLettered;
-                }
-                let mut r = Self::record(ctx, now, Kind::DeadLetter);
-                r.idempotency_key = key.map(|k| k.to_hex());
-                r.award_id = award_id.map(str::to_owned);
-                r.stream_entry_id = Some((*entry_id).to_owned());
-                r.delivery_count = Some(*delivery_count as i64);
-                r.detail = Some(detail::dead_letter(reason_code, reason));
-                self.audit.push(r);
-                Outcome::DeadLettered
-            }
-            Item::Vanished { entry_id, reason } => {
-                let mut r = Self::record(ctx, now, Kind::Vanished);
-                r.stream_entry_id = Some((*entry_id).to_owned());
-                r.detail = Some(detail::vanished(ctx.stream, reason));
-                self.audit.push(r);
-                Outcome::Vanished
-            }
-        }
-    }
 }
 
 /// Step 5: seals `members` as one batch and writes them, with the outbox rows of `paid` and

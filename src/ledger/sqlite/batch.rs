@@ -1,5 +1,7 @@
 //! One batch, one transaction: each item's claim, its effects and its audit records.
 //!
+//! What each item is, and which records say so, is decided by `ledger/decide.rs`; this file
+//! answers its questions ([`Probe`], the [`Facts`] of a SQLite ledger) and stores the answers.
 //! Claims are taken one row at a time, in batch order, with `INSERT OR IGNORE`: the unique
 //! index on the claim decides, row by row, whether a submission is new, so a duplicate inside
 //! the same batch is a duplicate like any other. What follows from a new claim — its
@@ -10,10 +12,11 @@
 
 use super::{conflict, multirow, raw, Item, Outcome};
 use crate::config::OnConflict;
-use crate::domain::audit::{self, detail, Kind, Record};
+use crate::domain::audit::{self, Record};
 use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
 use crate::domain::submission::Submission;
 use crate::error::Result;
+use crate::ledger::decide::{self, DeadRow, Delivered, Facts, Other, Purged, Stamp, Verdict};
 use crate::support::failpoint;
 use crate::support::threads::spawn_named;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -31,16 +34,6 @@ pub(super) struct Context<'a> {
     pub(super) claims_by_spelling: bool,
     /// Paying a held conflict a reviewer approved (`review.rs`): its `conflict` record says so.
     pub(super) approving: bool,
-}
-
-/// One submission with its delivery facts.
-pub(super) struct Claim<'a> {
-    /// The validated submission.
-    pub(super) submission: &'a Submission,
-    /// The stream entry that carried it.
-    pub(super) entry_id: &'a str,
-    /// Deliveries so far.
-    pub(super) delivery_count: u64,
 }
 
 /// The tail of the audit chain when a batch starts, read inside its transaction.
@@ -112,14 +105,118 @@ struct Disbursement<'a> {
     submission: &'a Submission,
 }
 
+/// What a SQLite ledger answers [`decide`] with: probes of its indexes, and the claim itself,
+/// inside the batch's transaction.
+struct Probe<'t> {
+    /// The batch's transaction.
+    tx: &'t Transaction<'t>,
+    /// The writer's statements.
+    st: &'t mut raw::Statements,
+    /// The ones every submission runs.
+    ids: Ids,
+    /// The consumer that claims.
+    consumer: &'t str,
+    /// The time every row of the batch is recorded at.
+    now: String,
+    /// See [`Context::claims_by_spelling`].
+    claims_by_spelling: bool,
+    /// Whether the ledger has any tombstone, read once when the batch starts: a ledger never
+    /// purged then pays one read per batch instead of one probe per submission. Tombstones are
+    /// written only by purges, which take the write lock this transaction holds.
+    tombstones_exist: bool,
+    /// The groups holding a claim, synchronised with the ledger when the batch started.
+    groups: &'t mut conflict::Groups,
+    /// The id of the claim the last successful [`Facts::claim`] made.
+    claim_id: i64,
+}
+
+impl<'a> Facts<'a> for Probe<'_> {
+    fn tombstone(&mut self, s: &Submission) -> Result<Option<Purged>> {
+        if !self.tombstones_exist {
+            return Ok(None);
+        }
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT claimed_at, purged_at FROM claim_tombstones WHERE idempotency_key = ?1",
+            )?
+            .query_row([s.key.as_bytes().as_slice()], |r| {
+                Ok(Purged {
+                    claimed_at: r.get(0)?,
+                    purged_at: r.get(1)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// One probe of the index that leads with the submission instant. In a ledger made before
+    /// this release, a claim an older release wrote without its instant (the next open
+    /// backfills it) is found by its spelling instead, through that ledger's own claim index.
+    fn claimed_at(&mut self, s: &Submission) -> Result<Option<String>> {
+        let mut b = self.st.bind(self.ids.claimed_at);
+        b.text(&s.submission_instant)?;
+        b.text(&s.award_id)?;
+        b.blob(s.key.as_bytes())?;
+        let found = b.query_row(|row| row.text(0))?.flatten();
+        match found {
+            None if self.claims_by_spelling => claimed_at_by_spelling(self.tx, s),
+            found => Ok(found),
+        }
+    }
+
+    /// None without a probe when no claim is in its (instant, award) group
+    /// (`conflict::Groups`), else one probe of the claim index.
+    fn earliest_other(&mut self, s: &Submission) -> Result<Option<Other>> {
+        if !self.groups.may_hold(&s.submission_instant, &s.award_id) {
+            return Ok(None);
+        }
+        let mut b = self.st.bind(self.ids.conflict);
+        b.text(&s.submission_instant)?;
+        b.text(&s.award_id)?;
+        b.blob(s.key.as_bytes())?;
+        let earliest = b.query_row(|row| row.int(0))?.flatten();
+        match earliest {
+            Some(claim_id) => conflict::describe(self.tx, claim_id),
+            None => Ok(None),
+        }
+    }
+
+    /// `INSERT OR IGNORE`: the unique index decides; a refused claim's time is looked up.
+    fn claim(&mut self, d: &Delivered<'a>) -> Result<Option<String>> {
+        let s = d.submission;
+        let mut b = self.st.bind(self.ids.claim);
+        b.blob(s.key.as_bytes())?;
+        b.text(&s.award_id)?;
+        b.text(&s.submission_timestamp)?;
+        b.int(s.amount_cents)?;
+        b.text(&self.now)?;
+        b.text(d.entry_id)?;
+        b.text(self.consumer)?;
+        b.text(&s.submission_instant)?;
+        if b.execute()? == 0 {
+            // Only a claim of this very key can have refused ours, so it is there to be found.
+            let first_claimed_at = self.claimed_at(s)?.ok_or_else(|| {
+                crate::Error::Invariant(format!(
+                    "claim of key {} was refused but no claim of it exists",
+                    s.key.to_hex()
+                ))
+            })?;
+            return Ok(Some(first_claimed_at));
+        }
+        let claim_id = self.tx.last_insert_rowid();
+        assert!(claim_id > self.claim_id, "claim ids only grow within a batch");
+        self.claim_id = claim_id;
+        failpoint::hit("after_claim");
+        Ok(None)
+    }
+}
+
 /// A batch being recorded inside an open transaction.
 pub(super) struct Batch<'t, 'a> {
-    /// The batch's transaction.
-    pub(super) tx: &'t Transaction<'t>,
+    /// What the batch asks the ledger, and the claims it makes.
+    probe: Probe<'t>,
     /// Consumer, stream and conflict policy.
-    pub(super) ctx: &'t Context<'t>,
-    /// The time every row of the batch is recorded at.
-    pub(super) now: String,
+    ctx: &'t Context<'t>,
     /// The chain's last seq when the batch started: its first record must follow it.
     start_seq: i64,
     /// The chain's tail when the batch started: the batch's first record links to its hash.
@@ -128,19 +225,8 @@ pub(super) struct Batch<'t, 'a> {
     disbursements: Vec<Disbursement<'a>>,
     /// New claims' outbox rows (claim id, event JSON), written by `finish`.
     outbox: Vec<(i64, String)>,
-    /// Audit records in chain order, numbered and not yet sealed: `finish` seals and writes
-    /// them.
+    /// Audit records in chain order, not yet numbered or sealed: `finish` does both.
     audit: Vec<Record>,
-    /// Whether the ledger has any tombstone, read once when the batch starts: a ledger never
-    /// purged then pays one read per batch instead of one probe per submission. Tombstones are
-    /// written only by purges, which take the write lock this transaction holds.
-    tombstones_exist: bool,
-    /// The writer's statements.
-    st: &'t mut raw::Statements,
-    /// The ones every submission runs.
-    ids: Ids,
-    /// The groups holding a claim, synchronised with the ledger when the batch started.
-    groups: &'t mut conflict::Groups,
     /// The highest claim id this batch made (0 before its first).
     claim_id_max: i64,
 }
@@ -162,14 +248,19 @@ impl<'t, 'a> Batch<'t, 'a> {
             .optional()?
             .is_some();
         Ok(Batch {
-            tombstones_exist,
-            ids: Ids::of(st)?,
-            st,
-            groups,
+            probe: Probe {
+                tx,
+                ids: Ids::of(st)?,
+                st,
+                consumer: ctx.consumer,
+                now: crate::domain::clock::now_rfc3339(),
+                claims_by_spelling: ctx.claims_by_spelling,
+                tombstones_exist,
+                groups,
+                claim_id: 0,
+            },
             claim_id_max: 0,
-            tx,
             ctx,
-            now: crate::domain::clock::now_rfc3339(),
             start_seq: tail.seq,
             tail,
             disbursements: Vec::with_capacity(capacity),
@@ -178,296 +269,61 @@ impl<'t, 'a> Batch<'t, 'a> {
         })
     }
 
-    /// A record of `kind` by this batch's consumer at this batch's time, not yet sealed.
-    pub(super) fn record(&self, kind: Kind) -> Record {
-        Record {
-            consumer: Some(self.ctx.consumer.to_owned()),
-            ..Record::unsealed(kind, &self.now)
-        }
+    /// The time every row of the batch is recorded at.
+    pub(super) fn now(&self) -> &str {
+        &self.probe.now
     }
 
-    /// Numbers `record` after the last one queued (or the chain's tail, for the batch's first)
-    /// and queues it for `finish`, which seals the batch's records in this order.
-    pub(super) fn append(&mut self, mut record: Record) {
-        record.seq = self.start_seq + self.audit.len() as i64 + 1;
+    /// Queues `record` after the batch's records so far, for `finish` to number and seal.
+    pub(super) fn append(&mut self, record: Record) {
         self.audit.push(record);
     }
 
     /// Records one item and says what it did.
     pub(super) fn item(&mut self, item: &Item<'a>) -> Result<Outcome> {
-        match item {
-            Item::Submission {
-                submission,
-                entry_id,
-                delivery_count,
-            } => self.submission(&Claim {
-                submission,
-                entry_id,
-                delivery_count: *delivery_count,
-            }),
-            Item::KnownDuplicate {
-                submission,
-                entry_id,
-                delivery_count,
-                committed_by: _,
-            } => self.known_duplicate(&Claim {
-                submission,
-                entry_id,
-                delivery_count: *delivery_count,
-            }),
-            Item::DeadLetter {
-                entry_id,
-                reason_code,
-                reason,
-                award_id,
-                key,
-                delivery_count,
-            } => {
-                let inserted = self
-                    .tx
-                    .prepare_cached(
-                        "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code,
-                         reason, award_id, delivery_count, recorded_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )?
-                    .execute(params![
-                        self.ctx.stream,
-                        entry_id,
-                        reason_code,
-                        reason,
-                        award_id,
-                        *delivery_count as i64,
-                        self.now
-                    ])?;
-                if inserted == 0 {
-                    return Ok(Outcome::AlreadyDeadLettered);
-                }
-                let mut r = self.record(Kind::DeadLetter);
-                r.idempotency_key = key.map(|k| k.to_hex());
-                r.award_id = award_id.map(str::to_owned);
-                r.stream_entry_id = Some((*entry_id).to_owned());
-                r.delivery_count = Some(*delivery_count as i64);
-                r.detail = Some(detail::dead_letter(reason_code, reason));
-                self.append(r);
-                Ok(Outcome::DeadLettered)
-            }
-            Item::Vanished { entry_id, reason } => {
-                let mut r = self.record(Kind::Vanished);
-                r.stream_entry_id = Some((*entry_id).to_owned());
-                r.detail = Some(detail::vanished(self.ctx.stream, reason));
-                self.append(r);
-                Ok(Outcome::Vanished)
-            }
-        }
-    }
-
-    /// A record of `kind` about `claim`, not yet sealed.
-    pub(super) fn claim_record(&self, kind: Kind, claim: &Claim<'_>) -> Record {
-        let s = claim.submission;
-        let mut r = self.record(kind);
-        r.idempotency_key = Some(s.key.to_hex());
-        r.award_id = Some(s.award_id.clone());
-        r.stream_entry_id = Some(claim.entry_id.to_owned());
-        r.delivery_count = Some(claim.delivery_count as i64);
-        r
-    }
-
-    /// A fast-filter hit, confirmed here: the claim (one probe of its unique index, instead of
-    /// an attempted insert) or the tombstone is found and the duplicate recorded as any
-    /// duplicate is; a marker with neither behind it is logged and the item recorded as the
-    /// submission it is.
-    fn known_duplicate(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
-        if let Some(first_claimed_at) = self.claimed_at(claim.submission)? {
-            return Ok(self.duplicate(claim, first_claimed_at, None, true));
-        }
-        if let Some(outcome) = self.tombstoned(claim, true)? {
-            return Ok(outcome);
-        }
-        crate::ledger::warn_unconfirmed_marker(claim.entry_id, &claim.submission.key);
-        self.submission(claim)
-    }
-
-    /// The `duplicate` record and outcome of a delivery of a claimed (or purged) key;
-    /// `via_filter` when a fast-filter marker pointed at it (the record says so).
-    fn duplicate(
-        &mut self,
-        claim: &Claim<'a>,
-        first_claimed_at: String,
-        purged_at: Option<String>,
-        via_filter: bool,
-    ) -> Outcome {
-        let mut r = self.claim_record(Kind::Duplicate, claim);
-        r.detail = Some(detail::duplicate_record(
-            &first_claimed_at,
-            purged_at.as_deref(),
-            via_filter,
-        ));
-        self.append(r);
-        Outcome::Duplicate {
-            first_claimed_at,
-            purged_at,
-        }
-    }
-
-    /// The duplicate outcome of a submission whose claim was purged, if its key has a
-    /// tombstone (recording its `duplicate` record).
-    fn tombstoned(&mut self, claim: &Claim<'a>, via_filter: bool) -> Result<Option<Outcome>> {
-        if !self.tombstones_exist {
-            return Ok(None);
-        }
-        let found: Option<(String, String)> = self
-            .tx
-            .prepare_cached(
-                "SELECT claimed_at, purged_at FROM claim_tombstones WHERE idempotency_key = ?1",
-            )?
-            .query_row([claim.submission.key.as_bytes().as_slice()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?;
-        Ok(found.map(|(claimed, purged)| self.duplicate(claim, claimed, Some(purged), via_filter)))
-    }
-
-    /// INSERT OR IGNORE the claim; if it took, queue its disbursement, outbox row and audit
-    /// record; if not, look up when the key was first claimed. A key with a tombstone is a
-    /// duplicate before anything else is asked: its claim was purged, and it stays paid.
-    fn submission(&mut self, claim: &Claim<'a>) -> Result<Outcome> {
-        if let Some(outcome) = self.tombstoned(claim, false)? {
-            return Ok(outcome);
-        }
-        let s = claim.submission;
-        // Under hold, a conflict must be known before claiming; under record (the default) it
-        // is looked up only for new claims, after the claim, so duplicates pay nothing for it.
-        let held_conflict = match self.ctx.on_conflict {
-            OnConflict::Hold => self.conflict(s)?,
-            OnConflict::Record => None,
+        let verdict = decide::decide(item, self.ctx.on_conflict, &mut self.probe)?;
+        let first_dead = match decide::dead_row(item, &verdict) {
+            Some(row) => insert_dead(self.probe.tx, self.ctx.stream, &row, &self.probe.now)?,
+            None => false,
         };
-        if let Some(other) = &held_conflict {
-            if self.claimed_at(s)?.is_none() {
-                return self.hold(claim, other);
-            }
+        if let (Verdict::Claim { .. }, Some(d)) = (&verdict, Delivered::of(item)) {
+            self.pay(d.submission);
         }
-        let mut b = self.st.bind(self.ids.claim);
-        b.blob(s.key.as_bytes())?;
-        b.text(&s.award_id)?;
-        b.text(&s.submission_timestamp)?;
-        b.int(s.amount_cents)?;
-        b.text(&self.now)?;
-        b.text(claim.entry_id)?;
-        b.text(self.ctx.consumer)?;
-        b.text(&s.submission_instant)?;
-        let claimed = b.execute()?;
-        if claimed == 0 {
-            // Only a claim of this very key can have refused ours, so it is there to be found.
-            let first_claimed_at = self.claimed_at(s)?.ok_or_else(|| {
-                crate::Error::Invariant(format!(
-                    "claim of key {} was refused but no claim of it exists",
-                    s.key.to_hex()
-                ))
-            })?;
-            return Ok(self.duplicate(claim, first_claimed_at, None, false));
-        }
+        let stamp = Stamp {
+            consumer: self.ctx.consumer,
+            stream: self.ctx.stream,
+            now: &self.probe.now,
+            approving: self.ctx.approving,
+        };
+        Ok(decide::settle(
+            item,
+            verdict,
+            first_dead,
+            &stamp,
+            &mut self.audit,
+        ))
+    }
 
-        let claim_id = self.tx.last_insert_rowid();
+    /// Queues the disbursement and outbox row of the claim [`Facts::claim`] just made of `s`.
+    fn pay(&mut self, s: &'a Submission) {
+        let claim_id = self.probe.claim_id;
         self.claim_id_max = self.claim_id_max.max(claim_id);
-        failpoint::hit("after_claim");
-        let mut r = self.claim_record(Kind::Processed, claim);
-        let key_hex = r.idempotency_key.as_deref().unwrap_or_default();
+        // After its own conflict probe (its own claim is no conflict); later claims in its
+        // group are.
+        self.probe
+            .groups
+            .insert(&s.submission_instant, &s.award_id);
         self.disbursements.push(Disbursement {
             claim_id,
             submission: s,
         });
-        self.outbox.push((claim_id, event::payload(s, key_hex)));
-        r.amount_cents = Some(s.amount_cents);
-        self.append(r);
-        let other = match self.ctx.on_conflict {
-            OnConflict::Hold => held_conflict,
-            OnConflict::Record => self.conflict(s)?,
-        };
-        // After the probe: its own claim is no conflict, and later claims in its group are.
-        self.groups.insert(&s.submission_instant, &s.award_id);
-        let Some(other) = other else {
-            return Ok(Outcome::Processed);
-        };
-        let mut c = self.claim_record(Kind::Conflict, claim);
-        c.amount_cents = Some(s.amount_cents);
-        c.detail = Some(if self.ctx.approving {
-            detail::conflict_paid_on_approval(&other.key_hex, &other.claimed_at)
-        } else {
-            detail::conflict_paid(&other.key_hex, &other.claimed_at)
-        });
-        self.append(c);
-        Ok(Outcome::ProcessedConflicting {
-            other_key: other.key_hex,
-        })
+        self.outbox
+            .push((claim_id, event::payload(s, &s.key.to_hex())));
     }
 
-    /// Holds a conflicting submission for review: a `dead_letters` row plus `conflict` and
-    /// `dead_letter` records, once per stream entry. Nothing is claimed or paid.
-    fn hold(&mut self, claim: &Claim<'a>, other: &conflict::Other) -> Result<Outcome> {
-        let s = claim.submission;
-        let reason = detail::hold_reason(&other.key_hex);
-        let first = conflict::insert_hold(
-            self.tx,
-            &conflict::Held {
-                stream: self.ctx.stream,
-                entry_id: claim.entry_id,
-                reason: &reason,
-                award_id: &s.award_id,
-                delivery_count: claim.delivery_count,
-                now: &self.now,
-            },
-        )?;
-        if first {
-            let mut c = self.claim_record(Kind::Conflict, claim);
-            c.amount_cents = Some(s.amount_cents);
-            c.detail = Some(detail::conflict_held(&other.key_hex, &other.claimed_at));
-            self.append(c);
-            let mut d = self.claim_record(Kind::DeadLetter, claim);
-            d.detail = Some(detail::conflict_hold(&reason));
-            self.append(d);
-        }
-        Ok(Outcome::Held {
-            other_key: other.key_hex.clone(),
-            first,
-        })
-    }
-
-    /// When the claim of this submission's key was taken, if it was: one probe of the index
-    /// that leads with the submission instant. In a ledger made before this release, a claim
-    /// an older release wrote without its instant (the next open backfills it) is found by its
-    /// spelling instead, through that ledger's own claim index.
-    fn claimed_at(&mut self, s: &Submission) -> Result<Option<String>> {
-        let mut b = self.st.bind(self.ids.claimed_at);
-        b.text(&s.submission_instant)?;
-        b.text(&s.award_id)?;
-        b.blob(s.key.as_bytes())?;
-        let found = b.query_row(|row| row.text(0))?.flatten();
-        match found {
-            None if self.ctx.claims_by_spelling => claimed_at_by_spelling(self.tx, s),
-            found => Ok(found),
-        }
-    }
-
-    /// The earliest claim `s` conflicts with, if any: none without a probe when no claim is in
-    /// its (instant, award) group (`conflict::Groups`), else one probe of the claim index.
-    fn conflict(&mut self, s: &Submission) -> Result<Option<conflict::Other>> {
-        if !self.groups.may_hold(&s.submission_instant, &s.award_id) {
-            return Ok(None);
-        }
-        let mut b = self.st.bind(self.ids.conflict);
-        b.text(&s.submission_instant)?;
-        b.text(&s.award_id)?;
-        b.blob(s.key.as_bytes())?;
-        let earliest = b.query_row(|row| row.int(0))?.flatten();
-        match earliest {
-            Some(claim_id) => conflict::describe(self.tx, claim_id),
-            None => Ok(None),
-        }
-    }
-
-    /// Seals the queued audit records after the chain's tail and writes them, with the queued
-    /// disbursements and outbox rows; returns the highest claim id the batch made (0 for
-    /// none), for the conflict filter once it has committed.
+    /// Numbers the queued audit records after the chain's tail, seals and writes them, with
+    /// the queued disbursements and outbox rows; returns the highest claim id the batch made
+    /// (0 for none), for the conflict filter once it has committed.
     ///
     /// A large batch's records are sealed on a thread of their own while this one writes the
     /// disbursements and outbox rows: sealing (canonical JSON and SHA-256, one record after
@@ -476,22 +332,22 @@ impl<'t, 'a> Batch<'t, 'a> {
     /// would cost a lone submission more than its one seal.
     pub(super) fn finish(self) -> Result<i64> {
         let Batch {
-            st,
-            now,
+            probe: Probe { st, now, .. },
             disbursements,
             outbox,
             audit,
             claim_id_max,
             tail,
+            start_seq,
             ..
         } = self;
         let now = now.as_str();
         let audit = if audit.len() < SEAL_APART_RECORDS_MIN {
             write_effects(st, now, &disbursements, &outbox)?;
-            seal(audit, tail.hash)
+            seal(audit, start_seq, tail.hash)
         } else {
             std::thread::scope(|scope| {
-                let sealing = spawn_named(scope, "seal", move || seal(audit, tail.hash));
+                let sealing = spawn_named(scope, "seal", move || seal(audit, start_seq, tail.hash));
                 let written = write_effects(st, now, &disbursements, &outbox);
                 let sealed = sealing
                     .join()
@@ -504,23 +360,35 @@ impl<'t, 'a> Batch<'t, 'a> {
     }
 }
 
+/// Inserts a dead letter's or a hold's row, once per stream entry: true if this call inserted
+/// it (an earlier delivery may already have).
+fn insert_dead(tx: &Transaction<'_>, stream: &str, row: &DeadRow<'_>, now: &str) -> Result<bool> {
+    let inserted = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code, reason,
+             award_id, delivery_count, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            stream,
+            row.entry_id,
+            row.reason_code,
+            row.reason,
+            row.award_id,
+            row.delivery_count as i64,
+            now
+        ])?;
+    Ok(inserted == 1)
+}
+
 /// Records in a batch from which `finish` seals them on a thread of their own.
 const SEAL_APART_RECORDS_MIN: usize = 256;
 
-/// Seals `records` in order, the first after `prev_hash`, each after the one before it.
-///
-/// Panics if a record's seq is not one past the one before it: a chain sealed out of order
-/// must stop the process here, before anything commits, not drift into the ledger.
-fn seal(mut records: Vec<Record>, mut prev_hash: String) -> Vec<Record> {
-    for pair in records.windows(2) {
-        assert!(
-            pair[1].seq == pair[0].seq + 1,
-            "audit record sealed out of order: seq {} after seq {}",
-            pair[1].seq,
-            pair[0].seq
-        );
-    }
-    for r in &mut records {
+/// Numbers `records` from `after_seq + 1` and seals them in order, the first after
+/// `prev_hash`, each after the one before it.
+fn seal(mut records: Vec<Record>, after_seq: i64, mut prev_hash: String) -> Vec<Record> {
+    for (r, seq) in records.iter_mut().zip(after_seq + 1..) {
+        debug_assert_eq!(r.seq, 0, "a record is numbered once, here");
+        r.seq = seq;
         r.seal(&prev_hash);
         prev_hash.clone_from(&r.hash);
     }
@@ -566,7 +434,7 @@ fn write_effects(
 
 /// When the claim of `s`'s key was taken, if it was, found by the columns that lead the
 /// claim's index in an older ledger (`submission_timestamp`, not the instant). Only
-/// [`Batch::claimed_at`]'s fallback asks this.
+/// [`Probe`]'s `claimed_at` falls back to this.
 fn claimed_at_by_spelling(tx: &Transaction<'_>, s: &Submission) -> Result<Option<String>> {
     Ok(tx
         .prepare_cached(

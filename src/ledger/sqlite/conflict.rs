@@ -11,16 +11,9 @@
 use super::Settings;
 use crate::domain::key::to_hex;
 use crate::error::Result;
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use crate::ledger::decide::Other;
+use rusqlite::{Connection, OptionalExtension, Transaction};
 use std::path::PathBuf;
-
-/// The earlier claim a submission conflicts with.
-pub(super) struct Other {
-    /// Its key, in hex.
-    pub(super) key_hex: String,
-    /// When it was claimed.
-    pub(super) claimed_at: String,
-}
 
 /// The earliest claim with a submission's award and instant but another key. Almost always
 /// there is none, so this only probes the index that leads with exactly these two columns (the
@@ -43,41 +36,6 @@ pub(super) fn describe(tx: &Transaction<'_>, claim_id: i64) -> Result<Option<Oth
         })
         .optional()?;
     Ok(other)
-}
-
-/// The `dead_letters` row that holds a conflicting submission for review.
-pub(super) struct Held<'r> {
-    /// The stream it arrived on.
-    pub(super) stream: &'r str,
-    /// The entry that carried it.
-    pub(super) entry_id: &'r str,
-    /// `domain::audit::detail::hold_reason`.
-    pub(super) reason: &'r str,
-    /// Its award.
-    pub(super) award_id: &'r str,
-    /// Deliveries so far.
-    pub(super) delivery_count: u64,
-    /// The batch's time.
-    pub(super) now: &'r str,
-}
-
-/// Inserts the hold row, once per stream entry; true if this call inserted it (an earlier
-/// delivery may already have held the entry).
-pub(super) fn insert_hold(tx: &Transaction<'_>, held: &Held<'_>) -> Result<bool> {
-    let inserted = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO dead_letters (stream, stream_entry_id, reason_code, reason,
-             award_id, delivery_count, recorded_at) VALUES (?1, ?2, 'conflict_hold', ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![
-            held.stream,
-            held.entry_id,
-            held.reason,
-            held.award_id,
-            held.delivery_count as i64,
-            held.now
-        ])?;
-    Ok(inserted == 1)
 }
 
 /// The `ledger_meta` row a retention purge counts its batches in, so a writer knows its

@@ -110,13 +110,14 @@ impl Review for SqliteLedger {
                 d.verdict.as_str(),
                 d.by,
                 d.reason,
-                batch.now
+                batch.now()
             ])?;
         assert_eq!(
             decided, 1,
             "the letter was read undecided under the write lock"
         );
-        batch.append(review::decision_record(d, &batch.now));
+        let decision = review::decision_record(d, batch.now());
+        batch.append(decision);
         let claim_id_max = batch.finish()?;
         failpoint::hit("before_decision_commit");
         tx.commit()?;
