@@ -14,15 +14,20 @@ mod batch;
 mod catalog;
 pub mod connect;
 mod error;
+mod facts;
+mod link;
 mod load;
 mod outbox;
 mod retention;
 mod review;
 mod schema;
+mod stripes;
 mod tally;
 mod verify;
+mod write;
 
-pub use batch::{group_stripe, head_hold, CLAIM_STRIPES};
+pub use link::head_hold;
+pub use stripes::{group_stripe, CLAIM_STRIPES};
 pub use connect::SCHEMA_DEFAULT;
 pub use schema::{FORMAT_VERSION, SCHEMA};
 
@@ -76,7 +81,7 @@ impl PgLedger {
         if cfg.create {
             // Batches a writer committed and did not live to link (stopped in between): placed
             // now, so their events reach the relay whether or not another batch ever comes.
-            let linked = batch::link(&mut Conn::from(first), None)?;
+            let linked = link::link(&mut Conn::from(first), None)?;
             if linked > 0 {
                 log::info!(
                     "linked {linked} committed batch(es) left unlinked into the audit chain"
@@ -271,7 +276,7 @@ impl Drop for PgLedger {
     /// Says how long batches held the chain head (the one lock all nodes share), and releases
     /// the purge lock.
     fn drop(&mut self) {
-        if let Some((n, hold, bound)) = batch::head_hold() {
+        if let Some((n, hold, bound)) = link::head_hold() {
             log::info!(
                 "chain head lock held per link over {n} links, lock to end of link on the \
                  server's clock: p50 {} us, p99 {} us, max {} us; with its commit and the \

@@ -192,7 +192,7 @@ fn link_stale(conn: &mut super::connect::Conn) -> Result<()> {
     let before =
         crate::domain::clock::ago_rfc3339(std::time::Duration::from_millis(UNLINKED_GRACE_MS));
     if conn.client.query_one(&st, &[&before])?.get(0) {
-        let n = super::batch::link(conn, None)?;
+        let n = super::link::link(conn, None)?;
         log::warn!(
             "linked {n} committed batch(es) that had waited over {UNLINKED_GRACE_MS} ms for \
              their link (a writer stopped between its commit and its link)"

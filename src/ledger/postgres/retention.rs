@@ -16,10 +16,10 @@
 //! Batches not linked yet are not in the chain, and nothing of theirs is purged.
 //!
 //! A hold placed or lifted leaves its `hold_added` / `hold_removed` record in the same
-//! transaction, as a batch of one member (`batch::write_members`), linked right after the
+//! transaction, as a batch of one member (`write::write_members`), linked right after the
 //! commit like a worker's batch.
 
-use super::{audit_store, batch, connect::Manager, PgLedger, PURGE_LOCK};
+use super::{audit_store, connect::Manager, link, write, PgLedger, PURGE_LOCK};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Hold, PurgePlan, Removed, Retention};
@@ -29,7 +29,7 @@ use r2d2::PooledConnection;
 impl Retention for PgLedger {
     fn hold_add(&self, award_id: &str, reason: &str, now: &str) -> Result<bool> {
         let mut conn = self.conn()?;
-        let st = batch::Statements::prepare(&mut conn)?;
+        let st = write::Statements::prepare(&mut conn)?;
         let mut tx = conn.client.transaction()?;
         // A concurrent hold of the same award waits on this row's unique index entry, then
         // finds it and writes nothing: one hold, one record.
@@ -47,14 +47,14 @@ impl Retention for PgLedger {
         };
         tx.commit()?;
         if let Some(b) = written {
-            batch::link_committed(&mut conn, b)?;
+            link::link_committed(&mut conn, b)?;
         }
         Ok(n == 1)
     }
 
     fn hold_remove(&self, award_id: &str, now: &str) -> Result<bool> {
         let mut conn = self.conn()?;
-        let st = batch::Statements::prepare(&mut conn)?;
+        let st = write::Statements::prepare(&mut conn)?;
         let mut tx = conn.client.transaction()?;
         let held = tx.query_opt(
             "DELETE FROM legal_holds WHERE award_id = $1 RETURNING reason, held_at",
@@ -70,7 +70,7 @@ impl Retention for PgLedger {
         };
         tx.commit()?;
         if let Some(b) = written {
-            batch::link_committed(&mut conn, b)?;
+            link::link_committed(&mut conn, b)?;
         }
         Ok(held.is_some())
     }
@@ -162,11 +162,11 @@ impl Retention for PgLedger {
 /// returns the batch.
 fn hold_record(
     tx: &mut postgres::Transaction<'_>,
-    st: &batch::Statements,
+    st: &write::Statements,
     record: Record,
     now: &str,
 ) -> Result<i64> {
-    batch::write_members(tx, st, &mut [record], &[], now)?
+    write::write_members(tx, st, &mut [record], &[], now)?
         .ok_or_else(|| Error::Invariant("a hold's record wrote no batch".into()))
 }
 

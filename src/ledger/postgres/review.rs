@@ -11,6 +11,7 @@
 //! letter queue on its row lock; the second reads it decided and writes nothing.
 
 use super::batch::{self, Context};
+use super::{link, write};
 use super::PgLedger;
 use crate::config::OnConflict;
 use crate::domain::audit::Record;
@@ -140,7 +141,7 @@ impl PgLedger {
     /// Records the rejection: nothing paid.
     fn reject(&self, d: &HoldDecision<'_>) -> Result<Decided> {
         let mut conn = self.conn()?;
-        let st = batch::Statements::prepare(&mut conn)?;
+        let st = write::Statements::prepare(&mut conn)?;
         let mut tx = conn.client.transaction()?;
         if let Some(no) = lock_and_check(&mut tx, d)? {
             return Ok(no);
@@ -148,11 +149,11 @@ impl PgLedger {
         let now = crate::domain::clock::now_rfc3339();
         decide_row(&mut tx, d, &now)?;
         let mut members = [review::decision_record(d, &now)];
-        let written = batch::write_members(&mut tx, &st, &mut members, &[], &now)?
+        let written = write::write_members(&mut tx, &st, &mut members, &[], &now)?
             .ok_or_else(|| Error::Invariant("a rejection's record wrote no batch".into()))?;
         crate::support::failpoint::hit("before_decision_commit");
         tx.commit()?;
-        batch::link_committed(&mut conn, written)?;
+        link::link_committed(&mut conn, written)?;
         Ok(Decided::Rejected)
     }
 }
