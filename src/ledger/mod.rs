@@ -91,8 +91,8 @@
 
 pub(crate) mod chain;
 pub(crate) mod checks;
-pub(crate) mod decide;
 pub mod copy;
+pub(crate) mod decide;
 mod memory;
 mod open;
 pub mod postgres;

@@ -143,7 +143,8 @@ pub(super) fn record_with<'a>(
     // Steps 2 and 3.
     let verdicts = decide_all(&mut tx, &reads, ctx.on_conflict, items, &deferred, &now)?;
     // Step 4a, then each item's outcome and records.
-    let first_dead = write::insert_dead_letters(&mut tx, &writes, ctx.stream, items, &verdicts, &now)?;
+    let first_dead =
+        write::insert_dead_letters(&mut tx, &writes, ctx.stream, items, &verdicts, &now)?;
     let (new_claims, paid) = write::claimed(items, &verdicts);
     let stamp = Stamp {
         consumer: ctx.consumer,
@@ -165,8 +166,12 @@ pub(super) fn record_with<'a>(
         return Ok(None);
     }
     // Steps 4b and 5.
-    let claims = Claims { new: new_claims, paid };
-    let written = write_claims_and_records(&mut tx, &writes, ctx.consumer, claims, &mut members, &now)?;
+    let claims = Claims {
+        new: new_claims,
+        paid,
+    };
+    let written =
+        write_claims_and_records(&mut tx, &writes, ctx.consumer, claims, &mut members, &now)?;
     failpoint::hit(if ctx.approving {
         "before_decision_commit"
     } else {
@@ -253,7 +258,9 @@ fn write_claims_and_records(
     };
     let paid = with_claim_ids(paid, payloads, &claim_ids)?;
     match last_hash {
-        Some(last_hash) => write::write_sealed(tx, writes, members, &last_hash, &paid, now).map(Some),
+        Some(last_hash) => {
+            write::write_sealed(tx, writes, members, &last_hash, &paid, now).map(Some)
+        }
         None => Ok(None),
     }
 }
@@ -291,4 +298,3 @@ fn seal_and_spell(members: &mut [Record], paid: &[&Submission]) -> (Option<Strin
 /// claims insert. A smaller batch seals them inline: a thread's start would cost a lone
 /// submission more than its one seal.
 const SEAL_APART_RECORDS_MIN: usize = 256;
-

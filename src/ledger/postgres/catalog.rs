@@ -15,8 +15,8 @@
 //! - claimgate's functions have the bodies the schema script gives them, and pin its schema;
 //! - `claim_locks` holds every stripe (a missing one would hold its groups back for good).
 
-use super::stripes::CLAIM_STRIPES;
 use super::schema::SCHEMA;
+use super::stripes::CLAIM_STRIPES;
 use crate::error::{Error, Result};
 use postgres::Transaction;
 

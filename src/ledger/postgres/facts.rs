@@ -240,4 +240,3 @@ pub(super) fn key_of(bytes: &[u8]) -> Result<IdempotencyKey> {
     IdempotencyKey::from_slice(bytes)
         .ok_or_else(|| Error::Invariant(format!("a stored key of {} bytes", bytes.len())))
 }
-

@@ -26,10 +26,10 @@ mod tally;
 mod verify;
 mod write;
 
-pub use link::head_hold;
-pub use stripes::{group_stripe, CLAIM_STRIPES};
 pub use connect::SCHEMA_DEFAULT;
+pub use link::head_hold;
 pub use schema::{FORMAT_VERSION, SCHEMA};
+pub use stripes::{group_stripe, CLAIM_STRIPES};
 
 use crate::config::{LedgerConfig, OnConflict};
 use crate::domain::clock::age_seconds;

@@ -11,8 +11,8 @@
 //! letter queue on its row lock; the second reads it decided and writes nothing.
 
 use super::batch::{self, Context};
-use super::{link, write};
 use super::PgLedger;
+use super::{link, write};
 use crate::config::OnConflict;
 use crate::domain::audit::Record;
 use crate::error::{Error, Result};

@@ -140,4 +140,3 @@ pub(super) fn note_deferred(
 
 /// Deferred entry ids a ledger handle remembers at most.
 const DEFERRED_REMEMBERED_MAX: usize = 100_000;
-

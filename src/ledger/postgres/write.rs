@@ -104,15 +104,7 @@ pub(super) fn insert_dead_letters(
     let inserted: HashSet<String> = tx
         .query(
             &st.insert_dead,
-            &[
-                &stream,
-                &now,
-                &entries,
-                &codes,
-                &reasons,
-                &awards,
-                &counts,
-            ],
+            &[&stream, &now, &entries, &codes, &reasons, &awards, &counts],
         )?
         .iter()
         .map(|r| r.get(0))
@@ -178,14 +170,7 @@ pub(super) fn insert_claims(
     let rows = tx.query(
         &st.insert_claims,
         &[
-            &now,
-            &consumer,
-            &keys,
-            &awards,
-            &ts,
-            &amounts,
-            &entries,
-            &instants,
+            &now, &consumer, &keys, &awards, &ts, &amounts, &entries, &instants,
         ],
     )?;
     let mut ids = HashMap::with_capacity(rows.len());
@@ -295,4 +280,3 @@ pub(super) fn write_sealed(
     }
     Ok(batch_id)
 }
-

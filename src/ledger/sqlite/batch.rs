@@ -204,7 +204,10 @@ impl<'a> Facts<'a> for Probe<'_> {
             return Ok(Some(first_claimed_at));
         }
         let claim_id = self.tx.last_insert_rowid();
-        assert!(claim_id > self.claim_id, "claim ids only grow within a batch");
+        assert!(
+            claim_id > self.claim_id,
+            "claim ids only grow within a batch"
+        );
         self.claim_id = claim_id;
         failpoint::hit("after_claim");
         Ok(None)
@@ -310,9 +313,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         self.claim_id_max = self.claim_id_max.max(claim_id);
         // After its own conflict probe (its own claim is no conflict); later claims in its
         // group are.
-        self.probe
-            .groups
-            .insert(&s.submission_instant, &s.award_id);
+        self.probe.groups.insert(&s.submission_instant, &s.award_id);
         self.disbursements.push(Disbursement {
             claim_id,
             submission: s,
