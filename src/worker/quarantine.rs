@@ -24,6 +24,7 @@ use crate::broker::stream::{self, Conn, Entry, TryAlone};
 use crate::config::QUARANTINE_TRIES_MAX;
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
+use crate::support::Shutdown;
 use log::{info, warn};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -55,12 +56,12 @@ impl Quarantine {
     /// pipeline, the first waiting entry's mark counts one more try: while that is within
     /// [`QUARANTINE_TRIES_MAX`] the entry is handed on alone (`solo`); past it, every try alone
     /// has crashed or been refused, so the cap dead-letters it. Meanwhile: an empty handoff
-    /// after a short nap.
+    /// after a short nap (cut short by shutdown).
     pub(super) fn next(&mut self, conn: &mut Conn, shared: &Shared<'_>) -> Result<Option<Handoff>> {
         let in_flight = &shared.in_flight;
         if let Some(id) = &self.solo {
             if in_flight.holds(id) {
-                return Ok(Some(wait_a_moment()));
+                return Ok(Some(wait_a_moment(shared.shutdown)));
             }
             self.solo = None;
         }
@@ -69,7 +70,7 @@ impl Quarantine {
             return Ok(None);
         };
         if in_flight.len() > self.waiting.len() + self.parked.len() {
-            return Ok(Some(wait_a_moment()));
+            return Ok(Some(wait_a_moment(shared.shutdown)));
         }
         let (cfg, wcfg) = (shared.cfg, shared.wcfg);
         let note = format!("{} at {}", wcfg.consumer, now_rfc3339());
@@ -145,8 +146,10 @@ pub(super) fn handoff(entries: Vec<Entry>, solo: bool) -> Handoff {
 }
 
 /// While the quarantine waits for the pipeline to empty: a short nap, then nothing to hand on.
-fn wait_a_moment() -> Handoff {
-    std::thread::sleep(Duration::from_millis(10));
+/// The nap is on `shutdown`, so a stop ends it at once; the pipeline emptying is looked at
+/// again after it (the reader's loop goes round).
+fn wait_a_moment(shutdown: &Shutdown) -> Handoff {
+    shutdown.wait_timeout(Duration::from_millis(10));
     handoff(Vec::new(), false)
 }
 
