@@ -219,7 +219,7 @@ pub fn run(
         spawn_named(s, "reporter", move || {
             signals::block_termination();
             shared.stage("reporter", || {
-                reporter::run(report_rx, shared);
+                reporter::run(report_rx, shared.metrics);
                 Ok(())
             })
         });

@@ -18,10 +18,11 @@
 //! alone failed on three occasions at least `s` and `3s` after the first, and the dead letter
 //! comes at least `7s` after it.
 
+use super::in_flight::InFlight;
 use super::parse::Handoff;
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry, TryAlone};
-use crate::config::QUARANTINE_TRIES_MAX;
+use crate::config::{Config, QUARANTINE_TRIES_MAX};
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
 use crate::support::Shutdown;
@@ -43,9 +44,9 @@ pub(super) struct Quarantine {
 }
 
 impl Quarantine {
-    /// Keeps entries past the delivery cap back (they stay in `in_flight`) and hands on the rest.
-    pub(super) fn hold(&mut self, entries: Vec<Entry>, shared: &Shared<'_>) -> Handoff {
-        let cap = shared.wcfg.max_deliveries;
+    /// Keeps entries delivered more than `cap` (`--max-deliveries`) times back (they stay in
+    /// `in_flight`) and hands on the rest.
+    pub(super) fn hold(&mut self, entries: Vec<Entry>, cap: u64) -> Handoff {
         let (over, under): (Vec<Entry>, Vec<Entry>) =
             entries.into_iter().partition(|e| e.delivery_count > cap);
         self.waiting.extend(over);
@@ -65,7 +66,7 @@ impl Quarantine {
             }
             self.solo = None;
         }
-        self.unpark_due(shared);
+        self.unpark_due(in_flight);
         let Some(entry) = self.waiting.front() else {
             return Ok(None);
         };
@@ -110,7 +111,7 @@ impl Quarantine {
     /// Moves parked entries whose try is due to the waiting queue. The rest are stamped as
     /// read just now: a parked entry is not in the pipeline, so it must not pause the reader's
     /// XAUTOCLAIM scan as an entry held up in the pipeline does (the heartbeat keeps it ours).
-    fn unpark_due(&mut self, shared: &Shared<'_>) {
+    fn unpark_due(&mut self, in_flight: &InFlight) {
         if self.parked.is_empty() {
             return;
         }
@@ -119,18 +120,14 @@ impl Quarantine {
             .into_iter()
             .partition(|(_, at)| *at <= now);
         self.waiting.extend(due.into_iter().map(|(e, _)| e));
-        shared
-            .in_flight
-            .restamp(later.iter().map(|(e, _)| e.id.as_str()));
+        in_flight.restamp(later.iter().map(|(e, _)| e.id.as_str()));
         self.parked = later;
     }
 
     /// Lets go of every waiting entry (their group is gone).
-    pub(super) fn forget(&mut self, shared: &Shared<'_>) {
+    pub(super) fn forget(&mut self, in_flight: &InFlight) {
         let parked = self.parked.drain(..).map(|(e, _)| e);
-        shared
-            .in_flight
-            .release(self.waiting.drain(..).chain(parked).map(|e| e.id));
+        in_flight.release(self.waiting.drain(..).chain(parked).map(|e| e.id));
         self.solo = None;
     }
 }
@@ -155,11 +152,11 @@ fn wait_a_moment(shutdown: &Shutdown) -> Handoff {
 
 /// Clears the marks of `ids` (the writer's and the acknowledger's side). Best effort: a mark left behind on an
 /// acknowledged entry is never looked at again (its id is not delivered again).
-pub(super) fn unmark(conn: &mut Conn, shared: &Shared<'_>, ids: &[&str]) {
+pub(super) fn unmark(conn: &mut Conn, cfg: &Config, ids: &[&str]) {
     if ids.is_empty() {
         return;
     }
-    let key = shared.cfg.quarantine_key();
+    let key = cfg.quarantine_key();
     match stream::unmark_quarantined(conn, &key, ids) {
         Ok(()) => info!("cleared the quarantine mark of {} entries", ids.len()),
         Err(e) => warn!("could not clear the quarantine mark of {ids:?} in {key}: {e}"),

@@ -259,7 +259,9 @@ impl<'a> Reader<'a> {
             entries.len()
         );
         let mut held = self.budget.hold(weight);
-        let handoff = self.quarantine.hold(entries, self.shared);
+        let handoff = self
+            .quarantine
+            .hold(entries, self.shared.wcfg.max_deliveries);
         let passed: usize = handoff.entries.iter().map(Entry::weight).sum();
         let kept_back = held.bytes() - passed;
         self.quarantined.absorb(held.take(kept_back));
@@ -493,7 +495,7 @@ impl<'a> Reader<'a> {
         self.group_ready = false;
         self.own = Own::History("0-0".into());
         // Entries held back past the cap, or delivered and not fetched, went with the group.
-        self.quarantine.forget(self.shared);
+        self.quarantine.forget(&self.shared.in_flight);
         let unfetched = self.unfetched.drain(..).map(|(id, _)| id);
         self.shared.in_flight.release(unfetched);
         self.claim_cursor = "0-0".into();
