@@ -29,9 +29,9 @@ use claimgate::config::{Config, WorkerConfig};
 use claimgate::ledger::{Item, Ledger, Outcome, Stats};
 use claimgate::observe::metrics::Metrics;
 use claimgate::support::localredis::{LocalRedis, Options};
+use claimgate::support::Shutdown;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// The argument that makes this executable behave as the `claimgate` binary.
@@ -668,7 +668,7 @@ impl Env {
             &cfg,
             &wcfg,
             &NullLedger,
-            &AtomicBool::new(false),
+            &Shutdown::new(),
             &metrics,
             &|_| Ok(()),
         )

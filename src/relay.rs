@@ -67,25 +67,26 @@
 //! with the ledger again. The check runs on the relay's first round and whenever the position
 //! goes below what this relay has seen.
 //!
-//! Invariant: this module reads and writes the ledger only through [`Outbox`] (plus
-//! `Inspect::describe` for its log line); it XADDs only rows above the position the stream
+//! Invariant: this module reads and writes the ledger only through [`Outbox`] (its callers
+//! name the ledger for its log line); it XADDs only rows above the position the stream
 //! itself shows, and marks rows published only at or below it.
 
 use crate::broker::mark;
 use crate::broker::stream::{self, Conn};
 use crate::domain::clock::now_rfc3339;
 use crate::error::{Error, Result};
-use crate::ledger::{Backend, Outbox, OutboxRow};
+use crate::ledger::{Outbox, OutboxRow};
 use crate::retry;
 use crate::support::failpoint;
 use crate::support::threads::spawn_named;
+use crate::support::Shutdown;
 use log::{info, warn};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Default number of outbox rows published per script call (and per marking transaction).
 pub const BATCH_COUNT_MAX_DEFAULT: usize = 500;
-/// How often an idle relay looks for new outbox rows.
+/// How often an idle relay looks for new outbox rows. The wait between looks is on the
+/// shutdown signal, so a stop ends it at once.
 pub const POLL_MS: u64 = 100;
 
 /// Everything the relay can be told.
@@ -143,21 +144,32 @@ redis.call('HSET', KEYS[2], 'ledger_id', ARGV[1], 'upto', string.format('%d', up
 return {upto, published}
 ";
 
-/// Publishes until `shutdown` is set, or, once `exit_when_idle` is set, until a read finds no
-/// unpublished row. Transient failures (Redis down, the ledger busy or unreachable) are waited out with backoff;
+/// When the relay stops.
+pub struct Stop<'a> {
+    /// SIGINT/SIGTERM, or a failure beside it: stop at once (a transient failure under way
+    /// is given up on). It also ends the idle wait between looks for new rows.
+    pub shutdown: &'a Shutdown,
+    /// `--exit-when-idle`, or the worker beside it has returned: stop once a read finds no
+    /// unpublished row. Not a shutdown (the rows there are still published first); it is
+    /// looked at after each round, so an idle relay sees it within one [`POLL_MS`].
+    pub when_idle: &'a Shutdown,
+}
+
+/// Publishes the outbox of `ledger` (named `shown` in the log) until `stop` says so.
+/// Transient failures (Redis down, the ledger busy or unreachable) are waited out with backoff;
 /// only a permanent one (a wrong key type, a mark from another ledger) ends it with an error.
 pub fn run(
     rcfg: &RelayConfig,
-    ledger: &dyn Backend,
-    shutdown: &AtomicBool,
-    exit_when_idle: &AtomicBool,
+    ledger: &dyn Outbox,
+    shown: &str,
+    stop: &Stop<'_>,
 ) -> Result<Totals> {
+    let shutdown = stop.shutdown;
     let mut conn = Conn::new(stream::client(&rcfg.redis_url)?);
     let ledger_id = ledger.ledger_id()?;
     let script = redis::Script::new(&format!("{}{PUBLISH_LUA}", mark::POSITION_LUA));
     info!(
-        "relay publishing outbox of {} to {}",
-        ledger.describe(),
+        "relay publishing outbox of {shown} to {}",
         rcfg.events_stream
     );
     let mut totals = Totals::default();
@@ -165,7 +177,7 @@ pub fn run(
         republish_from: rcfg.republish_from,
         ..Seen::default()
     };
-    while !shutdown.load(Ordering::SeqCst) {
+    while !shutdown.is_set() {
         let attempt = || step(rcfg, ledger, &mut conn, &script, &ledger_id, &mut seen);
         let round = match retry::with_backoff("relay", shutdown, 0, attempt) {
             Ok(round) => round,
@@ -176,10 +188,10 @@ pub fn run(
         totals.published += round.published;
         totals.marked += round.marked;
         if round.read == 0 {
-            if exit_when_idle.load(Ordering::SeqCst) {
+            if stop.when_idle.is_set() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(POLL_MS));
+            shutdown.wait_timeout(Duration::from_millis(POLL_MS));
         }
     }
     info!(
@@ -491,35 +503,40 @@ fn publish(
     conn.invoke(&inv)
 }
 
-/// Runs `work` (the worker) with a relay thread beside it when `rcfg` is given. When `work`
-/// returns, the relay drains what is left and stops (or stops at once if shutdown was asked
+/// Runs `work` (the worker) with a relay thread beside it, publishing the outbox of `ledger`
+/// (named `shown`), when `rcfg` is given. When `work` returns, the relay drains what is left and stops (or stops at once if shutdown was asked
 /// for). A relay that fails permanently is reported to `on_failure` at once (so `/healthz`
 /// turns unhealthy while the worker winds down), asks the worker to shut down, and its error
 /// is returned.
 pub fn alongside<T>(
     rcfg: Option<&RelayConfig>,
-    ledger: &dyn Backend,
-    shutdown: &AtomicBool,
+    ledger: &dyn Outbox,
+    shown: &str,
+    shutdown: &Shutdown,
     on_failure: &(dyn Fn(&Error) + Sync),
     work: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     let Some(rcfg) = rcfg else { return work() };
-    let drain = AtomicBool::new(false);
+    let worker_done = Shutdown::new();
+    let stop = Stop {
+        shutdown,
+        when_idle: &worker_done,
+    };
     std::thread::scope(|s| {
         let relay = spawn_named(s, "relay", || {
-            let result = run(rcfg, ledger, shutdown, &drain);
+            let result = run(rcfg, ledger, shown, &stop);
             if let Err(e) = &result {
                 on_failure(e);
                 log::error!("relay failed: {e}; stopping the worker");
-                shutdown.store(true, Ordering::SeqCst);
+                shutdown.trigger();
             }
             result
         });
         let worked = work();
         if worked.is_err() {
-            shutdown.store(true, Ordering::SeqCst);
+            shutdown.trigger();
         }
-        drain.store(true, Ordering::SeqCst);
+        worker_done.trigger();
         let relayed = relay
             .join()
             .unwrap_or_else(|_| Err(Error::Other("relay thread panicked".into())));

@@ -14,7 +14,9 @@
 //! - **Shutdown.** A loop never gives up while the process is meant to run: the world being
 //!   briefly down is no reason to exit. Once shutdown is asked for, [`with_backoff`] grants a
 //!   fixed number of further failures and then returns the last real error, so the caller can
-//!   leave its work pending and stop.
+//!   leave its work pending and stop. A backoff wait under way when shutdown is asked for ends
+//!   at once (the wait is on the [`Shutdown`], not a sleep); the granted failures after it
+//!   wait their full backoff, so a failure that clears within it still clears.
 //! - **A ledger outage** ([`Error::is_ledger_outage`]: a privilege revoked, a damaged file, a
 //!   missing schema) is not the world being briefly down, nor an entry's fault. A loop given an
 //!   [`Outage`] ([`with_outage`]) waits it out like a transient failure, telling the caller of
@@ -23,12 +25,13 @@
 //!   caller stops for good. Without an [`Outage`], such an error is returned at once.
 //!
 //! Invariant: this module is a leaf. It knows nothing of Redis, SQLite or threads; it uses only
-//! `config` (the limits), `error` (the transient question), `std`, `log` and `fastrand`.
+//! `config` (the limits), `error` (the transient question), `support::Shutdown` (the stop it
+//! waits on), `std`, `log` and `fastrand`.
 
 use crate::config::{BACKOFF_MS_MAX, BACKOFF_MS_MIN};
 use crate::error::{Error, Result};
+use crate::support::Shutdown;
 use log::{info, warn};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The largest wait the `attempt`th consecutive failure (from 0) can draw, in milliseconds:
@@ -153,7 +156,7 @@ fn recovered_line(what: &str, r: Recovery) -> String {
 /// work for later. A permanent error is returned at once.
 pub fn with_backoff<T>(
     what: &str,
-    stop: &AtomicBool,
+    stop: &Shutdown,
     failures_max_stopping: u32,
     op: impl FnMut() -> Result<T>,
 ) -> Result<T> {
@@ -162,7 +165,7 @@ pub fn with_backoff<T>(
         failures_max_stopping,
         outage: None,
     };
-    retry_loop(what, &limits, op, std::thread::sleep, Instant::now)
+    retry_loop(what, &limits, op, |wait| pause(stop, wait), Instant::now)
 }
 
 /// What a loop with an [`Outage`] tells of each failed attempt: the error and how long its
@@ -183,7 +186,7 @@ pub struct Outage<'a> {
 /// every failed attempt told to `outage.note`.
 pub fn with_outage<T>(
     what: &str,
-    stop: &AtomicBool,
+    stop: &Shutdown,
     failures_max_stopping: u32,
     outage: &Outage<'_>,
     op: impl FnMut() -> Result<T>,
@@ -193,13 +196,25 @@ pub fn with_outage<T>(
         failures_max_stopping,
         outage: Some(outage),
     };
-    retry_loop(what, &limits, op, std::thread::sleep, Instant::now)
+    retry_loop(what, &limits, op, |wait| pause(stop, wait), Instant::now)
+}
+
+/// One backoff wait. Until shutdown is asked for, the wait is on `stop`, so a trigger ends it
+/// at once and the attempt that decides whether to give up comes without delay. Once it has
+/// been asked for, the failures shutdown grants wait their full backoff: they are there to let
+/// a brief failure clear, which back-to-back attempts would not.
+fn pause(stop: &Shutdown, wait: Duration) {
+    if stop.is_set() {
+        std::thread::sleep(wait);
+    } else {
+        stop.wait_timeout(wait);
+    }
 }
 
 /// When a retry loop stops trying.
 struct Limits<'a> {
-    /// Set once shutdown is asked for.
-    stop: &'a AtomicBool,
+    /// Triggered once shutdown is asked for.
+    stop: &'a Shutdown,
     /// Failures an episode may have had when a failure after `stop` ends the loop.
     failures_max_stopping: u32,
     /// Whether, and for how long, a ledger outage is waited out.
@@ -235,9 +250,7 @@ fn retry_loop<T>(
                         return Err(e);
                     }
                 }
-                if limits.stop.load(Ordering::SeqCst)
-                    && episode.failures() >= limits.failures_max_stopping
-                {
+                if limits.stop.is_set() && episode.failures() >= limits.failures_max_stopping {
                     return Err(e);
                 }
                 sleep(episode.failed(&e));
@@ -367,7 +380,7 @@ mod tests {
 
     #[test]
     fn transient_failures_are_waited_out_with_growing_backoff() {
-        let stop = AtomicBool::new(false);
+        let stop = Shutdown::new();
         let (mut calls, mut waits) = (0, Vec::new());
         let got = retry_loop(
             "a step",
@@ -396,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_permanent_error_is_returned_at_once() {
-        let stop = AtomicBool::new(false);
+        let stop = Shutdown::new();
         let (mut calls, mut sleeps) = (0, 0);
         let got: Result<()> = retry_loop(
             "a step",
@@ -417,7 +430,7 @@ mod tests {
         // 1. The first attempt fails while running; shutdown is asked for during the second.
         // 2. With 3 failures granted, the episode may reach 3 failures; the 4th attempt's
         //    failure ends the loop and is returned.
-        let stop = AtomicBool::new(false);
+        let stop = Shutdown::new();
         let mut calls = 0;
         let got: Result<()> = retry_loop(
             "a step",
@@ -425,7 +438,7 @@ mod tests {
             || {
                 calls += 1;
                 if calls == 2 {
-                    stop.store(true, Ordering::SeqCst);
+                    stop.trigger();
                 }
                 Err(transient())
             },
@@ -451,7 +464,7 @@ mod tests {
         assert_eq!(calls, 1);
     }
 
-    fn limits(stop: &AtomicBool, failures_max_stopping: u32) -> Limits<'_> {
+    fn limits(stop: &Shutdown, failures_max_stopping: u32) -> Limits<'_> {
         Limits {
             stop,
             failures_max_stopping,
@@ -466,7 +479,7 @@ mod tests {
         //    and the clearing is told too.
         // 3. With one that never clears, the loop gives up once 60 s have passed since the
         //    episode's first failure, on the clock the loop is given.
-        let stop = AtomicBool::new(false);
+        let stop = Shutdown::new();
         let revoked = || Error::ledger("permission denied for table", crate::error::Fault::Ledger);
         let mut calls = 0;
         let got: Result<()> = retry_loop(

@@ -1,21 +1,33 @@
-//! What several commands share: the shutdown flag and the ways to open the ledger. Every
+//! What several commands share: the shutdown signal and the ways to open the ledger. Every
 //! command opens its ledger here, through the one open step (`ledger::open`), so none of them
 //! names a backend.
 
 use crate::config::{Config, LedgerConfig};
 use crate::error::{Error, Result};
 use crate::ledger::Backend;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use crate::support::Shutdown;
 
-/// Registers SIGINT and SIGTERM to set the returned flag.
-pub fn shutdown_flag() -> Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&flag))
-            .map_err(|e| Error::io("installing signal handlers", e))?;
-    }
-    Ok(flag)
+/// Registers SIGINT and SIGTERM to trigger the returned [`Shutdown`]: each replaces the
+/// default action (death) with a graceful stop; a second one changes nothing.
+///
+/// A signal handler may not take a lock or notify a condition variable, so signal-hook's
+/// handler only writes to its pipe, and a thread named `shutdown` reads it and triggers the
+/// signal, waking every thread waiting on it.
+pub fn shutdown_on_signals() -> Result<Shutdown> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| Error::io("installing signal handlers", e))?;
+    let shutdown = Shutdown::new();
+    let trigger = shutdown.clone();
+    std::thread::Builder::new()
+        .name("shutdown".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                trigger.trigger();
+            }
+        })
+        .map_err(|e| Error::io("starting the signal thread", e))?;
+    Ok(shutdown)
 }
 
 /// Handles the signals an operator's tools send a service by habit, so none of them ends a

@@ -168,7 +168,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             &cfg,
             args,
             cli.global.redis_url_explicit,
-            &*common::shutdown_flag()?,
+            &common::shutdown_on_signals()?,
         ),
         Command::Backup(args) => ops::backup(&cfg, args),
         Command::Restore(args) => ops::restore(&cfg, args),

@@ -1,7 +1,7 @@
 //! The operator's commands on the ledger as a whole: `status` (once, or `--watch`), `verify`,
 //! `backup`, `restore` and `migrate`.
 
-use super::common::{open_existing, shutdown_flag};
+use super::common::{open_existing, shutdown_on_signals};
 use crate::config::{Config, LedgerConfig};
 use crate::error::Result;
 use clap::Args;
@@ -67,7 +67,7 @@ pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
     let Some(interval_s) = args.watch else {
         return crate::ops::status::run(cfg, &*open_existing(cfg)?, args.json);
     };
-    let shutdown = shutdown_flag()?;
+    let shutdown = shutdown_on_signals()?;
     let Some(ledger) = ledger_once_made(cfg, interval_s, &shutdown)? else {
         return Ok(());
     };
@@ -93,7 +93,7 @@ pub fn status(cfg: &Config, args: StatusArgs) -> Result<()> {
 fn ledger_once_made(
     cfg: &Config,
     interval_s: f64,
-    shutdown: &std::sync::atomic::AtomicBool,
+    shutdown: &crate::support::Shutdown,
 ) -> Result<Option<Box<dyn crate::ledger::Backend>>> {
     let mut said = false;
     loop {
@@ -111,12 +111,8 @@ fn ledger_once_made(
             }
             Err(e) => return Err(e),
         }
-        let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(interval_s);
-        while std::time::Instant::now() < until {
-            if shutdown.load(std::sync::atomic::Ordering::SeqCst) {
-                return Ok(None);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        if shutdown.wait_timeout(std::time::Duration::from_secs_f64(interval_s)) {
+            return Ok(None);
         }
     }
 }

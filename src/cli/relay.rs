@@ -1,11 +1,11 @@
 //! `claimgate relay`, and the relay settings `claimgate run --relay` shares.
 
-use super::common::shutdown_flag;
+use super::common::shutdown_on_signals;
 use crate::config::{Config, LedgerConfig, EVENTS_STREAM_DEFAULT};
 use crate::error::{Error, Result};
 use crate::relay::{self, RelayConfig};
+use crate::support::Shutdown;
 use clap::Args;
-use std::sync::atomic::AtomicBool;
 
 /// Where and how the relay publishes (shared by `relay` and `run --relay`).
 #[derive(Debug, Args)]
@@ -60,7 +60,7 @@ pub struct RelayArgs {
 
 /// `claimgate relay`.
 pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
-    let shutdown = shutdown_flag()?;
+    let shutdown = shutdown_on_signals()?;
     super::common::operator_signals()?;
     let rcfg = args.opts.config(cfg)?;
     crate::broker::stream::client(&rcfg.redis_url)?;
@@ -68,12 +68,16 @@ pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
     else {
         return Ok(());
     };
-    let totals = relay::run(
-        &rcfg,
-        &*ledger,
-        &shutdown,
-        &AtomicBool::new(args.exit_when_idle),
-    )?;
+    // `--exit-when-idle` holds from the start: a signal already triggered.
+    let when_idle = Shutdown::new();
+    if args.exit_when_idle {
+        when_idle.trigger();
+    }
+    let stop = relay::Stop {
+        shutdown: &shutdown,
+        when_idle: &when_idle,
+    };
+    let totals = relay::run(&rcfg, &*ledger, &ledger.describe(), &stop)?;
     println!(
         "published {} events to {} ({} outbox rows marked published)",
         totals.published, rcfg.events_stream, totals.marked

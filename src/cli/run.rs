@@ -1,6 +1,6 @@
 //! `claimgate run`: the worker, with `/metrics` and an in-process relay when asked.
 
-use super::common::shutdown_flag;
+use super::common::shutdown_on_signals;
 use super::relay::RelayOpts;
 use crate::broker::binding;
 use crate::broker::read::Limits;
@@ -11,6 +11,7 @@ use crate::config::{
 use crate::error::{Error, Result};
 use crate::observe::metrics::Metrics;
 use crate::ops::anchoring::{self, Schedule};
+use crate::support::Shutdown;
 use clap::Args;
 
 /// Flags of `claimgate run`.
@@ -219,7 +220,7 @@ pub fn default_consumer() -> String {
 /// opening is), and where it is. `None` when a stop was asked for meanwhile.
 fn ledger_name(
     ledger: &dyn crate::ledger::Backend,
-    shutdown: &std::sync::atomic::AtomicBool,
+    shutdown: &Shutdown,
 ) -> Result<Option<LedgerName>> {
     match crate::retry::with_backoff("opening the ledger", shutdown, 0, || ledger.ledger_id()) {
         Ok(id) => Ok(Some(LedgerName {
@@ -240,7 +241,7 @@ fn bind_at_start(
     cfg: &Config,
     target: &stream::Target,
     ledger: &LedgerName,
-    shutdown: &std::sync::atomic::AtomicBool,
+    shutdown: &Shutdown,
 ) -> Result<bool> {
     let mut conn = stream::Conn::new(target.clone());
     let bound = crate::retry::with_backoff(crate::worker::READING, shutdown, 0, || {
@@ -301,7 +302,7 @@ fn reconcile_dead_letters(
 pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
     // graceful stop too, not death by the default signal action.
-    let shutdown = shutdown_flag()?;
+    let shutdown = shutdown_on_signals()?;
     super::common::operator_signals()?;
     let anchors = args.anchor_schedule(cfg)?;
     args.check_read_budget()?;
@@ -336,13 +337,28 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
             &anchoring_failed,
             &anchored,
             || {
-                crate::relay::alongside(relay.as_ref(), &*ledger, &shutdown, &relay_failed, || {
-                    let after_failover = |conn: &mut stream::Conn| {
-                        log::info!("the redis primary changed: checking the dead letters");
-                        reconcile_dead_letters(cfg, conn, &*ledger)
-                    };
-                    crate::worker::run(cfg, &wcfg, &*ledger, &shutdown, &metrics, &after_failover)
-                })
+                let shown = ledger.describe();
+                crate::relay::alongside(
+                    relay.as_ref(),
+                    &*ledger,
+                    &shown,
+                    &shutdown,
+                    &relay_failed,
+                    || {
+                        let after_failover = |conn: &mut stream::Conn| {
+                            log::info!("the redis primary changed: checking the dead letters");
+                            reconcile_dead_letters(cfg, conn, &*ledger)
+                        };
+                        crate::worker::run(
+                            cfg,
+                            &wcfg,
+                            &*ledger,
+                            &shutdown,
+                            &metrics,
+                            &after_failover,
+                        )
+                    },
+                )
             },
         )
     };

@@ -26,10 +26,10 @@ use crate::domain::money::{dollars, thousands as group};
 use crate::error::{Error, Result};
 use crate::ledger::Backend;
 use crate::support::localredis::{LocalRedis, Options};
+use crate::support::Shutdown;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What to tell someone whose machine has no `redis-server`.
@@ -85,8 +85,8 @@ struct Demo<'a> {
     ledger: Box<dyn Backend>,
     /// A connection for feeding and progress.
     conn: Conn,
-    /// Set by SIGINT/SIGTERM.
-    interrupted: &'a AtomicBool,
+    /// Triggered by SIGINT/SIGTERM; the wait between looks at a step's progress is on it.
+    interrupted: &'a Shutdown,
     /// Whether the demo may have created keys in Redis (so there is something to clean up).
     keys_created: bool,
     /// Entries fed to the stream.
@@ -113,7 +113,7 @@ pub fn run(
     cfg: &Config,
     args: DemoArgs,
     redis_url_explicit: bool,
-    interrupted: &AtomicBool,
+    interrupted: &Shutdown,
 ) -> Result<()> {
     let started = Instant::now();
     if !redis_url_explicit && !on_path("redis-server") {
@@ -150,7 +150,7 @@ pub fn run(
 }
 
 impl<'a> Demo<'a> {
-    fn start(cfg: &Config, redis_url_explicit: bool, interrupted: &'a AtomicBool) -> Result<Self> {
+    fn start(cfg: &Config, redis_url_explicit: bool, interrupted: &'a Shutdown) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("claimgate-demo-")
             .tempdir()
@@ -415,7 +415,7 @@ impl<'a> Demo<'a> {
         let deadline = Instant::now() + Duration::from_millis(WORKER_TIMEOUT_MS);
         let mut last_print = Instant::now();
         loop {
-            if self.interrupted.load(Ordering::SeqCst) {
+            if self.interrupted.is_set() {
                 self.stop_workers();
                 return Ok(Ended::Interrupted);
             }
@@ -439,7 +439,9 @@ impl<'a> Demo<'a> {
                 self.progress(label, false);
                 last_print = Instant::now();
             }
-            std::thread::sleep(Duration::from_millis(POLL_MS));
+            // A signal ends the wait at once; the child's exit is looked at each round.
+            self.interrupted
+                .wait_timeout(Duration::from_millis(POLL_MS));
         }
     }
 

@@ -7,7 +7,7 @@
 use super::{postgres, sqlite, Backend, Restoring};
 use crate::config::LedgerConfig;
 use crate::error::{Error, Result};
-use std::sync::atomic::AtomicBool;
+use crate::support::Shutdown;
 
 /// Which kind of ledger a `--db` value names.
 enum Location {
@@ -100,7 +100,7 @@ pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
 
 /// Opens the ledger like [`open`], but waits out transient failures with backoff, as a
 /// long-running process (`run`, `relay`) must. Returns `None` if `stop` is set while waiting.
-pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Box<dyn Backend>>> {
+pub fn open_waiting(cfg: &LedgerConfig, stop: &Shutdown) -> Result<Option<Box<dyn Backend>>> {
     match Location::of(cfg)? {
         Location::File => {
             Ok(sqlite::SqliteLedger::open_waiting(cfg, stop)?

@@ -21,16 +21,12 @@ use crate::observe::metrics::Metrics;
 use crate::observe::prometheus;
 use crate::ops::status;
 use crate::support::threads::spawn_named;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use crate::support::Shutdown;
 
 /// A worker loop that has not gone round for this long is reported unhealthy. Its longest
 /// legitimate pause is a Redis outage step: connect timeout + response timeout + the longest
 /// backoff, about 12 s; this leaves room for that and still catches a stuck loop.
 pub const HEARTBEAT_STALE_MS: u64 = 30_000;
-
-/// How often the server thread checks whether the worker has stopped.
-const POLL_MS: u64 = 200;
 
 /// What the request handler reads.
 struct Endpoints<'a> {
@@ -40,14 +36,16 @@ struct Endpoints<'a> {
     ledger: &'a dyn Backend,
     /// The worker's counters and heartbeat.
     metrics: &'a Metrics,
-    /// False once the worker loop has returned.
-    worker_running: &'a AtomicBool,
+    /// Triggered once the worker loop has returned: the server stops, and until it has,
+    /// `/healthz` says so.
+    worker_done: &'a Shutdown,
     /// The handler's own Redis connection (reconnects after failures).
     conn: Conn,
 }
 
 /// Serves `/metrics` and `/healthz` on `addr` while `work` (the worker loop) runs, then stops
-/// the server and returns what `work` returned. A port that cannot be bound is a configuration
+/// the server (at once: its thread blocks in `recv` until a request comes or it is unblocked,
+/// never polling) and returns what `work` returned. A port that cannot be bound is a configuration
 /// error, reported before the worker starts.
 pub fn serve_during<T>(
     addr: &str,
@@ -62,30 +60,33 @@ pub fn serve_during<T>(
         "serving /metrics and /healthz on http://{}",
         server.server_addr()
     );
-    let worker_running = AtomicBool::new(true);
+    let worker_done = Shutdown::new();
     metrics.beat();
     std::thread::scope(|s| {
         let mut endpoints = Endpoints {
             cfg,
             ledger,
             metrics,
-            worker_running: &worker_running,
+            worker_done: &worker_done,
             conn: Conn::new(stream::client(&cfg.redis_url)?),
         };
         let server = &server;
         spawn_named(s, "http", move || endpoints.serve(server));
         let result = work();
-        worker_running.store(false, Ordering::SeqCst);
+        worker_done.trigger();
+        // Ends the server thread's `recv`; queued behind any request already accepted.
+        server.unblock();
         result
     })
 }
 
 impl Endpoints<'_> {
     fn serve(&mut self, server: &tiny_http::Server) {
-        while self.worker_running.load(Ordering::SeqCst) {
-            let request = match server.recv_timeout(Duration::from_millis(POLL_MS)) {
-                Ok(Some(r)) => r,
-                Ok(None) => continue,
+        while !self.worker_done.is_set() {
+            let request = match server.recv() {
+                Ok(r) => r,
+                // `unblock`, once the worker has returned; the loop's test then ends it.
+                Err(_) if self.worker_done.is_set() => break,
                 Err(e) => {
                     log::warn!("metrics server: {e}");
                     continue;
@@ -150,7 +151,7 @@ impl Endpoints<'_> {
         if let Some(trouble) = self.metrics.ledger_trouble() {
             problems.push(format!("commits failing: {trouble}"));
         }
-        if !self.worker_running.load(Ordering::SeqCst) {
+        if self.worker_done.is_set() {
             problems.push("worker loop has stopped".to_owned());
         } else {
             let since_ms = self.metrics.heartbeat_age_ms();

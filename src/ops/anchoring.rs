@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::ledger::Backend;
 use crate::retry::Episode;
 use crate::support::threads::spawn_named;
+use crate::support::Shutdown;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How many intervals an anchor may stay unwritten through transient failures before the
@@ -32,8 +32,6 @@ pub const OVERDUE_INTERVALS_MAX: u32 = 3;
 pub const OVERDUE_MS_MIN: u64 = 60_000;
 /// Shortest interval accepted: an anchor walks the whole chain.
 pub const EVERY_MS_MIN: u64 = 100;
-/// How often the anchoring thread looks at the shutdown and drain flags while it waits.
-const TICK_MS: u64 = 50;
 
 /// What `run` was told about anchors. No `Debug`: it holds the Redis URL and the signing key.
 pub struct Schedule {
@@ -56,7 +54,7 @@ pub struct Schedule {
 pub fn alongside<T>(
     schedule: Option<&Schedule>,
     ledger: &dyn Backend,
-    shutdown: &AtomicBool,
+    shutdown: &Shutdown,
     on_failure: &(dyn Fn(&Error) + Sync),
     on_anchor: &(dyn Fn() + Sync),
     work: impl FnOnce() -> Result<T>,
@@ -64,19 +62,21 @@ pub fn alongside<T>(
     let Some(schedule) = schedule else {
         return work();
     };
-    let done = AtomicBool::new(false);
+    // Not the shutdown: a signal stops the worker, and only once it has returned (its last
+    // commit made) is the last anchor taken, so that anchor pins everything it committed.
+    let done = Shutdown::new();
     std::thread::scope(|s| {
         let anchors = spawn_named(s, "anchoring", || {
             let result = run(schedule, ledger, shutdown, &done, on_anchor);
             if let Err(e) = &result {
                 on_failure(e);
                 log::error!("anchoring failed: {e}; stopping the worker");
-                shutdown.store(true, Ordering::SeqCst);
+                shutdown.trigger();
             }
             result
         });
         let worked = work();
-        done.store(true, Ordering::SeqCst);
+        done.trigger();
         let anchored = anchors
             .join()
             .unwrap_or_else(|_| Err(Error::Other("anchoring thread panicked".into())));
@@ -85,12 +85,13 @@ pub fn alongside<T>(
     })
 }
 
-/// The anchoring loop: one anchor per interval, one more once `done`.
+/// The anchoring loop: one anchor per interval, one more once `done` (the worker has returned).
+/// Its wait for the next anchor is on `done`, so the last anchor is taken at once.
 fn run(
     schedule: &Schedule,
     ledger: &dyn Backend,
-    shutdown: &AtomicBool,
-    done: &AtomicBool,
+    shutdown: &Shutdown,
+    done: &Shutdown,
     on_anchor: &(dyn Fn() + Sync),
 ) -> Result<()> {
     let mut conn = match &schedule.stream {
@@ -105,14 +106,19 @@ fn run(
     let overdue_after =
         (schedule.every * OVERDUE_INTERVALS_MAX).max(Duration::from_millis(OVERDUE_MS_MIN));
     loop {
-        let finishing = done.load(Ordering::SeqCst);
+        let finishing = done.is_set();
         let next = match (finishing, retry_at) {
             (_, Some(at)) => Some(at),
             (false, None) => Some(due),
             (true, None) => None,
         };
-        if next.is_some_and(|at| Instant::now() < at) {
-            std::thread::sleep(Duration::from_millis(TICK_MS));
+        if let Some(at) = next.filter(|at| Instant::now() < *at) {
+            if finishing {
+                // A retry's backoff after the worker has returned: nothing left to wake for.
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            } else {
+                done.wait_until(at);
+            }
             continue;
         }
         match write_one(schedule, ledger, conn.as_mut()) {
@@ -136,7 +142,7 @@ fn run(
                 let overdue = last_written.elapsed() > overdue_after;
                 // Once the worker has stopped (or is being stopped by a signal), a last anchor
                 // gets the few tries shutdown grants every step, then its error stands.
-                let stopping = finishing || shutdown.load(Ordering::SeqCst);
+                let stopping = finishing || shutdown.is_set();
                 let tries_left = episode.failures() < crate::config::SHUTDOWN_FAILURES_MAX;
                 if !e.is_transient() || overdue || (stopping && !tries_left) {
                     return Err(e);

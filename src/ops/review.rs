@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::domain::money::dollars;
 use crate::domain::submission::{self, Submission};
 use crate::error::{Error, Result};
-use crate::ledger::{Backend, Decided, HoldDecision, LetterState, Outcome, Verdict};
+use crate::ledger::{Backend, Decided, HoldDecision, Inspect, LetterState, Outcome, Verdict};
 use crate::support::escape;
 
 /// The consumer name a decision's records (and an approved claim) carry: the reviewer is named
@@ -99,7 +99,7 @@ fn name(letter: &Letter) -> String {
 }
 
 /// Why a letter in `state` cannot be decided.
-fn refusal(what: &str, state: &LetterState, ledger: &dyn Backend) -> Error {
+fn refusal(what: &str, state: &LetterState, ledger: &dyn Inspect) -> Error {
     Error::Other(match state {
         LetterState::Unknown => format!(
             "{what} is not recorded in the ledger {} as a dead letter of this stream; only a \

@@ -9,7 +9,7 @@ use crate::broker::stream::{self, Conn};
 use crate::config::Config;
 use crate::domain::money::dollars;
 use crate::error::{Error, Result};
-use crate::ledger::{Backend, Stats};
+use crate::ledger::{Backend, Review, Stats};
 use crate::support::escape::controls;
 use redis::Value;
 use serde::Serialize;
@@ -84,7 +84,7 @@ pub struct HeldStatus {
 }
 
 /// The held conflicts of `cfg.stream` awaiting a decision.
-pub fn held(cfg: &Config, ledger: &dyn Backend) -> Result<HeldStatus> {
+pub fn held(cfg: &Config, ledger: &dyn Review) -> Result<HeldStatus> {
     let (awaiting, oldest) =
         ledger.held_awaiting(&cfg.stream, crate::config::STATUS_HELD_SHOWN_MAX)?;
     Ok(HeldStatus { awaiting, oldest })

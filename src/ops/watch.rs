@@ -20,13 +20,10 @@ use crate::error::{Error, Result};
 use crate::ledger::{Backend, Stats};
 use crate::ops::scrape::{self, Buckets};
 use crate::ops::status::{self, Doc, Status};
+use crate::support::Shutdown;
 use serde::Serialize;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// How often the sleep between frames looks at the stop flag.
-const STOP_POLL_MS: u64 = 50;
 
 /// How `status --watch` runs.
 #[derive(Debug, Clone)]
@@ -85,8 +82,9 @@ pub fn rates(before: &Stats, now: &Stats, interval_s: f64) -> Rates {
     }
 }
 
-/// Runs the watch until `stop` is set (SIGINT/SIGTERM) or stdout is closed.
-pub fn run(cfg: &Config, ledger: &dyn Backend, opts: &Options, stop: &AtomicBool) -> Result<()> {
+/// Runs the watch until `stop` is triggered (SIGINT/SIGTERM) or stdout is closed. The wait
+/// between frames is on `stop`, so a signal ends it at once.
+pub fn run(cfg: &Config, ledger: &dyn Backend, opts: &Options, stop: &Shutdown) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
     let mut previous: Option<Sample> = None;
     loop {
@@ -105,7 +103,7 @@ pub fn run(cfg: &Config, ledger: &dyn Backend, opts: &Options, stop: &AtomicBool
         }
         drop(out);
         previous = Some(sample);
-        if stopped_during(opts.interval, stop) {
+        if stop.wait_timeout(opts.interval) {
             if !opts.json {
                 // The shell prompt goes below the last frame, not over it.
                 println!();
@@ -161,21 +159,6 @@ fn compare(previous: Option<&Sample>, now: &Sample, have_url: bool) -> Moves {
         rates,
         commit_p99_s,
         commit_note,
-    }
-}
-
-/// Sleeps for `interval`, looking at `stop` as it goes; true if it was set.
-fn stopped_during(interval: Duration, stop: &AtomicBool) -> bool {
-    let deadline = Instant::now() + interval;
-    loop {
-        if stop.load(Ordering::SeqCst) {
-            return true;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(STOP_POLL_MS)));
     }
 }
 

@@ -114,7 +114,7 @@ fn settle(
             .collect(),
         Err(_) => Vec::new(),
     };
-    quarantine::unmark(conn, shared, &unmark);
+    quarantine::unmark(conn, shared.cfg, &unmark);
     shared
         .in_flight
         .release(s.batch.iter().map(|p| p.id.clone()));
@@ -137,7 +137,7 @@ fn settle(
                 batch: s.batch,
                 outcomes: s.outcomes,
             };
-            reporter::send(reports, committed, shared);
+            reporter::send(reports, committed, shared.metrics);
             Ok(())
         }
         // Giving up during shutdown leaves the entries pending; they are redelivered later

@@ -47,11 +47,11 @@ use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::observe::metrics::Metrics;
 use crate::support::threads::spawn_named;
+use crate::support::Shutdown;
 use crossbeam_channel::bounded;
 use in_flight::InFlight;
 use log::{error, info};
 use reporter::Committed;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::ScopedJoinHandle;
 
 /// The name the reader's failures to reach Redis are logged under (`retry::Episode`); `run`
@@ -64,8 +64,9 @@ struct Shared<'a> {
     cfg: &'a Config,
     /// Limits and policies.
     wcfg: &'a WorkerConfig,
-    /// Set by SIGINT/SIGTERM (or a test): stop reading, finish what is in flight.
-    shutdown: &'a AtomicBool,
+    /// Triggered by SIGINT/SIGTERM, a failed stage (or a test): stop reading, finish what is
+    /// in flight. The reader's idle and backoff waits are on it, so they end at once.
+    shutdown: &'a Shutdown,
     /// Counters for metrics and summaries.
     metrics: &'a Metrics,
     /// Ids read but not yet acknowledged or abandoned by this process.
@@ -90,7 +91,7 @@ pub type AfterFailover<'a> = &'a (dyn Fn(&mut Conn) -> Result<()> + Sync);
 impl Shared<'_> {
     /// True once shutdown has been asked for.
     fn stopping(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
+        self.shutdown.is_set()
     }
 
     /// Runs one writer step under the shared retry policy: transient failures are waited out,
@@ -131,7 +132,7 @@ impl Shared<'_> {
     fn halt(&self, stage: &str, cause: &str) {
         self.metrics.fail(format!("{stage}: {cause}"));
         error!("{stage} stopped: {cause}; stopping the worker");
-        self.shutdown.store(true, Ordering::SeqCst);
+        self.shutdown.trigger();
     }
 
     /// Runs a stage's body on its thread. A permanent error or a panic halts the whole worker
@@ -172,7 +173,7 @@ pub fn run(
     cfg: &Config,
     wcfg: &WorkerConfig,
     ledger: &dyn Ledger,
-    shutdown: &AtomicBool,
+    shutdown: &Shutdown,
     metrics: &Metrics,
     after_failover: AfterFailover<'_>,
 ) -> Result<()> {
@@ -218,7 +219,7 @@ pub fn run(
         spawn_named(s, "reporter", move || {
             signals::block_termination();
             shared.stage("reporter", || {
-                reporter::run(report_rx, shared);
+                reporter::run(report_rx, shared.metrics);
                 Ok(())
             })
         });

@@ -18,12 +18,14 @@
 //! alone failed on three occasions at least `s` and `3s` after the first, and the dead letter
 //! comes at least `7s` after it.
 
+use super::in_flight::InFlight;
 use super::parse::Handoff;
 use super::Shared;
 use crate::broker::stream::{self, Conn, Entry, TryAlone};
-use crate::config::QUARANTINE_TRIES_MAX;
+use crate::config::{Config, QUARANTINE_TRIES_MAX};
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
+use crate::support::Shutdown;
 use log::{info, warn};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -42,9 +44,9 @@ pub(super) struct Quarantine {
 }
 
 impl Quarantine {
-    /// Keeps entries past the delivery cap back (they stay in `in_flight`) and hands on the rest.
-    pub(super) fn hold(&mut self, entries: Vec<Entry>, shared: &Shared<'_>) -> Handoff {
-        let cap = shared.wcfg.max_deliveries;
+    /// Keeps entries delivered more than `cap` (`--max-deliveries`) times back (they stay in
+    /// `in_flight`) and hands on the rest.
+    pub(super) fn hold(&mut self, entries: Vec<Entry>, cap: u64) -> Handoff {
         let (over, under): (Vec<Entry>, Vec<Entry>) =
             entries.into_iter().partition(|e| e.delivery_count > cap);
         self.waiting.extend(over);
@@ -55,21 +57,21 @@ impl Quarantine {
     /// pipeline, the first waiting entry's mark counts one more try: while that is within
     /// [`QUARANTINE_TRIES_MAX`] the entry is handed on alone (`solo`); past it, every try alone
     /// has crashed or been refused, so the cap dead-letters it. Meanwhile: an empty handoff
-    /// after a short nap.
+    /// after a short nap (cut short by shutdown).
     pub(super) fn next(&mut self, conn: &mut Conn, shared: &Shared<'_>) -> Result<Option<Handoff>> {
         let in_flight = &shared.in_flight;
         if let Some(id) = &self.solo {
             if in_flight.holds(id) {
-                return Ok(Some(wait_a_moment()));
+                return Ok(Some(wait_a_moment(shared.shutdown)));
             }
             self.solo = None;
         }
-        self.unpark_due(shared);
+        self.unpark_due(in_flight);
         let Some(entry) = self.waiting.front() else {
             return Ok(None);
         };
         if in_flight.len() > self.waiting.len() + self.parked.len() {
-            return Ok(Some(wait_a_moment()));
+            return Ok(Some(wait_a_moment(shared.shutdown)));
         }
         let (cfg, wcfg) = (shared.cfg, shared.wcfg);
         let note = format!("{} at {}", wcfg.consumer, now_rfc3339());
@@ -109,7 +111,7 @@ impl Quarantine {
     /// Moves parked entries whose try is due to the waiting queue. The rest are stamped as
     /// read just now: a parked entry is not in the pipeline, so it must not pause the reader's
     /// XAUTOCLAIM scan as an entry held up in the pipeline does (the heartbeat keeps it ours).
-    fn unpark_due(&mut self, shared: &Shared<'_>) {
+    fn unpark_due(&mut self, in_flight: &InFlight) {
         if self.parked.is_empty() {
             return;
         }
@@ -118,18 +120,14 @@ impl Quarantine {
             .into_iter()
             .partition(|(_, at)| *at <= now);
         self.waiting.extend(due.into_iter().map(|(e, _)| e));
-        shared
-            .in_flight
-            .restamp(later.iter().map(|(e, _)| e.id.as_str()));
+        in_flight.restamp(later.iter().map(|(e, _)| e.id.as_str()));
         self.parked = later;
     }
 
     /// Lets go of every waiting entry (their group is gone).
-    pub(super) fn forget(&mut self, shared: &Shared<'_>) {
+    pub(super) fn forget(&mut self, in_flight: &InFlight) {
         let parked = self.parked.drain(..).map(|(e, _)| e);
-        shared
-            .in_flight
-            .release(self.waiting.drain(..).chain(parked).map(|e| e.id));
+        in_flight.release(self.waiting.drain(..).chain(parked).map(|e| e.id));
         self.solo = None;
     }
 }
@@ -145,18 +143,20 @@ pub(super) fn handoff(entries: Vec<Entry>, solo: bool) -> Handoff {
 }
 
 /// While the quarantine waits for the pipeline to empty: a short nap, then nothing to hand on.
-fn wait_a_moment() -> Handoff {
-    std::thread::sleep(Duration::from_millis(10));
+/// The nap is on `shutdown`, so a stop ends it at once; the pipeline emptying is looked at
+/// again after it (the reader's loop goes round).
+fn wait_a_moment(shutdown: &Shutdown) -> Handoff {
+    shutdown.wait_timeout(Duration::from_millis(10));
     handoff(Vec::new(), false)
 }
 
 /// Clears the marks of `ids` (the writer's and the acknowledger's side). Best effort: a mark left behind on an
 /// acknowledged entry is never looked at again (its id is not delivered again).
-pub(super) fn unmark(conn: &mut Conn, shared: &Shared<'_>, ids: &[&str]) {
+pub(super) fn unmark(conn: &mut Conn, cfg: &Config, ids: &[&str]) {
     if ids.is_empty() {
         return;
     }
-    let key = shared.cfg.quarantine_key();
+    let key = cfg.quarantine_key();
     match stream::unmark_quarantined(conn, &key, ids) {
         Ok(()) => info!("cleared the quarantine mark of {} entries", ids.len()),
         Err(e) => warn!("could not clear the quarantine mark of {ids:?} in {key}: {e}"),

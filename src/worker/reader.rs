@@ -7,7 +7,8 @@
 //! of the memory budget (`--read-bytes-max`, `read_size.rs`) and cuts down any entry too large
 //! to read whole; an entry it delivered but could not send is held back as its id, ours and
 //! pending, and fetched (XRANGE, counting no delivery) before anything else is read. A script
-//! cannot block, so an idle reader polls (after 1 ms, then every `READ_POLL_MS_MAX` ms).
+//! cannot block, so an idle reader polls (after 1 ms, then every `READ_POLL_MS_MAX` ms); its
+//! waits, idle or after a failure, are on the shutdown signal, so a stop ends them at once.
 //!
 //! **Invariants:** the reader never acknowledges an entry it hands on (only pending ids whose
 //! entries are gone from the stream, which nothing can process, and each of those only after
@@ -258,7 +259,9 @@ impl<'a> Reader<'a> {
             entries.len()
         );
         let mut held = self.budget.hold(weight);
-        let handoff = self.quarantine.hold(entries, self.shared);
+        let handoff = self
+            .quarantine
+            .hold(entries, self.shared.wcfg.max_deliveries);
         let passed: usize = handoff.entries.iter().map(Entry::weight).sum();
         let kept_back = held.bytes() - passed;
         self.quarantined.absorb(held.take(kept_back));
@@ -445,7 +448,10 @@ impl<'a> Reader<'a> {
         if read.entries.is_empty() {
             let poll_ms = (1u64 << self.empty_reads.min(16)).min(READ_POLL_MS_MAX);
             self.empty_reads = self.empty_reads.saturating_add(1);
-            std::thread::sleep(Duration::from_millis(poll_ms));
+            // On the shutdown signal: a stop ends the idle wait at once.
+            self.shared
+                .shutdown
+                .wait_timeout(Duration::from_millis(poll_ms));
             return Ok(None);
         }
         self.empty_reads = 0;
@@ -472,7 +478,7 @@ impl<'a> Reader<'a> {
             }
             Ok(false) => Ok(false),
             Err(e) if e.is_transient() => {
-                std::thread::sleep(self.episode.failed(&e));
+                self.shared.shutdown.wait_timeout(self.episode.failed(&e));
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -489,16 +495,17 @@ impl<'a> Reader<'a> {
         self.group_ready = false;
         self.own = Own::History("0-0".into());
         // Entries held back past the cap, or delivered and not fetched, went with the group.
-        self.quarantine.forget(self.shared);
+        self.quarantine.forget(&self.shared.in_flight);
         let unfetched = self.unfetched.drain(..).map(|(id, _)| id);
         self.shared.in_flight.release(unfetched);
         self.claim_cursor = "0-0".into();
     }
 
-    /// After a transient read error: note it, and wait before the next read.
+    /// After a transient read error: note it, and wait before the next read (a stop ends the
+    /// wait at once: the reader then stops rather than reads).
     fn wait_out(&mut self, e: &Error) {
         self.recover_own();
-        std::thread::sleep(self.episode.failed(e));
+        self.shared.shutdown.wait_timeout(self.episode.failed(e));
     }
 
     /// After a read that failed or was cut short: a reply lost with the connection may have

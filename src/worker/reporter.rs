@@ -5,10 +5,10 @@
 //! acknowledged, exactly once per outcome; nothing here talks to Redis or the ledger.
 
 use super::parse::{Parsed, Verdict};
-use super::Shared;
 use crate::domain::audit;
 use crate::ledger::Outcome;
 use crate::observe::logging;
+use crate::observe::metrics::Metrics;
 use crossbeam_channel::{Receiver, Sender};
 use log::{info, warn};
 use std::sync::atomic::Ordering;
@@ -22,35 +22,34 @@ pub(super) struct Committed {
 }
 
 /// Reports batches until the writer hangs up.
-pub(super) fn run(rx: Receiver<Committed>, shared: &Shared<'_>) {
+pub(super) fn run(rx: Receiver<Committed>, metrics: &Metrics) {
     for committed in rx {
-        report_all(&committed, shared);
+        report_all(&committed, metrics);
     }
 }
 
 /// Hands a batch to the reporter. The reporter outlives the writer, so this fails only if it
 /// panicked; then the lines are written here rather than lost.
-pub(super) fn send(reports: &Sender<Committed>, committed: Committed, shared: &Shared<'_>) {
+pub(super) fn send(reports: &Sender<Committed>, committed: Committed, metrics: &Metrics) {
     if let Err(unsent) = reports.send(committed) {
-        report_all(&unsent.into_inner(), shared);
+        report_all(&unsent.into_inner(), metrics);
     }
 }
 
 /// A batch's lines and counters; the lines are written together (one write, not one per
 /// entry: `logging::in_one_write`).
-fn report_all(c: &Committed, shared: &Shared<'_>) {
+fn report_all(c: &Committed, metrics: &Metrics) {
     logging::in_one_write(|| {
         for (p, outcome) in c.batch.iter().zip(&c.outcomes) {
             if let Some(outcome) = outcome {
-                report(p, outcome, shared);
+                report(p, outcome, metrics);
             }
         }
     });
 }
 
 /// The audit log line and counters for one committed outcome.
-fn report(p: &Parsed, outcome: &Outcome, shared: &Shared<'_>) {
-    let m = shared.metrics;
+fn report(p: &Parsed, outcome: &Outcome, m: &Metrics) {
     match (&p.verdict, outcome) {
         (Verdict::Valid(s), Outcome::Processed) => {
             m.processed.fetch_add(1, Ordering::Relaxed);

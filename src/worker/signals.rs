@@ -3,8 +3,9 @@
 //!
 //! **Invariant:** every thread that blocks in a Redis read or a commit calls
 //! [`block_termination`] first, so a handled signal is only ever taken by a thread that is
-//! not inside a socket read (the one blocked in `join`, or the signal thread `cli` starts),
-//! never by one inside a socket read.
+//! not inside a socket read (the one blocked in `join`, or one of the signal threads `cli`
+//! starts: `shutdown`, which triggers the `Shutdown`, and `signals`), never by one inside a
+//! socket read.
 
 /// Keeps SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 off the calling thread; the caller's
 /// thread (blocked in `join`) takes them. Delivered to a thread inside a socket read with a

@@ -292,7 +292,7 @@ fn commit_and_hand_on(
                 .filter(|p| p.solo)
                 .map(|p| p.id.as_str())
                 .collect();
-            quarantine::unmark(conn, shared, &solo);
+            quarantine::unmark(conn, shared.cfg, &solo);
             shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
             warn!("left {} entries pending for redelivery: {e}", batch.len());
             return Ok(Some(Vec::new()));
@@ -306,7 +306,7 @@ fn commit_and_hand_on(
                 .filter(|p| p.solo)
                 .map(|p| p.id.as_str())
                 .collect();
-            quarantine::unmark(conn, shared, &solo);
+            quarantine::unmark(conn, shared.cfg, &solo);
             shared.in_flight.release(batch.iter().map(|p| p.id.clone()));
             return Err(e);
         }

@@ -721,6 +721,36 @@ fn a_worker_anchors_on_its_own_to_a_file_and_a_stream_and_the_anchors_verify() {
 }
 
 #[test]
+fn a_worker_anchoring_hourly_writes_its_last_anchor_and_exits_0_at_once_on_sigterm() {
+    // 1. A worker with `--anchor-every 1h` pays 20 submissions; no anchor is due for an hour.
+    // 2. SIGTERM: the anchoring thread, waiting for the hour on the worker's end, takes the
+    //    last anchor as soon as the worker returns (before, it looked every 50 ms), and the
+    //    worker exits 0 with exactly that one anchor, pinning all 20 records. A wait that the
+    //    worker's end did not cut short would run to the hour and outlast the 60 s deadline.
+    let w = World::new();
+    let anchors = w.dir.path().join("anchors.jsonl");
+    let mut worker = w.spawn(&["run", "--anchor-every", "1h", "--anchor-out", s(&anchors)]);
+    w.add(&(0..20).map(support::submission).collect::<Vec<_>>());
+    assert!(support::wait_for(
+        std::time::Duration::from_secs(30),
+        || w.count_once_made("processed_messages") == 20
+    ));
+    // The file is made at start (so a bad path is refused then), empty until the first anchor.
+    let before_stop = std::fs::read_to_string(&anchors).unwrap_or_default();
+    assert_eq!(before_stop, "", "no anchor is due within the hour");
+    support::signal(&worker, libc::SIGTERM);
+    let status = support::wait_exit(&mut worker, std::time::Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&anchors).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "one anchor, the last:\n{text}");
+    assert_eq!(lines[0]["seq"], 20, "{text}");
+}
+
+#[test]
 fn a_worker_that_cannot_write_its_anchors_stops_with_exit_1() {
     // 1. The anchors stream key holds a string (WRONGTYPE: it will not clear by itself).
     // 2. A long-running worker (no --exit-when-idle) stops by itself, exit 1, naming anchoring.

@@ -16,7 +16,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("config", &[]),
     ("error", &["domain"]),
     ("support", &["error", "config"]),
-    ("retry", &["config", "error"]),
+    // `retry` waits out its backoff on `support::Shutdown`, so a stop cuts a wait short.
+    ("retry", &["config", "error", "support"]),
     ("broker", &["domain", "config", "error", "retry", "support"]),
     ("ledger", &["domain", "config", "error", "retry", "support"]),
     // `observe` sits above `ops`: `/metrics` and `/healthz` serve `ops::status`'s snapshot.

@@ -383,3 +383,52 @@ fn status_watch_started_before_the_worker_waits_for_the_ledger_it_makes() {
     assert!(shown, "the watch showed the 5 claims");
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn status_watch_ends_on_sigterm_in_the_middle_of_an_hour_long_interval() {
+    // Plan: 1. A drained ledger of 3; `status --watch 3600 --json` prints its first frame and
+    // waits an hour for the next. 2. SIGTERM during that wait ends it with exit 0 (the wait is
+    // on the shutdown signal; an unwoken one would outlast the deadline and the test would
+    // fail), having printed exactly that one frame.
+    let world = World::new();
+    world.add(&(0..3).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    let mut watch = world
+        .cmd(&["status", "--watch", "3600", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["ledger"]["claims"], 3, "{first}");
+    signal(&watch, libc::SIGTERM);
+    let status = wait_exit(&mut watch, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(rest.is_empty(), "no second frame: {rest:?}");
+}
+
+#[test]
+fn status_watch_waiting_for_its_ledger_ends_on_sigterm_within_an_hour_long_interval() {
+    // Plan: 1. `status --watch 3600` on a path with no ledger says it waits, and looks again
+    // only after the hour. 2. SIGTERM in that wait ends it with exit 0, with no frame printed
+    // and no ledger made.
+    let world = World::new();
+    let mut watch = world
+        .cmd(&["status", "--watch", "3600", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errors = std::io::BufReader::new(watch.stderr.take().unwrap()).lines();
+    let said = errors.next().unwrap().unwrap();
+    assert!(said.contains("waiting for it to be made"), "{said}");
+    signal(&watch, libc::SIGTERM);
+    let status = wait_exit(&mut watch, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut watch.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(out.is_empty(), "no frame: {out}");
+    assert!(!world.db.exists(), "the watch made no ledger");
+}

@@ -6,7 +6,7 @@
 use crate::support::{submission, wait_for, Logged, World};
 use claimgate::config::LedgerConfig;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use claimgate::support::Shutdown;
 use std::time::{Duration, Instant};
 
 /// Generous bound for anything that should happen "soon" on a loaded 2-core box.
@@ -98,12 +98,12 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
     let mut cfg = LedgerConfig::new(dir.path().join("ledger.db"));
     cfg.busy_timeout_ms = 100;
     let locker = lock_before_first_open(&cfg.path);
-    let stop = AtomicBool::new(false);
+    let stop = Shutdown::new();
     let started = Instant::now();
     let opened = std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(500));
-            stop.store(true, Ordering::SeqCst);
+            stop.trigger();
         });
         claimgate::ledger::open_waiting(&cfg, &stop)
     });
@@ -116,7 +116,7 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
     );
 
     locker.execute_batch("ROLLBACK").unwrap();
-    let stop = AtomicBool::new(false);
+    let stop = Shutdown::new();
     assert!(claimgate::ledger::open_waiting(&cfg, &stop)
         .unwrap()
         .is_some());

@@ -35,9 +35,9 @@ use crate::config::{LedgerConfig, OnConflict};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
 use crate::ledger::{Backup, BackupCopied, Counts, Item, Ledger, Outcome, Stats};
+use crate::support::Shutdown;
 use connect::{Conn, Manager, Target};
 use r2d2::{Pool, PooledConnection};
-use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -113,7 +113,7 @@ impl PgLedger {
     /// Opens like [`PgLedger::open`], waiting out an unreachable or restarting server with the
     /// shared retry policy (`crate::retry`), as `run` and `relay` must. `None` if `stop` is set
     /// while waiting.
-    pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Self>> {
+    pub fn open_waiting(cfg: &LedgerConfig, stop: &Shutdown) -> Result<Option<Self>> {
         match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
             Ok(ledger) => Ok(Some(ledger)),
             Err(e) if e.is_transient() => Ok(None),

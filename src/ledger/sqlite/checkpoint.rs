@@ -20,10 +20,9 @@
 use crate::config::LedgerConfig;
 use crate::error::{Error, Result};
 use crate::retry::Episode;
+use crate::support::Shutdown;
 use log::debug;
 use rusqlite::Connection;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,8 +34,8 @@ pub const WAL_FRAMES_SOFT_MAX: i64 = 16_384;
 
 /// A running background checkpointer; stops (after one last checkpoint) when dropped.
 pub struct Checkpointer {
-    /// Asks the thread to finish.
-    stop: Arc<AtomicBool>,
+    /// Asks the thread to finish (and wakes it from its wait between checkpoints).
+    stop: Shutdown,
     /// The thread, joined on drop.
     thread: Option<JoinHandle<()>>,
 }
@@ -46,11 +45,11 @@ impl Checkpointer {
     pub fn start(cfg: &LedgerConfig) -> Result<Checkpointer> {
         let conn = Connection::open(&cfg.path)?;
         conn.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let stop = Shutdown::new();
+        let asked = stop.clone();
         let thread = std::thread::Builder::new()
             .name("checkpointer".into())
-            .spawn(move || run(&conn, &flag))
+            .spawn(move || run(&conn, &asked))
             .map_err(|e| Error::io("starting the checkpoint thread", e))?;
         Ok(Checkpointer {
             stop,
@@ -61,18 +60,17 @@ impl Checkpointer {
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.trigger();
         if let Some(t) = self.thread.take() {
-            t.thread().unpark();
             let _ = t.join();
         }
     }
 }
 
-fn run(conn: &Connection, stop: &AtomicBool) {
+fn run(conn: &Connection, stop: &Shutdown) {
     let interval = Duration::from_millis(CHECKPOINT_INTERVAL_MS);
     let mut episode = Episode::new("checkpointing the ledger");
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_set() {
         let started = Instant::now();
         // A passive checkpoint never blocks the writer, but under a steady stream of commits
         // it rarely finds the log fully copied, so the WAL would never start over. Once it is
@@ -93,9 +91,7 @@ fn run(conn: &Connection, stop: &AtomicBool) {
             // means a longer WAL until the next one. Failing, it waits longer between tries.
             Err(e) => episode.failed(&e).max(interval),
         };
-        if let Some(wait) = (started + wait).checked_duration_since(Instant::now()) {
-            std::thread::park_timeout(wait);
-        }
+        stop.wait_until(started + wait);
     }
     // Leave a short WAL behind for whoever opens the ledger next.
     if let Err(e) = checkpoint(conn, "TRUNCATE") {

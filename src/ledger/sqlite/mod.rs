@@ -36,12 +36,12 @@ use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
 use crate::ledger::{Item, Ledger, Outcome, Stats};
 use crate::support::failpoint;
+use crate::support::Shutdown;
 use batch::{Batch, Context};
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, TransactionBehavior};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -182,7 +182,7 @@ impl SqliteLedger {
     /// clears, both naming "opening the ledger"), as a long-running process must: it never
     /// exits because the ledger is briefly unavailable. Returns `None` if `stop` is set while
     /// waiting.
-    pub fn open_waiting(cfg: &LedgerConfig, stop: &AtomicBool) -> Result<Option<Self>> {
+    pub fn open_waiting(cfg: &LedgerConfig, stop: &Shutdown) -> Result<Option<Self>> {
         match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
             Ok(ledger) => Ok(Some(ledger)),
             // The retry gives up on a transient failure only once `stop` is set.
