@@ -127,6 +127,8 @@ fn copy_into(backup: &Path, out: &Path) -> Result<()> {
             backup.display()
         )));
     }
+    // A backup of a newer claimgate is refused as its ledger would be, before it is copied.
+    super::format::refuse_newer(&source, backup)?;
     let target = out
         .to_str()
         .ok_or_else(|| Error::Config(format!("path {} is not UTF-8", out.display())))?;
