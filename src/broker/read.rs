@@ -125,6 +125,25 @@ pub struct Read {
     pub last_id: Option<String>,
 }
 
+impl Read {
+    /// Panics unless this reply keeps the scripts' promise (the module's invariant): at most
+    /// `count_max` entries, weighing at most `budget` by [`Entry::weight`] in all, or one
+    /// entry when the budget is smaller than it. The worker's memory bound rests on it.
+    fn assert_within(&self, count_max: usize, budget: usize) {
+        assert!(
+            self.entries.len() <= count_max,
+            "a read script sent {} entries, asked for at most {count_max}",
+            self.entries.len()
+        );
+        let weight: usize = self.entries.iter().map(Entry::weight).sum();
+        assert!(
+            weight <= budget || self.entries.len() <= 1,
+            "a read script sent {} entries weighing {weight} bytes, over its budget of {budget}",
+            self.entries.len()
+        );
+    }
+}
+
 /// What one XAUTOCLAIM script returned.
 #[derive(Debug, Default)]
 pub struct AutoClaimed {
@@ -302,6 +321,7 @@ pub fn read_group(
     let reply: Value = conn.invoke(&inv).map_err(|e| naming_key(e, stream))?;
     let mut read = Read::default();
     take_items(array(reply)?, 1, &mut read)?;
+    read.assert_within(count_max.max(1), budget);
     Ok(read)
 }
 
@@ -337,6 +357,7 @@ pub fn autoclaim(
         ..AutoClaimed::default()
     };
     take_items(array(parts.next().unwrap_or(Value::Nil))?, 1, &mut out.read)?;
+    out.read.assert_within(count_max.max(1), budget);
     for id in array(parts.next().unwrap_or(Value::Nil))? {
         out.deleted.push(string(id)?);
     }
@@ -370,6 +391,7 @@ pub fn fetch(
     }
     let reply: Value = conn.invoke(&inv).map_err(|e| naming_key(e, stream))?;
     take_items(array(reply)?, 1, &mut read)?;
+    read.assert_within(ids.len(), budget);
     let counts: std::collections::HashMap<&str, u64> =
         ids.iter().map(|(id, n)| (id.as_str(), *n)).collect();
     for e in &mut read.entries {

@@ -240,6 +240,14 @@ impl Record {
 
     /// Sets `prev_hash` and `hash`, linking this record after `prev_hash`.
     pub fn seal(&mut self, prev_hash: &str) {
+        // Every hash in a chain is sha256 in hex (the genesis hash too): anything else is a
+        // column read into the wrong place.
+        assert_eq!(
+            prev_hash.len(),
+            64,
+            "record {} sealed after {prev_hash:?}, which is not a hash",
+            self.seq
+        );
         self.prev_hash = prev_hash.to_owned();
         self.hash = self.compute_hash();
     }

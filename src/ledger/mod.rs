@@ -90,6 +90,7 @@
 //!    reads, writes and commit) overlaps the next one's.
 
 pub(crate) mod chain;
+mod checked;
 pub(crate) mod checks;
 pub mod copy;
 pub(crate) mod decide;
@@ -100,7 +101,8 @@ mod review;
 pub mod sqlite;
 pub mod sweep;
 
-pub use memory::MemoryLedger;
+pub use checked::Checked;
+pub use memory::{MemoryLedger, MemoryStore};
 pub use open::{migrate, open, open_waiting, prepare_restore, Migrated};
 
 use crate::domain::key::IdempotencyKey;

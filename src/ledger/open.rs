@@ -4,7 +4,7 @@
 //! A file path is the embedded SQLite ledger. A `postgres://` or `postgresql://` URL is the
 //! shared PostgreSQL ledger (`ledger/postgres/`), never a file of that name.
 
-use super::{postgres, sqlite, Backend, Restoring};
+use super::{postgres, sqlite, Backend, Checked, Restoring};
 use crate::config::LedgerConfig;
 use crate::error::{Error, Result};
 use crate::support::Shutdown;
@@ -90,12 +90,17 @@ const CONNINFO_KEYS: [&str; 6] = [
 /// writer. A ledger that cannot be opened now fails at once; see [`open_waiting`].
 pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
     match Location::of(cfg)? {
-        Location::File => Ok(Box::new(sqlite::SqliteLedger::open(cfg)?)),
+        Location::File => Ok(checked(sqlite::SqliteLedger::open(cfg)?, cfg)),
         Location::Postgres => {
             sqlite_only_settings_unset(cfg)?;
-            Ok(Box::new(postgres::PgLedger::open(cfg)?))
+            Ok(checked(postgres::PgLedger::open(cfg)?, cfg))
         }
     }
+}
+
+/// `ledger` inside the contract checks (`checked/`), as every ledger the open step hands out.
+fn checked<L: Backend + 'static>(ledger: L, cfg: &LedgerConfig) -> Box<dyn Backend> {
+    Box::new(Checked::wrap(ledger, Some(cfg.on_conflict)))
 }
 
 /// Opens the ledger like [`open`], but waits out transient failures with backoff, as a
@@ -103,13 +108,11 @@ pub fn open(cfg: &LedgerConfig) -> Result<Box<dyn Backend>> {
 pub fn open_waiting(cfg: &LedgerConfig, stop: &Shutdown) -> Result<Option<Box<dyn Backend>>> {
     match Location::of(cfg)? {
         Location::File => {
-            Ok(sqlite::SqliteLedger::open_waiting(cfg, stop)?
-                .map(|l| Box::new(l) as Box<dyn Backend>))
+            Ok(sqlite::SqliteLedger::open_waiting(cfg, stop)?.map(|l| checked(l, cfg)))
         }
         Location::Postgres => {
             sqlite_only_settings_unset(cfg)?;
-            Ok(postgres::PgLedger::open_waiting(cfg, stop)?
-                .map(|l| Box::new(l) as Box<dyn Backend>))
+            Ok(postgres::PgLedger::open_waiting(cfg, stop)?.map(|l| checked(l, cfg)))
         }
     }
 }

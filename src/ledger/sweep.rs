@@ -171,6 +171,14 @@ pub fn key_faults(
             n_duplicates += 1;
             d = duplicates.next_key()?;
         }
+        // The merge finds every fault only if each stream ascends: a key below `key` now
+        // would be compared with nothing.
+        for (stream, next) in [("claims", c), ("tombstones", t), ("duplicates", d)] {
+            assert!(
+                next.is_none_or(|n| n > key),
+                "sweep: the {stream}' keys do not ascend"
+            );
+        }
         tombstone_count += n_tombstones;
         if fault.is_none() {
             fault = if n_claims > 1 {

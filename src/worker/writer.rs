@@ -79,7 +79,15 @@ impl Order {
                 return Some(batch);
             }
             let (seq, batch) = more()?;
-            self.early.insert(seq, batch);
+            // The parse pool hands each seq over once; one below the seq due, or twice, would
+            // be recorded out of read order or never.
+            assert!(
+                seq >= self.due,
+                "handoff {seq} arrived after it was due ({})",
+                self.due
+            );
+            let twice = self.early.insert(seq, batch);
+            assert!(twice.is_none(), "handoff {seq} arrived twice");
         }
     }
 }

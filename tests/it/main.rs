@@ -40,6 +40,7 @@ mod habits;
 mod identity;
 mod insider;
 mod layers;
+mod ledger_format;
 mod liveness;
 mod memory;
 mod monitoring;

@@ -5,8 +5,9 @@
 //! every outcome and every audit record. It implements [`Ledger`], [`Outbox`], [`AuditLog`] and
 //! [`Inspect`], but not [`crate::ledger::Retention`] or [`crate::ledger::Backup`]: it is not a
 //! [`crate::ledger::Backend`], and the CLI never opens one. Of retention it has only what the
-//! contract's tombstone point needs, [`MemoryLedger::purge_through`] (`purge.rs`). Nothing
-//! survives the process.
+//! contract's tombstone point needs, [`MemoryStore::purge_through`] (`purge.rs`). Nothing
+//! survives the process. What tests hold is a [`MemoryLedger`], the store inside the contract
+//! checks (`ledger::checked`), so every contract test of it runs the checks too.
 //!
 //! How it keeps the contract:
 //! - **Atomic batches.** `record` stages the whole batch in an overlay over the committed state
@@ -30,14 +31,19 @@ use crate::domain::clock::age_seconds;
 use crate::domain::key::{to_hex, IdempotencyKey};
 use crate::error::{Error, Result};
 use crate::ledger::{
-    AuditLog, Inspect, Item, Ledger, Outbox, OutboxRow, Outcome, Since, Stats, Summary,
+    AuditLog, Checked, Inspect, Item, Ledger, Outbox, OutboxRow, Outcome, Since, Stats, Summary,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// An in-memory ledger. Clones are handles to the same ledger, like clones of a connection pool.
+/// The in-memory ledger as handed out: the store inside the contract checks
+/// (`ledger::checked`), as every ledger the open step makes is.
+pub type MemoryLedger = Checked<MemoryStore>;
+
+/// The in-memory ledger itself, unchecked. Clones are handles to the same ledger, like clones
+/// of a connection pool.
 #[derive(Clone, Default)]
-pub struct MemoryLedger {
+pub struct MemoryStore {
     /// Everything committed, behind the one lock every call takes.
     state: Arc<Mutex<State>>,
     /// What `record` does with a conflicting resubmission (this handle's setting).
@@ -163,29 +169,59 @@ impl State {
     }
 }
 
-impl MemoryLedger {
-    /// An empty ledger that records conflicting resubmissions and pays them (the default).
+impl Checked<MemoryStore> {
+    /// An empty ledger that records conflicting resubmissions and pays them (the default),
+    /// inside the contract checks.
     pub fn new() -> Self {
-        Self::default()
+        Checked::wrap(MemoryStore::default(), Some(OnConflict::Record))
     }
 
     /// Sets what `record` does with a conflicting resubmission, as `LedgerConfig::on_conflict`
-    /// does for the ledgers the open step makes.
-    pub fn with_on_conflict(mut self, on_conflict: OnConflict) -> Self {
-        self.on_conflict = on_conflict;
-        self
+    /// does for the ledgers the open step makes (and tells the checks).
+    pub fn with_on_conflict(self, on_conflict: OnConflict) -> Self {
+        let mut store = self.inner().clone();
+        store.on_conflict = on_conflict;
+        Checked::wrap(store, Some(on_conflict))
     }
 
+    /// [`MemoryStore::fail_on_award`].
+    pub fn fail_on_award(&self, award_id: &str) -> Result<()> {
+        self.inner().fail_on_award(award_id)
+    }
+
+    /// [`MemoryStore::clear_fault`].
+    pub fn clear_fault(&self) -> Result<()> {
+        self.inner().clear_fault()
+    }
+
+    /// [`MemoryStore::purge_through`].
+    pub fn purge_through(
+        &self,
+        last: i64,
+        detail: &str,
+        now: &str,
+    ) -> Result<crate::ledger::Removed> {
+        self.inner().purge_through(last, detail, now)
+    }
+}
+
+impl Default for Checked<MemoryStore> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
     /// Fault injection for the contract tests: from now on, `record` fails with a permanent
     /// [`Error::Other`] when it is about to pay a new claim of `award_id` — after the batch's
     /// earlier items were staged, as a failing disbursement insert fails on SQLite — until
-    /// [`MemoryLedger::clear_fault`]. Affects every clone of this ledger.
+    /// [`MemoryStore::clear_fault`]. Affects every clone of this ledger.
     pub fn fail_on_award(&self, award_id: &str) -> Result<()> {
         self.lock()?.fail_on_award = Some(award_id.to_owned());
         Ok(())
     }
 
-    /// Disarms the fault armed by [`MemoryLedger::fail_on_award`].
+    /// Disarms the fault armed by [`MemoryStore::fail_on_award`].
     pub fn clear_fault(&self) -> Result<()> {
         self.lock()?.fail_on_award = None;
         Ok(())
@@ -202,7 +238,7 @@ impl MemoryLedger {
     }
 }
 
-impl Ledger for MemoryLedger {
+impl Ledger for MemoryStore {
     fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
         // One lock from reading the tail to publishing: batches never interleave.
         let mut state = self.lock()?;
@@ -250,7 +286,7 @@ impl Ledger for MemoryLedger {
     }
 }
 
-impl Outbox for MemoryLedger {
+impl Outbox for MemoryStore {
     fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let state = self.lock()?;
         Ok(state
@@ -316,7 +352,7 @@ impl Outbox for MemoryLedger {
     }
 }
 
-impl AuditLog for MemoryLedger {
+impl AuditLog for MemoryStore {
     fn for_each_record(
         &self,
         since: &Since,
@@ -336,7 +372,7 @@ impl AuditLog for MemoryLedger {
     }
 }
 
-impl Inspect for MemoryLedger {
+impl Inspect for MemoryStore {
     fn verify(&self) -> Result<Summary> {
         verify::state(&*self.lock()?)
     }

@@ -3,14 +3,14 @@
 //! describes, leave a tombstone per removed claim and a checkpoint continuing the chain — without
 //! holds or a retention window, which are `ops::retention`'s business and need a real ledger.
 
-use super::{MemoryLedger, Tombstone};
+use super::{MemoryStore, Tombstone};
 use crate::domain::audit::{Kind, Record};
 use crate::domain::key::IdempotencyKey;
 use crate::error::{Error, Result};
 use crate::ledger::Removed;
 use std::collections::HashSet;
 
-impl MemoryLedger {
+impl MemoryStore {
     /// Removes every audit record with `seq <= last` (a leading checkpoint included), the
     /// claims, disbursements and outbox rows of the `processed` records among them and the
     /// dead-letter rows of the `dead_letter` records, leaving a tombstone for each removed

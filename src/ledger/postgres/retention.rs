@@ -119,6 +119,11 @@ impl Retention for PgLedger {
         let mut lo = first;
         loop {
             let hi = batch_end(&mut tx, lo, last, batch_records_max)?;
+            // Each batch ends after it starts and inside the plan, so the loop ends at `last`.
+            assert!(
+                lo <= hi && hi <= last,
+                "purge batch {lo}..={hi} is not inside the plan's {first}..={last}"
+            );
             for value in export_rows(&mut tx, lo, hi)? {
                 row(&value)?;
             }

@@ -141,6 +141,10 @@ pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
         )
         .optional()?
         .unwrap_or((0, crate::domain::audit::GENESIS_HASH.to_owned()));
+    assert!(
+        seq >= 0,
+        "the chain's tail has seq {seq}, below the first record's"
+    );
     r.seq = seq + 1;
     r.seal(&prev_hash);
     insert(conn, &r)?;
@@ -150,6 +154,14 @@ pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
 /// Inserts records exactly as given, many per statement, through the writer's statements (a
 /// batch's records, in chain order).
 pub(super) fn insert_many(st: &mut super::raw::Statements, records: &[Record]) -> Result<()> {
+    // Contract point 4: a batch's records take consecutive seqs, one after another.
+    for pair in records.windows(2) {
+        assert_eq!(
+            pair[1].seq,
+            pair[0].seq + 1,
+            "a batch's audit records must take consecutive seqs"
+        );
+    }
     super::multirow::insert(
         st,
         concat!("INSERT INTO audit_log (", columns!(), ")"),

@@ -15,6 +15,7 @@ mod checkpoint;
 mod conflict;
 mod dump;
 mod error;
+mod format;
 mod identity;
 mod lock;
 mod migration;
@@ -29,6 +30,7 @@ mod upgrade;
 mod verify;
 
 pub use checkpoint::Checkpointer;
+pub use format::FORMAT_VERSION;
 pub(crate) use restore::prepare as prepare_restore;
 
 use crate::config::{LedgerConfig, OnConflict, WAL_AUTOCHECKPOINT_PAGES_DEFAULT};
@@ -140,7 +142,7 @@ impl SqliteLedger {
             make_ledger_private(&cfg.path, sidecars_before);
         }
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
-        prepare_file(&mut first, cfg)?;
+        let format = prepare_file(&mut first, cfg)?;
         if cfg.create {
             if let Some((to, at)) = migration::fenced(&first)? {
                 return Err(migration::refuse_fenced(cfg, &to, &at));
@@ -151,7 +153,7 @@ impl SqliteLedger {
                 lock.record_epoch(&epoch)?;
             }
         }
-        let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
+        let claims_by_spelling = format == format::FORMAT_CLAIMS_BY_SPELLING;
         drop(first);
         let settings = Settings::of(cfg);
         let pool = pool(cfg, settings.clone())?;
@@ -291,15 +293,18 @@ impl Writer {
     }
 }
 
-/// Sets WAL (a property of the file: once, before any pooled connection exists) and applies the
-/// schema. Processes opening a brand-new ledger at the same moment race to convert it, and
-/// SQLite settles that race by failing one side with SQLITE_BUSY at once instead of waiting
-/// (waiting could deadlock); the loser tries again, within the busy timeout.
-fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
+/// Refuses a ledger of a newer format before writing anything, sets WAL (a property of the
+/// file: once, before any pooled connection exists), applies the schema and its upgrades and
+/// returns the ledger's format, recorded if it was not (`format.rs`). Processes opening a
+/// brand-new ledger at the same moment race to convert it, and SQLite settles that race by
+/// failing one side with SQLITE_BUSY at once instead of waiting (waiting could deadlock); the
+/// loser tries again, within the busy timeout.
+fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<i64> {
     let deadline = std::time::Instant::now() + Duration::from_millis(cfg.busy_timeout_ms);
     let mut attempt = 0;
     loop {
-        let result = (|| -> Result<()> {
+        let result = (|| -> Result<i64> {
+            format::refuse_newer(conn, &cfg.path)?;
             let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(Error::Config(format!(
@@ -314,7 +319,8 @@ fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<()> {
             if needs_tombstones {
                 upgrade::backfill_tombstones(conn)?;
             }
-            upgrade::after_schema(conn)
+            upgrade::after_schema(conn)?;
+            format::record(conn, &cfg.path)
         })();
         match result {
             Err(Error::Ledger {

@@ -41,6 +41,8 @@ pub(super) fn insert<'v, R>(
             rest = tail;
         }
     }
+    // The last chunk size is 1, so nothing can be left over.
+    assert!(rest.is_empty(), "{} rows left uninserted", rest.len());
     Ok(())
 }
 

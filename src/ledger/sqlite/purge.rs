@@ -89,6 +89,11 @@ impl Retention for SqliteLedger {
         let mut lo = first;
         loop {
             let hi = batch_end(&tx, lo, last, batch_records_max)?;
+            // Each batch ends after it starts and inside the plan, so the loop ends at `last`.
+            assert!(
+                lo <= hi && hi <= last,
+                "purge batch {lo}..={hi} is not inside the plan's {first}..={last}"
+            );
             for value in export_rows(&tx, lo, hi)? {
                 row(&value)?;
             }
@@ -338,6 +343,7 @@ fn purge_batch(
     detail: &str,
     now: &str,
 ) -> Result<Removed> {
+    assert!(first <= last, "a purge batch {first}..={last} is empty");
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let held = held_in(&tx, first, last)?;
     if !held.is_empty() {

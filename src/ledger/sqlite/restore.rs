@@ -127,6 +127,8 @@ fn copy_into(backup: &Path, out: &Path) -> Result<()> {
             backup.display()
         )));
     }
+    // A backup of a newer claimgate is refused as its ledger would be, before it is copied.
+    super::format::refuse_newer(&source, backup)?;
     let target = out
         .to_str()
         .ok_or_else(|| Error::Config(format!("path {} is not UTF-8", out.display())))?;
@@ -172,6 +174,12 @@ impl Restoring for Restore {
             "INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox', ?1)",
             [next_after],
         )?;
+        // The relay's exactly-once argument needs every new row above the mark it skips to.
+        assert_eq!(
+            super::outbox::outbox_id_max(&tx)?,
+            next_after,
+            "the restored copy's outbox sequence did not move to {next_after}"
+        );
         let backup = self.backup.display().to_string();
         audit_store::append(
             &tx,

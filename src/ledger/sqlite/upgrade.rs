@@ -47,8 +47,9 @@ pub(super) fn before_schema(conn: &mut Connection) -> Result<()> {
 
 /// True when no unique index of `processed_messages` leads with `submission_instant`: a ledger
 /// made by an earlier release, whose claim index leads with the timestamp as spelled (or is
-/// the key alone). Read once at open; the batch then knows where an older release's claim
-/// without an instant can be found (`batch.rs`).
+/// the key alone). Read once, by the open that records the ledger's format (`format.rs`: 2
+/// when true), and by `verify`, which holds the stored format to it; the batch then knows from
+/// the format where an older release's claim without an instant can be found (`batch.rs`).
 pub(super) fn claims_by_spelling(conn: &Connection) -> Result<bool> {
     let by_instant: i64 = conn.query_row(
         "SELECT COUNT(*) FROM pragma_index_list('processed_messages') AS il,

@@ -7,7 +7,7 @@
 //! one read transaction, the audit chain included, so a worker committing meanwhile cannot
 //! make a consistent ledger look inconsistent.
 
-use super::{audit_store, SqliteLedger};
+use super::{audit_store, format, SqliteLedger};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
@@ -612,7 +612,42 @@ fn constraints(conn: &Connection) -> Result<()> {
             )));
         }
     }
-    Ok(())
+    format_matches_shape(conn)
+}
+
+/// The stored format (`format.rs`) is one this build reads, and it says what the claim index
+/// is: format 3's leads with the instant; format 2's is an earlier release's, beside the
+/// `claim_instant` index batches probe for conflicts.
+fn format_matches_shape(conn: &Connection) -> Result<()> {
+    let broken = |why: String| Err(Error::Invariant(format!("ledger format: {why}")));
+    let Some(text) = format::stored_text(conn)? else {
+        return broken("no format_version recorded (every open records it)".into());
+    };
+    let by_spelling = super::upgrade::claims_by_spelling(conn)?;
+    let claim_instant: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'claim_instant')",
+        [],
+        |r| r.get(0),
+    )?;
+    match format::parse(&text) {
+        Some(format::FORMAT_VERSION) if by_spelling => broken(format!(
+            "format_version is {text}, but no unique index of processed_messages leads with \
+             submission_instant (the shape of format {})",
+            format::FORMAT_CLAIMS_BY_SPELLING
+        )),
+        Some(format::FORMAT_CLAIMS_BY_SPELLING) if !by_spelling || !claim_instant => {
+            broken(format!(
+                "format_version is {text}, but the claim index leads with submission_instant or \
+             claim_instant is missing (format 2 is an earlier release's claim index beside \
+             claim_instant)"
+            ))
+        }
+        Some(format::FORMAT_VERSION | format::FORMAT_CLAIMS_BY_SPELLING) => Ok(()),
+        _ => broken(format!(
+            "format_version is {text:?}, not a format this build reads (2 or {})",
+            format::FORMAT_VERSION
+        )),
+    }
 }
 
 /// The column sets `table` is unique on: its integer primary key (the rowid itself), and each
