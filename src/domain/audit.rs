@@ -183,6 +183,19 @@ impl Record {
         r
     }
 
+    /// The checkpoint a retention purge leaves at `seq`, the last record it removed, written at
+    /// `recorded_at` and carrying `detail`, sealed after `continues_from` (the removed record's
+    /// hash), so the records after it still link to it.
+    pub fn checkpoint(seq: i64, detail: &str, recorded_at: &str, continues_from: &str) -> Record {
+        let mut r = Record {
+            seq,
+            detail: Some(detail.to_owned()),
+            ..Record::unsealed(Kind::Checkpoint, recorded_at)
+        };
+        r.seal(continues_from);
+        r
+    }
+
     /// A legal hold's record (`hold_added` / `hold_removed`), unsealed: the award and the
     /// detail, nothing else — the same on every ledger, since it is hashed evidence.
     pub fn hold(kind: Kind, award_id: &str, detail: String, recorded_at: &str) -> Record {

@@ -8,7 +8,63 @@
 use crate::domain::audit::Record;
 use crate::domain::clock;
 use crate::error::{Error, Result};
+use crate::ledger::records::Columns;
 use crate::ledger::Hold;
+
+/// The column sets a claim must be unique on, any one of which will do: its instant, award
+/// and key (this release's constraint), its timestamp, award and key, or its key alone (those
+/// of ledgers earlier releases made). Both backends' `verify` hold `processed_messages` to it.
+pub const CLAIM_UNIQUE: &[&[&str]] = &[
+    &["submission_instant", "award_id", "idempotency_key"],
+    &["submission_timestamp", "award_id", "idempotency_key"],
+    &["idempotency_key"],
+];
+
+/// Each table of `required` is still unique on one of its column sets, as `sets_of` reads
+/// the column sets the schema makes it unique on (in order); the first one that is not is
+/// [`Error::Invariant`], naming the table and its first set. Someone who can change the
+/// schema can drop a constraint and every row may still look right until the second claim or
+/// outbox row arrives, so the constraint itself is checked.
+pub fn unique(
+    required: &[(&str, &[&[&str]])],
+    mut sets_of: impl FnMut(&str) -> Result<Vec<Vec<String>>>,
+) -> Result<()> {
+    for (table, any_of) in required {
+        let sets = sets_of(table)?;
+        let held = any_of.iter().any(|cols| {
+            sets.iter()
+                .any(|set| set.iter().map(String::as_str).eq(cols.iter().copied()))
+        });
+        if !held {
+            return Err(Error::Invariant(format!(
+                "schema altered: {table} is no longer unique on ({})",
+                any_of[0].join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every disbursement has its `processed` record. Every `processed` record has been matched
+/// to a disbursement already, so equal counts mean every disbursement has its record, unless
+/// two records name one key; counts that differ are [`Error::Invariant`], naming the first
+/// disbursement without a record as `unrecorded` finds it (asked only then), or the counts.
+pub fn processed_records(
+    disbursements: u64,
+    processed: u64,
+    unrecorded: impl FnOnce() -> Result<Option<String>>,
+) -> Result<()> {
+    if processed == disbursements {
+        return Ok(());
+    }
+    // Every disbursement has a record, so the counts differ only if records are shared.
+    Err(Error::Invariant(format!(
+        "disbursement without a processed record: {}",
+        unrecorded()?.unwrap_or_else(|| format!(
+            "{disbursements} disbursements but {processed} processed records"
+        ))
+    )))
+}
 
 /// A claim's `submission_instant` is the instant its `submission_timestamp` names. The claim's
 /// uniqueness leads with that column (`schema.sql`), so a claim whose instant was moved, by even
@@ -117,6 +173,23 @@ pub struct HeldRow {
     pub decision: [Option<String>; 4],
 }
 
+impl HeldRow {
+    /// From a row of `reason_code, stream_entry_id, decision, decided_by, decided_reason,
+    /// decided_at`.
+    pub fn read(row: &impl Columns) -> Result<HeldRow> {
+        Ok(HeldRow {
+            reason_code: row.text(0)?,
+            entry_id: row.text(1)?,
+            decision: [
+                row.opt_text(2)?,
+                row.opt_text(3)?,
+                row.opt_text(4)?,
+                row.opt_text(5)?,
+            ],
+        })
+    }
+}
+
 /// A `conflict_approved` / `conflict_rejected` record, as `verify` reads it for [`decisions`]
 /// (on PostgreSQL from every batch, linked or not, so a decision committed a moment before its
 /// link is still seen).
@@ -130,6 +203,22 @@ pub struct DecisionRecord {
     pub detail: Option<String>,
     /// When.
     pub recorded_at: String,
+}
+
+impl DecisionRecord {
+    /// From a row of `kind, stream_entry_id, detail, recorded_at`; a kind no record can have
+    /// is [`Error::Invariant`].
+    pub fn read(row: &impl Columns) -> Result<DecisionRecord> {
+        let kind = row.text(0)?;
+        Ok(DecisionRecord {
+            kind: crate::domain::audit::Kind::parse(&kind).ok_or_else(|| {
+                Error::Invariant(format!("an audit record of unknown kind {kind:?}"))
+            })?,
+            entry_id: row.opt_text(1)?,
+            detail: row.opt_text(2)?,
+            recorded_at: row.text(3)?,
+        })
+    }
 }
 
 /// Reviewers' decisions on held conflicts (`ledger::review`) agree with their records: every

@@ -12,7 +12,9 @@
 //! Implementations: [`sqlite`] (the embedded default), [`postgres`] (the shared ledger of
 //! several nodes) and
 //! `MemoryLedger` (tests; it keeps the same contract, and the contract tests in
-//! `tests/it/contract.rs` run against both). `chain` is the audit-chain walk they share.
+//! `tests/it/contract.rs` run against both). `chain` is the audit-chain walk they share;
+//! `checks`, `records` and `purge` are the other rules SQLite and PostgreSQL both keep, on
+//! rows each reads itself.
 //!
 //! Invariant: nothing outside `ledger/sqlite/` names SQLite and nothing outside
 //! `ledger/postgres/` names PostgreSQL; everything else holds a
@@ -97,6 +99,8 @@ pub(crate) mod decide;
 mod memory;
 mod open;
 pub mod postgres;
+pub(crate) mod purge;
+pub(crate) mod records;
 mod review;
 pub mod sqlite;
 pub mod sweep;

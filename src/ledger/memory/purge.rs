@@ -75,12 +75,7 @@ impl MemoryStore {
             .retain(|(_, entry)| !dead.contains(entry));
         state.reindex();
         state.audit.drain(..=end);
-        let mut checkpoint = Record {
-            seq: last,
-            detail: Some(detail.to_owned()),
-            ..Record::unsealed(Kind::Checkpoint, now)
-        };
-        checkpoint.seal(&continues_from);
+        let checkpoint = Record::checkpoint(last, detail, now, &continues_from);
         state.audit.insert(0, checkpoint);
         Ok(Removed {
             records,

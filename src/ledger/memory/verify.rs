@@ -8,7 +8,7 @@
 use super::{ClaimRow, DisbursementRow, State};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
-use crate::ledger::Summary;
+use crate::ledger::{chain, checks, Summary};
 use std::collections::{BTreeMap, HashMap};
 
 /// One check: its name, and what it found wrong first, if anything.
@@ -58,27 +58,26 @@ pub(super) fn state(state: &State) -> Result<Summary> {
             return Err(Error::Invariant(format!("{what}: {found}")));
         }
     }
-    // Every processed record matches a distinct disbursement (checked above); equal counts then
-    // mean every disbursement has its record.
+    // Every processed record matches a distinct disbursement (checked above).
     let processed = processed_keys(state);
-    if processed.values().sum::<u64>() != state.disbursements.len() as u64 {
-        let d = state
-            .disbursements
-            .iter()
-            .find(|d| !processed.contains_key(&d.key.to_hex()))
-            .map(|d| format!("disbursement {} (key {})", d.id, d.key.to_hex()))
-            .unwrap_or_else(|| "a disbursement".into());
-        return Err(Error::Invariant(format!(
-            "disbursement without a processed record: {d} has no processed audit record"
-        )));
-    }
+    checks::processed_records(
+        state.disbursements.len() as u64,
+        processed.values().sum::<u64>(),
+        || {
+            let d = state
+                .disbursements
+                .iter()
+                .find(|d| !processed.contains_key(&d.key.to_hex()))
+                .map(|d| format!("disbursement {} (key {})", d.id, d.key.to_hex()))
+                .unwrap_or_else(|| "a disbursement".into());
+            Ok(Some(format!("{d} has no processed audit record")))
+        },
+    )?;
     let mut v = Verifier::default();
     for r in &state.audit {
-        v.push(r).map_err(|b| {
-            Error::Invariant(format!("audit chain broken at seq {}: {}", b.seq, b.reason))
-        })?;
+        chain::check(&mut v, r)?;
     }
-    crate::ledger::chain::end(&v)?;
+    chain::end(&v)?;
     Ok(Summary {
         claims: state.claims.len() as u64,
         disbursements: state.disbursements.len() as u64,

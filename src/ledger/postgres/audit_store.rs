@@ -15,8 +15,8 @@
 
 use super::PgLedger;
 use crate::domain::audit::{detail, BatchLink, Kind, Record};
-use crate::error::{Error, Result};
-use crate::ledger::{AuditLog, Since};
+use crate::error::Result;
+use crate::ledger::{records, AuditLog, Since};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
@@ -197,28 +197,11 @@ fn member_of(row: &Row, link_seq: i64) -> Result<Option<Record>> {
     let Some(index) = row.try_get::<_, Option<i32>>(9)? else {
         return Ok(None);
     };
-    let records: i32 = row.try_get(2)?;
-    let seq = link_seq - i64::from(records) + i64::from(index);
-    let kind: String = row.try_get(10)?;
-    let kind = Kind::parse(&kind).ok_or_else(|| {
-        Error::Invariant(format!(
-            "audit record seq {seq}: unknown kind {kind:?} (edited)"
-        ))
-    })?;
+    let members: i32 = row.try_get(2)?;
+    let seq = link_seq - i64::from(members) + i64::from(index);
     Ok(Some(Record {
-        seq,
-        kind,
-        idempotency_key: row.try_get(11)?,
-        award_id: row.try_get(12)?,
-        amount_cents: row.try_get(13)?,
-        stream_entry_id: row.try_get(14)?,
-        consumer: row.try_get(15)?,
-        delivery_count: row.try_get(16)?,
-        detail: row.try_get(17)?,
-        recorded_at: row.try_get(18)?,
-        prev_hash: row.try_get(19)?,
-        hash: row.try_get(20)?,
         batch_index: Some(index.into()),
+        ..records::record(row, seq, 10)?
     }))
 }
 
@@ -267,28 +250,20 @@ pub(super) fn params<'a>(r: &'a Record, kind: &'a &'static str) -> [&'a (dyn ToS
     ]
 }
 
-/// A member's values in [`MEMBER_COLUMNS`] order, for a binary COPY.
+/// A member's values in [`MEMBER_COLUMNS`] order, for a binary COPY: its batch and its place
+/// in it, then the record's values after `seq` ([`params`]).
 pub(super) fn member_params<'a>(
     r: &'a Record,
     batch_id: &'a i64,
     index: &'a i32,
     kind: &'a &'static str,
 ) -> [&'a (dyn ToSql + Sync); 13] {
-    [
-        batch_id,
-        index,
-        kind,
-        &r.idempotency_key,
-        &r.award_id,
-        &r.amount_cents,
-        &r.stream_entry_id,
-        &r.consumer,
-        &r.delivery_count,
-        &r.detail,
-        &r.recorded_at,
-        &r.prev_hash,
-        &r.hash,
-    ]
+    let record = params(r, kind);
+    std::array::from_fn(|i| match i {
+        0 => batch_id as &(dyn ToSql + Sync),
+        1 => index,
+        _ => record[i - 1],
+    })
 }
 
 /// The types of [`COLUMNS`], for a binary COPY.
@@ -325,26 +300,7 @@ pub(super) const MEMBER_COLUMN_TYPES: [Type; 13] = [
 ];
 
 fn record_of(row: &Row) -> Result<Record> {
-    let seq: i64 = row.try_get(0)?;
-    let kind: String = row.try_get(1)?;
-    let kind = Kind::parse(&kind).ok_or_else(|| {
-        Error::Invariant(format!(
-            "audit record seq {seq}: unknown kind {kind:?} (edited)"
-        ))
-    })?;
-    Ok(Record {
-        seq,
-        kind,
-        idempotency_key: row.try_get(2)?,
-        award_id: row.try_get(3)?,
-        amount_cents: row.try_get(4)?,
-        stream_entry_id: row.try_get(5)?,
-        consumer: row.try_get(6)?,
-        delivery_count: row.try_get(7)?,
-        detail: row.try_get(8)?,
-        recorded_at: row.try_get(9)?,
-        prev_hash: row.try_get(10)?,
-        hash: row.try_get(11)?,
-        batch_index: None,
-    })
+    records::sealed_row(row)
 }
+
+records::columns_by!(Row, try_get);

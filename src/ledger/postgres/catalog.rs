@@ -18,19 +18,13 @@
 use super::schema::SCHEMA;
 use super::stripes::CLAIM_STRIPES;
 use crate::error::{Error, Result};
+use crate::ledger::checks;
 use postgres::Transaction;
 
 /// The uniqueness each promise rests on, as sets of columns a table must have a unique,
 /// non-partial, valid index on; any one set of a row will do (ledgers of earlier releases).
 const UNIQUE: [(&str, &[&[&str]]); 13] = [
-    (
-        "processed_messages",
-        &[
-            &["submission_instant", "award_id", "idempotency_key"],
-            &["submission_timestamp", "award_id", "idempotency_key"],
-            &["idempotency_key"],
-        ],
-    ),
+    ("processed_messages", checks::CLAIM_UNIQUE),
     ("processed_messages", &[&["claim_id"]]),
     ("disbursements", &[&["claim_id"]]),
     ("outbox_rows", &[&["claim_id"]]),
@@ -120,20 +114,13 @@ fn unique(tx: &mut Transaction<'_>, schema: &str) -> Result<()> {
         &[&schema],
     )?;
     let sets: Vec<(String, Vec<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    for (table, any_of) in UNIQUE {
-        let held = any_of.iter().any(|cols| {
-            sets.iter().any(|(t, set)| {
-                t == table && set.iter().map(String::as_str).eq(cols.iter().copied())
-            })
-        });
-        if !held {
-            return Err(altered(format!(
-                "{table} is no longer unique on ({})",
-                any_of[0].join(", ")
-            )));
-        }
-    }
-    Ok(())
+    checks::unique(&UNIQUE, |table| {
+        Ok(sets
+            .iter()
+            .filter(|(t, _)| t == table)
+            .map(|(_, set)| set.clone())
+            .collect())
+    })
 }
 
 /// No trigger on the schema's tables but [`TRIGGERS`], each enabled and calling its function.

@@ -22,8 +22,7 @@
 use super::{audit_store, connect::Manager, link, write, PgLedger, PURGE_LOCK};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
-use crate::ledger::{Hold, PurgePlan, Removed, Retention};
-use postgres::GenericClient;
+use crate::ledger::{purge, Hold, PurgePlan, Removed, Retention};
 use r2d2::PooledConnection;
 
 impl Retention for PgLedger {
@@ -105,35 +104,7 @@ impl Retention for PgLedger {
         let conn = session.as_mut().expect("set just above");
         index_claim_keys(&mut conn.client, cutoff)?;
         let mut tx = super::snapshot(&mut conn.client)?;
-        let Some((first, last)) = prefix(&mut tx, cutoff)? else {
-            return Ok(None);
-        };
-        let plan = PurgePlan {
-            first,
-            last,
-            held: held_in(&mut tx, first, last)?,
-            unpublished: unpublished_in(&mut tx, first, last)?,
-        };
-        admit(&plan)?;
-        let mut ends = Vec::new();
-        let mut lo = first;
-        loop {
-            let hi = batch_end(&mut tx, lo, last, batch_records_max)?;
-            // Each batch ends after it starts and inside the plan, so the loop ends at `last`.
-            assert!(
-                lo <= hi && hi <= last,
-                "purge batch {lo}..={hi} is not inside the plan's {first}..={last}"
-            );
-            for value in export_rows(&mut tx, lo, hi)? {
-                row(&value)?;
-            }
-            ends.push(hi);
-            if hi >= last {
-                break;
-            }
-            lo = hi + 1;
-        }
-        Ok(Some((plan, ends)))
+        purge::export(&mut tx, cutoff, batch_records_max, admit, row)
     }
 
     fn purge_batch(
@@ -258,147 +229,147 @@ const DEAD_IN: &str = concat!(
 const ENDS: &str = "(SELECT seq AS e FROM audit_chain UNION ALL
      SELECT link_seq FROM audit_batches WHERE link_seq IS NOT NULL)";
 
-/// The audit prefix a purge before `cutoff` may remove, as in `sqlite/purge.rs`: it ends
-/// before the first record at or after `cutoff` that is not a checkpoint, and a batch counts
-/// as at or after `cutoff` if any of its records is (its members were written when its row
-/// was, its link when it was linked).
-fn prefix(client: &mut impl GenericClient, cutoff: &str) -> Result<Option<(i64, i64)>> {
-    let row = client.query_one(
-        &format!(
-            "SELECT (SELECT MIN(s) FROM (SELECT MIN(seq) AS s FROM audit_chain UNION ALL
-                     SELECT MIN(link_seq - record_count + 1) FROM audit_batches) f),
-                    (SELECT MAX(e) FROM {ENDS} x WHERE e < COALESCE(
-                        (SELECT MIN(s) FROM (
-                            SELECT MIN(seq) AS s FROM audit_chain
-                            WHERE recorded_at >= $1 AND kind <> 'checkpoint'
-                            UNION ALL
-                            SELECT MIN(link_seq - record_count + 1) FROM audit_batches
-                            WHERE link_seq IS NOT NULL
-                              AND (created_at >= $1 OR linked_at >= $1)) t),
-                        9223372036854775807))"
-        ),
-        &[&cutoff],
-    )?;
-    let (Some(first), Some(last)): (Option<i64>, Option<i64>) = (row.get(0), row.get(1)) else {
-        return Ok(None);
-    };
-    let only_checkpoint = client
-        .query_opt(
-            "SELECT 1 FROM audit_chain WHERE seq BETWEEN $1 AND $2 AND kind <> 'checkpoint'
-             UNION ALL
-             SELECT 1 FROM audit_batches WHERE link_seq BETWEEN $1 AND $2 LIMIT 1",
-            &[&first, &last],
-        )?
-        .is_none();
-    Ok(if last < first || only_checkpoint {
-        None
-    } else {
-        Some((first, last))
-    })
-}
-
-/// The seq ending a purge batch of at most `count` records starting at `first`, within
-/// `..=last`, at the edge of a chain batch (a chain batch larger than `count` is taken whole).
-fn batch_end(client: &mut impl GenericClient, first: i64, last: i64, count: usize) -> Result<i64> {
-    let end: Option<i64> = client
-        .query_one(
+/// A purge's export asks the read snapshot it runs in ([`purge::Snapshot`]).
+impl purge::Snapshot for postgres::Transaction<'_> {
+    /// The audit prefix a purge before `cutoff` may remove, as in `sqlite/purge.rs`: it ends
+    /// before the first record at or after `cutoff` that is not a checkpoint, and a batch counts
+    /// as at or after `cutoff` if any of its records is (its members were written when its row
+    /// was, its link when it was linked).
+    fn prefix(&mut self, cutoff: &str) -> Result<Option<(i64, i64)>> {
+        let row = self.query_one(
             &format!(
-                "SELECT COALESCE(
-                     (SELECT MAX(e) FROM {ENDS} x WHERE e BETWEEN $1 AND LEAST($2, $1 + $3 - 1)),
-                     (SELECT MIN(e) FROM {ENDS} x WHERE e BETWEEN $1 AND $2))"
+                "SELECT (SELECT MIN(s) FROM (SELECT MIN(seq) AS s FROM audit_chain UNION ALL
+                         SELECT MIN(link_seq - record_count + 1) FROM audit_batches) f),
+                        (SELECT MAX(e) FROM {ENDS} x WHERE e < COALESCE(
+                            (SELECT MIN(s) FROM (
+                                SELECT MIN(seq) AS s FROM audit_chain
+                                WHERE recorded_at >= $1 AND kind <> 'checkpoint'
+                                UNION ALL
+                                SELECT MIN(link_seq - record_count + 1) FROM audit_batches
+                                WHERE link_seq IS NOT NULL
+                                  AND (created_at >= $1 OR linked_at >= $1)) t),
+                            9223372036854775807))"
             ),
-            &[&first, &last, &(count as i64)],
-        )?
-        .get(0);
-    Ok(end.unwrap_or(last))
-}
-
-/// Held awards named by any record in `first..=last`.
-fn held_in(client: &mut impl GenericClient, first: i64, last: i64) -> Result<Vec<String>> {
-    Ok(client
-        .query(
-            concat!(
-                "SELECT DISTINCT a.award_id FROM ",
-                records_in!(),
-                " a JOIN legal_holds h ON h.award_id = a.award_id ORDER BY a.award_id"
-            ),
-            &[&first, &last],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
-}
-
-/// Outbox rows among the claims of `first..=last` not yet published, or not yet on every
-/// events stream a relay has published this ledger to: above the lowest `published_upto:`
-/// mark (`outbox.rs`), or without an id yet. Either relay of two may set `published_at`; the
-/// other reads rows by id from its own stream's position, so a row above its mark must stay.
-fn unpublished_in(client: &mut impl GenericClient, first: i64, last: i64) -> Result<u64> {
-    let n: i64 = client
-        .query_one(
-            &format!(
-                "SELECT COUNT(*) FROM outbox
-                 WHERE (published_at IS NULL OR id IS NULL
-                        OR id > (SELECT MIN(value::bigint) FROM ledger_meta
-                                 WHERE name LIKE 'published\\_upto:%'))
-                   AND claim_id IN ({CLAIMS_IN})"
-            ),
-            &[&first, &last],
-        )?
-        .get(0);
-    Ok(n as u64)
-}
-
-/// Every row a batch would remove, as `{"table": .., "row": ..}`, audit records first; keys in
-/// hex, columns in the same order and with the same names as the SQLite export.
-fn export_rows(
-    client: &mut impl GenericClient,
-    first: i64,
-    last: i64,
-) -> Result<Vec<serde_json::Value>> {
-    let mut out: Vec<serde_json::Value> = audit_store::range(client, first, last)?
-        .into_iter()
-        .map(|r| serde_json::json!({ "table": "audit_log", "row": r }))
-        .collect();
-    let tables = [
-        (
-            "processed_messages",
-            format!(
-                "SELECT claim_id, encode(idempotency_key, 'hex') AS idempotency_key, award_id,
-                        submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
-                        submission_instant
-                 FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"
-            ),
-        ),
-        (
-            "disbursements",
-            format!(
-                "SELECT id, claim_id, encode(idempotency_key, 'hex') AS idempotency_key, award_id,
-                        amount_cents, recorded_at
-                 FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"
-            ),
-        ),
-        (
-            "outbox",
-            format!(
-                "SELECT id, claim_id, event_type, payload, created_at, published_at
-                 FROM outbox WHERE claim_id IN ({CLAIMS_IN})"
-            ),
-        ),
-        (
-            "dead_letters",
-            format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
-        ),
-    ];
-    for (table, sql) in tables {
-        let json_sql = format!("SELECT row_to_json(t)::text FROM ({sql}) t");
-        for r in client.query(&json_sql, &[&first, &last])? {
-            let row: serde_json::Value = serde_json::from_str(r.get(0))
-                .map_err(|e| Error::Other(format!("exporting {table}: {e}")))?;
-            out.push(serde_json::json!({ "table": table, "row": row }));
-        }
+            &[&cutoff],
+        )?;
+        let (Some(first), Some(last)): (Option<i64>, Option<i64>) = (row.get(0), row.get(1)) else {
+            return Ok(None);
+        };
+        let only_checkpoint = self
+            .query_opt(
+                "SELECT 1 FROM audit_chain WHERE seq BETWEEN $1 AND $2 AND kind <> 'checkpoint'
+                 UNION ALL
+                 SELECT 1 FROM audit_batches WHERE link_seq BETWEEN $1 AND $2 LIMIT 1",
+                &[&first, &last],
+            )?
+            .is_none();
+        Ok(if last < first || only_checkpoint {
+            None
+        } else {
+            Some((first, last))
+        })
     }
-    Ok(out)
+
+    /// Held awards named by any record in `first..=last`.
+    fn held_in(&mut self, first: i64, last: i64) -> Result<Vec<String>> {
+        Ok(self
+            .query(
+                concat!(
+                    "SELECT DISTINCT a.award_id FROM ",
+                    records_in!(),
+                    " a JOIN legal_holds h ON h.award_id = a.award_id ORDER BY a.award_id"
+                ),
+                &[&first, &last],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    /// Outbox rows among the claims of `first..=last` not yet published, or not yet on every
+    /// events stream a relay has published this ledger to: above the lowest `published_upto:`
+    /// mark (`outbox.rs`), or without an id yet. Either relay of two may set `published_at`; the
+    /// other reads rows by id from its own stream's position, so a row above its mark must stay.
+    fn unpublished_in(&mut self, first: i64, last: i64) -> Result<u64> {
+        let n: i64 = self
+            .query_one(
+                &format!(
+                    "SELECT COUNT(*) FROM outbox
+                     WHERE (published_at IS NULL OR id IS NULL
+                            OR id > (SELECT MIN(value::bigint) FROM ledger_meta
+                                     WHERE name LIKE 'published\\_upto:%'))
+                       AND claim_id IN ({CLAIMS_IN})"
+                ),
+                &[&first, &last],
+            )?
+            .get(0);
+        Ok(n as u64)
+    }
+
+    /// The seq ending a purge batch of at most `count` records starting at `first`, within
+    /// `..=last`, at the edge of a chain batch (a chain batch larger than `count` is taken whole).
+    fn batch_end(&mut self, first: i64, last: i64, count: usize) -> Result<i64> {
+        let end: Option<i64> = self
+            .query_one(
+                &format!(
+                    "SELECT COALESCE(
+                         (SELECT MAX(e) FROM {ENDS} x WHERE e BETWEEN $1 AND LEAST($2, $1 + $3 - 1)),
+                         (SELECT MIN(e) FROM {ENDS} x WHERE e BETWEEN $1 AND $2))"
+                ),
+                &[&first, &last, &(count as i64)],
+            )?
+            .get(0);
+        Ok(end.unwrap_or(last))
+    }
+
+    fn records(&mut self, first: i64, last: i64) -> Result<Vec<Record>> {
+        audit_store::range(self, first, last)
+    }
+
+    /// The other tables' rows: keys in hex, columns in the same order and with the same names
+    /// as the SQLite export.
+    fn export_rows(&mut self, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
+        let mut out = Vec::new();
+        let tables = [
+            (
+                "processed_messages",
+                format!(
+                    "SELECT claim_id, encode(idempotency_key, 'hex') AS idempotency_key, award_id,
+                            submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer,
+                            submission_instant
+                     FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"
+                ),
+            ),
+            (
+                "disbursements",
+                format!(
+                    "SELECT id, claim_id, encode(idempotency_key, 'hex') AS idempotency_key, award_id,
+                            amount_cents, recorded_at
+                     FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"
+                ),
+            ),
+            (
+                "outbox",
+                format!(
+                    "SELECT id, claim_id, event_type, payload, created_at, published_at
+                     FROM outbox WHERE claim_id IN ({CLAIMS_IN})"
+                ),
+            ),
+            (
+                "dead_letters",
+                format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+            ),
+        ];
+        for (table, sql) in tables {
+            let json_sql = format!("SELECT row_to_json(t)::text FROM ({sql}) t");
+            for r in self.query(&json_sql, &[&first, &last])? {
+                let row: serde_json::Value = serde_json::from_str(r.get(0))
+                    .map_err(|e| Error::Other(format!("exporting {table}: {e}")))?;
+                out.push(serde_json::json!({ "table": table, "row": row }));
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Removes batch `first..=last` and leaves a checkpoint at `last`, in one transaction.
@@ -412,13 +383,7 @@ fn purge_batch(
     let mut tx = client.transaction()?;
     // Holds placed since the plan. A hold committed after this read is missed, as one
     // committed after SQLite's check would be: a hold stops the purges that start after it.
-    let held = held_in(&mut tx, first, last)?;
-    if !held.is_empty() {
-        return Err(Error::Other(format!(
-            "award {} came under legal hold during the purge; stopped",
-            held.join(", ")
-        )));
-    }
+    purge::refuse_held(&purge::Snapshot::held_in(&mut tx, first, last)?)?;
     let continues_from: String = tx
         .query_one(
             "SELECT hash FROM audit_chain WHERE seq = $1
@@ -446,12 +411,7 @@ fn purge_batch(
         &[&first, &last],
     )?;
     let records = sealed_alone + members;
-    let mut checkpoint = Record {
-        seq: last,
-        detail: Some(detail.to_owned()),
-        ..Record::unsealed(Kind::Checkpoint, now)
-    };
-    checkpoint.seal(&continues_from);
+    let checkpoint = Record::checkpoint(last, detail, now, &continues_from);
     audit_store::insert(&mut tx, &checkpoint)?;
     // Every purge batch moves the purge count, as SQLite's do: a process's `stats` tally
     // (`tally.rs`) counts only above the chain head, and this batch deleted below it.
@@ -496,13 +456,7 @@ fn delete_claims(
             &[&first, &last],
         )?
         .get(0);
-    if ids.len() as i64 != records {
-        return Err(Error::Invariant(format!(
-            "{records} processed records in seq {first}..={last} but only {} of their claims \
-             were found among the claims made before the cutoff; nothing was purged",
-            ids.len()
-        )));
-    }
+    purge::all_claims_found(records, ids.len() as i64, first, last)?;
     // ON CONFLICT DO NOTHING, as SQLite's OR IGNORE: a hand-edited ledger could hold a
     // tombstone of a key that is also claimed (`verify` names that); the earlier one is kept.
     tx.execute(

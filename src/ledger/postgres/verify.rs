@@ -245,22 +245,15 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     let n = |i: usize| counts.get::<_, i64>(i) as u64;
     let (claims, disbursements, outbox_rows, processed, tombstones) =
         (n(0), n(1), n(2), n(3), n(4));
-    if processed != disbursements {
-        let found: Option<String> = tx.query_opt(
+    checks::processed_records(disbursements, processed, || {
+        Ok(tx.query_opt(
             "SELECT 'disbursement ' || d.id || ' (key ' || encode(d.idempotency_key, 'hex') || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
                ON a.kind = 'processed' AND a.idempotency_key = encode(d.idempotency_key, 'hex')
              WHERE a.kind IS NULL ORDER BY d.id LIMIT 1",
             &[],
-        )?.map(|row| row.get(0));
-        // Every disbursement has a record, so the counts differ only if records are shared.
-        return Err(Error::Invariant(format!(
-            "disbursement without a processed record: {}",
-            found.unwrap_or_else(|| format!(
-                "{disbursements} disbursements but {processed} processed records"
-            ))
-        )));
-    }
+        )?.map(|row| row.get(0)))
+    })?;
     let mut links = Verifier::default();
     let mut holds = checks::Holds::default();
     let mut last_seq = 0;
@@ -334,7 +327,7 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
 /// Reviewers' decisions on held conflicts agree with their records ([`checks::decisions`]),
 /// the records read from every batch, linked or not (`audit_log`).
 fn decisions(tx: &mut postgres::Transaction<'_>) -> Result<()> {
-    let rows: Vec<checks::HeldRow> = tx
+    let rows = tx
         .query(
             "SELECT reason_code, stream_entry_id, decision, decided_by, decided_reason, decided_at
              FROM dead_letters WHERE reason_code = 'conflict_hold' OR decision IS NOT NULL
@@ -342,12 +335,8 @@ fn decisions(tx: &mut postgres::Transaction<'_>) -> Result<()> {
             &[],
         )?
         .iter()
-        .map(|r| checks::HeldRow {
-            reason_code: r.get(0),
-            entry_id: r.get(1),
-            decision: [r.get(2), r.get(3), r.get(4), r.get(5)],
-        })
-        .collect();
+        .map(checks::HeldRow::read)
+        .collect::<Result<Vec<_>>>()?;
     let records = tx
         .query(
             "SELECT kind, stream_entry_id, detail, recorded_at FROM audit_log
@@ -355,17 +344,7 @@ fn decisions(tx: &mut postgres::Transaction<'_>) -> Result<()> {
             &[],
         )?
         .iter()
-        .map(|r| {
-            let kind: String = r.get(0);
-            Ok(checks::DecisionRecord {
-                kind: crate::domain::audit::Kind::parse(&kind).ok_or_else(|| {
-                    Error::Invariant(format!("an audit record of unknown kind {kind:?}"))
-                })?,
-                entry_id: r.get(1),
-                detail: r.get(2),
-                recorded_at: r.get(3),
-            })
-        })
+        .map(checks::DecisionRecord::read)
         .collect::<Result<Vec<_>>>()?;
     checks::decisions(&rows, &records)
 }

@@ -5,10 +5,10 @@
 //! files directly.
 
 use super::SqliteLedger;
-use crate::domain::audit::{Kind, Record};
-use crate::error::{Error, Result};
-use crate::ledger::AuditLog;
+use crate::domain::audit::Record;
+use crate::error::Result;
 pub use crate::ledger::Since;
+use crate::ledger::{records, AuditLog};
 use rusqlite::{Connection, Row};
 
 impl AuditLog for SqliteLedger {
@@ -185,26 +185,7 @@ pub(super) fn insert_many(st: &mut super::raw::Statements, records: &[Record]) -
 }
 
 fn record_of(row: &Row<'_>) -> Result<Record> {
-    let seq: i64 = row.get(0)?;
-    let kind: String = row.get(1)?;
-    let kind = Kind::parse(&kind).ok_or_else(|| {
-        Error::Invariant(format!(
-            "audit record seq {seq}: unknown kind {kind:?} (edited)"
-        ))
-    })?;
-    Ok(Record {
-        seq,
-        kind,
-        idempotency_key: row.get(2)?,
-        award_id: row.get(3)?,
-        amount_cents: row.get(4)?,
-        stream_entry_id: row.get(5)?,
-        consumer: row.get(6)?,
-        delivery_count: row.get(7)?,
-        detail: row.get(8)?,
-        recorded_at: row.get(9)?,
-        prev_hash: row.get(10)?,
-        hash: row.get(11)?,
-        batch_index: None,
-    })
+    records::sealed_row(row)
 }
+
+records::columns_by!(Row<'_>, get);

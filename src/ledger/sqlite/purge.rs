@@ -14,7 +14,7 @@ use super::{audit_store, SqliteLedger};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
-use crate::ledger::{Hold, PurgePlan, Removed, Retention};
+use crate::ledger::{purge, Hold, PurgePlan, Removed, Retention};
 use r2d2::PooledConnection;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::types::ValueRef;
@@ -74,36 +74,8 @@ impl Retention for SqliteLedger {
         // The map is built outside the read transaction below, which rolls back when it ends
         // and would take the temporary table with it.
         let session = session.insert(self.start_session(cutoff)?);
-        let tx = session.conn.transaction()?;
-        let Some((first, last)) = prefix(&tx, cutoff)? else {
-            return Ok(None);
-        };
-        let plan = PurgePlan {
-            first,
-            last,
-            held: held_in(&tx, first, last)?,
-            unpublished: unpublished_in(&tx, first, last)?,
-        };
-        admit(&plan)?;
-        let mut ends = Vec::new();
-        let mut lo = first;
-        loop {
-            let hi = batch_end(&tx, lo, last, batch_records_max)?;
-            // Each batch ends after it starts and inside the plan, so the loop ends at `last`.
-            assert!(
-                lo <= hi && hi <= last,
-                "purge batch {lo}..={hi} is not inside the plan's {first}..={last}"
-            );
-            for value in export_rows(&tx, lo, hi)? {
-                row(&value)?;
-            }
-            ends.push(hi);
-            if hi >= last {
-                break;
-            }
-            lo = hi + 1;
-        }
-        Ok(Some((plan, ends)))
+        let mut tx = session.conn.transaction()?;
+        purge::export(&mut tx, cutoff, batch_records_max, admit, row)
     }
 
     fn purge_batch(
@@ -129,6 +101,117 @@ impl Retention for SqliteLedger {
             }
             done => done,
         }
+    }
+}
+
+/// A purge's export asks the read snapshot it runs in ([`purge::Snapshot`]).
+impl purge::Snapshot for Transaction<'_> {
+    /// The audit prefix a purge before `cutoff` may remove: `(first, last)` seqs, or `None`.
+    /// It ends before the first non-checkpoint record written at or after `cutoff`.
+    fn prefix(&mut self, cutoff: &str) -> Result<Option<(i64, i64)>> {
+        let (first, last): (Option<i64>, Option<i64>) = self.query_row(
+            "SELECT (SELECT MIN(seq) FROM audit_log),
+                    (SELECT MAX(seq) FROM audit_log WHERE seq < COALESCE(
+                        (SELECT MIN(seq) FROM audit_log WHERE recorded_at >= ?1 AND kind <> 'checkpoint'),
+                        9223372036854775807))",
+            [cutoff],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let (Some(first), Some(last)) = (first, last) else {
+            return Ok(None);
+        };
+        let only_checkpoint = self
+            .query_row(
+                "SELECT 1 FROM audit_log WHERE seq BETWEEN ?1 AND ?2 AND kind <> 'checkpoint' LIMIT 1",
+                [first, last],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_none();
+        Ok(if last < first || only_checkpoint {
+            None
+        } else {
+            Some((first, last))
+        })
+    }
+
+    /// Held awards named by any record in `first..=last`.
+    fn held_in(&mut self, first: i64, last: i64) -> Result<Vec<String>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT DISTINCT a.award_id FROM audit_log a JOIN legal_holds h ON h.award_id = a.award_id
+             WHERE a.seq BETWEEN ?1 AND ?2 ORDER BY a.award_id",
+        )?;
+        let rows = stmt.query_map([first, last], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Outbox rows among the claims of `first..=last` not yet published, or not yet on every
+    /// events stream a relay has published this ledger to: above the lowest `published_upto:`
+    /// mark (`outbox.rs`). Either relay of two may set `published_at`; the other reads rows by id
+    /// from its own stream's position, so a row above its mark must stay.
+    fn unpublished_in(&mut self, first: i64, last: i64) -> Result<u64> {
+        let n: i64 = self.query_row(
+            &format!(
+                "SELECT COUNT(*) FROM outbox
+                 WHERE (published_at IS NULL
+                        OR id > (SELECT MIN(CAST(value AS INTEGER)) FROM ledger_meta
+                                 WHERE name LIKE 'published\\_upto:%' ESCAPE '\\'))
+                   AND claim_id IN ({CLAIMS_IN})"
+            ),
+            [first, last],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
+    /// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
+    fn batch_end(&mut self, first: i64, last: i64, count: usize) -> Result<i64> {
+        let end: Option<i64> = self.query_row(
+            "SELECT MAX(seq) FROM (SELECT seq FROM audit_log WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq LIMIT ?3)",
+            params![first, last, count as i64],
+            |r| r.get(0),
+        )?;
+        Ok(end.unwrap_or(last))
+    }
+
+    fn records(&mut self, first: i64, last: i64) -> Result<Vec<Record>> {
+        audit_store::range(self, first, last)
+    }
+
+    /// The other tables' rows, each as SQLite returns it (`SELECT *`).
+    fn export_rows(&mut self, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
+        let mut out = Vec::new();
+        let tables = [
+            (
+                "processed_messages",
+                format!("SELECT * FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"),
+            ),
+            (
+                "disbursements",
+                format!("SELECT * FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"),
+            ),
+            (
+                "outbox",
+                format!("SELECT * FROM outbox WHERE claim_id IN ({CLAIMS_IN})"),
+            ),
+            (
+                "dead_letters",
+                format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
+            ),
+        ];
+        for (table, sql) in tables {
+            let mut stmt = self.prepare(&sql)?;
+            let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+            let mut rows = stmt.query([first, last])?;
+            while let Some(row) = rows.next()? {
+                let mut obj = serde_json::Map::new();
+                for (i, name) in names.iter().enumerate() {
+                    obj.insert(name.clone(), json_of(row.get_ref(i)?));
+                }
+                out.push(serde_json::json!({ "table": table, "row": obj }));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -183,74 +266,6 @@ pub(super) fn holds(conn: &Connection) -> Result<Vec<Hold>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The audit prefix a purge before `cutoff` may remove: `(first, last)` seqs, or `None`.
-/// It ends before the first non-checkpoint record written at or after `cutoff`.
-fn prefix(conn: &Connection, cutoff: &str) -> Result<Option<(i64, i64)>> {
-    let (first, last): (Option<i64>, Option<i64>) = conn.query_row(
-        "SELECT (SELECT MIN(seq) FROM audit_log),
-                (SELECT MAX(seq) FROM audit_log WHERE seq < COALESCE(
-                    (SELECT MIN(seq) FROM audit_log WHERE recorded_at >= ?1 AND kind <> 'checkpoint'),
-                    9223372036854775807))",
-        [cutoff],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    let (Some(first), Some(last)) = (first, last) else {
-        return Ok(None);
-    };
-    let only_checkpoint = conn
-        .query_row(
-            "SELECT 1 FROM audit_log WHERE seq BETWEEN ?1 AND ?2 AND kind <> 'checkpoint' LIMIT 1",
-            [first, last],
-            |_| Ok(()),
-        )
-        .optional()?
-        .is_none();
-    Ok(if last < first || only_checkpoint {
-        None
-    } else {
-        Some((first, last))
-    })
-}
-
-/// The seq ending a batch of at most `count` records starting at `first`, within `..=last`.
-fn batch_end(conn: &Connection, first: i64, last: i64, count: usize) -> Result<i64> {
-    let end: Option<i64> = conn.query_row(
-        "SELECT MAX(seq) FROM (SELECT seq FROM audit_log WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq LIMIT ?3)",
-        params![first, last, count as i64],
-        |r| r.get(0),
-    )?;
-    Ok(end.unwrap_or(last))
-}
-
-/// Held awards named by any record in `first..=last`.
-fn held_in(conn: &Connection, first: i64, last: i64) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT a.award_id FROM audit_log a JOIN legal_holds h ON h.award_id = a.award_id
-         WHERE a.seq BETWEEN ?1 AND ?2 ORDER BY a.award_id",
-    )?;
-    let rows = stmt.query_map([first, last], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-/// Outbox rows among the claims of `first..=last` not yet published, or not yet on every
-/// events stream a relay has published this ledger to: above the lowest `published_upto:`
-/// mark (`outbox.rs`). Either relay of two may set `published_at`; the other reads rows by id
-/// from its own stream's position, so a row above its mark must stay.
-fn unpublished_in(conn: &Connection, first: i64, last: i64) -> Result<u64> {
-    let n: i64 = conn.query_row(
-        &format!(
-            "SELECT COUNT(*) FROM outbox
-             WHERE (published_at IS NULL
-                    OR id > (SELECT MIN(CAST(value AS INTEGER)) FROM ledger_meta
-                             WHERE name LIKE 'published\\_upto:%' ESCAPE '\\'))
-               AND claim_id IN ({CLAIMS_IN})"
-        ),
-        [first, last],
-        |r| r.get(0),
-    )?;
-    Ok(n as u64)
-}
-
 /// Claims whose `processed` record lies in `?1..=?2` (through `temp.claim_keys`, see
 /// [`index_claim_keys`]).
 const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
@@ -282,46 +297,6 @@ fn index_claim_keys(conn: &Connection, cutoff: &str) -> Result<()> {
 const DEAD_IN: &str = "SELECT stream_entry_id FROM audit_log
      WHERE kind = 'dead_letter' AND seq BETWEEN ?1 AND ?2";
 
-/// Every row a batch `first..=last` would remove, as `{"table": .., "row": ..}` JSON values,
-/// audit records first (so the export verifies with `audit verify --file`).
-fn export_rows(conn: &Connection, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
-    let mut out: Vec<serde_json::Value> = audit_store::range(conn, first, last)?
-        .into_iter()
-        .map(|r| serde_json::json!({ "table": "audit_log", "row": r }))
-        .collect();
-    let tables = [
-        (
-            "processed_messages",
-            format!("SELECT * FROM processed_messages WHERE claim_id IN ({CLAIMS_IN})"),
-        ),
-        (
-            "disbursements",
-            format!("SELECT * FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"),
-        ),
-        (
-            "outbox",
-            format!("SELECT * FROM outbox WHERE claim_id IN ({CLAIMS_IN})"),
-        ),
-        (
-            "dead_letters",
-            format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
-        ),
-    ];
-    for (table, sql) in tables {
-        let mut stmt = conn.prepare(&sql)?;
-        let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
-        let mut rows = stmt.query([first, last])?;
-        while let Some(row) = rows.next()? {
-            let mut obj = serde_json::Map::new();
-            for (i, name) in names.iter().enumerate() {
-                obj.insert(name.clone(), json_of(row.get_ref(i)?));
-            }
-            out.push(serde_json::json!({ "table": table, "row": obj }));
-        }
-    }
-    Ok(out)
-}
-
 fn json_of(v: ValueRef<'_>) -> serde_json::Value {
     match v {
         ValueRef::Null => serde_json::Value::Null,
@@ -344,14 +319,8 @@ fn purge_batch(
     now: &str,
 ) -> Result<Removed> {
     assert!(first <= last, "a purge batch {first}..={last} is empty");
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let held = held_in(&tx, first, last)?;
-    if !held.is_empty() {
-        return Err(Error::Other(format!(
-            "award {} came under legal hold during the purge; stopped",
-            held.join(", ")
-        )));
-    }
+    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    purge::refuse_held(&purge::Snapshot::held_in(&mut tx, first, last)?)?;
     let continues_from: String =
         tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| {
             r.get(0)
@@ -365,12 +334,7 @@ fn purge_batch(
         "DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
         [first, last],
     )?;
-    let mut checkpoint = Record {
-        seq: last,
-        detail: Some(detail.to_owned()),
-        ..Record::unsealed(Kind::Checkpoint, now)
-    };
-    checkpoint.seal(&continues_from);
+    let checkpoint = Record::checkpoint(last, detail, now, &continues_from);
     audit_store::insert(&tx, &checkpoint)?;
     tx.commit()?;
     Ok(Removed {
@@ -392,20 +356,14 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64, now: &str) -> Resu
         &format!("INSERT INTO temp.purge_claims {CLAIMS_IN}"),
         [first, last],
     )?;
-    // Each processed record must take its claim with it; a record whose claim cannot be found
-    // would leave the claim behind without its evidence, so the batch is refused instead.
+    // Each processed record must take its claim with it ([`purge::all_claims_found`]).
     let (records, found): (i64, i64) = tx.query_row(
         "SELECT (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND seq BETWEEN ?1 AND ?2),
                 (SELECT COUNT(*) FROM temp.purge_claims)",
         [first, last],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    if found != records {
-        return Err(Error::Invariant(format!(
-            "{records} processed records in seq {first}..={last} but only {found} of their claims \
-             were found among the claims made before the cutoff; nothing was purged"
-        )));
-    }
+    purge::all_claims_found(records, found, first, last)?;
     // OR IGNORE: a hand-edited ledger could hold a tombstone of a key that is also claimed
     // (`verify` names that); the purge keeps the earlier tombstone and removes the claim.
     tx.execute(

@@ -247,11 +247,11 @@ fn exact(tx: &Connection) -> Result<()> {
     let count =
         |sql: &str| -> Result<u64> { Ok(tx.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let disbursements = count("SELECT COUNT(*) FROM disbursements")?;
-    // Every processed record matches a disbursement (checked above); equal counts then mean
-    // every disbursement has its record, unless two records name one key in different case.
+    // Every processed record matches a disbursement (checked above); two records may still
+    // name one key in different case.
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
-    if processed != disbursements {
-        let found: Option<String> = tx.query_row(
+    checks::processed_records(disbursements, processed, || {
+        Ok(tx.query_row(
             "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(d.idempotency_key)) || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
                ON a.kind = 'processed' AND a.idempotency_key = lower(hex(d.idempotency_key))
@@ -259,16 +259,8 @@ fn exact(tx: &Connection) -> Result<()> {
             [],
             |r| r.get(0),
         )
-        .optional()?;
-        // Every disbursement has a record, so the counts differ only if records are shared.
-        return Err(Error::Invariant(format!(
-            "disbursement without a processed record: {}",
-            found.unwrap_or_else(|| format!(
-                "{disbursements} disbursements but {processed} processed records"
-            ))
-        )));
-    }
-    Ok(())
+        .optional()?)
+    })
 }
 
 /// The three tables [`sweep`] walks in step, each in the order of a key it has: claims and
@@ -565,17 +557,9 @@ fn unhex(hex: &str) -> Option<sweep::Key> {
 /// The uniqueness each promise rests on, as sets of columns a table must have a unique,
 /// non-partial index (or an integer primary key) on; any one set of a row will do, for
 /// ledgers made by earlier releases (`schema.sql`). Someone who can write the file can rebuild
-/// a table without its constraint; the rows may still look right until the second claim or
-/// outbox row arrives, so the constraint itself is checked.
+/// a table without its constraint ([`checks::unique`]).
 const UNIQUE: [(&str, &[&[&str]]); 8] = [
-    (
-        "processed_messages",
-        &[
-            &["submission_instant", "award_id", "idempotency_key"],
-            &["submission_timestamp", "award_id", "idempotency_key"],
-            &["idempotency_key"],
-        ],
-    ),
+    ("processed_messages", checks::CLAIM_UNIQUE),
     ("processed_messages", &[&["claim_id"]]),
     ("disbursements", &[&["claim_id"]]),
     ("outbox", &[&["claim_id"]]),
@@ -603,15 +587,7 @@ fn constraints(conn: &Connection) -> Result<()> {
             "schema altered: {kind} {name} is not claimgate's (its schema has none)"
         )));
     }
-    for (table, any_of) in UNIQUE {
-        let unique = unique_column_sets(conn, table)?;
-        if !any_of.iter().any(|cols| unique.iter().any(|u| u == cols)) {
-            return Err(Error::Invariant(format!(
-                "schema altered: {table} is no longer unique on ({})",
-                any_of[0].join(", ")
-            )));
-        }
-    }
+    checks::unique(&UNIQUE, |table| unique_column_sets(conn, table))?;
     format_matches_shape(conn)
 }
 
@@ -711,44 +687,33 @@ fn integrity_of(path: &Path) -> Result<()> {
 
 /// Reviewers' decisions on held conflicts agree with their records ([`checks::decisions`]).
 fn decisions(conn: &Connection) -> Result<()> {
-    let rows = conn
-        .prepare(
-            "SELECT reason_code, stream_entry_id, decision, decided_by, decided_reason, decided_at
-             FROM dead_letters WHERE reason_code = 'conflict_hold' OR decision IS NOT NULL
-                OR decided_by IS NOT NULL OR decided_reason IS NOT NULL OR decided_at IS NOT NULL",
-        )?
-        .query_map([], |r| {
-            Ok(checks::HeldRow {
-                reason_code: r.get(0)?,
-                entry_id: r.get(1)?,
-                decision: [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?],
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let records = conn
-        .prepare(
-            "SELECT kind, stream_entry_id, detail, recorded_at FROM audit_log
-             WHERE kind IN ('conflict_approved', 'conflict_rejected') ORDER BY seq",
-        )?
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                checks::DecisionRecord {
-                    kind: crate::domain::audit::Kind::ConflictApproved,
-                    entry_id: r.get(1)?,
-                    detail: r.get(2)?,
-                    recorded_at: r.get(3)?,
-                },
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?
-        .into_iter()
-        .map(|(kind, mut r)| {
-            r.kind = crate::domain::audit::Kind::parse(&kind).ok_or_else(|| {
-                Error::Invariant(format!("an audit record of unknown kind {kind:?}"))
-            })?;
-            Ok(r)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let rows = read_all(
+        conn,
+        "SELECT reason_code, stream_entry_id, decision, decided_by, decided_reason, decided_at
+         FROM dead_letters WHERE reason_code = 'conflict_hold' OR decision IS NOT NULL
+            OR decided_by IS NOT NULL OR decided_reason IS NOT NULL OR decided_at IS NOT NULL",
+        |r| checks::HeldRow::read(r),
+    )?;
+    let records = read_all(
+        conn,
+        "SELECT kind, stream_entry_id, detail, recorded_at FROM audit_log
+         WHERE kind IN ('conflict_approved', 'conflict_rejected') ORDER BY seq",
+        |r| checks::DecisionRecord::read(r),
+    )?;
     checks::decisions(&rows, &records)
+}
+
+/// Every row `sql` selects, each as `read` makes it.
+fn read_all<T>(
+    conn: &Connection,
+    sql: &str,
+    read: impl Fn(&rusqlite::Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut stmt = conn.prepare(sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(read(row)?);
+    }
+    Ok(out)
 }

@@ -1,0 +1,82 @@
+//! An audit record read back from its row, the same on every backend: which column holds
+//! which field, and what a `kind` no record can have means. Each backend reads its own rows
+//! and answers [`Columns`] for them, so SQLite and PostgreSQL build a [`Record`] and name an
+//! edited kind in the same words.
+//!
+//! Invariant: this module only reads what it is handed.
+
+use crate::domain::audit::{Kind, Record};
+use crate::error::{Error, Result};
+
+/// One row of a backend, read column by column (0-based), each value as the type asked for.
+pub trait Columns {
+    /// An integer column.
+    fn int(&self, i: usize) -> Result<i64>;
+    /// An integer column that may be NULL.
+    fn opt_int(&self, i: usize) -> Result<Option<i64>>;
+    /// A text column.
+    fn text(&self, i: usize) -> Result<String>;
+    /// A text column that may be NULL.
+    fn opt_text(&self, i: usize) -> Result<Option<String>>;
+}
+
+/// Implements [`Columns`] for a backend's row type `$row` through its own typed getter
+/// `$get` (`row.$get::<_, T>(i)`), whose error converts into [`crate::Error`]: the same four
+/// answers on every backend, written once.
+macro_rules! columns_by {
+    ($row:ty, $get:ident) => {
+        impl $crate::ledger::records::Columns for $row {
+            fn int(&self, i: usize) -> $crate::error::Result<i64> {
+                Ok(self.$get(i)?)
+            }
+
+            fn opt_int(&self, i: usize) -> $crate::error::Result<Option<i64>> {
+                Ok(self.$get(i)?)
+            }
+
+            fn text(&self, i: usize) -> $crate::error::Result<String> {
+                Ok(self.$get(i)?)
+            }
+
+            fn opt_text(&self, i: usize) -> $crate::error::Result<Option<String>> {
+                Ok(self.$get(i)?)
+            }
+        }
+    };
+}
+pub(crate) use columns_by;
+
+/// The record at `seq` whose `kind` stands in column `kind_at` of `row`, followed by the
+/// ten columns after `kind` in [`Record`] order (`idempotency_key` … `hash`), with no
+/// `batch_index` (a batch member's caller sets its own). A `kind` no record can have is
+/// [`Error::Invariant`]: the row was edited.
+pub fn record(row: &impl Columns, seq: i64, kind_at: usize) -> Result<Record> {
+    let kind = row.text(kind_at)?;
+    let kind = Kind::parse(&kind).ok_or_else(|| {
+        Error::Invariant(format!(
+            "audit record seq {seq}: unknown kind {kind:?} (edited)"
+        ))
+    })?;
+    let at = |n: usize| kind_at + n;
+    Ok(Record {
+        seq,
+        kind,
+        idempotency_key: row.opt_text(at(1))?,
+        award_id: row.opt_text(at(2))?,
+        amount_cents: row.opt_int(at(3))?,
+        stream_entry_id: row.opt_text(at(4))?,
+        consumer: row.opt_text(at(5))?,
+        delivery_count: row.opt_int(at(6))?,
+        detail: row.opt_text(at(7))?,
+        recorded_at: row.text(at(8))?,
+        prev_hash: row.text(at(9))?,
+        hash: row.text(at(10))?,
+        batch_index: None,
+    })
+}
+
+/// A record stored as its own row: `seq` first, then `kind` and the rest in [`Record`] order
+/// (the columns of `audit_log` on SQLite and `audit_chain` on PostgreSQL).
+pub fn sealed_row(row: &impl Columns) -> Result<Record> {
+    record(row, row.int(0)?, 1)
+}
