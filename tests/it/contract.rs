@@ -1835,16 +1835,17 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
     let entries: Vec<String> = (0..subs.len()).map(|i| format!("{i}-0")).collect();
     let done = std::sync::atomic::AtomicBool::new(false);
     let late = std::thread::scope(|scope| {
+        let mut writers = Vec::new();
         for w in 0..WRITERS {
             let (l, subs, entries) = (l.clone(), &subs, &entries);
-            scope.spawn(move || {
+            writers.push(scope.spawn(move || {
                 for i in (w * PER_WRITER..(w + 1) * PER_WRITER).step_by(3) {
                     let items: Vec<Item<'_>> = (i..(i + 3).min((w + 1) * PER_WRITER))
                         .map(|j| item(&subs[j], &entries[j]))
                         .collect();
                     l.record(&items, &format!("w{w}"), STREAM).unwrap();
                 }
-            });
+            }));
         }
         let reader = {
             let (l, done) = (l.clone(), &done);
@@ -1866,14 +1867,22 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
                 }
             })
         };
-        // A deadline, and the reader stopped before anything is asserted: a writer that
-        // panicked must fail the test, not leave the scope waiting on the reader for ever.
+        // The reader stops once every writer has returned: a batch's outbox rows get their ids
+        // when it is linked, after its commit (its claims count before that), and `record`
+        // returns after the link. A deadline, and the reader stopped before anything is
+        // asserted: a writer that panicked or hung must fail the test, not leave the scope
+        // waiting on the reader for ever.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while l.counts_claims() < subs.len() as u64 && std::time::Instant::now() < deadline {
+        while !writers.iter().all(|w| w.is_finished()) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
-        reader.join().unwrap()
+        let seen = reader.join().unwrap();
+        assert!(writers.iter().all(|w| w.is_finished()), "writers still busy after 120 s");
+        for w in writers {
+            w.join().unwrap();
+        }
+        seen
     });
     assert_eq!(late.1, subs.len(), "the reader saw every row");
     assert_eq!(late.0, 0, "rows appeared below an id already seen");
@@ -1885,13 +1894,6 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
         .collect();
     assert_eq!(ids, (1..=subs.len() as i64).collect::<Vec<_>>());
     l.verify().unwrap();
-}
-
-impl Postgres {
-    /// Claims so far.
-    fn counts_claims(&self) -> u64 {
-        self.ledger.stats().unwrap().claims
-    }
 }
 
 #[test]
