@@ -6,7 +6,7 @@
 //! state: [`Staged::finish`] hands back the batch's rows, and only [`State::apply`], which
 //! cannot fail, publishes them.
 
-use super::{ClaimRow, DisbursementRow, OutboxEntry, State};
+use super::state::{ClaimRow, DisbursementRow, OutboxEntry, State};
 use crate::config::OnConflict;
 use crate::domain::audit::Record;
 use crate::domain::event::{self, DISBURSEMENT_RECORDED};

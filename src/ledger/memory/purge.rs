@@ -3,7 +3,8 @@
 //! describes, leave a tombstone per removed claim and a checkpoint continuing the chain — without
 //! holds or a retention window, which are `ops::retention`'s business and need a real ledger.
 
-use super::{MemoryStore, Tombstone};
+use super::ledger::MemoryStore;
+use super::state::Tombstone;
 use crate::domain::audit::{Kind, Record};
 use crate::domain::key::IdempotencyKey;
 use crate::error::{Error, Result};

@@ -5,7 +5,7 @@
 //! outbox rows for one claim); here nothing but `record`'s own care prevents them, so they are
 //! checked too, in place of SQLite's `integrity_check`.
 
-use super::{ClaimRow, DisbursementRow, State};
+use super::state::{ClaimRow, DisbursementRow, State};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, Summary};
