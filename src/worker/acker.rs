@@ -15,7 +15,7 @@ use super::dead_letters;
 use super::parse::Parsed;
 use super::quarantine;
 use super::reporter::{self, Committed};
-use super::Shared;
+use super::shared::Shared;
 use crate::broker::fastfilter::FastFilter;
 use crate::broker::stream::{self, Conn};
 use crate::domain::clock::now_rfc3339;

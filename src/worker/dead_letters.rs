@@ -6,7 +6,7 @@
 //! (one copy per original id). The fields a copy carries are built in one place, [`copy`].
 
 use super::parse::{Parsed, Verdict};
-use super::Shared;
+use super::shared::Shared;
 use crate::broker::dead_letter::{self, DeadLetterCopy};
 use crate::broker::stream::{Conn, Entry};
 use crate::domain::clock::now_rfc3339;

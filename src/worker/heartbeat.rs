@@ -4,7 +4,7 @@
 //! **Invariant:** the heartbeat never counts a delivery and never acknowledges anything; it only
 //! resets the idle time of entries this consumer already owns (XCLAIM ... JUSTID).
 
-use super::Shared;
+use super::shared::Shared;
 use crate::broker::stream::{self, Conn};
 use crate::config::HEARTBEAT_IDS_MAX;
 use crate::retry::Episode;

@@ -20,7 +20,7 @@
 
 use super::in_flight::InFlight;
 use super::parse::Handoff;
-use super::Shared;
+use super::shared::Shared;
 use crate::broker::stream::{self, Conn, Entry, TryAlone};
 use crate::config::{Config, QUARANTINE_TRIES_MAX};
 use crate::domain::clock::now_rfc3339;

@@ -28,7 +28,7 @@
 use super::parse::{Handoff, Raw};
 use super::quarantine::{handoff, Quarantine};
 use super::read_size::{Budget, Held};
-use super::Shared;
+use super::shared::Shared;
 use crate::broker::binding;
 use crate::broker::read::{self, Limits};
 use crate::broker::stream::{self, Conn, Entry};

@@ -6,7 +6,7 @@
 //! covering it returned success and did not defer it.
 
 use super::parse::{Parsed, Verdict};
-use super::Shared;
+use super::shared::Shared;
 use crate::error::Result;
 use crate::ledger::{Item, Ledger, Outcome};
 use log::{error, warn};

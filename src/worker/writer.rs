@@ -19,7 +19,7 @@ use super::dead_letters;
 use super::parse::{Batch, Parsed};
 use super::quarantine;
 use super::record::{item_of, record};
-use super::Shared;
+use super::shared::Shared;
 use crate::broker::stream::Conn;
 use crate::config::{COMMIT_BYTES_MAX, COMMIT_ENTRIES_MAX};
 use crate::error::Result;

@@ -1878,7 +1878,10 @@ fn postgres_batches_from_many_connections_number_outbox_rows_in_commit_order() {
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         let seen = reader.join().unwrap();
-        assert!(writers.iter().all(|w| w.is_finished()), "writers still busy after 120 s");
+        assert!(
+            writers.iter().all(|w| w.is_finished()),
+            "writers still busy after 120 s"
+        );
         for w in writers {
             w.join().unwrap();
         }

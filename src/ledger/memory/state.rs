@@ -123,4 +123,3 @@ impl State {
         self.claim_by_key.get(key).map(|&i| &self.claims[i])
     }
 }
-
