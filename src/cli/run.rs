@@ -402,3 +402,62 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     log::info!("stage latency: {}", metrics.stages.summary());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The run flags and shared settings of `claimgate ARGS`, as the binary parses them.
+    fn parsed(args: &[&str]) -> (Config, RunArgs) {
+        let cli = crate::cli::Cli::try_parse_from([&["claimgate"], args].concat()).unwrap();
+        let cfg = cli.global.config().unwrap();
+        match cli.command {
+            crate::cli::Command::Run(run) => (cfg, run),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_sqlite_only_flag_with_a_url_is_refused_naming_it_and_not_the_password() {
+        let url = "postgresql://u:PW-SECRET@db/ledger";
+        for (flags, named) in [
+            (&["--synchronous", "normal"][..], "--synchronous"),
+            (&["--ledger-pages-max", "1000"][..], "--ledger-pages-max"),
+        ] {
+            let (cfg, run) = parsed(&[&["--db", url, "run"], flags].concat());
+            match run.ledger_config(&cfg) {
+                Err(Error::Config(m)) => {
+                    assert!(m.contains(named) && m.contains("SQLite ledger only"), "{m}");
+                    assert!(!m.contains("PW-SECRET"), "{m}");
+                }
+                other => panic!("{flags:?}: {other:?}"),
+            }
+        }
+        let (cfg, run) = parsed(&["--db", url, "run", "--synchronous", "full"]);
+        assert!(matches!(
+            run.ledger_config(&cfg).unwrap().backend,
+            LedgerBackend::Postgres(_)
+        ));
+    }
+
+    #[test]
+    fn sqlite_only_flags_with_a_file_become_its_settings() {
+        let (cfg, run) = parsed(&[
+            "--db",
+            "ledger.db",
+            "run",
+            "--synchronous",
+            "normal",
+            "--ledger-pages-max",
+            "1000",
+        ]);
+        let LedgerBackend::Sqlite(file) = run.ledger_config(&cfg).unwrap().backend else {
+            panic!("not a SQLite ledger")
+        };
+        assert_eq!(file.path, std::path::Path::new("ledger.db"));
+        assert_eq!(file.synchronous, Synchronous::Normal);
+        assert_eq!(file.pages_max, Some(1000));
+        assert!(file.background_checkpoints);
+    }
+}
