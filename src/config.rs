@@ -8,7 +8,6 @@ mod location;
 
 pub use location::{LedgerLocation, PgUrl};
 
-use std::fmt;
 use std::path::PathBuf;
 
 /// Default Redis URL: the local server. `demo` never uses it unless told to.
@@ -316,16 +315,6 @@ pub enum LedgerBackend {
     /// The shared PostgreSQL ledger: its own settings (`schema=`, `sslmode=`, `sslrootcert=`)
     /// are in its URL.
     Postgres(PgUrl),
-}
-
-impl fmt::Display for LedgerBackend {
-    /// The file's path, or the URL with its secrets hidden.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LedgerBackend::Sqlite(file) => write!(f, "{}", file.path.display()),
-            LedgerBackend::Postgres(url) => write!(f, "{url}"),
-        }
-    }
 }
 
 /// The SQLite ledger's file and the settings only it has.

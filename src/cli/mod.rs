@@ -48,8 +48,9 @@ pub struct GlobalArgs {
     /// The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL
     /// ledger (credentials allowed; never shown).
     // Kept as given, neither path nor URL, until `GlobalArgs::config` parses it (once): clap's
-    // own parse error would repeat the value, password and all.
-    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT, hide_env_values = true)]
+    // own parse error would repeat the value, password and all. Shells still complete it as a
+    // path, the common case.
+    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT, hide_env_values = true, value_hint = clap::ValueHint::AnyPath)]
     pub db: OsString,
     /// The submissions stream.
     #[arg(long, env = "CLAIMGATE_STREAM", global = true, default_value = config::STREAM_DEFAULT)]

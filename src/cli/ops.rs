@@ -191,8 +191,9 @@ pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
 pub struct MigrateArgs {
     /// The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the
     /// password is never shown).
-    // Kept as given until `migrate` parses it, as `--db` is (`GlobalArgs::db`).
-    #[arg(long, env = "CLAIMGATE_MIGRATE_TO", hide_env_values = true)]
+    // Kept as given until `migrate` parses it, as `--db` is (`GlobalArgs::db`). The path hint
+    // keeps the shell completions as they were.
+    #[arg(long, env = "CLAIMGATE_MIGRATE_TO", hide_env_values = true, value_hint = clap::ValueHint::AnyPath)]
     pub to: std::ffi::OsString,
 }
 

@@ -42,7 +42,8 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens a connection of its own to the ledger at `cfg.backend.path` and starts checkpointing.
+    /// Opens a connection of its own to the ledger in the file `cfg.backend.path` and starts
+    /// checkpointing.
     pub fn start(cfg: &LedgerConfig<SqliteSettings>) -> Result<Checkpointer> {
         let conn = Connection::open(&cfg.backend.path)?;
         conn.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;

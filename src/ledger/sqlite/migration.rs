@@ -92,8 +92,8 @@ const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
 const NAMED_MAX: usize = 20;
 
 impl SqliteLedger {
-    /// Opens the ledger at `cfg.backend.path`, which must exist, holding the exclusive lock: refused
-    /// (exit 1, saying so) while any claimgate process has it open.
+    /// Opens the ledger in the file `cfg.backend.path`, which must exist, holding the exclusive
+    /// lock: refused (exit 1, saying so) while any claimgate process has it open.
     pub fn open_exclusively(cfg: &LedgerConfig<SqliteSettings>) -> Result<SqliteLedger> {
         SqliteLedger::open_locked(cfg, Locking::Exclusive)
     }

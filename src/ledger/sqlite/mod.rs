@@ -89,10 +89,10 @@ pub(crate) enum Locking {
 }
 
 impl SqliteLedger {
-    /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger at `cfg.backend.path`,
-    /// applies the schema and, with `cfg.backend.background_checkpoints`, starts the checkpointer. A
-    /// ledger `migrate` fenced is refused when `cfg.create` (`run`, `relay`, `init`): its rows
-    /// live in PostgreSQL now (`migration.rs`).
+    /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger in the file
+    /// `cfg.backend.path`, applies the schema and, with `cfg.backend.background_checkpoints`,
+    /// starts the checkpointer. A ledger `migrate` fenced is refused when `cfg.create` (`run`,
+    /// `relay`, `init`): its rows live in PostgreSQL now (`migration.rs`).
     pub fn open(cfg: &LedgerConfig<SqliteSettings>) -> Result<Self> {
         Self::open_locked(cfg, Locking::Shared)
     }
