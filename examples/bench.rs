@@ -30,6 +30,7 @@ use claimgate::ledger::{Item, Ledger, Outcome, Stats};
 use claimgate::observe::metrics::Metrics;
 use claimgate::support::localredis::{LocalRedis, Options};
 use claimgate::support::Shutdown;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -515,7 +516,7 @@ impl Env {
         let group = format!("bench-{label}");
         let started = Instant::now();
         let child = self
-            .claimgate(&load.stream, &group, &db, &log)
+            .claimgate(&load.stream, &group, db.as_os_str(), &log)
             .args(["run", "--exit-when-idle", "--consumer", label])
             .args(flags)
             .args(&self.extra)
@@ -557,7 +558,7 @@ impl Env {
     }
 
     /// The child command, with the worker's environment cleared of anything that could change it.
-    fn claimgate(&self, stream: &str, group: &str, db: &Path, log: &Path) -> Command {
+    fn claimgate(&self, stream: &str, group: &str, db: &OsStr, log: &Path) -> Command {
         let exe = std::env::current_exe().expect("own executable");
         let mut cmd = Command::new(exe);
         let log_file = std::fs::File::create(log).expect("log file");
@@ -651,7 +652,7 @@ impl Env {
         let group = format!("bench-{label}");
         let cfg = Config {
             redis_url: self.redis_url.clone(),
-            db_path: self.dir.join("unused.db"),
+            db: claimgate::config::LedgerLocation::File(self.dir.join("unused.db")),
             stream: load.stream.clone(),
             group: group.clone(),
             redis_wait: Default::default(),
@@ -708,7 +709,7 @@ impl Env {
             .query::<()>(&mut conn)
             .map_err(|e| e.to_string())?;
         let mut child = self
-            .claimgate(stream, group, &db, &log)
+            .claimgate(stream, group, db.as_os_str(), &log)
             .args(["run", "--consumer", "quiet"])
             .args(&self.extra)
             .spawn()

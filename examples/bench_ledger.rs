@@ -74,8 +74,8 @@ fn main() {
                 .expect("pre-schema");
         }
         let mut cfg = LedgerConfig::new(&path);
-        cfg.background_checkpoints = true;
-        let ledger = claimgate::ledger::open(&cfg).expect("open ledger");
+        cfg.backend.background_checkpoints = true;
+        let ledger = claimgate::ledger::open(&cfg.into()).expect("open ledger");
         let (cpu0, written0, t0) = (thread_cpu_s(), written_bytes(), Instant::now());
         let mut processed = 0u64;
         for (chunk, ids) in subs.chunks(batch).zip(entry_ids.chunks(batch)) {

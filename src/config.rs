@@ -1,6 +1,12 @@
 //! Every limit and default in one place, named with units last.
 //!
 //! The command line (`cli`) fills these in; the library never reads flags or env vars itself.
+//! Where the ledger is arrives parsed (`location`): a [`LedgerLocation`], never a string that
+//! might be either a path or a URL.
+
+mod location;
+
+pub use location::{LedgerLocation, PgUrl};
 
 use std::path::PathBuf;
 
@@ -126,9 +132,9 @@ pub const THREADS_DEFAULT: usize = 2;
 pub struct Config {
     /// Redis URL, possibly with credentials (never logged whole).
     pub redis_url: String,
-    /// Where the ledger is: a SQLite file's path, or a `postgres://` URL (which may carry a
-    /// password: never logged whole). `ledger::open` tells the two apart.
-    pub db_path: PathBuf,
+    /// Where the ledger is (`--db`): a SQLite file, or a PostgreSQL URL whose password is
+    /// never shown (see [`PgUrl`]).
+    pub db: LedgerLocation,
     /// The submissions stream key.
     pub stream: String,
     /// The consumer group name.
@@ -278,18 +284,44 @@ pub struct LedgerName {
     pub shown: String,
 }
 
-/// Ledger settings: which ledger (`--db`), and how to open it. `ledger::open` reads them.
+/// Ledger settings: which ledger (`--db`) with the settings only its kind has, and what every
+/// kind shares. `ledger::open` reads them.
+///
+/// `B` is the backend's part: [`LedgerBackend`] until the open step picks the backend, then
+/// [`SqliteSettings`] (the SQLite ledger's `open`) or [`PgUrl`] (the PostgreSQL ledger's). A
+/// setting only SQLite has is a field of [`SqliteSettings`], so a PostgreSQL ledger cannot be
+/// handed one: the command line refuses such a flag with a URL before anything is opened.
 #[derive(Debug, Clone)]
-pub struct LedgerConfig {
-    /// The `--db` value: a file path (the SQLite ledger); a `postgres://` or `postgresql://`
-    /// URL names a PostgreSQL ledger.
-    pub path: PathBuf,
+pub struct LedgerConfig<B = LedgerBackend> {
+    /// Which ledger, with the settings only its kind has.
+    pub backend: B,
     /// Whether to create the ledger when there is none yet. False for commands that only
     /// look at or change an existing ledger (`verify`, `audit`, `retention`, `backup`): for
     /// them a missing ledger is a configuration error naming it.
     pub create: bool,
     /// What `Ledger::record` does with a conflicting resubmission.
     pub on_conflict: OnConflict,
+    /// How long a writer waits for another's lock (SQLite), or for a pooled connection (both).
+    pub busy_timeout_ms: u64,
+    /// Connections in the pool.
+    pub pool_size_max: u32,
+}
+
+/// Which ledger, with the settings only its kind has.
+#[derive(Debug, Clone)]
+pub enum LedgerBackend {
+    /// The embedded SQLite ledger.
+    Sqlite(SqliteSettings),
+    /// The shared PostgreSQL ledger: its own settings (`schema=`, `sslmode=`, `sslrootcert=`)
+    /// are in its URL.
+    Postgres(PgUrl),
+}
+
+/// The SQLite ledger's file and the settings only it has.
+#[derive(Debug, Clone)]
+pub struct SqliteSettings {
+    /// The ledger file.
+    pub path: PathBuf,
     /// For a long-running writer (`claimgate run`): keep the store's housekeeping off the commit
     /// path, on a thread of the ledger's own for as long as it is open. For SQLite that is WAL
     /// checkpoints: pooled connections run with `wal_autocheckpoint = 0` and a background
@@ -298,10 +330,6 @@ pub struct LedgerConfig {
     pub background_checkpoints: bool,
     /// `PRAGMA synchronous`: FULL unless an operator explicitly trades durability away.
     pub synchronous: Synchronous,
-    /// How long a writer waits for another's lock.
-    pub busy_timeout_ms: u64,
-    /// Connections in the pool.
-    pub pool_size_max: u32,
     /// `PRAGMA max_page_count` on every pooled connection: a hard cap on the ledger's size.
     /// Past it a commit fails as "database or disk is full", which the worker waits out like a
     /// full disk. `None` leaves SQLite's own limit.
@@ -310,20 +338,71 @@ pub struct LedgerConfig {
     pub cache_kib: u32,
 }
 
-impl LedgerConfig {
-    /// Defaults for the ledger at `path`.
+impl SqliteSettings {
+    /// Defaults for the ledger file at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        LedgerConfig {
+        SqliteSettings {
             path: path.into(),
-            create: true,
-            on_conflict: OnConflict::Record,
             background_checkpoints: false,
             synchronous: Synchronous::Full,
-            busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
-            pool_size_max: 4,
             pages_max: None,
             cache_kib: CACHE_KIB_DEFAULT,
         }
+    }
+}
+
+impl<B> LedgerConfig<B> {
+    /// Defaults for the ledger `backend` names.
+    pub fn with_defaults(backend: B) -> Self {
+        LedgerConfig {
+            backend,
+            create: true,
+            on_conflict: OnConflict::Record,
+            busy_timeout_ms: BUSY_TIMEOUT_MS_DEFAULT,
+            pool_size_max: 4,
+        }
+    }
+
+    /// These shared settings, for the ledger `backend` names.
+    pub fn with_backend<C>(&self, backend: C) -> LedgerConfig<C> {
+        LedgerConfig {
+            backend,
+            create: self.create,
+            on_conflict: self.on_conflict,
+            busy_timeout_ms: self.busy_timeout_ms,
+            pool_size_max: self.pool_size_max,
+        }
+    }
+}
+
+impl LedgerConfig {
+    /// Defaults for the ledger at `location`.
+    pub fn at(location: LedgerLocation) -> Self {
+        LedgerConfig::with_defaults(match location {
+            LedgerLocation::File(path) => LedgerBackend::Sqlite(SqliteSettings::new(path)),
+            LedgerLocation::Postgres(url) => LedgerBackend::Postgres(url),
+        })
+    }
+}
+
+impl LedgerConfig<SqliteSettings> {
+    /// Defaults for the SQLite ledger in the file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        LedgerConfig::with_defaults(SqliteSettings::new(path))
+    }
+}
+
+impl From<LedgerConfig<SqliteSettings>> for LedgerConfig {
+    /// The same settings, for `ledger::open`, which picks the backend again.
+    fn from(cfg: LedgerConfig<SqliteSettings>) -> Self {
+        cfg.with_backend(LedgerBackend::Sqlite(cfg.backend.clone()))
+    }
+}
+
+impl From<LedgerConfig<PgUrl>> for LedgerConfig {
+    /// The same settings, for `ledger::open`, which picks the backend again.
+    fn from(cfg: LedgerConfig<PgUrl>) -> Self {
+        cfg.with_backend(LedgerBackend::Postgres(cfg.backend.clone()))
     }
 }
 

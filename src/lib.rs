@@ -13,9 +13,12 @@
 //! `tests/it/layers.rs`; ARCHITECTURE.md has each module's invariant).
 //! - [`domain`]: the pure core — the idempotency key, submissions, audit records, events, the
 //!   ledger's clock, anchors and Ed25519 signatures over them. No I/O.
-//! - [`config`]: every limit and default. `error`: the one error type and its transient
-//!   question. `retry`: the one retry policy (backoff with jitter, episode logging, stopping).
-//! - [`support`]: the allocator, failpoints, owner-only files, a private `redis-server`.
+//! - `error`: the one error type and its transient question.
+//! - [`support`]: the allocator, failpoints, owner-only files, URL redaction, a private
+//!   `redis-server`.
+//! - [`config`]: every limit and default, and where the ledger is (`LedgerLocation`: a file or
+//!   a PostgreSQL URL, parsed once from `--db`). `retry`: the one retry policy (backoff with
+//!   jitter, episode logging, stopping).
 //! - [`broker`]: Redis only — streams, consumer groups, reads within a byte budget (in Lua, on
 //!   the server), dead-letter copies, which ledger a group belongs to, the fast filter.
 //! - [`ledger`]: the traits every caller sees a ledger through, their written contract and the

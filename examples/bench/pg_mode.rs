@@ -5,7 +5,7 @@
 //! `verify` and `stats` before its figures count.
 
 use super::{median, ms, wait4, Env, Load, Opts, Res};
-use claimgate::config::LedgerConfig;
+use claimgate::config::{LedgerConfig, LedgerLocation};
 use claimgate::support::localpostgres::LocalPostgres;
 use std::time::{Duration, Instant};
 
@@ -113,10 +113,9 @@ fn pg_run(
     workers: usize,
 ) -> Res<PgRun> {
     let url = pg.create_database(label).map_err(|e| e.to_string())?;
-    let db = std::path::PathBuf::from(&url);
     let group = format!("bench-{label}");
     // The schema first, so no worker's figures include creating it.
-    drop(claimgate::ledger::open(&LedgerConfig::new(&db)).map_err(|e| e.to_string())?);
+    drop(claimgate::ledger::open(&ledger_config(&url)?).map_err(|e| e.to_string())?);
     let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
         .map_err(|e| e.to_string())?;
     let lsn = |c: &mut postgres::Client| -> Res<String> {
@@ -137,7 +136,7 @@ fn pg_run(
     for w in 0..workers {
         let log = env.dir.join(format!("{label}-{w}.log"));
         let child = env
-            .claimgate(&load.stream, &group, &db, &log)
+            .claimgate(&load.stream, &group, url.as_ref(), &log)
             .args([
                 "run",
                 "--exit-when-idle",
@@ -174,7 +173,7 @@ fn pg_run(
         print_statements(&mut admin, label, load.n)?;
     }
     let verifying = Instant::now();
-    verify(env, load, &group, &db)?;
+    verify(env, load, &group, &url)?;
     let verify_s = verifying.elapsed().as_secs_f64();
     let (mut p50, mut p99, mut head, mut head_commit, mut deferred) = (0, 0, 0, 0, 0);
     for (_, log) in &children {
@@ -302,9 +301,15 @@ fn field(text: &str, marker: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The settings of the ledger at `db` (a PostgreSQL URL), parsed as `--db` is.
+fn ledger_config(db: &str) -> Res<LedgerConfig> {
+    let location = LedgerLocation::parse(db).map_err(|e| e.to_string())?;
+    Ok(LedgerConfig::at(location))
+}
+
 /// The ledger's own verify, and counts and sums against the load; the group drained.
-fn verify(env: &Env, load: &Load, group: &str, db: &std::path::Path) -> Res<()> {
-    let mut cfg = LedgerConfig::new(db);
+fn verify(env: &Env, load: &Load, group: &str, db: &str) -> Res<()> {
+    let mut cfg = ledger_config(db)?;
     cfg.create = false;
     let ledger = claimgate::ledger::open(&cfg).map_err(|e| e.to_string())?;
     ledger.verify().map_err(|e| e.to_string())?;

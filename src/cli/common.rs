@@ -78,7 +78,7 @@ fn reopen_files() {
 /// command on a path with no ledger (a typo, the wrong directory) is a configuration error that
 /// names the path, never a new empty ledger that makes a hold or a status look real.
 pub fn open_existing(cfg: &Config) -> Result<Box<dyn Backend>> {
-    let mut lcfg = LedgerConfig::new(&cfg.db_path);
+    let mut lcfg = LedgerConfig::at(cfg.db.clone());
     lcfg.create = false;
     crate::ledger::open(&lcfg)
 }

@@ -23,6 +23,7 @@ mod run;
 use crate::config::{self, Config};
 use crate::error::Result;
 use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// claimgate: pays each grant submission exactly once, however often Redis delivers it.
@@ -46,8 +47,11 @@ pub struct GlobalArgs {
     pub redis_url: String,
     /// The ledger: a SQLite file, or a postgres:// / postgresql:// URL of the shared PostgreSQL
     /// ledger (credentials allowed; never shown).
-    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT, hide_env_values = true)]
-    pub db: PathBuf,
+    // Kept as given, neither path nor URL, until `GlobalArgs::config` parses it (once): clap's
+    // own parse error would repeat the value, password and all. Shells still complete it as a
+    // path, the common case.
+    #[arg(long, env = "CLAIMGATE_DB", global = true, default_value = config::DB_DEFAULT, hide_env_values = true, value_hint = clap::ValueHint::AnyPath)]
+    pub db: OsString,
     /// The submissions stream.
     #[arg(long, env = "CLAIMGATE_STREAM", global = true, default_value = config::STREAM_DEFAULT)]
     pub stream: String,
@@ -125,11 +129,13 @@ pub enum Command {
 }
 
 impl GlobalArgs {
-    /// The shared configuration.
-    pub fn config(&self) -> Config {
-        Config {
+    /// The shared configuration, with `--db` parsed into where the ledger is: the one place a
+    /// `--db` value is read. A value that names no ledger is [`crate::Error::Config`] (exit 2),
+    /// never repeated.
+    pub fn config(&self) -> Result<Config> {
+        Ok(Config {
             redis_url: self.redis_url.clone(),
-            db_path: self.db.clone(),
+            db: config::LedgerLocation::parse(&self.db)?,
             stream: self.stream.clone(),
             group: self.group.clone(),
             redis_wait: config::RedisWait::for_url(
@@ -137,13 +143,17 @@ impl GlobalArgs {
                 self.redis_wait_replicas,
                 self.redis_wait_ms,
             ),
-        }
+        })
     }
 }
 
 /// Runs a parsed command line.
 pub fn dispatch(cli: Cli) -> Result<()> {
-    let cfg = cli.global.config();
+    // `key` reads no setting, so a `--db` meant for the other commands cannot stop it.
+    if let Command::Key(args) = cli.command {
+        return key::key(args);
+    }
+    let cfg = cli.global.config()?;
     match cli.command {
         Command::Run(args) => run::run(&cfg, args),
         Command::Produce(args) => produce::produce(&cfg, args),

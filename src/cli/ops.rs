@@ -2,8 +2,8 @@
 //! `backup`, `restore` and `migrate`.
 
 use super::common::{open_existing, shutdown_on_signals};
-use crate::config::{Config, LedgerConfig};
-use crate::error::Result;
+use crate::config::{Config, LedgerConfig, LedgerLocation};
+use crate::error::{Error, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -171,9 +171,8 @@ pub fn backup(cfg: &Config, args: BackupArgs) -> Result<()> {
 
 /// `claimgate restore`.
 pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
-    let lcfg = crate::config::LedgerConfig::new(&cfg.db_path);
     crate::ops::restore::run(
-        &lcfg,
+        &cfg.db,
         &crate::ops::restore::Request {
             backup: &args.backup,
             redis_url: &cfg.redis_url,
@@ -188,23 +187,40 @@ pub fn restore(cfg: &Config, args: RestoreArgs) -> Result<()> {
 pub struct MigrateArgs {
     /// The empty PostgreSQL ledger to copy the --db SQLite ledger into (postgres://…; the
     /// password is never shown).
-    #[arg(long, env = "CLAIMGATE_MIGRATE_TO", hide_env_values = true)]
-    pub to: PathBuf,
+    // Kept as given until `migrate` parses it, as `--db` is (`GlobalArgs::db`). The path hint
+    // keeps the shell completions as they were.
+    #[arg(long, env = "CLAIMGATE_MIGRATE_TO", hide_env_values = true, value_hint = clap::ValueHint::AnyPath)]
+    pub to: std::ffi::OsString,
 }
 
 /// `claimgate init`: the ledger made or upgraded (the one open that may, besides `run`,
 /// `relay` and `migrate`), and where it is said.
 pub fn init(cfg: &Config) -> Result<()> {
-    let ledger = crate::ledger::open(&LedgerConfig::new(&cfg.db_path))?;
+    let ledger = crate::ledger::open(&LedgerConfig::at(cfg.db.clone()))?;
     println!("ledger ready: {}", ledger.describe());
     Ok(())
 }
 
-/// `claimgate migrate --to URL`.
+/// `claimgate migrate --to URL`: from the SQLite ledger `--db` names to the PostgreSQL ledger
+/// `--to` names; any other pair is refused (exit 2) before either is opened.
 pub fn migrate(cfg: &Config, args: MigrateArgs) -> Result<()> {
-    let mut from = LedgerConfig::new(&cfg.db_path);
+    let LedgerLocation::File(path) = &cfg.db else {
+        return Err(Error::Config(
+            "migrate copies a SQLite ledger: --db must name its file".into(),
+        ));
+    };
+    // Whatever `--to` is instead (a file, or no ledger at all) is not repeated: it may hold a
+    // password.
+    let Ok(LedgerLocation::Postgres(to)) = LedgerLocation::parse(&args.to) else {
+        return Err(Error::Config(
+            "migrate copies into a PostgreSQL ledger: --to must be a postgres:// or \
+             postgresql:// URL"
+                .into(),
+        ));
+    };
+    let mut from = LedgerConfig::new(path);
     from.create = false;
-    let m = crate::ledger::migrate(&from, &LedgerConfig::new(&args.to))?;
+    let m = crate::ledger::migrate(&from, &LedgerConfig::with_defaults(to))?;
     println!(
         "migrated {} claims, {} disbursements, {} outbox rows, {} audit records; both ledgers \
          verify with chain head {}",
@@ -214,7 +230,7 @@ pub fn migrate(cfg: &Config, args: MigrateArgs) -> Result<()> {
         "{} is fenced: run and relay refuse it from now on. Next: set CLAIMGATE_DB (or --db) \
          to {} on every node, with its password, and start the workers there; keep the SQLite \
          file as it is, for reference",
-        cfg.db_path.display(),
+        path.display(),
         m.target
     );
     Ok(())

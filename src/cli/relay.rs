@@ -64,7 +64,7 @@ pub fn relay(cfg: &Config, args: RelayArgs) -> Result<()> {
     super::common::operator_signals()?;
     let rcfg = args.opts.config(cfg)?;
     crate::broker::stream::client(&rcfg.redis_url)?;
-    let Some(ledger) = crate::ledger::open_waiting(&LedgerConfig::new(&cfg.db_path), &shutdown)?
+    let Some(ledger) = crate::ledger::open_waiting(&LedgerConfig::at(cfg.db.clone()), &shutdown)?
     else {
         return Ok(());
     };

@@ -81,6 +81,7 @@ pub fn retention(cfg: &Config, args: RetentionArgs) -> Result<()> {
     let req = crate::ops::retention::Request {
         before: &before,
         export: export.as_deref(),
+        ledger_at: &cfg.db,
         batch_records_max: batch_records_max as usize,
         signing_key: signing_key.as_ref(),
     };

@@ -6,7 +6,8 @@ use crate::broker::binding;
 use crate::broker::read::Limits;
 use crate::broker::stream;
 use crate::config::{
-    self, Config, LedgerConfig, LedgerName, OnConflict, Synchronous, WorkerConfig,
+    self, Config, LedgerBackend, LedgerConfig, LedgerLocation, LedgerName, OnConflict,
+    SqliteSettings, Synchronous, WorkerConfig,
 };
 use crate::error::{Error, Result};
 use crate::observe::metrics::Metrics;
@@ -128,16 +129,48 @@ fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
 }
 
 impl RunArgs {
-    /// The ledger settings of a long-running writer.
-    fn ledger_config(&self, cfg: &Config) -> LedgerConfig {
-        let mut lcfg = LedgerConfig::new(&cfg.db_path);
-        lcfg.synchronous = self.synchronous;
+    /// The ledger settings of a long-running writer. The flags only a SQLite ledger has become
+    /// its [`SqliteSettings`]; given with a PostgreSQL URL, they are refused here, before
+    /// anything is opened or made ([`RunArgs::refuse_sqlite_only`]).
+    fn ledger_config(&self, cfg: &Config) -> Result<LedgerConfig> {
+        let backend = match &cfg.db {
+            LedgerLocation::File(path) => LedgerBackend::Sqlite(SqliteSettings {
+                synchronous: self.synchronous,
+                pages_max: self.ledger_pages_max,
+                // The worker's commits should only append to the log; the ledger does its
+                // housekeeping on a thread of its own for as long as it is open.
+                background_checkpoints: true,
+                ..SqliteSettings::new(path)
+            }),
+            LedgerLocation::Postgres(url) => {
+                self.refuse_sqlite_only()?;
+                LedgerBackend::Postgres(url.clone())
+            }
+        };
+        let mut lcfg = LedgerConfig::with_defaults(backend);
         lcfg.on_conflict = self.on_conflict;
-        lcfg.pages_max = self.ledger_pages_max;
-        // The worker's commits should only append to the log; the ledger does its
-        // housekeeping on a thread of its own for as long as it is open.
-        lcfg.background_checkpoints = true;
-        lcfg
+        Ok(lcfg)
+    }
+
+    /// Refuses the flags only a SQLite ledger has, when they ask for something other than the
+    /// default: a PostgreSQL ledger has nowhere to hold them, and an operator who asked for a
+    /// size cap or another durability level must not believe they hold. (PostgreSQL's
+    /// durability is the server's `synchronous_commit`; its size, the server's disk and quotas.)
+    fn refuse_sqlite_only(&self) -> Result<()> {
+        let mut set = Vec::new();
+        if self.synchronous != Synchronous::Full {
+            set.push("--synchronous (CLAIMGATE_SYNCHRONOUS): a PostgreSQL ledger's durability is the server's synchronous_commit");
+        }
+        if self.ledger_pages_max.is_some() {
+            set.push("--ledger-pages-max (CLAIMGATE_LEDGER_PAGES_MAX): size a PostgreSQL ledger with the server's disk and quotas");
+        }
+        if set.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "these settings apply to a SQLite ledger only and --db is a PostgreSQL URL; unset them: {}",
+            set.join("; ")
+        )))
     }
 
     /// The anchoring schedule, if `--anchor-every` was given. The anchors file is opened (and
@@ -300,13 +333,15 @@ fn reconcile_dead_letters(
 
 /// `claimgate run`.
 pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
-    // First, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
+    // Before anything else: settings that cannot go together are refused as flags are.
+    let lcfg = args.ledger_config(cfg)?;
+    // Then, so a SIGTERM during start-up (opening the ledger can wait on its lock) is a
     // graceful stop too, not death by the default signal action.
     let shutdown = shutdown_on_signals()?;
     super::common::operator_signals()?;
     let anchors = args.anchor_schedule(cfg)?;
     args.check_read_budget()?;
-    let Some(ledger) = crate::ledger::open_waiting(&args.ledger_config(cfg), &shutdown)? else {
+    let Some(ledger) = crate::ledger::open_waiting(&lcfg, &shutdown)? else {
         return Ok(());
     };
     let Some(name) = ledger_name(&*ledger, &shutdown)? else {
@@ -382,4 +417,63 @@ pub fn run(cfg: &Config, args: RunArgs) -> Result<()> {
     // breakdown is read from this line.
     log::info!("stage latency: {}", metrics.stages.summary());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The run flags and shared settings of `claimgate ARGS`, as the binary parses them.
+    fn parsed(args: &[&str]) -> (Config, RunArgs) {
+        let cli = crate::cli::Cli::try_parse_from([&["claimgate"], args].concat()).unwrap();
+        let cfg = cli.global.config().unwrap();
+        match cli.command {
+            crate::cli::Command::Run(run) => (cfg, run),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_sqlite_only_flag_with_a_url_is_refused_naming_it_and_not_the_password() {
+        let url = "postgresql://u:PW-SECRET@db/ledger";
+        for (flags, named) in [
+            (&["--synchronous", "normal"][..], "--synchronous"),
+            (&["--ledger-pages-max", "1000"][..], "--ledger-pages-max"),
+        ] {
+            let (cfg, run) = parsed(&[&["--db", url, "run"], flags].concat());
+            match run.ledger_config(&cfg) {
+                Err(Error::Config(m)) => {
+                    assert!(m.contains(named) && m.contains("SQLite ledger only"), "{m}");
+                    assert!(!m.contains("PW-SECRET"), "{m}");
+                }
+                other => panic!("{flags:?}: {other:?}"),
+            }
+        }
+        let (cfg, run) = parsed(&["--db", url, "run", "--synchronous", "full"]);
+        assert!(matches!(
+            run.ledger_config(&cfg).unwrap().backend,
+            LedgerBackend::Postgres(_)
+        ));
+    }
+
+    #[test]
+    fn sqlite_only_flags_with_a_file_become_its_settings() {
+        let (cfg, run) = parsed(&[
+            "--db",
+            "ledger.db",
+            "run",
+            "--synchronous",
+            "normal",
+            "--ledger-pages-max",
+            "1000",
+        ]);
+        let LedgerBackend::Sqlite(file) = run.ledger_config(&cfg).unwrap().backend else {
+            panic!("not a SQLite ledger")
+        };
+        assert_eq!(file.path, std::path::Path::new("ledger.db"));
+        assert_eq!(file.synchronous, Synchronous::Normal);
+        assert_eq!(file.pages_max, Some(1000));
+        assert!(file.background_checkpoints);
+    }
 }

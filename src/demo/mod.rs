@@ -21,7 +21,7 @@ mod check;
 mod data;
 
 use crate::broker::stream::{self, Conn};
-use crate::config::{Config, LedgerConfig};
+use crate::config::{Config, LedgerConfig, LedgerLocation};
 use crate::domain::money::{dollars, thousands as group};
 use crate::error::{Error, Result};
 use crate::ledger::Backend;
@@ -65,6 +65,8 @@ const WORKER_TIMEOUT_MS: u64 = 120_000;
 const POLL_MS: u64 = 100;
 /// XADDs per pipelined round trip.
 const FEED_PIPELINE_MAX: usize = 500;
+/// The demo's ledger: this file in its temporary directory.
+const LEDGER_FILE: &str = "ledger.db";
 /// The consumer name of the demo's worker (kept across its restart, as systemd would).
 const CONSUMER: &str = "demo-worker-1";
 
@@ -161,7 +163,7 @@ impl<'a> Demo<'a> {
             let cfg = Config {
                 stream: format!("{prefix}:submissions"),
                 group: "claimgate-demo".into(),
-                db_path: dir.path().join("ledger.db"),
+                db: LedgerLocation::File(dir.path().join(LEDGER_FILE)),
                 ..cfg.clone()
             };
             (None, cfg.redis_url.clone(), cfg, format!("{prefix}:events"))
@@ -173,7 +175,7 @@ impl<'a> Demo<'a> {
             let url = server.url();
             let cfg = Config {
                 redis_url: url.clone(),
-                db_path: dir.path().join("ledger.db"),
+                db: LedgerLocation::File(dir.path().join(LEDGER_FILE)),
                 stream: crate::config::STREAM_DEFAULT.into(),
                 group: crate::config::GROUP_DEFAULT.into(),
                 // A private server with no replica: nothing to wait for.
@@ -186,7 +188,7 @@ impl<'a> Demo<'a> {
                 crate::config::EVENTS_STREAM_DEFAULT.into(),
             )
         };
-        let ledger = crate::ledger::open(&LedgerConfig::new(&cfg.db_path))?;
+        let ledger = crate::ledger::open(&LedgerConfig::at(cfg.db.clone()))?;
         let conn = Conn::new(stream::client(&redis_url)?);
         Ok(Demo {
             workers: Vec::new(),
@@ -220,7 +222,7 @@ impl<'a> Demo<'a> {
                 self.cfg.stream
             )),
         }
-        say(&format!("ledger: {}", self.cfg.db_path.display()));
+        say(&format!("ledger: {}", self.cfg.db));
         self.feed(&feed.entries)?;
         say(&format!(
             "queued {} entries on {}: {} distinct submissions, {} byte-identical resends, {} conflicting resubmission, {} malformed",
@@ -403,7 +405,7 @@ impl<'a> Demo<'a> {
             }
         }
         cmd.env("REDIS_URL", &self.redis_url)
-            .env("CLAIMGATE_DB", &self.cfg.db_path)
+            .env("CLAIMGATE_DB", self.dir.path().join(LEDGER_FILE))
             .env("CLAIMGATE_STREAM", &self.cfg.stream)
             .env("CLAIMGATE_GROUP", &self.cfg.group)
             .env("RUST_LOG", "warn");

@@ -230,7 +230,7 @@ impl Decisions {
             return;
         };
         let ledger = self.ledger.get_or_insert_with(|| {
-            let mut lcfg = crate::config::LedgerConfig::new(&cfg.db_path);
+            let mut lcfg = crate::config::LedgerConfig::at(cfg.db.clone());
             lcfg.create = false;
             crate::ledger::open(&lcfg).map_err(|e| e.to_string())
         });

@@ -31,7 +31,7 @@
 //! `--stream`'s groups with the mark, before anything is swapped in, and says which is which.
 
 use crate::broker::{binding, mark, stream};
-use crate::config::LedgerConfig;
+use crate::config::LedgerLocation;
 use crate::domain::clock::now_rfc3339;
 use crate::error::Result;
 use std::path::Path;
@@ -49,9 +49,9 @@ pub struct Request<'a> {
     pub stream: &'a str,
 }
 
-/// Restores `req.backup` in place of the ledger `lcfg` names, and says what it did.
-pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
-    let mut restoring = crate::ledger::prepare_restore(lcfg, req.backup)?;
+/// Restores `req.backup` in place of the ledger at `location`, and says what it did.
+pub fn run(location: &LedgerLocation, req: &Request<'_>) -> Result<()> {
+    let mut restoring = crate::ledger::prepare_restore(location, req.backup)?;
     let mut conn = stream::Conn::new(stream::client(req.redis_url)?);
     let found = mark::read(&mut conn, req.events_stream).map_err(|e| {
         crate::error::Error::Other(format!(
@@ -96,7 +96,7 @@ pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
     println!(
         "restored {} from {}: {marked} outbox rows at or below the events mark ({upto}) marked \
          published (already on {}); new outbox ids continue after {id_max}",
-        lcfg.path.display(),
+        location,
         req.backup.display(),
         req.events_stream
     );
@@ -114,7 +114,7 @@ pub fn run(lcfg: &LedgerConfig, req: &Request<'_>) -> Result<()> {
             "the ledger it replaced is kept as {}; every claim in it is in the backup too",
             old.path.display()
         ),
-        None => println!("there was no ledger at {} before", lcfg.path.display()),
+        None => println!("there was no ledger at {location} before"),
     }
     if let Some(note) = note {
         println!("note: {note}");

@@ -11,6 +11,7 @@
 //!
 //! Invariant: nothing is deleted that is not first in the fsynced export file.
 
+use crate::config::LedgerLocation;
 use crate::domain::anchor::sign_checkpoint_detail;
 use crate::domain::clock::{ledger_time, now_rfc3339};
 use crate::domain::signing::SigningKey;
@@ -74,6 +75,8 @@ pub struct Request<'a> {
     pub before: &'a str,
     /// Where to export first; `None` for a file next to the ledger.
     pub export: Option<&'a Path>,
+    /// Where the ledger is (`--db`), which names the default export.
+    pub ledger_at: &'a LedgerLocation,
     /// Audit records removed per transaction.
     pub batch_records_max: usize,
     /// `--signing-key`: sign each checkpoint the purge leaves, so `audit verify --public-key`
@@ -98,7 +101,7 @@ pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> 
     let export_path = req
         .export
         .map(Path::to_owned)
-        .unwrap_or_else(|| default_export_path(Path::new(&ledger.describe())));
+        .unwrap_or_else(|| default_export_path(req.ledger_at, &ledger.describe()));
     // Created by `admit`, once the plan is allowed, and written by `row`.
     let export = RefCell::new(None::<Export>);
     let Some((plan, ends)) = ledger.export_purge(
@@ -206,24 +209,30 @@ fn refuse_if_held_or_unpublished(plan: &PurgePlan, cutoff: &str) -> Result<()> {
     Ok(())
 }
 
-/// `<ledger>.purge-<UTC time>.jsonl`, beside the ledger.
-fn default_export_path(db: &Path) -> PathBuf {
+/// `<ledger>.purge-<UTC time>.jsonl`: beside the file the SQLite ledger opened (`described`,
+/// its path with any symlink resolved), or, for a PostgreSQL ledger, in the current directory
+/// and named after the database.
+fn default_export_path(location: &LedgerLocation, described: &str) -> PathBuf {
     let stamp = now_rfc3339().replace([':', '.'], "");
-    let text = db.to_string_lossy();
-    if let Some((_, rest)) = text.split_once("://") {
-        // A database URL (its description, password removed): the current directory, named
-        // after the database.
-        let name = rest
-            .split(['?', '#'])
-            .next()
-            .and_then(|r| r.rsplit('/').next())
-            .filter(|n| !n.is_empty() && !n.contains('@'))
-            .unwrap_or("ledger");
-        return PathBuf::from(format!("{name}.purge-{stamp}.jsonl"));
+    match location {
+        LedgerLocation::Postgres(url) => {
+            // Read from the URL as shown (password removed), never from the URL whole.
+            let shown = url.to_string();
+            let name = shown
+                .split_once("://")
+                .and_then(|(_, rest)| rest.split(['?', '#']).next())
+                .and_then(|r| r.rsplit('/').next())
+                .filter(|n| !n.is_empty() && !n.contains('@'))
+                .unwrap_or("ledger");
+            PathBuf::from(format!("{name}.purge-{stamp}.jsonl"))
+        }
+        LedgerLocation::File(_) => {
+            let db = Path::new(described);
+            let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+            name.push(format!(".purge-{stamp}.jsonl"));
+            db.with_file_name(name)
+        }
     }
-    let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!(".purge-{stamp}.jsonl"));
-    db.with_file_name(name)
 }
 
 /// The export file being written: every row the purge will remove, one JSON line each.
@@ -273,5 +282,28 @@ impl Export {
             }
         }
         Ok(crate::domain::key::to_hex(&self.sha.finalize()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_export_is_named_after_the_ledger_and_never_after_a_password() {
+        let pg =
+            LedgerLocation::parse("postgresql://u:PW-SECRET@db:5432/grants?schema=cg").unwrap();
+        let shown = "postgresql://u:***@db:5432/grants?schema=cg";
+        let name = default_export_path(&pg, shown).display().to_string();
+        assert!(
+            name.starts_with("grants.purge-") && name.ends_with(".jsonl"),
+            "{name}"
+        );
+        assert!(!name.contains('/') && !name.contains("PW-SECRET"), "{name}");
+        let file = LedgerLocation::parse("ledgers/link.db").unwrap();
+        let beside = default_export_path(&file, "/var/lib/claimgate/claimgate.db");
+        assert_eq!(beside.parent(), Some(Path::new("/var/lib/claimgate")));
+        let name = beside.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("claimgate.db.purge-"), "{name}");
     }
 }

@@ -298,7 +298,7 @@ pub(crate) fn backdate(w: &World, n: i64, old: &str) {
             ))
         }
     }
-    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
     let mut records = Vec::new();
     ledger
         .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
@@ -546,7 +546,7 @@ fn a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself(store: Store) 
     w.drain(&ONE_PER_BATCH);
     w.run_ok(&["relay", "--exit-when-idle"]);
     backdate(&w, 4, "2019-03-01T12:00:00.000000Z");
-    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
     let removed = ledger
         .purge_batch(
             1,

@@ -188,7 +188,7 @@ impl Subject for Postgres {
     const LINKS: bool = true;
     fn fresh(on_conflict: OnConflict) -> Self {
         let url = crate::pg::fresh_database();
-        let mut cfg = LedgerConfig::new(&url);
+        let mut cfg = crate::support::pg_config(&url);
         cfg.on_conflict = on_conflict;
         Postgres {
             ledger: Arc::new(PgLedger::open(&cfg).unwrap()),
@@ -1714,7 +1714,7 @@ fn postgres_durable_reads_on_a_pool_of_one_connection_do_not_wait_for_a_second()
     // answer, from the same snapshot the ledger holds.
     use claimgate::ledger::{AuditLog, Since};
     let l = Postgres::fresh(OnConflict::Record);
-    let mut cfg = LedgerConfig::new(&l.url);
+    let mut cfg = crate::support::pg_config(&l.url);
     cfg.pool_size_max = 1;
     let one = PgLedger::open(&cfg).unwrap();
     let (s1, s2) = (sub(1), sub(2));
@@ -1798,7 +1798,7 @@ fn postgres_a_batch_probes_the_claims_by_index_and_never_scans_them() {
         (row.get(0), row.get(1))
     };
     let before = scans(&mut raw);
-    let ledger = PgLedger::open(&LedgerConfig::new(&url)).unwrap();
+    let ledger = PgLedger::open(&crate::support::pg_config(&url)).unwrap();
     // Resends of the last 2,000 claims, then 2,000 new submissions.
     let batch: Vec<Item<'_>> = (LEDGER - CHUNK / 2..LEDGER + CHUNK / 2)
         .map(|i| item(&subs[i], &ids[LEDGER + i % CHUNK]))
@@ -1905,7 +1905,7 @@ fn postgres_runs_one_retention_purge_at_a_time() {
     // second's purge is refused, naming why; once the first handle is gone, it may run.
     use claimgate::ledger::Retention;
     let a = Postgres::fresh(OnConflict::Record);
-    let cfg = LedgerConfig::new(&a.url);
+    let cfg = crate::support::pg_config(&a.url);
     let b = PgLedger::open(&cfg).unwrap();
     let cutoff = "2020-01-01T00:00:00.000000Z";
     let mut admit = |_: &claimgate::ledger::PurgePlan| Ok(());

@@ -83,8 +83,8 @@ impl History {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         let mut cfg = LedgerConfig::new(&path);
-        cfg.synchronous = Synchronous::Normal;
-        let ledger = claimgate::ledger::open(&cfg).unwrap();
+        cfg.backend.synchronous = Synchronous::Normal;
+        let ledger = claimgate::ledger::open(&cfg.into()).unwrap();
         History {
             _dir: dir,
             path,

@@ -13,9 +13,11 @@ use std::path::{Path, PathBuf};
 /// forbidden; a new module must be placed here before it can be used.
 const LAYERS: &[(&str, &[&str])] = &[
     ("domain", &[]),
-    ("config", &[]),
     ("error", &["domain"]),
-    ("support", &["error", "config"]),
+    ("support", &["error"]),
+    // `config` parses where the ledger is (`config/location.rs`), and hides a URL's password
+    // with `support::redact`, the one redactor.
+    ("config", &["error", "support"]),
     // `retry` waits out its backoff on `support::Shutdown`, so a stop cuts a wait short.
     ("retry", &["config", "error", "support"]),
     ("broker", &["domain", "config", "error", "retry", "support"]),

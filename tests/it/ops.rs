@@ -781,6 +781,49 @@ fn sqlite_only_settings_on_a_postgresql_ledger_are_exit_2_naming_them() {
     }
 }
 
+/// The refusal comes where `--db` and the flags are read, before `run` makes anything: the
+/// anchors file it was told to append to is not created, and nothing appears in its working
+/// directory (a URL taken for a path would have become a file there).
+#[test]
+fn a_sqlite_only_setting_with_a_url_is_refused_before_run_makes_anything() {
+    let world = World::new();
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(world.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let anchors = world.dir.path().join("anchors.jsonl");
+    let url = "postgres://claimgate:pg-s3cret@127.0.0.1:1/ledger";
+    let mut cmd = world.cmd(&[
+        "run",
+        "--exit-when-idle",
+        "--synchronous",
+        "normal",
+        "--anchor-every",
+        "1s",
+        "--anchor-out",
+        anchors.to_str().unwrap(),
+    ]);
+    cmd.env("CLAIMGATE_DB", url).current_dir(world.dir.path());
+    let out = cmd.run_with_deadline();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--synchronous") && stderr.contains("SQLite ledger only"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pg-s3cret"), "{stderr}");
+    assert!(
+        !anchors.exists(),
+        "the anchors file was made before the refusal"
+    );
+    assert_eq!(listing(), before);
+}
+
 /// `dlq reconcile` reads the dead-letter records through the ledger's partial index and asks
 /// Redis about them in batches (`src/ops/reconcile.rs`): with 600 dead letters among 800
 /// entries (three lookups, the last one partial) and every seventh copy lost, exactly the lost

@@ -274,7 +274,7 @@ fn record_while_redis_is_down(w: &World, range: std::ops::Range<usize>) {
             delivery_count: 1,
         })
         .collect();
-    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
     let outcomes = ledger.record(&items, "t", "grants:submissions").unwrap();
     assert!(
         outcomes.iter().all(|o| *o == Outcome::Processed),

@@ -97,7 +97,7 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = LedgerConfig::new(dir.path().join("ledger.db"));
     cfg.busy_timeout_ms = 100;
-    let locker = lock_before_first_open(&cfg.path);
+    let locker = lock_before_first_open(&cfg.backend.path);
     let stop = Shutdown::new();
     let started = Instant::now();
     let opened = std::thread::scope(|s| {
@@ -105,7 +105,7 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
             std::thread::sleep(Duration::from_millis(500));
             stop.trigger();
         });
-        claimgate::ledger::open_waiting(&cfg, &stop)
+        claimgate::ledger::open_waiting(&cfg.clone().into(), &stop)
     });
     assert!(opened.expect("a locked ledger is not an error").is_none());
     assert!(started.elapsed() >= Duration::from_millis(500));
@@ -117,7 +117,7 @@ fn opening_a_locked_ledger_stops_waiting_when_shutdown_is_asked_for() {
 
     locker.execute_batch("ROLLBACK").unwrap();
     let stop = Shutdown::new();
-    assert!(claimgate::ledger::open_waiting(&cfg, &stop)
+    assert!(claimgate::ledger::open_waiting(&cfg.clone().into(), &stop)
         .unwrap()
         .is_some());
 }

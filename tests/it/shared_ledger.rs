@@ -851,7 +851,7 @@ fn a_batch_defers_the_items_whose_group_another_batch_holds_and_waits_for_them_w
     use claimgate::ledger::{Item, Outcome};
     let w = World::on(Store::Postgres);
     let url = w.db.to_str().unwrap().to_owned();
-    let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&w.db)).unwrap();
+    let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
     let (s1, s2) = (support::parsed(1), support::parsed(2));
     let item = |s, entry_id| Item::Submission {
         submission: s,
@@ -1517,13 +1517,12 @@ fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_count
     // 3. A batch of 5 is linked at seqs 1..=5, past where the count reached; then a new handle
     //    links the batch left behind. The first handle's counts equal a recount: 8 claims,
     //    8 records, not 3 + 5 + 3.
-    use claimgate::config::LedgerConfig;
     use claimgate::ledger::postgres::PgLedger;
     use claimgate::ledger::{Item, Ledger};
     let pg = crate::pg::own_cluster();
     let url = pg.create_database("tally").unwrap();
     let admin_url = pg.url("postgres");
-    let ledger = PgLedger::open(&LedgerConfig::new(&url)).unwrap();
+    let ledger = PgLedger::open(&support::pg_config(&url)).unwrap();
     let subs: Vec<_> = (0..8).map(support::parsed).collect();
     let entries: Vec<String> = (0..8).map(|i| format!("1-{i}")).collect();
     let items: Vec<Item<'_>> = subs
@@ -1568,9 +1567,9 @@ fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_count
         .record(&items[3..], "c", "grants:submissions")
         .is_ok()));
     assert_eq!(count(&mut raw, "SELECT seq FROM chain_head"), 5);
-    drop(PgLedger::open(&LedgerConfig::new(&url)).unwrap());
+    drop(PgLedger::open(&support::pg_config(&url)).unwrap());
     assert_eq!(count(&mut raw, "SELECT seq FROM chain_head"), 8);
-    let recount = PgLedger::open(&LedgerConfig::new(&url))
+    let recount = PgLedger::open(&support::pg_config(&url))
         .unwrap()
         .stats()
         .unwrap();

@@ -9,6 +9,18 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The settings of the ledger `db` names (a file, or a PostgreSQL URL), parsed as `--db` is.
+pub fn ledger_config(db: impl AsRef<std::ffi::OsStr>) -> claimgate::config::LedgerConfig {
+    let location = claimgate::config::LedgerLocation::parse(db).expect("a ledger's location");
+    claimgate::config::LedgerConfig::at(location)
+}
+
+/// The settings of the PostgreSQL ledger at `url`.
+pub fn pg_config(url: &str) -> claimgate::config::LedgerConfig<claimgate::config::PgUrl> {
+    let url = claimgate::config::PgUrl::parse(url).expect("a PostgreSQL URL");
+    claimgate::config::LedgerConfig::with_defaults(url)
+}
+
 /// Which ledger backend a world's ledger lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Store {
@@ -83,8 +95,7 @@ impl World {
     /// Creates the ledger (schema included, and its id) as `run` would, so a test can query it,
     /// or lock it, before any worker has started.
     pub fn create_ledger(&self) {
-        let ledger = claimgate::ledger::open(&claimgate::config::LedgerConfig::new(&self.db))
-            .expect("create the ledger");
+        let ledger = claimgate::ledger::open(&ledger_config(&self.db)).expect("create the ledger");
         ledger.ledger_id().expect("the ledger's id");
     }
 

@@ -2,14 +2,13 @@
 //! database (every test that touches a ledger runs on both), real processes.
 
 use crate::support::{amount_sum, signal, submission, wait_exit, wait_for, Store, World};
-use claimgate::config::LedgerConfig;
 use claimgate::domain::key::derive_idempotency_key;
 use claimgate::ledger::{Backend, Item, Outcome};
 use std::time::Duration;
 
 /// The world's ledger through the library's one open step, whichever backend `--db` names.
 fn ledger(world: &World) -> Box<dyn Backend> {
-    claimgate::ledger::open(&LedgerConfig::new(&world.db)).unwrap()
+    claimgate::ledger::open(&crate::support::ledger_config(&world.db)).unwrap()
 }
 
 fn item<'a>(s: &'a claimgate::domain::submission::Submission, entry_id: &'a str) -> Item<'a> {

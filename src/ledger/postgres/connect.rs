@@ -1,5 +1,5 @@
-//! From a `--db` URL to pooled connections: parsing (with the password redacted in every
-//! message), TLS, and the pool.
+//! From a `--db` URL ([`PgUrl`], redacted in every message) to pooled connections: its
+//! settings, TLS, and the pool.
 //!
 //! # Why these crates
 //! The `postgres` crate (rust-postgres, the sync face of `tokio-postgres`) fits a synchronous
@@ -27,33 +27,16 @@
 //! trust nothing. Without `sslmode`, or with `disable`/`prefer` and no CA, the connection is
 //! plain: for a server on the same host or a private network.
 
+use crate::config::PgUrl;
 use crate::error::{Error, Result};
-use crate::support::redact as url_secrets;
 use postgres::{Client, Config, NoTls, Statement};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Query parameters shown with their values in messages: none of them is a secret.
-const URL_QUERY_SHOWN: [&str; 8] = [
-    "schema",
-    "sslmode",
-    "sslrootcert",
-    "user",
-    "dbname",
-    "application_name",
-    "connect_timeout",
-    "target_session_attrs",
-];
-
 /// How long a connection attempt may take before it counts as a (transient) failure.
 pub(super) const CONNECT_TIMEOUT_MS: u64 = 5_000;
-
-/// A PostgreSQL URL with every secret replaced by `***`, safe to log or print.
-pub fn redact(url: &str) -> String {
-    url_secrets::by_hand(url, &URL_QUERY_SHOWN)
-}
 
 /// The schema a URL that names none uses: where every ledger of earlier releases was made
 /// (unless a role-named schema caught it).
@@ -76,8 +59,9 @@ pub(super) struct Target {
 
 impl Target {
     /// Parses `url`; a URL that cannot be used is a configuration error naming it redacted.
-    pub(super) fn parse(url: &str) -> Result<Self> {
-        let redacted = redact(url);
+    pub(super) fn parse(url: &PgUrl) -> Result<Self> {
+        let redacted = url.to_string();
+        let url = url.expose_secret();
         let bad = |why: String| Error::Config(format!("bad PostgreSQL URL {redacted}: {why}"));
         let bad = &bad;
         let (base, query) = url.split_once('?').unwrap_or((url, ""));

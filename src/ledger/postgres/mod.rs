@@ -31,7 +31,7 @@ pub use link::head_hold;
 pub use schema::{FORMAT_VERSION, SCHEMA};
 pub use stripes::{group_stripe, CLAIM_STRIPES};
 
-use crate::config::{LedgerConfig, OnConflict};
+use crate::config::{LedgerConfig, OnConflict, PgUrl};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
 use crate::ledger::{Backup, BackupCopied, Counts, Item, Ledger, Outcome, Stats};
@@ -63,14 +63,13 @@ pub struct PgLedger {
 }
 
 impl PgLedger {
-    /// Connects to the ledger `cfg.path` names (a `postgres://` URL) and finds it in its
+    /// Connects to the ledger `cfg.backend` names (a `postgres://` URL) and finds it in its
     /// schema, making or upgrading it only if `cfg.create` (`schema.rs`). A wrong password,
     /// unknown user or missing database, a ledger not where the URL says, or one this build
     /// cannot read is [`Error::Config`]; an unreachable or restarting server is a transient
     /// [`Error::Ledger`] naming host and port (see [`PgLedger::open_waiting`]).
-    pub fn open(cfg: &LedgerConfig) -> Result<Self> {
-        let url = cfg.path.to_string_lossy();
-        let target = Target::parse(&url)?;
+    pub fn open(cfg: &LedgerConfig<PgUrl>) -> Result<Self> {
+        let target = Target::parse(&cfg.backend)?;
         let redacted = target.redacted.clone();
         // The first connection is made here, not by the pool, so its error can be classified.
         let mut first = target.connect().map_err(|e| {
@@ -113,7 +112,7 @@ impl PgLedger {
     /// Opens like [`PgLedger::open`], waiting out an unreachable or restarting server with the
     /// shared retry policy (`crate::retry`), as `run` and `relay` must. `None` if `stop` is set
     /// while waiting.
-    pub fn open_waiting(cfg: &LedgerConfig, stop: &Shutdown) -> Result<Option<Self>> {
+    pub fn open_waiting(cfg: &LedgerConfig<PgUrl>, stop: &Shutdown) -> Result<Option<Self>> {
         match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
             Ok(ledger) => Ok(Some(ledger)),
             Err(e) if e.is_transient() => Ok(None),

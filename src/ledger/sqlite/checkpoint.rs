@@ -17,7 +17,7 @@
 //!
 //! Invariant: this module never writes a row; it only moves committed pages.
 
-use crate::config::LedgerConfig;
+use crate::config::{LedgerConfig, SqliteSettings};
 use crate::error::{Error, Result};
 use crate::retry::Episode;
 use crate::support::Shutdown;
@@ -41,9 +41,10 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens a connection of its own to the ledger at `cfg.path` and starts checkpointing.
-    pub fn start(cfg: &LedgerConfig) -> Result<Checkpointer> {
-        let conn = Connection::open(&cfg.path)?;
+    /// Opens a connection of its own to the ledger in the file `cfg.backend.path` and starts
+    /// checkpointing.
+    pub fn start(cfg: &LedgerConfig<SqliteSettings>) -> Result<Checkpointer> {
+        let conn = Connection::open(&cfg.backend.path)?;
         conn.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         let stop = Shutdown::new();
         let asked = stop.clone();

@@ -10,7 +10,7 @@
 //! ledger. Everything else may still read it.
 
 use super::{Locking, SqliteLedger};
-use crate::config::LedgerConfig;
+use crate::config::{LedgerConfig, SqliteSettings};
 use crate::error::{Error, Result};
 use rusqlite::{Connection, OptionalExtension};
 
@@ -92,9 +92,9 @@ const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
 const NAMED_MAX: usize = 20;
 
 impl SqliteLedger {
-    /// Opens the ledger at `cfg.path`, which must exist, holding the exclusive lock: refused
-    /// (exit 1, saying so) while any claimgate process has it open.
-    pub fn open_exclusively(cfg: &LedgerConfig) -> Result<SqliteLedger> {
+    /// Opens the ledger in the file `cfg.backend.path`, which must exist, holding the exclusive
+    /// lock: refused (exit 1, saying so) while any claimgate process has it open.
+    pub fn open_exclusively(cfg: &LedgerConfig<SqliteSettings>) -> Result<SqliteLedger> {
         SqliteLedger::open_locked(cfg, Locking::Exclusive)
     }
 
@@ -189,11 +189,11 @@ pub(super) fn fenced(conn: &Connection) -> Result<Option<(String, String)>> {
 }
 
 /// The refusal of a fenced ledger by a command that would write to it.
-pub(super) fn refuse_fenced(cfg: &LedgerConfig, to: &str, at: &str) -> Error {
+pub(super) fn refuse_fenced(path: &std::path::Path, to: &str, at: &str) -> Error {
     Error::Config(format!(
         "the ledger {} was migrated to {to} at {at}: its rows live there now; point --db \
          (CLAIMGATE_DB) at that URL. This file is kept as it was, fenced, for reference \
          (status, verify and audit still read it)",
-        cfg.path.display()
+        path.display()
     ))
 }

@@ -33,7 +33,7 @@ pub use checkpoint::Checkpointer;
 pub use format::FORMAT_VERSION;
 pub(crate) use restore::prepare as prepare_restore;
 
-use crate::config::{LedgerConfig, OnConflict, WAL_AUTOCHECKPOINT_PAGES_DEFAULT};
+use crate::config::{LedgerConfig, OnConflict, SqliteSettings, WAL_AUTOCHECKPOINT_PAGES_DEFAULT};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
 use crate::ledger::{Item, Ledger, Outcome, Stats};
@@ -91,61 +91,64 @@ pub(crate) enum Locking {
 }
 
 impl SqliteLedger {
-    /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger at `cfg.path`,
-    /// applies the schema and, with `cfg.background_checkpoints`, starts the checkpointer. A
-    /// ledger `migrate` fenced is refused when `cfg.create` (`run`, `relay`, `init`): its rows
-    /// live in PostgreSQL now (`migration.rs`).
-    pub fn open(cfg: &LedgerConfig) -> Result<Self> {
+    /// Opens (creating if needed and `cfg.create`, mode 0600) the ledger in the file
+    /// `cfg.backend.path`, applies the schema and, with `cfg.backend.background_checkpoints`,
+    /// starts the checkpointer. A ledger `migrate` fenced is refused when `cfg.create` (`run`,
+    /// `relay`, `init`): its rows live in PostgreSQL now (`migration.rs`).
+    pub fn open(cfg: &LedgerConfig<SqliteSettings>) -> Result<Self> {
         Self::open_locked(cfg, Locking::Shared)
     }
 
     /// [`SqliteLedger::open`], holding the lock `locking` says.
-    fn open_locked(cfg: &LedgerConfig, locking: Locking) -> Result<Self> {
-        let cfg = &LedgerConfig {
-            path: real_file(&cfg.path),
-            ..cfg.clone()
-        };
-        if !cfg.create && !cfg.path.exists() {
+    fn open_locked(cfg: &LedgerConfig<SqliteSettings>, locking: Locking) -> Result<Self> {
+        let cfg = &cfg.with_backend(SqliteSettings {
+            path: real_file(&cfg.backend.path),
+            ..cfg.backend.clone()
+        });
+        if !cfg.create && !cfg.backend.path.exists() {
             return Err(Error::Config(format!(
                 "no ledger at {}",
-                cfg.path.display()
+                cfg.backend.path.display()
             )));
         }
         // Before anything is made or changed beside it (the lock file, a mode).
-        refuse_what_is_not_a_ledger(&cfg.path)?;
+        refuse_what_is_not_a_ledger(&cfg.backend.path)?;
         // Before the file may be created: a restore holding the lock is putting a file here.
-        let lock_was_there = lock::path(&cfg.path).exists();
+        let lock_was_there = lock::path(&cfg.backend.path).exists();
         let lock = match locking {
-            Locking::Shared => lock::shared(&cfg.path)?,
-            Locking::Exclusive => Some(lock::exclusive(&cfg.path, "migrate")?),
+            Locking::Shared => lock::shared(&cfg.backend.path)?,
+            Locking::Exclusive => Some(lock::exclusive(&cfg.backend.path, "migrate")?),
         };
-        let existed = create_private(&cfg.path)?;
-        let sidecars_before = ledger_files(&cfg.path).map(|f| f.exists());
+        let existed = create_private(&cfg.backend.path)?;
+        let sidecars_before = ledger_files(&cfg.backend.path).map(|f| f.exists());
         // Before any connection reads the file, which would merge the -wal into it.
         let lock_epoch = lock.as_ref().and_then(lock::LedgerLock::epoch);
         if existed {
-            identity::refuse_a_stranger_to_its_wal(&cfg.path, lock_epoch.as_deref())?;
+            identity::refuse_a_stranger_to_its_wal(&cfg.backend.path, lock_epoch.as_deref())?;
         }
-        let mut first = Connection::open(&cfg.path).map_err(|e| {
-            Error::Config(format!("cannot open ledger {}: {e}", cfg.path.display()))
+        let mut first = Connection::open(&cfg.backend.path).map_err(|e| {
+            Error::Config(format!(
+                "cannot open ledger {}: {e}",
+                cfg.backend.path.display()
+            ))
         })?;
         if existed {
-            if let Err(e) = refuse_non_database(&first, &cfg.path) {
+            if let Err(e) = refuse_non_database(&first, &cfg.backend.path) {
                 // Nothing left beside a file that is not ours (the lock file is flock'ed, not
                 // fcntl-locked, so removing it drops no lock SQLite holds).
                 drop((first, lock));
                 if !lock_was_there {
-                    std::fs::remove_file(lock::path(&cfg.path)).ok();
+                    std::fs::remove_file(lock::path(&cfg.backend.path)).ok();
                 }
                 return Err(e);
             }
-            make_ledger_private(&cfg.path, sidecars_before);
+            make_ledger_private(&cfg.backend.path, sidecars_before);
         }
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         let format = prepare_file(&mut first, cfg)?;
         if cfg.create {
             if let Some((to, at)) = migration::fenced(&first)? {
-                return Err(migration::refuse_fenced(cfg, &to, &at));
+                return Err(migration::refuse_fenced(&cfg.backend.path, &to, &at));
             }
         }
         if let (Some(lock), Some(epoch)) = (&lock, identity::epoch(&first, cfg.create)?) {
@@ -159,7 +162,7 @@ impl SqliteLedger {
         let pool = pool(cfg, settings.clone())?;
         // Checkpoints then run on their own thread, so the writer's commits only append to the
         // WAL (see `checkpoint.rs`).
-        let checkpointer = if cfg.background_checkpoints {
+        let checkpointer = if cfg.backend.background_checkpoints {
             Some(Checkpointer::start(cfg)?)
         } else {
             None
@@ -169,7 +172,7 @@ impl SqliteLedger {
             pool,
             writer: Mutex::new(None),
             settings,
-            path: cfg.path.clone(),
+            path: cfg.backend.path.clone(),
             on_conflict: cfg.on_conflict,
             claims_by_spelling,
             purge: Mutex::new(None),
@@ -184,7 +187,10 @@ impl SqliteLedger {
     /// clears, both naming "opening the ledger"), as a long-running process must: it never
     /// exits because the ledger is briefly unavailable. Returns `None` if `stop` is set while
     /// waiting.
-    pub fn open_waiting(cfg: &LedgerConfig, stop: &Shutdown) -> Result<Option<Self>> {
+    pub fn open_waiting(
+        cfg: &LedgerConfig<SqliteSettings>,
+        stop: &Shutdown,
+    ) -> Result<Option<Self>> {
         match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
             Ok(ledger) => Ok(Some(ledger)),
             // The retry gives up on a transient failure only once `stop` is set.
@@ -225,17 +231,17 @@ struct Settings {
 }
 
 impl Settings {
-    fn of(cfg: &LedgerConfig) -> Self {
+    fn of(cfg: &LedgerConfig<SqliteSettings>) -> Self {
         Settings {
             busy: Duration::from_millis(cfg.busy_timeout_ms),
-            synchronous: cfg.synchronous.as_sql(),
-            pages_max: cfg.pages_max,
-            autocheckpoint: if cfg.background_checkpoints {
+            synchronous: cfg.backend.synchronous.as_sql(),
+            pages_max: cfg.backend.pages_max,
+            autocheckpoint: if cfg.backend.background_checkpoints {
                 0
             } else {
                 WAL_AUTOCHECKPOINT_PAGES_DEFAULT
             },
-            cache_kib: cfg.cache_kib,
+            cache_kib: cfg.backend.cache_kib,
         }
     }
 
@@ -261,8 +267,12 @@ impl Settings {
 }
 
 /// The pool: every connection configured alike as it is made.
-fn pool(cfg: &LedgerConfig, settings: Settings) -> Result<Pool<SqliteConnectionManager>> {
-    let manager = SqliteConnectionManager::file(&cfg.path).with_init(move |c| settings.apply(c));
+fn pool(
+    cfg: &LedgerConfig<SqliteSettings>,
+    settings: Settings,
+) -> Result<Pool<SqliteConnectionManager>> {
+    let manager =
+        SqliteConnectionManager::file(&cfg.backend.path).with_init(move |c| settings.apply(c));
     Ok(Pool::builder()
         .max_size(cfg.pool_size_max)
         .connection_timeout(Duration::from_millis(cfg.busy_timeout_ms.max(1_000)))
@@ -299,17 +309,17 @@ impl Writer {
 /// brand-new ledger at the same moment race to convert it, and SQLite settles that race by
 /// failing one side with SQLITE_BUSY at once instead of waiting (waiting could deadlock); the
 /// loser tries again, within the busy timeout.
-fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<i64> {
+fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig<SqliteSettings>) -> Result<i64> {
     let deadline = std::time::Instant::now() + Duration::from_millis(cfg.busy_timeout_ms);
     let mut attempt = 0;
     loop {
         let result = (|| -> Result<i64> {
-            format::refuse_newer(conn, &cfg.path)?;
+            format::refuse_newer(conn, &cfg.backend.path)?;
             let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(Error::Config(format!(
                     "ledger {} refused WAL mode (got {mode}); is it on a network filesystem?",
-                    cfg.path.display()
+                    cfg.backend.path.display()
                 )));
             }
             // A ledger from an earlier release gets today's columns first (see `upgrade.rs`).
@@ -320,7 +330,7 @@ fn prepare_file(conn: &mut Connection, cfg: &LedgerConfig) -> Result<i64> {
                 upgrade::backfill_tombstones(conn)?;
             }
             upgrade::after_schema(conn)?;
-            format::record(conn, &cfg.path)
+            format::record(conn, &cfg.backend.path)
         })();
         match result {
             Err(Error::Ledger {

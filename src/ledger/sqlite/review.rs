@@ -10,7 +10,7 @@
 use super::batch::{Batch, Context};
 use super::migration::{fenced, refuse_fenced};
 use super::SqliteLedger;
-use crate::config::{LedgerConfig, OnConflict};
+use crate::config::OnConflict;
 use crate::error::Result;
 use crate::ledger::review::{self, Decided, HeldConflict, HoldDecision, LetterState, Verdict};
 use crate::ledger::{Item, Review};
@@ -66,7 +66,7 @@ impl Review for SqliteLedger {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // A fenced ledger's rows live elsewhere now: a payment here would be lost to them.
         if let Some((to, at)) = fenced(&tx)? {
-            return Err(refuse_fenced(&LedgerConfig::new(&self.path), &to, &at));
+            return Err(refuse_fenced(&self.path, &to, &at));
         }
         let state = letter_state(&tx, d.stream, d.entry_id)?;
         if !review::admits(&state) {
