@@ -28,6 +28,10 @@ use crate::support::Shutdown;
 /// backoff, about 12 s; this leaves room for that and still catches a stuck loop.
 pub const HEARTBEAT_STALE_MS: u64 = 30_000;
 
+/// How long `/healthz` keeps answering after the worker loop failed for good, before the
+/// server stops: long enough for a probe that saw the process still running to be told why.
+const FAILED_HEALTH_LINGER_MS: u64 = 2_000;
+
 /// What the request handler reads.
 struct Endpoints<'a> {
     /// Stream, group and Redis URL.
@@ -44,8 +48,9 @@ struct Endpoints<'a> {
 }
 
 /// Serves `/metrics` and `/healthz` on `addr` while `work` (the worker loop) runs, then stops
-/// the server (at once: its thread blocks in `recv` until a request comes or it is unblocked,
-/// never polling) and returns what `work` returned. A port that cannot be bound is a configuration
+/// the server (at once after a clean stop, [`FAILED_HEALTH_LINGER_MS`] later after a failure;
+/// its thread blocks in `recv` until a request comes or it is unblocked, never polling) and
+/// returns what `work` returned. A port that cannot be bound is a configuration
 /// error, reported before the worker starts.
 pub fn serve_during<T>(
     addr: &str,
@@ -73,6 +78,12 @@ pub fn serve_during<T>(
         let server = &server;
         spawn_named(s, "http", move || endpoints.serve(server));
         let result = work();
+        if result.is_err() {
+            // The worker failed for good and the process is about to exit 1: a probe that asks
+            // in this moment still learns why (503, naming the failure) instead of finding
+            // the port closed. Bounded; a clean stop does not wait.
+            std::thread::sleep(std::time::Duration::from_millis(FAILED_HEALTH_LINGER_MS));
+        }
         worker_done.trigger();
         // Ends the server thread's `recv`; queued behind any request already accepted.
         server.unblock();

@@ -364,8 +364,9 @@ fn an_in_process_relay_that_fails_for_good_makes_the_worker_unhealthy_at_once() 
     //    is then claimed by another ledger (a relay pointed at the wrong stream must stop).
     // 2. The ledger is locked, one more submission arrives, and `run --relay --metrics-addr`
     //    starts: its writer waits out the lock while its relay hits the foreign mark.
-    // 3. Right after the relay's ERROR line, /healthz is 503 naming the relay, while the worker
-    //    is still winding down (its writer holds a batch through busy timeouts).
+    // 3. Right after the relay's ERROR line, /healthz is 503 naming the relay, while the process
+    //    is still winding down: after a failure the server answers for a bounded moment more
+    //    (`observe/http.rs`), so a probe that saw the process running learns why.
     // 4. It exits 1 and published nothing for the foreign mark.
     let w = World::new();
     w.add(&(0..3).map(submission).collect::<Vec<_>>());
