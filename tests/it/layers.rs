@@ -2,9 +2,12 @@
 //! ARCHITECTURE.md draws, and no file depends on another that depends back on it.
 //!
 //! The check reads `src/` as text. Each file is a node named by its module path; an edge is any
-//! `crate::…` or `super::…` path (in a `use` or inline) that resolves to another file's module.
-//! Declaring a child (`mod x;`) and re-exporting it (`pub use x::Y;`) are not edges: a facade
-//! that names its children is how a folder keeps them private, not a dependency on them.
+//! `crate::…`, `super::…` or `self::…` path, or a bare path starting with one of the file's own
+//! child modules (`use batch::Batch;` in `sqlite/mod.rs`), in a `use` or inline, that resolves
+//! to another file's module. Declaring a child (`mod x;`) and re-exporting it (`pub use x::Y;`)
+//! are not edges: a facade that names its children is how a folder keeps them private, not a
+//! dependency on them. So a `mod.rs` that only declares and re-exports depends on nothing, and a
+//! working type in a `mod.rs` that its children import shows up as the cycle it is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -158,8 +161,15 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every `crate::`/`super::` path a file's code names, as module-path segments from the root.
-fn paths_named(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String>> {
+/// Every `crate::`/`super::`/`self::` path a file's code names, and every bare path that
+/// starts with one of its own `children` (`use batch::Batch;`, `batch::record(…)` in a
+/// `mod.rs`), as module-path segments from the root.
+fn paths_named(
+    module: &[String],
+    is_mod_rs: bool,
+    children: &[String],
+    code: &str,
+) -> Vec<Vec<String>> {
     let mut raw = Vec::new();
     // `use` statements, which may group paths in braces over several lines.
     let mut rest = code;
@@ -174,8 +184,15 @@ fn paths_named(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String
         raw.extend(expand(&tree));
         rest = &rest[end..];
     }
-    // Inline paths such as `crate::domain::clock::now_rfc3339()`.
-    for start in ["crate::", "super::"] {
+    // Inline paths such as `crate::domain::clock::now_rfc3339()`, or `batch::record(…)` in the
+    // parent of `batch`.
+    let bare: Vec<String> = children.iter().map(|c| format!("{c}::")).collect();
+    let starts = ["crate::", "super::", "self::"]
+        .into_iter()
+        .map(str::to_string)
+        .chain(bare);
+    for start in starts {
+        let start = start.as_str();
         let mut at = 0;
         while let Some(i) = code[at..].find(start) {
             let i = at + i;
@@ -183,7 +200,9 @@ fn paths_named(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String
             let end = code[i..]
                 .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
                 .map_or(code.len(), |e| i + e);
-            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            // A `…::{` is a `use` tree, which the `use` parse above expands.
+            let tree = code[end..].starts_with('{');
+            if !tree && !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
                 raw.push(code[i..end].to_string());
             }
             at = end;
@@ -209,6 +228,10 @@ fn paths_named(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String
                     base.extend(segs[1..].iter().filter(|s| *s != "super").cloned());
                     Some(base)
                 }
+                Some("self") => Some([module, &segs[1..]].concat()),
+                Some(first) if children.iter().any(|c| c == first) => {
+                    Some([module, &segs[..]].concat())
+                }
                 _ => None,
             }
         })
@@ -222,8 +245,13 @@ fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let mut edges = BTreeMap::new();
     for (module, source) in &modules {
         let is_mod_rs = !module.is_empty() && root.join(module.join("/")).join("mod.rs").exists();
+        let children: Vec<String> = modules
+            .keys()
+            .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+            .map(|m| m[module.len()].clone())
+            .collect();
         let mut uses = BTreeSet::new();
-        for path in paths_named(module, is_mod_rs, &code_of(source)) {
+        for path in paths_named(module, is_mod_rs, &children, &code_of(source)) {
             // The longest prefix that is a file of ours is the module depended on.
             let target = (1..=path.len())
                 .rev()
@@ -321,10 +349,18 @@ fn the_checker_sees_uses_and_catches_a_cycle() {
         "batch".to_string(),
     ];
     let code = "use crate::{domain::{key, audit::Kind}, error::Result};\nuse super::multirow;\nfn f() { crate::domain::clock::now_rfc3339(); }\n";
-    let named = paths_named(&module, false, code);
+    let named = paths_named(&module, false, &[], code);
     let has = |p: &str| named.contains(&p.split("::").map(str::to_string).collect());
     assert!(has("domain::key") && has("domain::audit::Kind") && has("error::Result"));
     assert!(has("ledger::sqlite::multirow") && has("domain::clock::now_rfc3339"));
+    // A parent's bare paths into its own children resolve; other bare paths (crates) do not.
+    let parent = vec!["ledger".to_string(), "sqlite".to_string()];
+    let code =
+        "use batch::{Batch, Context};\nuse rusqlite::Connection;\nfn g() { raw::Id::of(); }\n";
+    let named = paths_named(&parent, true, &["batch".into(), "raw".into()], code);
+    let has = |p: &str| named.contains(&p.split("::").map(str::to_string).collect());
+    assert!(has("ledger::sqlite::batch::Batch") && has("ledger::sqlite::raw::Id::of"));
+    assert!(!named.iter().any(|p| p.contains(&"rusqlite".to_string())));
     // The cycle finder: a -> b -> a is found, a -> b -> c is not.
     let mut edges: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     edges.insert("a", ["b"].into());
@@ -336,7 +372,7 @@ fn the_checker_sees_uses_and_catches_a_cycle() {
     // And the graph of the real tree is not empty: the checks above look at something.
     let g = graph();
     assert!(g.len() > 20 && g.values().map(BTreeSet::len).sum::<usize>() > 50);
-    assert!(g[&vec!["worker".to_string()]]
+    assert!(g[&vec!["worker".to_string(), "run".to_string()]]
         .iter()
         .any(|m| m.first().is_some_and(|t| t == "ledger")));
 }

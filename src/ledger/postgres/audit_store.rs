@@ -13,10 +13,9 @@
 //! their order followed by its link record (at the last member's seq). Batches not linked yet
 //! are not in the chain.
 
-use super::PgLedger;
 use crate::domain::audit::{detail, BatchLink, Kind, Record};
 use crate::error::Result;
-use crate::ledger::{records, AuditLog, Since};
+use crate::ledger::{records, Since};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
@@ -32,7 +31,7 @@ pub(super) const MEMBER_COLUMNS: &str = "batch_id, batch_index, kind, idempotenc
 
 /// A linked batch's link columns, then each of its members' columns (none, for a batch whose
 /// members are gone: its link is still read, and the walk names what is missing).
-const BATCH_ROWS: &str = "SELECT b.link_seq, b.batch_id, b.record_count, b.last_hash,
+pub(super) const BATCH_ROWS: &str = "SELECT b.link_seq, b.batch_id, b.record_count, b.last_hash,
         b.outbox_count, b.outbox_first, b.linked_at, b.prev_hash, b.hash,
         m.batch_index, m.kind, m.idempotency_key, m.award_id, m.amount_cents,
         m.stream_entry_id, m.consumer, m.delivery_count, m.detail, m.recorded_at, m.prev_hash,
@@ -50,30 +49,6 @@ pub(super) enum Range<'a> {
     Seqs(i64, i64),
     /// The dead-letter records only.
     DeadLetters,
-}
-
-impl AuditLog for PgLedger {
-    /// One repeatable-read transaction around the whole walk: batches linked meanwhile add
-    /// nothing to what `f` sees, and every link in it is durable before `f` sees the first
-    /// record (an export or an anchor must not name a link a server crash could undo). Rows
-    /// are streamed, one at a time.
-    fn for_each_record(
-        &self,
-        since: &Since,
-        f: &mut dyn FnMut(Record) -> Result<()>,
-    ) -> Result<()> {
-        let mut conn = self.conn()?;
-        let mut tx = self.durable_snapshot(&mut conn.client)?;
-        for_each(&mut tx, &Range::Since(since), f)
-    }
-
-    /// Through the partial indexes of dead-letter records (`schema_postgres.sql`), streamed,
-    /// from a durable snapshot as above.
-    fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
-        let mut conn = self.conn()?;
-        let mut tx = self.durable_snapshot(&mut conn.client)?;
-        for_each(&mut tx, &Range::DeadLetters, f)
-    }
 }
 
 /// Calls `f` with each record of `range`, lowest seq first (inside the caller's transaction).
@@ -110,7 +85,7 @@ pub(super) fn for_each(
 }
 
 /// The linked batches' part of a walk.
-fn for_each_batched(
+pub(super) fn for_each_batched(
     client: &mut impl GenericClient,
     range: &Range<'_>,
     f: &mut dyn FnMut(Record) -> Result<()>,
@@ -173,7 +148,7 @@ fn for_each_batched(
 }
 
 /// A linked batch's link record, from the first columns of a [`BATCH_ROWS`] row.
-fn link_of(row: &Row) -> Result<Record> {
+pub(super) fn link_of(row: &Row) -> Result<Record> {
     let seq: i64 = row.try_get(0)?;
     let link = BatchLink {
         batch_id: row.try_get(1)?,
@@ -193,7 +168,7 @@ fn link_of(row: &Row) -> Result<Record> {
 
 /// The member of a [`BATCH_ROWS`] row (none for a batch without members), numbered in the
 /// chain up to its link's `link_seq`, the seq of the batch's last member.
-fn member_of(row: &Row, link_seq: i64) -> Result<Option<Record>> {
+pub(super) fn member_of(row: &Row, link_seq: i64) -> Result<Option<Record>> {
     let Some(index) = row.try_get::<_, Option<i32>>(9)? else {
         return Ok(None);
     };
@@ -299,7 +274,7 @@ pub(super) const MEMBER_COLUMN_TYPES: [Type; 13] = [
     Type::TEXT,
 ];
 
-fn record_of(row: &Row) -> Result<Record> {
+pub(super) fn record_of(row: &Row) -> Result<Record> {
     records::sealed_row(row)
 }
 

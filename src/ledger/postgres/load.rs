@@ -5,7 +5,7 @@
 //! by one (`audit_chain`) and the outbox rows keep their ids (`outbox_rows.id`); batches written
 //! afterwards chain after them.
 
-use super::PgLedger;
+use super::ledger::PgLedger;
 use crate::domain::audit::{Kind, GENESIS_HASH};
 use crate::error::{Error, Result};
 use crate::ledger::copy::{Counters, Row, Sink};

@@ -31,7 +31,7 @@
 //! nodes keep running does not keep them waiting, a relay round that finds a batch unlinked
 //! for longer than [`UNLINKED_GRACE_MS`] links it first.
 
-use super::PgLedger;
+use super::ledger::PgLedger;
 use crate::error::Result;
 use crate::ledger::{Outbox, OutboxRow};
 
@@ -78,7 +78,7 @@ impl Outbox for PgLedger {
             );
         }
         // The ids are the relay's event ids: only those of links a crash cannot undo leave.
-        super::make_durable(&mut conn.client)?;
+        super::ledger::make_durable(&mut conn.client)?;
         Ok(rows)
     }
 

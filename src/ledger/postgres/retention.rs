@@ -1,7 +1,7 @@
 //! [`Retention`] for PostgreSQL: legal holds, and the purge batches of `claimgate retention
 //! purge`, with the same rules as `sqlite/purge.rs` (read it for the shape of a purge).
 //!
-//! One node at a time: `export_purge` takes the session advisory lock [`super::PURGE_LOCK`]
+//! One node at a time: `export_purge` takes the session advisory lock [`PURGE_LOCK`]
 //! (without waiting: a second purge is refused, naming the reason) on a connection kept for
 //! the purge's `purge_batch` calls, and it is released when the ledger handle is dropped. Two
 //! interleaved purges of one prefix would each leave a checkpoint, and the second would
@@ -19,7 +19,8 @@
 //! transaction, as a batch of one member (`write::write_members`), linked right after the
 //! commit like a worker's batch.
 
-use super::{audit_store, connect::Manager, link, write, PgLedger, PURGE_LOCK};
+use super::ledger::{PgLedger, PURGE_LOCK};
+use super::{audit_store, connect::Manager, link, write};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{purge, Hold, PurgePlan, Removed, Retention};
@@ -103,7 +104,7 @@ impl Retention for PgLedger {
         }
         let conn = session.as_mut().expect("set just above");
         index_claim_keys(&mut conn.client, cutoff)?;
-        let mut tx = super::snapshot(&mut conn.client)?;
+        let mut tx = super::ledger::snapshot(&mut conn.client)?;
         purge::export(&mut tx, cutoff, batch_records_max, admit, row)
     }
 

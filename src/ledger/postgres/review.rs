@@ -11,7 +11,7 @@
 //! letter queue on its row lock; the second reads it decided and writes nothing.
 
 use super::batch::{self, Context};
-use super::PgLedger;
+use super::ledger::PgLedger;
 use super::{link, write};
 use crate::config::OnConflict;
 use crate::domain::audit::Record;

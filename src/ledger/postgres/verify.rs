@@ -17,7 +17,8 @@
 //! an id): its claims, disbursements and records are checked against each other like any
 //! other. Only the chain walk, which checks what is linked, leaves it out.
 
-use super::{audit_store, PgLedger};
+use super::audit_store;
+use super::ledger::PgLedger;
 use crate::domain::audit::Verifier;
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, Inspect, Since, Summary};

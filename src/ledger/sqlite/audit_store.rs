@@ -4,39 +4,11 @@
 //! `all` and `insert` are public for tests and the benchmark, which build and inspect ledger
 //! files directly.
 
-use super::SqliteLedger;
 use crate::domain::audit::Record;
 use crate::error::Result;
+use crate::ledger::records;
 pub use crate::ledger::Since;
-use crate::ledger::{records, AuditLog};
 use rusqlite::{Connection, Row};
-
-impl AuditLog for SqliteLedger {
-    /// One read transaction around the whole walk: a worker committing meanwhile adds nothing
-    /// to what `f` sees.
-    fn for_each_record(
-        &self,
-        since: &Since,
-        f: &mut dyn FnMut(Record) -> Result<()>,
-    ) -> Result<()> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        for_each(&tx, since, f)
-    }
-
-    /// Through the partial index `audit_dead_letters` (`schema.sql`): one index entry per dead
-    /// letter, none for any other record.
-    fn for_each_dead_letter(&self, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        let mut stmt = tx.prepare(DEAD_LETTER_RECORDS)?;
-        let mut rows = stmt.query([])?;
-        while let Some(row) = rows.next()? {
-            f(record_of(row)?)?;
-        }
-        Ok(())
-    }
-}
 
 /// The columns, in `Record` order (a macro, so statements can be built with `concat!`).
 macro_rules! columns {
@@ -45,7 +17,7 @@ macro_rules! columns {
          delivery_count, detail, recorded_at, prev_hash, hash"
     };
 }
-const COLUMNS: &str = columns!();
+pub(super) const COLUMNS: &str = columns!();
 
 /// The `dead_letter` records in chain order. Its `WHERE` is exactly the partial index's, so
 /// SQLite reads that index (public so a test can ask SQLite for the plan).
@@ -184,7 +156,7 @@ pub(super) fn insert_many(st: &mut super::raw::Statements, records: &[Record]) -
     )
 }
 
-fn record_of(row: &Row<'_>) -> Result<Record> {
+pub(super) fn record_of(row: &Row<'_>) -> Result<Record> {
     records::sealed_row(row)
 }
 

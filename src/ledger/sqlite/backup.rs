@@ -5,7 +5,7 @@
 //! before SQLite writes into it, checked with `PRAGMA integrity_check`, and never overwrites an
 //! existing file. Needs no `sqlite3` binary (the ledger's SQLite is bundled).
 
-use super::SqliteLedger;
+use super::ledger::SqliteLedger;
 use crate::error::{Error, Result};
 use crate::ledger::{Backup, BackupCopied};
 use rusqlite::{Connection, OpenFlags};

@@ -10,13 +10,14 @@
 //! inside the same transaction. Nothing here commits: the caller does, or drops the
 //! transaction and nothing of the batch exists.
 
-use super::{conflict, multirow, raw, Item, Outcome};
+use super::{conflict, multirow, raw};
 use crate::config::OnConflict;
 use crate::domain::audit::{self, Record};
 use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
 use crate::domain::submission::Submission;
 use crate::error::Result;
 use crate::ledger::decide::{self, DeadRow, Delivered, Facts, Other, Purged, Stamp, Verdict};
+use crate::ledger::{Item, Outcome};
 use crate::support::failpoint;
 use crate::support::threads::spawn_named;
 use rusqlite::{params, OptionalExtension, Transaction};

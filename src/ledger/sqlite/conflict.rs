@@ -8,7 +8,7 @@
 //! than paid. Everything here runs inside the batch's open transaction; the batch (`batch.rs`)
 //! writes the audit records, so this file knows nothing of it.
 
-use super::Settings;
+use super::settings::Settings;
 use crate::domain::key::to_hex;
 use crate::error::Result;
 use crate::ledger::decide::Other;
@@ -431,7 +431,8 @@ mod tests {
             claim(&conn, i, &format!("t{i}"), "A");
         }
         conn.execute_batch("COMMIT").unwrap();
-        let settings = super::super::Settings::of(&crate::config::LedgerConfig::new(&path));
+        let settings =
+            super::super::settings::Settings::of(&crate::config::LedgerConfig::new(&path));
         let mut groups = Groups::new(Some((path.clone(), settings)));
         let mut writer = rusqlite::Connection::open(&path).unwrap();
         let mut next = 20_001;

@@ -1,7 +1,8 @@
 //! Every row of a SQLite ledger, in one read transaction, for `claimgate migrate`
 //! (`ledger/copy.rs`). Claims come before the rows that refer to them.
 
-use super::{audit_store, SqliteLedger};
+use super::audit_store;
+use super::ledger::SqliteLedger;
 use crate::domain::key::IdempotencyKey;
 use crate::error::{Error, Result};
 use crate::ledger::copy::{Counters, Row, Sink};

@@ -40,7 +40,7 @@ pub(super) fn refuse_a_stranger_to_its_wal(db: &Path, lock_epoch: Option<&str>) 
     let Some(expected) = lock_epoch else {
         return Ok(());
     };
-    let wal = super::sidecar(db, "-wal");
+    let wal = super::files::sidecar(db, "-wal");
     let has_frames = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_HEADER_BYTES);
     if !has_frames {
         return Ok(());

@@ -52,7 +52,7 @@ const EPOCH_PREFIX: &str = "claimgate ledger file epoch ";
 
 /// The lock file of the ledger at `db`.
 pub(super) fn path(db: &Path) -> PathBuf {
-    super::sidecar(db, ".lock")
+    super::files::sidecar(db, ".lock")
 }
 
 /// Opens (creating 0600 if absent; an existing one is only opened, never truncated) the lock

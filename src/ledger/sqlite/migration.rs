@@ -9,10 +9,11 @@
 //! went), so a node someone forgot to repoint cannot go on paying into the old file — a split
 //! ledger. Everything else may still read it.
 
-use super::{Locking, SqliteLedger};
+use super::fence::fenced;
+use super::ledger::{Locking, SqliteLedger};
 use crate::config::{LedgerConfig, SqliteSettings};
-use crate::error::{Error, Result};
-use rusqlite::{Connection, OptionalExtension};
+use crate::error::Result;
+use rusqlite::Connection;
 
 /// The longest `award_id` the copy takes into a column PostgreSQL indexes (claims, holds):
 /// any value up to this fits a btree entry whatever its bytes (one holds at most 2,704, and a
@@ -164,36 +165,4 @@ fn rows_named(conn: &Connection, sql: &str) -> Result<Vec<String>> {
         .query_map([], |r| r.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
-}
-
-/// The fence of the ledger on `conn`: where it went and when, if it was migrated.
-pub(super) fn fenced(conn: &Connection) -> Result<Option<(String, String)>> {
-    let to: Option<String> = conn
-        .query_row(
-            "SELECT value FROM ledger_meta WHERE name = 'migrated_to'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    let Some(to) = to else {
-        return Ok(None);
-    };
-    let at: Option<String> = conn
-        .query_row(
-            "SELECT value FROM ledger_meta WHERE name = 'migrated_at'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    Ok(Some((to, at.unwrap_or_default())))
-}
-
-/// The refusal of a fenced ledger by a command that would write to it.
-pub(super) fn refuse_fenced(path: &std::path::Path, to: &str, at: &str) -> Error {
-    Error::Config(format!(
-        "the ledger {} was migrated to {to} at {at}: its rows live there now; point --db \
-         (CLAIMGATE_DB) at that URL. This file is kept as it was, fenced, for reference \
-         (status, verify and audit still read it)",
-        path.display()
-    ))
 }

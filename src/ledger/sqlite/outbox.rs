@@ -8,7 +8,7 @@
 //! reused, not even after a retention purge removed the rows at the top. The relay's
 //! exactly-once argument (`relay.rs`) rests on exactly this.
 
-use super::SqliteLedger;
+use super::ledger::SqliteLedger;
 use crate::error::Result;
 use crate::ledger::{Outbox, OutboxRow};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};

@@ -10,24 +10,14 @@
 //! [`index_claim_keys`]), built once on one connection by `export_purge` and kept, with that
 //! connection, in a [`Session`] for the `purge_batch` calls that follow.
 
-use super::{audit_store, SqliteLedger};
+use super::audit_store;
+use super::ledger::{Session, SqliteLedger};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
 use crate::ledger::{purge, Hold, PurgePlan, Removed, Retention};
-use r2d2::PooledConnection;
-use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
-
-/// The purge under way on this ledger handle.
-pub(super) struct Session {
-    /// The cutoff its claim-key map was built for.
-    cutoff: String,
-    /// The connection whose `temp.claim_keys` holds the map (temporary tables are per
-    /// connection, so every batch must run on this one).
-    conn: PooledConnection<SqliteConnectionManager>,
-}
 
 impl SqliteLedger {
     /// A connection with a fresh claim-key map for `cutoff`, kept as the session.

@@ -12,7 +12,7 @@
 //! pointer into a value outlives it.
 //!
 //! [`Statements`] owns the prepared statements of one connection and is dropped (finalizing
-//! them) before that connection closes: [`super::Writer`] declares it first.
+//! them) before that connection closes: [`super::writer::Writer`] declares it first.
 //!
 //! **Invariant:** no bound pointer survives the [`Bound`] that bound it; every statement is
 //! finalized exactly once, before its connection closes.

@@ -17,7 +17,8 @@
 //! Dropped before `commit` (an error, a refused mark), the copy is deleted and nothing else
 //! has changed.
 
-use super::{audit_store, lock, outbox, sidecar};
+use super::files::sidecar;
+use super::{audit_store, lock, outbox};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Replaced, Restoring};
@@ -43,7 +44,7 @@ pub(crate) struct Restore {
 /// Steps 1 and 2: lock the ledger, copy and check the backup.
 pub(crate) fn prepare(db: &Path, backup: &Path) -> Result<Restore> {
     // The file itself, not a link to it: the lock and the swap are the real file's.
-    let db = &super::real_file(db);
+    let db = &super::files::real_file(db);
     if !backup.is_file() {
         return Err(Error::Config(format!(
             "no backup file at {}",

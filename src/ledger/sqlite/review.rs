@@ -8,8 +8,8 @@
 //! by the unique index), then the decision's record is appended after the batch's records.
 
 use super::batch::{Batch, Context};
-use super::migration::{fenced, refuse_fenced};
-use super::SqliteLedger;
+use super::fence::{fenced, refuse_fenced};
+use super::ledger::SqliteLedger;
 use crate::config::OnConflict;
 use crate::error::Result;
 use crate::ledger::review::{self, Decided, HeldConflict, HoldDecision, LetterState, Verdict};
@@ -56,9 +56,9 @@ impl Review for SqliteLedger {
     fn decide(&self, d: &HoldDecision<'_>) -> Result<Decided> {
         let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if writer.is_none() {
-            *writer = Some(super::Writer::open(&self.path, &self.settings)?);
+            *writer = Some(super::writer::Writer::open(&self.path, &self.settings)?);
         }
-        let super::Writer {
+        let super::writer::Writer {
             statements,
             groups,
             conn,

@@ -7,7 +7,8 @@
 //! one read transaction, the audit chain included, so a worker committing meanwhile cannot
 //! make a consistent ledger look inconsistent.
 
-use super::{audit_store, format, SqliteLedger};
+use super::ledger::SqliteLedger;
+use super::{audit_store, format};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};

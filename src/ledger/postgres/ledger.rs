@@ -1,0 +1,264 @@
+//! [`PgLedger`]: a pool of connections to one PostgreSQL ledger, opened (the schema its URL pins
+//! found, made or upgraded), recording batches and counting what it holds.
+
+use super::connect::{Conn, Manager, Target};
+use super::{batch, connect, error, link, schema, tally};
+use crate::config::{LedgerConfig, OnConflict, PgUrl};
+use crate::domain::clock::age_seconds;
+use crate::error::{Error, Result};
+use crate::ledger::{Backup, BackupCopied, Counts, Item, Ledger, Outcome, Stats};
+use crate::support::Shutdown;
+use r2d2::{Pool, PooledConnection};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The advisory lock a retention purge holds for as long as it runs: one node at a time.
+pub(super) const PURGE_LOCK: (i32, i32) = (0x636c_6169, 2);
+
+/// A pool of connections to one PostgreSQL ledger.
+pub struct PgLedger {
+    /// Connections.
+    pub(super) pool: Pool<Manager>,
+    /// Where the pool connects, for a connection made outside it ([`PgLedger::durable_snapshot`]).
+    pub(super) target: Target,
+    /// The URL with its password removed, for messages.
+    pub(super) redacted: String,
+    /// What `record` does with a conflicting resubmission.
+    pub(super) on_conflict: OnConflict,
+    /// The retention purge under way: its connection, holding the purge lock (`retention.rs`).
+    pub(super) purge: Mutex<Option<PooledConnection<Manager>>>,
+    /// Entries `record` deferred and has not seen again (`batch.rs`, step 1).
+    pub(super) deferred: Mutex<std::collections::HashSet<String>>,
+    /// What `stats` counted last time (`tally.rs`).
+    pub(super) tally: Mutex<Option<tally::Tally>>,
+}
+
+impl PgLedger {
+    /// Connects to the ledger `cfg.backend` names (a `postgres://` URL) and finds it in its
+    /// schema, making or upgrading it only if `cfg.create` (`schema.rs`). A wrong password,
+    /// unknown user or missing database, a ledger not where the URL says, or one this build
+    /// cannot read is [`Error::Config`]; an unreachable or restarting server is a transient
+    /// [`Error::Ledger`] naming host and port (see [`PgLedger::open_waiting`]).
+    pub fn open(cfg: &LedgerConfig<PgUrl>) -> Result<Self> {
+        let target = Target::parse(&cfg.backend)?;
+        let redacted = target.redacted.clone();
+        // The first connection is made here, not by the pool, so its error can be classified.
+        let mut first = target.connect().map_err(|e| {
+            error::config_fault(&e, &redacted)
+                .unwrap_or_else(|| error::unreachable(e, &target.address()))
+        })?;
+        schema::prepare(&mut first, &target, cfg.create)?;
+        if cfg.create {
+            // Batches a writer committed and did not live to link (stopped in between): placed
+            // now, so their events reach the relay whether or not another batch ever comes.
+            let linked = link::link(&mut Conn::from(first), None)?;
+            if linked > 0 {
+                log::info!(
+                    "linked {linked} committed batch(es) left unlinked into the audit chain"
+                );
+            }
+        } else {
+            drop(first);
+        }
+        let pool = Pool::builder()
+            .max_size(cfg.pool_size_max)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(Duration::from_millis(
+                cfg.busy_timeout_ms.max(connect::CONNECT_TIMEOUT_MS),
+            ))
+            .error_handler(Box::new(QuietPool))
+            .build_unchecked(Manager(target.clone()));
+        Ok(PgLedger {
+            pool,
+            target,
+            redacted,
+            on_conflict: cfg.on_conflict,
+            purge: Mutex::new(None),
+            deferred: Mutex::new(std::collections::HashSet::new()),
+            tally: Mutex::new(None),
+        })
+    }
+
+    /// Opens like [`PgLedger::open`], waiting out an unreachable or restarting server with the
+    /// shared retry policy (`crate::retry`), as `run` and `relay` must. `None` if `stop` is set
+    /// while waiting.
+    pub fn open_waiting(cfg: &LedgerConfig<PgUrl>, stop: &Shutdown) -> Result<Option<Self>> {
+        match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
+            Ok(ledger) => Ok(Some(ledger)),
+            Err(e) if e.is_transient() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A pooled connection.
+    pub(super) fn conn(&self) -> Result<PooledConnection<Manager>> {
+        Ok(self.pool.get()?)
+    }
+}
+
+/// r2d2 logs every failed connection attempt at ERROR by default; the caller's retry policy
+/// already reports an outage once, as an episode, so the pool's own lines are DEBUG.
+#[derive(Debug)]
+struct QuietPool;
+
+impl r2d2::HandleError<error::Unreachable> for QuietPool {
+    fn handle_error(&self, error: error::Unreachable) {
+        log::debug!("ledger connection pool: {error}");
+    }
+}
+
+/// Makes durable everything committed so far, on `client`: a no-op when the server has flushed
+/// all the WAL it has, else one transaction that writes a WAL record (a logical message,
+/// prefix `claimgate`, which nothing consumes) and commits under the server's own
+/// `synchronous_commit`, flushing every earlier commit with its own.
+///
+/// Needed because a link commits without waiting for its WAL flush (`claimgate_link`, so the
+/// chain-head lock is never held across a disk write): a link a reader sees may, for a moment,
+/// be lost if the server crashes. A batch whose link is lost is only unlinked again (its own
+/// commit was durable) and is linked anew, possibly at other seqs and outbox ids. So whatever
+/// leaves the database with link-derived facts — outbox ids published as event ids, the
+/// chain's head in an anchor, an export — first makes what it read durable with this.
+pub(super) fn make_durable(client: &mut postgres::Client) -> Result<()> {
+    let flushed: bool = client
+        .query_one(
+            "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()",
+            &[],
+        )?
+        .get(0);
+    if !flushed {
+        client.batch_execute(
+            "BEGIN; SELECT pg_logical_emit_message(true, 'claimgate', 'durable'); COMMIT",
+        )?;
+    }
+    Ok(())
+}
+
+impl PgLedger {
+    /// A repeatable-read, read-only snapshot whose every link is durable ([`make_durable`],
+    /// run on a second connection after the snapshot was taken, so it covers all the snapshot
+    /// shows), for reads whose result leaves the database.
+    ///
+    /// The second connection is an idle one of the pool, or else one made for this call and
+    /// closed after it: never one waited for. A caller already holds a pooled connection, so
+    /// waiting for another could, with as many such readers as the pool has connections, leave
+    /// each holding one and waiting for the next until the pool timed out.
+    pub(super) fn durable_snapshot<'c>(
+        &self,
+        client: &'c mut postgres::Client,
+    ) -> Result<postgres::Transaction<'c>> {
+        let mut tx = snapshot(client)?;
+        tx.query_one("SELECT 1", &[])?;
+        match self.pool.try_get() {
+            Some(mut idle) => make_durable(&mut idle.client)?,
+            None => make_durable(&mut self.target.connect()?)?,
+        }
+        Ok(tx)
+    }
+}
+
+/// A repeatable-read, read-only transaction: one snapshot for everything read in it.
+pub(super) fn snapshot(client: &mut postgres::Client) -> Result<postgres::Transaction<'_>> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()?)
+}
+
+impl Ledger for PgLedger {
+    fn record(&self, items: &[Item<'_>], consumer: &str, stream: &str) -> Result<Vec<Outcome>> {
+        self.record_in_turn(items, consumer, stream, &mut |_| {})
+    }
+
+    /// Two: while one batch reads, writes and commits on its connection, the next takes its
+    /// groups and does the same on another, so one worker keeps two server processes busy
+    /// (BENCHMARKS.md, "Two batches at once").
+    fn writers(&self) -> usize {
+        crate::config::PG_WRITERS_PER_WORKER
+    }
+
+    fn record_in_turn(
+        &self,
+        items: &[Item<'_>],
+        consumer: &str,
+        stream: &str,
+        locked: &mut dyn FnMut(bool),
+    ) -> Result<Vec<Outcome>> {
+        let mut conn = self.conn()?;
+        let ctx = batch::Context {
+            consumer,
+            stream,
+            on_conflict: self.on_conflict,
+            deferred: &self.deferred,
+            approving: false,
+        };
+        let outcomes = batch::record(&mut conn, &ctx, items, locked)?;
+        assert_eq!(outcomes.len(), items.len(), "one outcome per item");
+        Ok(outcomes)
+    }
+
+    fn stats(&self) -> Result<Stats> {
+        stats(&mut *self.conn()?, &self.tally)
+    }
+}
+
+/// Counts and totals in one snapshot (a repeatable-read, read-only transaction): what committed
+/// since the last call added to `last` (`tally.rs`), the dead letters and the unpublished
+/// outbox rows counted whole.
+pub(super) fn stats(conn: &mut Conn, last: &Mutex<Option<tally::Tally>>) -> Result<Stats> {
+    let mut tx = snapshot(&mut conn.client)?;
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    let t = tally::Tally::of(&mut tx, last.take())?;
+    *last = Some(t.clone());
+    drop(last);
+    // The unpublished rows have an index of their own (`outbox_unpublished`).
+    let row = tx.query_one(
+        "SELECT (SELECT COUNT(*) FROM dead_letters), o.n, o.oldest
+         FROM (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
+               FROM outbox_rows WHERE published_at IS NULL) o",
+        &[],
+    )?;
+    tx.commit()?;
+    let n = |i: usize| row.get::<_, i64>(i) as u64;
+    let oldest: Option<String> = row.get(2);
+    let counts = Counts {
+        dead_letters: n(0),
+        ..t.counts
+    };
+    Ok(counts.stats(n(1), oldest.as_deref().and_then(age_seconds)))
+}
+
+impl Backup for PgLedger {
+    /// PostgreSQL's own tools make consistent copies of a live database; a copy through this
+    /// process would be neither faster nor safer.
+    fn backup(&self, _out: &std::path::Path) -> Result<BackupCopied> {
+        Err(Error::Config(format!(
+            "claimgate backup copies SQLite ledgers; {} is a PostgreSQL ledger: use pg_dump \
+             (e.g. pg_dump --format=custom) for a logical copy, or pg_basebackup with WAL \
+             archiving for point-in-time recovery",
+            self.redacted
+        )))
+    }
+}
+
+impl Drop for PgLedger {
+    /// Says how long batches held the chain head (the one lock all nodes share), and releases
+    /// the purge lock.
+    fn drop(&mut self) {
+        if let Some((n, hold, bound)) = link::head_hold() {
+            log::info!(
+                "chain head lock held per link over {n} links, lock to end of link on the \
+                 server's clock: p50 {} us, p99 {} us, max {} us; with its commit and the \
+                 answer's return (an upper bound) p50 {} us, bound p99 {} us, max {} us",
+                hold.p50,
+                hold.p99,
+                hold.max,
+                bound.p50,
+                bound.p99,
+                bound.max
+            );
+        }
+        self.end_purge();
+    }
+}
