@@ -1536,11 +1536,37 @@ fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_count
         .collect();
     let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
     let writer = wal_writer(&mut admin).expect("the WAL writer of a running cluster");
+    // Stopped while it has nothing to write, so it holds no WAL lock a COMMIT would wait for
+    // (stopped in the middle of a write, it hung the commit below for good, once, under load).
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let row = admin
+                .query_one(
+                    "SELECT pg_current_wal_flush_lsn() = pg_current_wal_insert_lsn()",
+                    &[],
+                )
+                .unwrap();
+            row.get::<_, bool>(0)
+        }),
+        "the WAL is flushed before the WAL writer is stopped"
+    );
     drop(admin);
     signal_pid(writer, libc::SIGSTOP);
+    // Should the commit still wait on the stopped writer, it is let go after a minute and the
+    // test fails below (the link then reaches the disk), instead of hanging.
+    let (recorded, watch) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            watch.recv_timeout(Duration::from_secs(60))
+        {
+            signal_pid(writer, libc::SIGCONT);
+        }
+    });
     ledger
         .record(&items[..3], "c", "grants:submissions")
         .unwrap();
+    recorded.send(()).unwrap();
+    watchdog.join().unwrap();
     let counted = ledger.stats().unwrap();
     assert_eq!((counted.claims, counted.audit_records), (3, 3));
     signal_pid(writer, libc::SIGKILL);
