@@ -112,7 +112,11 @@ fn code_of(source: &str) -> String {
             None => line,
         };
         let t = line.trim_start();
-        if t.starts_with("pub use ") || t.starts_with("mod ") || t.starts_with("pub mod ") {
+        let reexport = ["pub use ", "pub(crate) use ", "pub(super) use "];
+        if reexport.iter().any(|r| t.starts_with(r))
+            || t.starts_with("mod ")
+            || t.starts_with("pub mod ")
+        {
             continue;
         }
         // Strings may mention `crate::` (log targets, messages); blank them, keeping quotes.
