@@ -116,21 +116,17 @@ pub(super) fn insert_dead_letters(
         .collect())
 }
 
-/// The new claims the verdicts make: (submission, entry id) each, and their submissions, in
-/// item order (whose events the batch spells).
-#[allow(clippy::type_complexity)]
+/// The new claims the verdicts make, in item order: (submission, entry id) each.
 pub(super) fn claimed<'a>(
     items: &[Item<'a>],
     verdicts: &[Option<Verdict>],
-) -> (Vec<(&'a Submission, &'a str)>, Vec<&'a Submission>) {
-    let new: Vec<(&Submission, &str)> = items
+) -> Vec<(&'a Submission, &'a str)> {
+    items
         .iter()
         .zip(verdicts)
         .filter(|(_, v)| matches!(v, Some(Verdict::Claim { .. })))
         .filter_map(|(item, _)| Delivered::of(item).map(|d| (d.submission, d.entry_id)))
-        .collect();
-    let paid = new.iter().map(|(s, _)| *s).collect();
-    (new, paid)
+        .collect()
 }
 
 /// Step 4b: the new claims and their disbursements, sorted as the claim index orders them;

@@ -290,26 +290,30 @@ impl<'t, 'a> Batch<'t, 'a> {
             Some(row) => insert_dead(self.probe.tx, self.ctx.stream, &row, &self.probe.now)?,
             None => false,
         };
-        if let (Verdict::Claim { .. }, Some(d)) = (&verdict, Delivered::of(item)) {
-            self.pay(d.submission);
-        }
+        let claimed = matches!(verdict, Verdict::Claim { .. });
         let stamp = Stamp {
             consumer: self.ctx.consumer,
             stream: self.ctx.stream,
             now: &self.probe.now,
             approving: self.ctx.approving,
         };
-        Ok(decide::settle(
-            item,
-            verdict,
-            first_dead,
-            &stamp,
-            &mut self.audit,
-        ))
+        let records_before = self.audit.len();
+        let outcome = decide::settle(item, verdict, first_dead, &stamp, &mut self.audit);
+        if let (true, Some(d)) = (claimed, Delivered::of(item)) {
+            // The claim's `processed` record, just settled, already spells its key in hex.
+            let key_hex = self.audit[records_before].idempotency_key.as_deref();
+            let event = event::payload(
+                d.submission,
+                key_hex.expect("a processed record names its key"),
+            );
+            self.pay(d.submission, event);
+        }
+        Ok(outcome)
     }
 
-    /// Queues the disbursement and outbox row of the claim [`Facts::claim`] just made of `s`.
-    fn pay(&mut self, s: &'a Submission) {
+    /// Queues the disbursement and outbox row (its `event`) of the claim [`Facts::claim`] just
+    /// made of `s`.
+    fn pay(&mut self, s: &'a Submission, event: String) {
         let claim_id = self.probe.claim_id;
         self.claim_id_max = self.claim_id_max.max(claim_id);
         // After its own conflict probe (its own claim is no conflict); later claims in its
@@ -319,8 +323,7 @@ impl<'t, 'a> Batch<'t, 'a> {
             claim_id,
             submission: s,
         });
-        self.outbox
-            .push((claim_id, event::payload(s, &s.key.to_hex())));
+        self.outbox.push((claim_id, event));
     }
 
     /// Numbers the queued audit records after the chain's tail, seals and writes them, with
