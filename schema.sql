@@ -149,3 +149,23 @@ CREATE TABLE IF NOT EXISTS legal_holds (
     reason   TEXT NOT NULL,
     held_at  TEXT NOT NULL
 );
+
+-- The ledger's counts, one row, so `status`, `/metrics` and a worker's start read them at any
+-- size instead of counting millions of rows (src/ledger/sqlite/counts.rs). Every transaction
+-- that adds or removes a counted row moves them in the same transaction; `verify` checks them
+-- against the rows. The row is written, counted from the rows, by the first open that finds
+-- none (a new ledger, an earlier release's, or one whose row was deleted). The disbursed total
+-- is kept in two halves that cannot overflow: the sums of each amount's high and low 32 bits.
+CREATE TABLE IF NOT EXISTS ledger_counts (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    claims        INTEGER NOT NULL,
+    disbursements INTEGER NOT NULL,
+    cents_high    INTEGER NOT NULL,
+    cents_low     INTEGER NOT NULL,
+    dead_letters  INTEGER NOT NULL,
+    duplicates    INTEGER NOT NULL,
+    conflicts     INTEGER NOT NULL,
+    vanished      INTEGER NOT NULL,
+    audit_records INTEGER NOT NULL,
+    tombstones    INTEGER NOT NULL
+);

@@ -7,6 +7,7 @@
 //! verifier that disagrees, fails the benchmark.
 
 use super::{prefill, wait4, Opts, Res, AS_CLAIMGATE};
+use claimgate::support::localredis::{LocalRedis, Options};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -43,6 +44,7 @@ pub fn run(o: &Opts, n: usize) -> Res<()> {
         dir.join("audit.jsonl"),
     );
     println!("on {} ({n} claims):", db.display());
+    operators_side(&db, dir, n)?;
     claimgate(&db, "keygen", &["audit", "keygen", "--out", &s(&key)])?;
     let steps: [(&str, Vec<String>); 5] = [
         (
@@ -111,14 +113,122 @@ pub fn run(o: &Opts, n: usize) -> Res<()> {
     timed("verify-evidence.py (python3)", verifier)
 }
 
+/// What the operator's commands cost on the ledger, each against a private redis-server:
+/// `status --json`, a worker's start to its exit on one entry, a worker's first `/metrics`
+/// scrape and a `/healthz` (after it answers at all), `backup` and `restore`; and the file's
+/// bytes per claim. What issue 37 asks to be the same at any ledger size.
+fn operators_side(db: &Path, dir: &Path, n: usize) -> Res<()> {
+    let bytes = std::fs::metadata(db).map_err(|e| e.to_string())?.len();
+    println!(
+        "  file: {:.1} MB, {:.0} bytes per claim",
+        bytes as f64 / 1e6,
+        bytes as f64 / n.max(1) as f64
+    );
+    let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
+    let url = redis.url();
+    let with_redis = |cmd: &mut Command| {
+        cmd.env("REDIS_URL", &url);
+    };
+    claimgate_with(db, "status --json", &["status", "--json"], &with_redis)?;
+    let mut conn = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection())
+        .map_err(|e| e.to_string())?;
+    redis::cmd("XADD")
+        .arg("grants:submissions")
+        .arg("*")
+        .arg("payload")
+        .arg(r#"{"award_id":"R-1","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":100}"#)
+        .query::<String>(&mut conn)
+        .map_err(|e| e.to_string())?;
+    claimgate_with(
+        db,
+        "run --exit-when-idle (one entry)",
+        &["run", "--exit-when-idle"],
+        &with_redis,
+    )?;
+    let port = claimgate::support::localredis::free_port().map_err(|e| e.to_string())?;
+    let addr = format!("127.0.0.1:{port}");
+    let mut worker = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+    worker
+        .arg(AS_CLAIMGATE)
+        .args(["run", "--metrics-addr", &addr])
+        .env_remove("CLAIMGATE_FAILPOINT")
+        .env("RUST_LOG", "warn")
+        .env("CLAIMGATE_DB", db)
+        .env("REDIS_URL", &url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let started = Instant::now();
+    let mut child = worker.spawn().map_err(|e| e.to_string())?;
+    let answered = loop {
+        if get(&addr, "/healthz").is_ok() {
+            break started.elapsed();
+        }
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().ok();
+            return Err("the worker's /healthz never answered".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let scrape = Instant::now();
+    let metrics = get(&addr, "/metrics");
+    let scraped = scrape.elapsed();
+    let probe = Instant::now();
+    let health = get(&addr, "/healthz");
+    let probed = probe.elapsed();
+    // SIGTERM: a clean stop, so the file is left closed for `backup` and `restore`.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().map_err(|e| e.to_string())?;
+    let metrics = metrics?;
+    if !metrics.contains("claimgate_disbursed_cents") {
+        return Err("the first scrape had no disbursed total".into());
+    }
+    health?;
+    println!(
+        "  run --metrics-addr: /healthz first answered {:>7.1} ms after the start; first /metrics scrape {:>6.1} ms; /healthz {:>5.1} ms",
+        answered.as_secs_f64() * 1e3,
+        scraped.as_secs_f64() * 1e3,
+        probed.as_secs_f64() * 1e3
+    );
+    let copy = dir.join("backup.db");
+    let s = |p: &Path| p.to_str().expect("a UTF-8 path").to_owned();
+    claimgate_with(db, "backup", &["backup", &s(&copy)], &with_redis)?;
+    claimgate_with(db, "restore", &["restore", &s(&copy)], &with_redis)?;
+    Ok(())
+}
+
+/// One HTTP/1.0 GET of `path` from `addr`; the body, if the answer was 200.
+fn get(addr: &str, path: &str) -> Res<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| e.to_string())?;
+    if !answer.starts_with("HTTP/1.1 200") && !answer.starts_with("HTTP/1.0 200") {
+        return Err(format!(
+            "GET {path}: {}",
+            answer.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(answer)
+}
+
 /// Runs this executable as `claimgate ARGS` on `db` and prints its cost.
 fn claimgate(db: &Path, label: &str, args: &[&str]) -> Res<()> {
+    claimgate_with(db, label, args, &|_| {})
+}
+
+/// [`claimgate`], with `more` setting more of the command first.
+fn claimgate_with(db: &Path, label: &str, args: &[&str], more: &dyn Fn(&mut Command)) -> Res<()> {
     let mut cmd = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
     cmd.arg(AS_CLAIMGATE)
         .args(args)
         .env_remove("CLAIMGATE_FAILPOINT")
         .env("RUST_LOG", "warn")
         .env("CLAIMGATE_DB", db);
+    more(&mut cmd);
     timed(label, cmd)
 }
 
@@ -138,7 +248,7 @@ fn timed(label: &str, mut cmd: Command) -> Res<()> {
     }
     if label != "keygen" {
         println!(
-            "  {label:<38} {wall:>6.2} s wall  {cpu_s:>6.2} s cpu  peak RSS {:>6.1} MiB",
+            "  {label:<38} {wall:>6.3} s wall  {cpu_s:>6.2} s cpu  peak RSS {:>6.1} MiB",
             rss_kib as f64 / 1024.0
         );
     }

@@ -9,6 +9,9 @@
 //! ledger's batch, before it takes its groups), `after_claim` (claim inserted,
 //! transaction open), `before_commit`, `before_link` (a shared ledger's batch committed, not
 //! yet linked into the audit chain), `after_commit` (committed, not yet acknowledged),
+//! `write_statement` (a SQLite ledger: the start of each statement inside a write transaction,
+//! its `COMMIT` included, on any of the process's ledger connections, so `write_statement:N`
+//! dies between the (N-1)th and the Nth statement of the writes),
 //! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
 //! purge between two committed batches).
 //!
@@ -78,6 +81,12 @@ fn armed() -> Option<&'static Armed> {
             })
         })
         .as_ref()
+}
+
+/// True when `name` is the armed point, for a caller that must set something up for the
+/// point to be reached at all (`write_statement`'s statement watch).
+pub fn armed_at(name: &str) -> bool {
+    armed().is_some_and(|a| a.name == name)
 }
 
 /// True when the safeguard `name` is switched off (`CLAIMGATE_FAILPOINT=off:NAME`).

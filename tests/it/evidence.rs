@@ -169,7 +169,9 @@ pub(crate) fn delete_records_and_payments(db: &Connection, lo: i64, hi: i64) {
          DELETE FROM disbursements WHERE claim_id IN (SELECT claim_id FROM gone);
          DELETE FROM processed_messages WHERE claim_id IN (SELECT claim_id FROM gone);
          DELETE FROM audit_log WHERE seq BETWEEN {lo} AND {hi};
-         DROP TABLE gone;"
+         DROP TABLE gone;
+         -- The kept counts are no evidence: the next open counts the rows again.
+         DELETE FROM ledger_counts;"
     ))
     .unwrap();
 }
@@ -288,7 +290,8 @@ fn verifying_anchors_against_a_ledger_whose_id_was_deleted_fails_and_writes_noth
 fn a_resealed_payment_passes_both_verifies_but_not_the_anchors() {
     // 1. 10 submissions; a signed anchor of the head (seq 10).
     // 2. The attacker raises payment #3 everywhere it is written — disbursement, claim, outbox
-    //    payload, audit record — and re-seals every record after it with their own SHA-256.
+    //    payload, audit record — and re-seals every record after it with their own SHA-256;
+    //    and deletes the kept counts, which the next open counts again (they are no evidence).
     // 3. `verify` and `audit verify` pass; `audit verify --anchors` exits 1 naming line 1, seq 10.
     let w = world_with(10);
     let (key, public) = keygen(&w, "k");
@@ -317,7 +320,8 @@ fn a_resealed_payment_passes_both_verifies_but_not_the_anchors() {
         "UPDATE disbursements SET amount_cents = {raised} WHERE claim_id = {claim};
          UPDATE processed_messages SET amount_cents = {raised} WHERE claim_id = {claim};
          UPDATE outbox SET payload = json_set(payload, '$.amount_cents', {raised}) WHERE claim_id = {claim};
-         UPDATE audit_log SET amount_cents = {raised} WHERE seq = 3;"
+         UPDATE audit_log SET amount_cents = {raised} WHERE seq = 3;
+         DELETE FROM ledger_counts;"
     ))
     .unwrap();
     reseal_from(&db, 3);

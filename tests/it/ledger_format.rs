@@ -1,6 +1,7 @@
 //! The SQLite ledger's stored format (`ledger_meta.format_version`, `ledger/sqlite/format.rs`):
 //! recorded when a ledger is made or first opened by this release, refused when newer than
-//! this build, and held by `verify` to the shape of the claim index. Real binary, real files.
+//! this build, and held by `verify` to the shape of the claim index; a ledger of an earlier
+//! format has its counts counted again. Real binary, real files.
 
 use crate::support::{submission, World};
 use claimgate::ledger::sqlite::FORMAT_VERSION;
@@ -25,22 +26,24 @@ fn store(w: &World, format: Option<&str>) {
 }
 
 #[test]
-fn a_ledger_made_today_stores_its_format_and_verify_holds_it_to_the_claim_index() {
+fn a_ledger_made_today_stores_its_format_and_one_set_back_by_hand_is_counted_again() {
     // 1. A worker makes a ledger and pays three submissions: the ledger stores this build's
     //    format, and verify passes.
-    // 2. The stored format edited to 2 (an earlier release's claim index), which this ledger's
-    //    index is not: verify fails, naming the format.
+    // 2. The stored format set back to 3 and the kept claim count edited (as if an earlier
+    //    release, which counts nothing, had written to it): the next open takes it for an
+    //    earlier release's ledger, counts its rows again, replacing the edited count, and
+    //    stores this build's format; verify passes.
     let w = World::new();
     w.add(&(0..3).map(submission).collect::<Vec<_>>());
     w.drain(&[]);
     assert_eq!(stored(&w), FORMAT_VERSION.to_string());
     w.run_ok(&["verify"]);
 
-    store(&w, Some("2"));
-    let out = w.run(&["verify"]);
-    assert_eq!(out.status.code(), Some(1), "verify must fail");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("ledger format"), "{stderr}");
+    store(&w, Some("3"));
+    w.sql().exec("UPDATE ledger_counts SET claims = 7");
+    w.run_ok(&["verify"]);
+    assert_eq!(stored(&w), FORMAT_VERSION.to_string());
+    assert_eq!(w.sql_i64("SELECT claims FROM ledger_counts"), 3);
 }
 
 #[test]
@@ -78,7 +81,8 @@ fn a_ledger_of_a_newer_format_is_refused_with_exit_2_and_left_as_it_is() {
 #[test]
 fn an_older_ledger_opens_and_gets_its_format() {
     // 1. A ledger made by the release before instants led the claim index (fixture
-    //    schema-v2.sql) is opened by a worker: it records format 2 and verify passes.
+    //    schema-v2.sql) is opened by a worker: it keeps that index, records format 4 (counts
+    //    kept, `counts.rs`), its counts are its rows', and verify passes.
     // 2. A ledger as the previous release made it (today's claim index, no format stored) is
     //    opened by `status`: it records this build's format, and verify passes.
     let old = World::new();
@@ -89,8 +93,9 @@ fn an_older_ledger_opens_and_gets_its_format() {
     assert_eq!(stored(&old), "");
     old.add(&(0..3).map(submission).collect::<Vec<_>>());
     old.drain(&[]);
-    assert_eq!(stored(&old), "2");
+    assert_eq!(stored(&old), FORMAT_VERSION.to_string());
     assert_eq!(old.count("processed_messages"), 3);
+    assert_eq!(old.sql_i64("SELECT claims FROM ledger_counts"), 3);
     old.run_ok(&["verify"]);
 
     let previous = World::new();

@@ -30,6 +30,7 @@ mod binding;
 mod chaos;
 mod checkpoints;
 mod contract;
+mod counts;
 mod dba;
 mod docs;
 mod errors;

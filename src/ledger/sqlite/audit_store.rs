@@ -99,7 +99,8 @@ pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
 
 /// Seals `r` after the chain's current tail and inserts it, inside the caller's write
 /// transaction (which must hold the write lock, so no batch can take the same `seq`): for the
-/// records written outside a batch — holds, a restore. Returns the record as sealed.
+/// records written outside a batch — holds, a restore. Returns the record as sealed; the
+/// caller moves the ledger's counts by it in the same transaction (`counts.rs`).
 pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
     use rusqlite::OptionalExtension;
     let (seq, prev_hash): (i64, String) = conn

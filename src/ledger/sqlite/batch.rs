@@ -10,7 +10,7 @@
 //! inside the same transaction. Nothing here commits: the caller does, or drops the
 //! transaction and nothing of the batch exists.
 
-use super::{conflict, multirow, raw};
+use super::{conflict, counts, multirow, raw};
 use crate::config::OnConflict;
 use crate::domain::audit::{self, Record};
 use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
@@ -233,6 +233,8 @@ pub(super) struct Batch<'t, 'a> {
     audit: Vec<Record>,
     /// The highest claim id this batch made (0 before its first).
     claim_id_max: i64,
+    /// What the batch adds to the ledger's counts so far (`counts.rs`); `finish` writes it.
+    delta: counts::Delta,
 }
 
 impl<'t, 'a> Batch<'t, 'a> {
@@ -264,6 +266,7 @@ impl<'t, 'a> Batch<'t, 'a> {
                 claim_id: 0,
             },
             claim_id_max: 0,
+            delta: counts::Delta::default(),
             ctx,
             start_seq: tail.seq,
             tail,
@@ -290,6 +293,9 @@ impl<'t, 'a> Batch<'t, 'a> {
             Some(row) => insert_dead(self.probe.tx, self.ctx.stream, &row, &self.probe.now)?,
             None => false,
         };
+        if first_dead {
+            self.delta.dead_letters(1);
+        }
         let claimed = matches!(verdict, Verdict::Claim { .. });
         let stamp = Stamp {
             consumer: self.ctx.consumer,
@@ -319,6 +325,7 @@ impl<'t, 'a> Batch<'t, 'a> {
         // After its own conflict probe (its own claim is no conflict); later claims in its
         // group are.
         self.probe.groups.insert(&s.submission_instant, &s.award_id);
+        self.delta.paid(s.amount_cents);
         self.disbursements.push(Disbursement {
             claim_id,
             submission: s,
@@ -337,13 +344,14 @@ impl<'t, 'a> Batch<'t, 'a> {
     /// would cost a lone submission more than its one seal.
     pub(super) fn finish(self) -> Result<i64> {
         let Batch {
-            probe: Probe { st, now, .. },
+            probe: Probe { st, now, tx, .. },
             disbursements,
             outbox,
             audit,
             claim_id_max,
             tail,
             start_seq,
+            mut delta,
             ..
         } = self;
         let now = now.as_str();
@@ -361,6 +369,8 @@ impl<'t, 'a> Batch<'t, 'a> {
             })?
         };
         super::audit_store::insert_many(st, &audit)?;
+        delta.records(&audit);
+        delta.apply(tx)?;
         Ok(claim_id_max)
     }
 }

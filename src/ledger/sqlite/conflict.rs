@@ -324,7 +324,7 @@ fn build(
 }
 
 /// How many retention purges have removed claims from this ledger ([`PURGES_META`]; 0 for
-/// none): what the claim-group filter and `stats`' tally (`tally.rs`) watch to start again.
+/// none): what the claim-group filter watches to start again.
 pub(super) fn purges(conn: &Connection) -> Result<i64> {
     Ok(conn
         .query_row(

@@ -12,20 +12,25 @@
 //! - **2**: today's tables and columns, with the claim index an earlier release made: unique
 //!   on the submission timestamp as spelled (or the key alone), beside a `claim_instant`
 //!   index the upgrade added. Batches look a claim up through both (`batch.rs`).
-//! - **3**: made by this release: the claim index leads with the submission instant.
+//! - **3**: the claim index leads with the submission instant.
+//! - **4**: made by this release: the ledger keeps its counts (`ledger_counts`, `counts.rs`),
+//!   which every write moves in its own transaction. Its claim index is either of the above;
+//!   the schema says which (`upgrade::claims_by_spelling`). A ledger of format 1, 2 or 3 becomes
+//!   format 4 at its first open by this release, which counts its rows once (about a second per
+//!   million claims) in the transaction that records the number, so no batch commits between.
+//!   An older release refuses it: it would write rows without counting them.
 //!
 //! A ledger of a number above [`FORMAT_VERSION`] was made by a newer claimgate and is refused
 //! (exit 2) before anything is written to it; `verify` checks the number matches the shape.
 
+use super::counts;
 use crate::error::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use std::path::Path;
+use std::time::Instant;
 
 /// The newest format this build reads, and the one it makes.
-pub const FORMAT_VERSION: i64 = 3;
-
-/// The format of a ledger whose claim index an earlier release made (see the module doc).
-pub(super) const FORMAT_CLAIMS_BY_SPELLING: i64 = 2;
+pub const FORMAT_VERSION: i64 = 4;
 
 /// The `ledger_meta` row holding the format.
 const META_NAME: &str = "format_version";
@@ -85,35 +90,55 @@ pub(super) fn refuse_newer(conn: &Connection, path: &Path) -> Result<()> {
     }
 }
 
-/// The ledger's format after the schema and its upgrades ran: the stored one, or, for a
-/// ledger that stores none (just made, or made by an earlier release), the one its claim index
-/// says, stored now in a `BEGIN IMMEDIATE` transaction that looks again (two processes opening
-/// one ledger record it once). A ledger that stores its format is only read.
+/// Brings the ledger to [`FORMAT_VERSION`] after the schema and its upgrades ran: a ledger that
+/// stores it and has its counts row is only read; any other (just made, made by an earlier
+/// release, or its counts row deleted) gets the row, counted from the rows (replacing any row a
+/// ledger of an earlier format holds), and the number, in one `BEGIN IMMEDIATE` transaction
+/// that looks again (two processes opening one ledger do this once).
 pub(super) fn record(conn: &mut Connection, path: &Path) -> Result<i64> {
-    if let Some(v) = stored(conn, path)? {
-        return Ok(v);
+    if stored(conn, path)? == Some(FORMAT_VERSION) && counts::read(conn)?.is_some() {
+        return Ok(FORMAT_VERSION);
     }
+    let started = Instant::now();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if let Some(v) = stored(&tx, path)? {
-        return Ok(v);
+    let before = stored(&tx, path)?;
+    if before != Some(FORMAT_VERSION) {
+        // A release before format 4 wrote rows without counting them: whatever counts row such
+        // a ledger holds (a format set back by hand, then written by that release) is stale.
+        tx.execute("DELETE FROM ledger_counts", [])?;
     }
-    let format = if super::upgrade::claims_by_spelling(&tx)? {
-        FORMAT_CLAIMS_BY_SPELLING
-    } else {
-        FORMAT_VERSION
-    };
-    let claims: i64 = tx.query_row(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM processed_messages LIMIT 1)",
-        [],
-        |r| r.get(0),
-    )?;
-    tx.execute(
-        "INSERT INTO ledger_meta (name, value) VALUES (?1, ?2)",
-        rusqlite::params![META_NAME, format.to_string()],
-    )?;
+    let installed = counts::install(&tx)?;
+    if before != Some(FORMAT_VERSION) {
+        tx.execute(
+            "INSERT INTO ledger_meta (name, value) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            rusqlite::params![META_NAME, FORMAT_VERSION.to_string()],
+        )?;
+    }
     tx.commit()?;
-    if claims > 0 {
-        log::info!("upgraded the ledger: recorded its format, {format}");
+    let Some(c) = installed else {
+        return Ok(FORMAT_VERSION);
+    };
+    let counted = format!(
+        "{} claims, {} audit records, {} dead letters in {:.1}s",
+        c.claims,
+        c.audit_records,
+        c.dead_letters,
+        started.elapsed().as_secs_f64()
+    );
+    match before {
+        Some(FORMAT_VERSION) => log::warn!(
+            "ledger {}: its counts row was missing (deleted by hand?); counted the rows again: \
+             {counted}",
+            path.display()
+        ),
+        // A file just made has nothing to tell.
+        None if c.claims == 0 && c.audit_records == 0 => {}
+        _ => log::info!(
+            "upgraded ledger {} from format {} to {FORMAT_VERSION} (counts kept): counted {counted}",
+            path.display(),
+            before.unwrap_or(1)
+        ),
     }
-    Ok(format)
+    Ok(FORMAT_VERSION)
 }

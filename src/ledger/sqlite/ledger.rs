@@ -8,7 +8,7 @@ use super::files::{
 };
 use super::settings::{pool, Settings};
 use super::writer::Writer;
-use super::{checkpoint::Checkpointer, fence, format, identity, lock, tally, upgrade};
+use super::{checkpoint::Checkpointer, counts, fence, format, identity, lock, upgrade};
 use crate::config::{LedgerConfig, OnConflict, SqliteSettings};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
@@ -46,8 +46,6 @@ pub struct SqliteLedger {
     /// The retention purge under way: the connection holding its claim-key map, kept from
     /// `export_purge` to the `purge_batch` calls that follow it (see `purge.rs`).
     pub(super) purge: Mutex<Option<Session>>,
-    /// What `stats` counted last time (`tally.rs`).
-    pub(super) tally: Mutex<Option<tally::Tally>>,
     /// The shared lock on `<ledger>.lock` (`lock.rs`) that tells `restore` this ledger is in
     /// use; declared last, so it is released after the connections close.
     pub(super) _lock: Option<lock::LedgerLock>,
@@ -130,6 +128,11 @@ impl SqliteLedger {
         }
         first.busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))?;
         let format = prepare_file(&mut first, cfg)?;
+        assert_eq!(
+            format,
+            format::FORMAT_VERSION,
+            "every open records today's format"
+        );
         if cfg.create {
             if let Some((to, at)) = fence::fenced(&first)? {
                 return Err(fence::refuse_fenced(&cfg.backend.path, &to, &at));
@@ -140,7 +143,7 @@ impl SqliteLedger {
                 lock.record_epoch(&epoch)?;
             }
         }
-        let claims_by_spelling = format == format::FORMAT_CLAIMS_BY_SPELLING;
+        let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
         drop(first);
         let settings = Settings::of(cfg);
         let pool = pool(cfg, settings.clone())?;
@@ -160,7 +163,6 @@ impl SqliteLedger {
             on_conflict: cfg.on_conflict,
             claims_by_spelling,
             purge: Mutex::new(None),
-            tally: Mutex::new(None),
             _lock: lock,
         })
     }
@@ -276,21 +278,30 @@ impl Ledger for SqliteLedger {
         Ok(outcomes)
     }
 
-    /// Counts only what was added since the last call (`tally.rs`), in one read transaction.
+    /// The counts the ledger keeps (`counts.rs`) and the outbox backlog, in one read
+    /// transaction: one row and one index range, at any ledger size.
     fn stats(&self) -> Result<Stats> {
         let mut conn = self.conn()?;
         let tx = conn.transaction()?;
-        let mut last = self.tally.lock().unwrap_or_else(|p| p.into_inner());
-        let t = tally::Tally::of(&tx, last.take())?;
-        *last = Some(t.clone());
-        drop(last);
+        let counts = match counts::read(&tx)? {
+            Some(c) => c,
+            None => {
+                // Deleted under this process; its next open writes it again.
+                log::warn!(
+                    "ledger {}: its counts row is missing; counting the rows (the next open \
+                     writes the row again)",
+                    self.path.display()
+                );
+                counts::recount(&tx)?
+            }
+        };
         // The unpublished rows have an index of their own; these stay cheap as the ledger grows.
         let (outbox_backlog, oldest): (i64, Option<String>) = tx.query_row(
             "SELECT COUNT(*), MIN(created_at) FROM outbox WHERE published_at IS NULL",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        Ok(t.counts.stats(
+        Ok(counts.stats(
             outbox_backlog as u64,
             oldest.as_deref().and_then(age_seconds),
         ))

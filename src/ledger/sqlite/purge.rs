@@ -10,8 +10,8 @@
 //! [`index_claim_keys`]), built once on one connection by `export_purge` and kept, with that
 //! connection, in a [`Session`] for the `purge_batch` calls that follow.
 
-use super::audit_store;
 use super::ledger::{Session, SqliteLedger};
+use super::{audit_store, counts};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::domain::key::to_hex;
 use crate::error::{Error, Result};
@@ -214,10 +214,11 @@ fn hold_add(conn: &mut Connection, award_id: &str, reason: &str, now: &str) -> R
         params![award_id, reason, now],
     )?;
     if n == 1 {
-        audit_store::append(
+        let r = audit_store::append(
             &tx,
             Record::hold(Kind::HoldAdded, award_id, detail::hold_added(reason), now),
         )?;
+        counts::Delta::of_records([&r]).apply(&tx)?;
     }
     tx.commit()?;
     Ok(n == 1)
@@ -236,7 +237,8 @@ fn hold_remove(conn: &mut Connection, award_id: &str, now: &str) -> Result<bool>
         .optional()?;
     if let Some((reason, held_at)) = &held {
         let text = detail::hold_removed(reason, held_at);
-        audit_store::append(&tx, Record::hold(Kind::HoldRemoved, award_id, text, now))?;
+        let r = audit_store::append(&tx, Record::hold(Kind::HoldRemoved, award_id, text, now))?;
+        counts::Delta::of_records([&r]).apply(&tx)?;
     }
     tx.commit()?;
     Ok(held.is_some())
@@ -315,7 +317,16 @@ fn purge_batch(
         tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| {
             r.get(0)
         })?;
-    let claims = delete_claims(&tx, first, last, now)?;
+    let mut removed = counts::Removed::default();
+    let (kinds, duplicates, conflicts, vanished): (i64, i64, i64, i64) = tx.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(kind = 'duplicate'), 0), COALESCE(SUM(kind = 'conflict'), 0),
+                COALESCE(SUM(kind = 'vanished'), 0)
+         FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
+        [first, last],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    (removed.duplicates, removed.conflicts, removed.vanished) = (duplicates, conflicts, vanished);
+    let (claims, tombstones) = delete_claims(&tx, first, last, now, &mut removed)?;
     let dead_letters = tx.execute(
         &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
         [first, last],
@@ -324,8 +335,16 @@ fn purge_batch(
         "DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
         [first, last],
     )?;
+    assert_eq!(
+        records as i64, kinds,
+        "the records counted are the records removed"
+    );
+    (removed.dead_letters, removed.records) = (dead_letters as i64, records as i64);
     let checkpoint = Record::checkpoint(last, detail, now, &continues_from);
     audit_store::insert(&tx, &checkpoint)?;
+    let mut delta = counts::Delta::purged(removed, tombstones);
+    delta.records([&checkpoint]);
+    delta.apply(&tx)?;
     tx.commit()?;
     Ok(Removed {
         records: records as u64,
@@ -335,8 +354,16 @@ fn purge_batch(
 }
 
 /// Deletes the claims of the batch's `processed` records with their disbursements and outbox
-/// rows, leaving each claim's tombstone (key, claimed_at, purged at `now`) first.
-fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64, now: &str) -> Result<u64> {
+/// rows, leaving each claim's tombstone (key, claimed_at, purged at `now`) first. Returns the
+/// claims found and the tombstones added, and notes in `removed` the claims and disbursements
+/// it deleted and the halves of their amounts (`counts.rs`).
+fn delete_claims(
+    tx: &Transaction<'_>,
+    first: i64,
+    last: i64,
+    now: &str,
+    removed: &mut counts::Removed,
+) -> Result<(u64, usize)> {
     tx.execute(
         "CREATE TEMP TABLE IF NOT EXISTS purge_claims (claim_id INTEGER PRIMARY KEY)",
         [],
@@ -356,11 +383,17 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64, now: &str) -> Resu
     purge::all_claims_found(records, found, first, last)?;
     // OR IGNORE: a hand-edited ledger could hold a tombstone of a key that is also claimed
     // (`verify` names that); the purge keeps the earlier tombstone and removes the claim.
-    tx.execute(
+    let tombstones = tx.execute(
         "INSERT OR IGNORE INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
          SELECT p.idempotency_key, p.claimed_at, ?1 FROM processed_messages p
          WHERE p.claim_id IN (SELECT claim_id FROM temp.purge_claims)",
         [now],
+    )?;
+    (removed.cents_high, removed.cents_low) = tx.query_row(
+        "SELECT COALESCE(SUM(amount_cents >> 32), 0), COALESCE(SUM(amount_cents & 4294967295), 0)
+         FROM disbursements WHERE claim_id IN (SELECT claim_id FROM temp.purge_claims)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     // Claims are gone: writers' conflict filters (`conflict::Groups`) must be rebuilt.
     tx.execute(
@@ -368,13 +401,18 @@ fn delete_claims(tx: &Transaction<'_>, first: i64, last: i64, now: &str) -> Resu
          ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
         [super::conflict::PURGES_META],
     )?;
-    for table in ["outbox", "disbursements", "processed_messages"] {
-        tx.execute(
+    let mut deleted = [0; 3];
+    for (table, n) in ["outbox", "disbursements", "processed_messages"]
+        .into_iter()
+        .zip(&mut deleted)
+    {
+        *n = tx.execute(
             &format!(
                 "DELETE FROM {table} WHERE claim_id IN (SELECT claim_id FROM temp.purge_claims)"
             ),
             [],
-        )?;
+        )? as i64;
     }
-    Ok(found as u64)
+    (removed.disbursements, removed.claims) = (deleted[1], deleted[2]);
+    Ok((found as u64, tombstones))
 }

@@ -182,13 +182,14 @@ impl Restoring for Restore {
             "the restored copy's outbox sequence did not move to {next_after}"
         );
         let backup = self.backup.display().to_string();
-        audit_store::append(
+        let restored = audit_store::append(
             &tx,
             Record {
                 detail: Some(detail::restored(&backup, upto, marked as u64, next_after)),
                 ..Record::unsealed(Kind::Restored, now)
             },
         )?;
+        super::counts::Delta::of_records([&restored]).apply_if_kept(&tx)?;
         tx.commit()?;
         self.outbox_id_max = next_after;
         Ok(marked as u64)

@@ -3,9 +3,12 @@
 
 use crate::config::{LedgerConfig, SqliteSettings, WAL_AUTOCHECKPOINT_PAGES_DEFAULT};
 use crate::error::Result;
+use crate::support::failpoint;
 use r2d2::Pool;
 use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::trace::{TraceEvent, TraceEventCodes};
 use rusqlite::Connection;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// Prepared statements kept per connection.
@@ -43,6 +46,9 @@ impl Settings {
 
     pub(super) fn apply(&self, c: &Connection) -> rusqlite::Result<()> {
         c.busy_timeout(self.busy)?;
+        if failpoint::armed_at("write_statement") {
+            c.trace_v2(TraceEventCodes::SQLITE_TRACE_STMT, Some(watch_writes));
+        }
         // A batch uses about twenty statements (four shapes per multi-row insert); the
         // default cache of 16 would re-prepare some of them in every batch.
         c.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
@@ -59,6 +65,30 @@ impl Settings {
              {pages_max}",
             self.synchronous, self.cache_kib, self.autocheckpoint
         ))
+    }
+}
+
+/// The `write_statement` failpoint (`support/failpoint.rs`): hit at the start of every
+/// statement between a `BEGIN IMMEDIATE` and the `COMMIT` or `ROLLBACK` that ends it (each
+/// thread runs its own connection's transaction), so a test can kill a process between any two
+/// statements of any write it makes.
+fn watch_writes(event: TraceEvent<'_>) {
+    thread_local! {
+        static IN_WRITE: Cell<bool> = const { Cell::new(false) };
+    }
+    let TraceEvent::Stmt(_, sql) = event else {
+        return;
+    };
+    let sql = sql.trim_start();
+    if sql.starts_with("BEGIN IMMEDIATE") {
+        IN_WRITE.set(true);
+        return;
+    }
+    if IN_WRITE.get() {
+        failpoint::hit("write_statement");
+    }
+    if sql.starts_with("COMMIT") || sql.starts_with("ROLLBACK") {
+        IN_WRITE.set(false);
     }
 }
 

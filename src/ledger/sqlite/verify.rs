@@ -8,7 +8,7 @@
 //! make a consistent ledger look inconsistent.
 
 use super::ledger::SqliteLedger;
-use super::{audit_store, format};
+use super::{audit_store, counts, format};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
@@ -313,6 +313,7 @@ fn sweep(tx: &Connection) -> Result<Summary> {
     let mut processed_digest = claim_digest.clone();
     let mut claim_keys = sweep::KeySort::default();
     let mut claims = 0u64;
+    let mut cents = 0i128;
     {
         let (mut c, mut d, mut o) = (
             tx.prepare(CLAIMS)?,
@@ -375,6 +376,7 @@ fn sweep(tx: &Connection) -> Result<Summary> {
             claim_digest.add(&key, award, amount);
             claim_keys.push(key)?;
             claims += 1;
+            cents += i128::from(amount);
         }
         if d.next()?.is_some() || o.next()?.is_some() {
             return Err(fault(format!(
@@ -389,6 +391,7 @@ fn sweep(tx: &Connection) -> Result<Summary> {
     let mut links = Verifier::default();
     let mut holds = checks::Holds::default();
     let mut duplicate_keys = sweep::KeySort::default();
+    let (mut duplicates, mut conflicts, mut vanished) = (0u64, 0u64, 0u64);
     audit_store::for_each(tx, &Since::All, |r| {
         progress.row(|| {
             format!(
@@ -422,7 +425,10 @@ fn sweep(tx: &Connection) -> Result<Summary> {
                         fault(format!("audit record {} (duplicate) has no key", r.seq))
                     })?;
                 duplicate_keys.push(key)?;
+                duplicates += 1;
             }
+            Kind::Conflict => conflicts += 1,
+            Kind::Vanished => vanished += 1,
             _ => {}
         }
         Ok(())
@@ -464,6 +470,20 @@ fn sweep(tx: &Connection) -> Result<Summary> {
     let (audit_records, head_hash) = chain::end(&links)?;
     holds.compare(&super::purge::holds(tx)?)?;
     decisions(tx)?;
+    let rows = crate::ledger::Counts {
+        claims,
+        disbursements,
+        disbursed_cents_total: cents,
+        dead_letters: tx.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| {
+            r.get::<_, i64>(0)
+        })? as u64,
+        duplicates,
+        conflicts,
+        vanished,
+        audit_records,
+        tombstones,
+    };
+    kept_counts(tx, &rows)?;
     Ok(Summary {
         claims,
         disbursements,
@@ -473,6 +493,19 @@ fn sweep(tx: &Connection) -> Result<Summary> {
         head_hash,
         unlinked_batches: 0,
     })
+}
+
+/// The counts the ledger keeps (`counts.rs`) are the ones [`sweep`] counted in the rows.
+fn kept_counts(tx: &Connection, rows: &crate::ledger::Counts) -> Result<()> {
+    let Some(kept) = counts::read(tx)? else {
+        return Err(Error::Invariant(
+            "ledger counts: the ledger_counts row is missing (every open writes it)".into(),
+        ));
+    };
+    match counts::differs(&kept, rows) {
+        Some(what) => Err(Error::Invariant(format!("ledger counts: {what}"))),
+        None => Ok(()),
+    }
 }
 
 /// Whether an outbox row's payload is an event announcing exactly this award, amount and key,
@@ -592,39 +625,34 @@ fn constraints(conn: &Connection) -> Result<()> {
     format_matches_shape(conn)
 }
 
-/// The stored format (`format.rs`) is one this build reads, and it says what the claim index
-/// is: format 3's leads with the instant; format 2's is an earlier release's, beside the
-/// `claim_instant` index batches probe for conflicts.
+/// The stored format (`format.rs`) is the one every open of this build records, and the claim
+/// index is one it reads: today's, leading with the instant, or an earlier release's beside
+/// the `claim_instant` index batches probe for conflicts.
 fn format_matches_shape(conn: &Connection) -> Result<()> {
     let broken = |why: String| Err(Error::Invariant(format!("ledger format: {why}")));
     let Some(text) = format::stored_text(conn)? else {
         return broken("no format_version recorded (every open records it)".into());
     };
+    if format::parse(&text) != Some(format::FORMAT_VERSION) {
+        return broken(format!(
+            "format_version is {text:?}, not {} (every open of this build records it)",
+            format::FORMAT_VERSION
+        ));
+    }
     let by_spelling = super::upgrade::claims_by_spelling(conn)?;
     let claim_instant: bool = conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'claim_instant')",
         [],
         |r| r.get(0),
     )?;
-    match format::parse(&text) {
-        Some(format::FORMAT_VERSION) if by_spelling => broken(format!(
-            "format_version is {text}, but no unique index of processed_messages leads with \
-             submission_instant (the shape of format {})",
-            format::FORMAT_CLAIMS_BY_SPELLING
-        )),
-        Some(format::FORMAT_CLAIMS_BY_SPELLING) if !by_spelling || !claim_instant => {
-            broken(format!(
-                "format_version is {text}, but the claim index leads with submission_instant or \
-             claim_instant is missing (format 2 is an earlier release's claim index beside \
-             claim_instant)"
-            ))
-        }
-        Some(format::FORMAT_VERSION | format::FORMAT_CLAIMS_BY_SPELLING) => Ok(()),
-        _ => broken(format!(
-            "format_version is {text:?}, not a format this build reads (2 or {})",
-            format::FORMAT_VERSION
-        )),
+    if by_spelling && !claim_instant {
+        return broken(
+            "the claim index is an earlier release's (it leads with the timestamp as spelled), \
+             and claim_instant, which batches probe beside it, is missing"
+                .into(),
+        );
     }
+    Ok(())
 }
 
 /// The column sets `table` is unique on: its integer primary key (the rowid itself), and each
