@@ -37,6 +37,9 @@ use std::time::{Duration, Instant};
 
 /// The argument that makes this executable behave as the `claimgate` binary.
 const AS_CLAIMGATE: &str = "__claimgate";
+
+/// The first argument that makes this executable only prefill a ledger (`report_mode`).
+const AS_PREFILL: &str = "__prefill";
 /// XADDs per pipelined round trip while loading.
 const LOAD_PIPELINE_MAX: usize = 2_000;
 
@@ -66,6 +69,8 @@ struct Opts {
     extra: Vec<String>,
     /// Keep (and reuse) the pre-filled ledger here instead of building a fresh one.
     template: Option<PathBuf>,
+    /// Report mode: leave out the independent verifier (python3), minutes on ten million.
+    report_skip_verifier: bool,
     /// Run the PostgreSQL mode (see the module doc) instead of the others.
     postgres: bool,
     /// In the PostgreSQL mode, print each run's costliest statements (pg_stat_statements).
@@ -80,6 +85,16 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(AS_CLAIMGATE) {
         std::process::exit(as_claimgate(&args[2..]));
+    }
+    if args.get(1).map(String::as_str) == Some(AS_PREFILL) {
+        // `report_mode` prefills in a child, so its own RSS stays small: a child's peak RSS
+        // (wait4) starts from its parent's at the fork.
+        let (path, n) = (Path::new(&args[2]), number(&args[3]));
+        if let Err(e) = prefill(path, n) {
+            eprintln!("prefill failed: {e}");
+            std::process::exit(1);
+        }
+        return;
     }
     let opts = parse_opts(&args[1..]);
     if let Err(e) = bench(&opts) {
@@ -127,6 +142,7 @@ fn parse_opts(args: &[String]) -> Opts {
         dir: std::env::temp_dir(),
         extra: Vec::new(),
         template: None,
+        report_skip_verifier: false,
         postgres: false,
         pg_statements: false,
         pg_set: Vec::new(),
@@ -160,6 +176,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--report" => o.report = Some(number(&value())),
             "--dir" => o.dir = PathBuf::from(value()),
             "--template" => o.template = Some(PathBuf::from(value())),
+            "--report-skip-verifier" => o.report_skip_verifier = true,
             "--run-flag" => o.extra.push(value()),
             "--postgres" => o.postgres = true,
             "--pg-statements" => o.pg_statements = true,
@@ -185,7 +202,7 @@ fn usage(problem: &str) -> ! {
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
          \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]\n\
-         \x20      | --report 1000000 [--template FILE]"
+         \x20      | --report 1000000 [--template FILE] [--report-skip-verifier]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }

@@ -12,7 +12,7 @@ use super::settings::Settings;
 use crate::domain::key::to_hex;
 use crate::error::Result;
 use crate::ledger::decide::Other;
-use rusqlite::{Connection, OptionalExtension, Transaction};
+use rusqlite::{Connection, InterruptHandle, OptionalExtension, Transaction};
 use std::path::PathBuf;
 
 /// The earliest claim with a submission's award and instant but another key. Almost always
@@ -215,8 +215,9 @@ pub(super) struct Groups {
 enum State {
     /// Not built: the next sync starts the build.
     Unbuilt,
-    /// Being built; until it is adopted, every group may hold a claim.
-    Building(std::thread::JoinHandle<Result<Filter>>),
+    /// Being built; until it is adopted, every group may hold a claim. The handle interrupts
+    /// the build's read when the writer goes away first (see `Drop`).
+    Building(std::thread::JoinHandle<Result<Filter>>, InterruptHandle),
     /// In use.
     Ready(Filter),
 }
@@ -238,11 +239,11 @@ impl Groups {
         // and built again, never used with claims unread.
         let mut filter = match std::mem::replace(&mut self.state, State::Unbuilt) {
             State::Ready(filter) => filter,
-            State::Building(build) if !build.is_finished() => {
-                self.state = State::Building(build);
+            State::Building(build, stop) if !build.is_finished() => {
+                self.state = State::Building(build, stop);
                 return Ok(());
             }
-            State::Building(build) => match build.join() {
+            State::Building(build, _) => match build.join() {
                 Ok(Ok(filter)) => filter,
                 Ok(Err(e)) => {
                     log::warn!("building the claim-group filter failed ({e}); building it here");
@@ -254,8 +255,8 @@ impl Groups {
                 }
             },
             State::Unbuilt => match self.source.clone().map(build) {
-                Some(Ok(build)) => {
-                    self.state = State::Building(build);
+                Some(Ok((build, stop))) => {
+                    self.state = State::Building(build, stop);
                     return Ok(());
                 }
                 Some(Err(e)) => {
@@ -298,20 +299,36 @@ impl Groups {
     pub(super) fn may_hold(&self, instant: &str, award: &str) -> bool {
         match &self.state {
             State::Ready(filter) => filter.may_hold(instant, award),
-            State::Unbuilt | State::Building(_) => true,
+            State::Unbuilt | State::Building(..) => true,
         }
     }
 }
 
+impl Drop for Groups {
+    /// A build still reading when the writer goes (a worker that stops before its filter is
+    /// ready: one that drains one entry and exits) is interrupted and waited for: its read
+    /// transaction would otherwise hold the ledger's last checkpoint (`checkpoint.rs`) until it
+    /// had read every claim, about half a second per million.
+    fn drop(&mut self) {
+        if let State::Building(build, stop) = std::mem::replace(&mut self.state, State::Unbuilt) {
+            stop.interrupt();
+            // Interrupted, it ends with an error nobody needs; a panic there is not ours to raise.
+            drop(build.join());
+        }
+    }
+}
+
+/// A filter's build under way, and how to interrupt it.
+type Build = (std::thread::JoinHandle<Result<Filter>>, InterruptHandle);
+
 /// Starts building a filter of every claim in the ledger at `path`, on its own connection and
 /// in one read transaction (one snapshot), on a thread of its own.
-fn build(
-    (path, settings): (PathBuf, Settings),
-) -> std::io::Result<std::thread::JoinHandle<Result<Filter>>> {
-    std::thread::Builder::new()
+fn build((path, settings): (PathBuf, Settings)) -> Result<Build> {
+    let mut conn = Connection::open(&path)?;
+    let stop = conn.get_interrupt_handle();
+    let build = std::thread::Builder::new()
         .name("claim-groups".into())
         .spawn(move || {
-            let mut conn = Connection::open(&path)?;
             settings.apply(&conn)?;
             // One pass over the claim index gains nothing from a page cache; the writer's is
             // already as much memory as a worker should hold for one.
@@ -321,6 +338,8 @@ fn build(
             filter.sync(&tx)?;
             Ok(filter)
         })
+        .map_err(|e| crate::error::Error::io("starting the claim-group filter's build", e))?;
+    Ok((build, stop))
 }
 
 /// How many retention purges have removed claims from this ledger ([`PURGES_META`]; 0 for

@@ -51,6 +51,20 @@ pub struct SqliteLedger {
     pub(super) _lock: Option<lock::LedgerLock>,
 }
 
+impl Drop for SqliteLedger {
+    /// The writer goes first, before the checkpointer's last checkpoint (the fields' order):
+    /// its claim-group filter's build, if one is still reading, is stopped with it and would
+    /// otherwise hold that checkpoint until it had read every claim (`conflict::Groups`).
+    fn drop(&mut self) {
+        drop(
+            self.writer
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
+}
+
 /// The purge under way on this ledger handle.
 pub(super) struct Session {
     /// The cutoff its claim-key map was built for.
