@@ -1855,6 +1855,8 @@ fn postgres_counts_are_the_rows_after_a_worker_killed_at_every_step_of_a_batch()
     // The first three batches or so (backdating ends at a batch's link).
     let end = w.sql_i64("SELECT MIN(link_seq) FROM audit_batches WHERE link_seq >= 12");
     crate::audit::backdate(&w, end, "2019-03-01T12:00:00.000000Z");
+    // Exports in the world's directory (by default a purge writes one beside the ledger).
+    let export = |name: &str| w.dir.path().join(name).to_str().unwrap().to_owned();
     let purge = w.cmd(&[
         "retention",
         "purge",
@@ -1862,11 +1864,20 @@ fn postgres_counts_are_the_rows_after_a_worker_killed_at_every_step_of_a_batch()
         "2020-01-01",
         "--batch-records-max",
         "4",
+        "--export",
+        &export("killed.jsonl"),
     ]);
     w.crash_at(purge, "purge_after_rows:2");
     w.run_ok(&["verify"]);
     assert_counts_are_the_rows(&url);
-    w.run_ok(&["retention", "purge", "--before", "2020-01-01"]);
+    w.run_ok(&[
+        "retention",
+        "purge",
+        "--before",
+        "2020-01-01",
+        "--export",
+        &export("purge.jsonl"),
+    ]);
     assert!(w.count("claim_tombstones") > 0, "the purge left tombstones");
     assert_counts_are_the_rows(&url);
 }
