@@ -35,7 +35,10 @@
 --   hand out ids at insert time and let them become visible out of order.
 -- * audit seqs likewise come from chain_head.seq at link time: one linear chain whatever
 --   number of nodes write (contract point 4).
--- * chain_head: one row, the chain's last seq and hash, the last outbox id. See
+-- * chain_head: one row, the chain's last seq and hash, the last outbox id, and the ledger's
+--   counts (what `stats` reports: claims, cents, records...), which each link moves by what its
+--   batch wrote, in the update that moves the head; purges keep theirs in `purge_counts`. So
+--   `stats` reads two rows, not the tables, and `verify` holds them to the rows. See
 --   ARCHITECTURE.md, "src/ledger/postgres/".
 -- * disbursements.claim_id and outbox_rows.claim_id are held to an existing claim by statement
 --   triggers (at the end of this file), not by FOREIGN KEY. A foreign key checks and locks
@@ -200,6 +203,20 @@ CREATE TABLE IF NOT EXISTS audit_batches (
         AND (link_seq IS NULL) = (prev_hash IS NULL) AND (link_seq IS NULL) = (hash IS NULL))
 );
 
+-- What a batch adds to the ledger's counts (`chain_head`, below), written with the batch and
+-- added by its link in the head's own update, so the counts of a linked ledger move exactly
+-- when, and only if, a link commits; added in format 4. Its claims and disbursements are its
+-- `outbox_count` (one of each per outbox row); its records, `record_count`. The rest: the sum
+-- of its disbursements' cents (NUMERIC: exact at any size), how many dead letters it inserted
+-- (one `dead_letter` record each) and its `duplicate`, `conflict` and `vanished` records. NULL
+-- in a batch an earlier release wrote: `claimgate_link` counts those from its rows, once.
+ALTER TABLE audit_batches
+    ADD COLUMN IF NOT EXISTS disbursed_cents NUMERIC CHECK (disbursed_cents >= 0),
+    ADD COLUMN IF NOT EXISTS dead_letters    INTEGER CHECK (dead_letters >= 0),
+    ADD COLUMN IF NOT EXISTS duplicates      INTEGER CHECK (duplicates >= 0),
+    ADD COLUMN IF NOT EXISTS conflicts       INTEGER CHECK (conflicts >= 0),
+    ADD COLUMN IF NOT EXISTS vanished        INTEGER CHECK (vanished >= 0);
+
 -- A batch's audit records, as written: each hashed after the one before it in the batch (the
 -- first after the genesis hash) with its place in the batch as its seq (src/domain/audit.rs).
 -- Its seq in the chain is its batch's link_seq - record_count + batch_index.
@@ -256,8 +273,8 @@ BEGIN
 END;
 $$;
 
--- The chain's head: the one row every link locks (`claimgate_link`); besides links only a
--- hold's record, a purge's checkpoint and `migrate` move it. `seq` and `hash` are the last
+-- The chain's head: the one row every link locks (`claimgate_link`); besides links only
+-- `migrate` and `claimgate_recount` write it. `seq` and `hash` are the last
 -- record's (for a checkpoint, the hash it continues from, as SQLite's tail read does);
 -- `outbox_id_last` only grows, so outbox ids are never reused, not even after a purge.
 CREATE TABLE IF NOT EXISTS chain_head (
@@ -269,6 +286,46 @@ CREATE TABLE IF NOT EXISTS chain_head (
 INSERT INTO chain_head (id, seq, hash, outbox_id_last)
     VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000', 0)
     ON CONFLICT (id) DO NOTHING;
+
+-- The ledger's counts, what `Ledger::stats` reports (status, /metrics, /healthz), kept where
+-- they change instead of counted on every call; added in format 4. They count the *linked*
+-- ledger: the records of the chain, the claims, disbursements and dead letters of linked
+-- batches (and the rows an earlier release or `migrate` stored with their ids), the
+-- tombstones. `claimgate_link` adds its batch's counts (`audit_batches`, above) in the update
+-- that moves the head, so they commit with the link: a server crash that takes a link back
+-- takes its counts back with it, and a batch not linked yet is counted when it is. Retention
+-- purges take theirs off in `purge_counts` (below), so a purge never waits for the head, nor
+-- a link for a purge. `stats` reads both rows; `verify` compares them with the rows
+-- (`claimgate_counted`); `claimgate_recount` sets them from the rows.
+ALTER TABLE chain_head
+    ADD COLUMN IF NOT EXISTS claims                BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS disbursements         BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS disbursed_cents_total NUMERIC NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS dead_letters          BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS duplicates            BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS conflicts             BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS vanished              BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS audit_records         BIGINT  NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS tombstones            BIGINT  NOT NULL DEFAULT 0;
+
+-- What retention purges changed in those counts (claims, disbursements, cents, dead letters
+-- and records taken off; tombstones and checkpoints added), written by each purge batch in its
+-- own transaction: one row of its own, since purges run one at a time (the purge lock) and
+-- must not hold the head, which a link waits for, across their durable commits. The counts
+-- are `chain_head`'s plus these.
+CREATE TABLE IF NOT EXISTS purge_counts (
+    id                    INTEGER PRIMARY KEY CHECK (id = 1),
+    claims                BIGINT  NOT NULL DEFAULT 0,
+    disbursements         BIGINT  NOT NULL DEFAULT 0,
+    disbursed_cents_total NUMERIC NOT NULL DEFAULT 0,
+    dead_letters          BIGINT  NOT NULL DEFAULT 0,
+    duplicates            BIGINT  NOT NULL DEFAULT 0,
+    conflicts             BIGINT  NOT NULL DEFAULT 0,
+    vanished              BIGINT  NOT NULL DEFAULT 0,
+    audit_records         BIGINT  NOT NULL DEFAULT 0,
+    tombstones            BIGINT  NOT NULL DEFAULT 0
+);
+INSERT INTO purge_counts (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
 
 -- The claim locks: one row per stripe of (submission instant, award) groups, 65,536 of them
 -- (CLAIM_STRIPES in src/ledger/postgres/batch.rs). A batch locks the rows of the groups it
@@ -423,13 +480,85 @@ BEGIN
 END;
 $$;
 
+-- The ledger's counts as its rows give them, in the caller's snapshot: what `chain_head` and
+-- `purge_counts` together must hold (`verify` compares them, `claimgate_recount` sets them).
+-- The linked ledger (see `chain_head`): every row, less what batches not linked yet wrote —
+-- their claims (one per outbox row), those claims' disbursements and cents, their dead letters
+-- (one per `dead_letter` record) — and every record of the chain, the members of linked
+-- batches only. One pass over each table.
+CREATE OR REPLACE FUNCTION claimgate_counted()
+    RETURNS TABLE (claims BIGINT, disbursements BIGINT, disbursed_cents_total NUMERIC,
+                   dead_letters BIGINT, duplicates BIGINT, conflicts BIGINT, vanished BIGINT,
+                   audit_records BIGINT, tombstones BIGINT)
+    LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+    WITH unlinked AS (
+        SELECT o.claim_id FROM audit_batches b
+        JOIN outbox_rows o ON o.batch_id = b.batch_id WHERE b.link_seq IS NULL),
+    u AS (
+        SELECT COUNT(*) AS claims, COUNT(d.claim_id) AS disbursements,
+               COALESCE(SUM(d.amount_cents), 0) AS cents
+        FROM unlinked LEFT JOIN disbursements d ON d.claim_id = unlinked.claim_id),
+    ud AS (
+        SELECT COUNT(*) AS n FROM audit_batches b
+        JOIN audit_members m ON m.batch_id = b.batch_id
+        WHERE b.link_seq IS NULL AND m.kind = 'dead_letter'),
+    d AS (SELECT COUNT(*) AS n, COALESCE(SUM(amount_cents), 0) AS cents FROM disbursements),
+    a AS (
+        SELECT COUNT(*) AS n,
+               COUNT(*) FILTER (WHERE kind = 'duplicate') AS duplicates,
+               COUNT(*) FILTER (WHERE kind = 'conflict') AS conflicts,
+               COUNT(*) FILTER (WHERE kind = 'vanished') AS vanished
+        FROM audit_chain),
+    m AS (
+        SELECT COUNT(*) AS n,
+               COUNT(*) FILTER (WHERE m.kind = 'duplicate') AS duplicates,
+               COUNT(*) FILTER (WHERE m.kind = 'conflict') AS conflicts,
+               COUNT(*) FILTER (WHERE m.kind = 'vanished') AS vanished
+        FROM audit_members m JOIN audit_batches b ON b.batch_id = m.batch_id
+        WHERE b.link_seq IS NOT NULL)
+    SELECT (SELECT COUNT(*) FROM processed_messages) - u.claims, d.n - u.disbursements,
+           d.cents - u.cents, (SELECT COUNT(*) FROM dead_letters) - ud.n,
+           a.duplicates + m.duplicates, a.conflicts + m.conflicts, a.vanished + m.vanished,
+           a.n + m.n, (SELECT COUNT(*) FROM claim_tombstones)
+    FROM u, ud, d, a, m
+$$;
+
+-- Sets the stored counts to what the rows give (`claimgate_counted`): at the end of this
+-- script (a ledger made, or upgraded from a format that kept none: counted once), after
+-- `migrate`'s copy, and by hand, as the ledger's owner, when `verify` finds a count that
+-- disagrees (`SELECT claimgate_recount()`). It takes the head first, then the purge row, so
+-- no link or purge batch can commit between the count and the write: a link waiting for the
+-- head adds its batch after (its batch was not linked in the count's snapshot), and so does a
+-- purge batch waiting for its row. Links wait for it for as long as the count takes.
+CREATE OR REPLACE FUNCTION claimgate_recount() RETURNS void
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    c RECORD;
+BEGIN
+    PERFORM 1 FROM chain_head WHERE id = 1 FOR UPDATE;
+    PERFORM 1 FROM purge_counts WHERE id = 1 FOR UPDATE;
+    -- A statement of its own, so (at READ COMMITTED) a snapshot taken with both rows held.
+    SELECT * INTO c FROM claimgate_counted();
+    UPDATE chain_head SET claims = c.claims, disbursements = c.disbursements,
+        disbursed_cents_total = c.disbursed_cents_total, dead_letters = c.dead_letters,
+        duplicates = c.duplicates, conflicts = c.conflicts, vanished = c.vanished,
+        audit_records = c.audit_records, tombstones = c.tombstones
+    WHERE id = 1;
+    UPDATE purge_counts SET claims = 0, disbursements = 0, disbursed_cents_total = 0,
+        dead_letters = 0, duplicates = 0, conflicts = 0, vanished = 0, audit_records = 0,
+        tombstones = 0
+    WHERE id = 1;
+END;
+$$;
+
 -- Links one committed batch not linked yet into the chain, at `at` (the ledger's time format,
 -- checked: it is spelled into hashed JSON): the batch `mine` (a writer's own, just committed),
 -- or, with `mine` NULL, the oldest one no writer is linking (those a writer that stopped left
 -- behind: a node's start and a relay round call this until it links none, batch.rs `link`).
 -- The batch's members take the seqs after the head's and its link the last of them, its outbox
 -- rows the ids after the head's, and the link's hash is sealed after the head exactly as
--- `Record::seal` seals it; then the head moves past them.
+-- `Record::seal` seals it; then the head moves past them, with the batch's counts added to the
+-- ledger's (`chain_head`).
 --
 -- The head is taken last, by compare-and-set, so its row lock is held only for its own update
 -- and the commit: (1) the batch's row is locked (a writer's own waits for a round that holds
@@ -464,10 +593,9 @@ DECLARE
     began TIMESTAMPTZ := clock_timestamp();
     locked TIMESTAMPTZ;
     batch BIGINT;
+    uncounted BOOLEAN;
     h RECORD;
-    last_seq BIGINT;
-    head TEXT;
-    added INTEGER;
+    n RECORD;
 BEGIN
     IF at !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$' THEN
         RAISE EXCEPTION 'claimgate_link: % is not a ledger time', at;
@@ -480,15 +608,32 @@ BEGIN
     -- writer holds (the one query that reads the index of unlinked batches, full of dead
     -- entries between vacuums: every link updates a row out of it).
     IF mine IS NOT NULL THEN
-        SELECT a.batch_id INTO batch FROM audit_batches a
+        SELECT a.batch_id, a.dead_letters IS NULL INTO batch, uncounted FROM audit_batches a
         WHERE a.batch_id = mine AND a.link_seq IS NULL FOR UPDATE;
     ELSE
-        SELECT a.batch_id INTO batch FROM audit_batches a WHERE a.link_seq IS NULL
-        ORDER BY a.batch_id LIMIT 1 FOR UPDATE SKIP LOCKED;
+        SELECT a.batch_id, a.dead_letters IS NULL INTO batch, uncounted FROM audit_batches a
+        WHERE a.link_seq IS NULL ORDER BY a.batch_id LIMIT 1 FOR UPDATE SKIP LOCKED;
     END IF;
     IF batch IS NULL THEN
         RETURN QUERY SELECT 0, 0::bigint, 0::bigint;
         RETURN;
+    END IF;
+    -- A batch an earlier release wrote carries no counts: counted from its rows, by their
+    -- keys, before the head is taken (the batch's row is held: its rows cannot change).
+    IF uncounted THEN
+        UPDATE audit_batches a SET
+            disbursed_cents = (SELECT COALESCE(SUM(d.amount_cents), 0) FROM outbox_rows o
+                               JOIN disbursements d ON d.claim_id = o.claim_id
+                               WHERE o.batch_id = batch),
+            dead_letters = (SELECT COUNT(*) FROM audit_members m
+                            WHERE m.batch_id = batch AND m.kind = 'dead_letter'),
+            duplicates = (SELECT COUNT(*) FROM audit_members m
+                          WHERE m.batch_id = batch AND m.kind = 'duplicate'),
+            conflicts = (SELECT COUNT(*) FROM audit_members m
+                         WHERE m.batch_id = batch AND m.kind = 'conflict'),
+            vanished = (SELECT COUNT(*) FROM audit_members m
+                        WHERE m.batch_id = batch AND m.kind = 'vanished')
+        WHERE a.batch_id = batch;
     END IF;
     LOOP
         BEGIN
@@ -513,12 +658,22 @@ BEGIN
                                           b.outbox_count, h.outbox_id_last + 1),
                     at, h.hash), 'UTF8')), 'hex')
             WHERE b.batch_id = batch
-            RETURNING b.link_seq, b.outbox_count, b.hash INTO last_seq, added, head;
-            -- (4) The head moved from what was read; held from here to the commit.
+            RETURNING b.link_seq, b.hash, b.outbox_count, b.record_count, b.disbursed_cents,
+                      b.dead_letters, b.duplicates, b.conflicts, b.vanished INTO n;
+            -- (4) The head moved from what was read, the batch's counts added to the ledger's
+            -- (a few more columns of the same row update); held from here to the commit.
             locked := clock_timestamp();
-            UPDATE chain_head SET seq = last_seq, hash = head,
-                outbox_id_last = h.outbox_id_last + added
-            WHERE id = 1 AND seq = h.seq AND hash = h.hash;
+            UPDATE chain_head c SET seq = n.link_seq, hash = n.hash,
+                outbox_id_last = h.outbox_id_last + n.outbox_count,
+                claims = c.claims + n.outbox_count,
+                disbursements = c.disbursements + n.outbox_count,
+                disbursed_cents_total = c.disbursed_cents_total + n.disbursed_cents,
+                dead_letters = c.dead_letters + n.dead_letters,
+                duplicates = c.duplicates + n.duplicates,
+                conflicts = c.conflicts + n.conflicts,
+                vanished = c.vanished + n.vanished,
+                audit_records = c.audit_records + n.record_count
+            WHERE c.id = 1 AND c.seq = h.seq AND c.hash = h.hash;
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'CGL01', MESSAGE = 'the chain head moved';
             END IF;
@@ -541,3 +696,7 @@ BEGIN
         (extract(epoch FROM clock_timestamp() - locked) * 1000000)::bigint;
 END;
 $$;
+
+-- The counts set from the rows, once, where this script made the ledger or upgraded one of a
+-- format that kept none (it runs only then: src/ledger/postgres/schema.rs).
+SELECT claimgate_recount();

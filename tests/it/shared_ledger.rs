@@ -381,6 +381,8 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     let pg = World::on_postgres_url(&url);
     let copied = String::from_utf8_lossy(&pg.run_ok(&["verify"]).stdout).into_owned();
     assert_eq!(head(&copied), head(&source));
+    assert_eq!(pg.count("claim_tombstones"), tombstones);
+    assert_counts_are_the_rows(&url);
     for sql in [
         "SELECT COUNT(*) FROM processed_messages",
         "SELECT SUM(amount_cents) FROM disbursements",
@@ -468,6 +470,7 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
         "each purged submission cites its tombstone"
     );
     pg.run_ok(&["verify"]);
+    assert_counts_are_the_rows(&url);
 }
 
 #[test]
@@ -541,9 +544,13 @@ fn retention_on_postgres_purges_a_prefix_in_batches_and_the_chain_goes_on() {
     );
     w.run_ok(&["verify"]);
     w.run_ok(&["audit", "verify"]);
+    let url = w.db.to_str().unwrap().to_owned();
+    assert_eq!(w.count("claim_tombstones"), 8);
+    assert_counts_are_the_rows(&url);
 
     w.add(&(20..25).map(submission).collect::<Vec<_>>());
     w.drain(&[]);
+    assert_counts_are_the_rows(&url);
     assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), 28);
     assert_eq!(
         w.sql_i64("SELECT MAX(id) FROM outbox"),
@@ -1615,6 +1622,7 @@ fn metrics_counts_stay_exact_when_a_server_crash_takes_back_links_they_had_count
         )
     };
     assert_eq!(totals(&again.unwrap()), totals(&recount));
+    assert_counts_are_the_rows(&url);
 }
 
 #[test]
@@ -1696,4 +1704,316 @@ fn conflicting_with(i: usize) -> String {
         r#"{{"award_id":"A-{i:06}","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":{},"program":"rural-broadband"}}"#,
         900_000 + i
     )
+}
+
+/// The ledger's counts as `stats` reports them on a new handle (whose open links whatever a
+/// stopped writer left unlinked), against the rows counted whole with SQL; then `verify`
+/// passes (it compares the stored counts with the rows too).
+fn assert_counts_are_the_rows(url: &str) {
+    use claimgate::ledger::postgres::PgLedger;
+    use claimgate::ledger::{Inspect, Ledger};
+    let ledger = PgLedger::open(&support::pg_config(url)).unwrap();
+    let stats = ledger.stats().unwrap();
+    let plain = url.split('?').next().unwrap();
+    let mut c = postgres::Client::connect(plain, postgres::NoTls).unwrap();
+    let row = c
+        .query_one(
+            "SELECT (SELECT COUNT(*) FROM processed_messages), (SELECT COUNT(*) FROM disbursements),
+                    (SELECT COALESCE(SUM(amount_cents), 0)::text FROM disbursements),
+                    (SELECT COUNT(*) FROM dead_letters),
+                    (SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate'),
+                    (SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict'),
+                    (SELECT COUNT(*) FROM audit_log WHERE kind = 'vanished'),
+                    (SELECT COUNT(*) FROM audit_log), (SELECT COUNT(*) FROM claim_tombstones),
+                    (SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL)",
+            &[],
+        )
+        .unwrap();
+    let n = |i: usize| row.get::<_, i64>(i) as u64;
+    assert_eq!(n(9), 0, "every batch linked");
+    let cents: i128 = row.get::<_, String>(2).parse().unwrap();
+    assert_eq!(
+        (
+            stats.claims,
+            stats.disbursements,
+            stats.disbursed_cents_total,
+            stats.dead_letters,
+            stats.duplicates_suppressed,
+            stats.conflicts,
+            stats.vanished,
+            stats.audit_records,
+            stats.tombstones
+        ),
+        (n(0), n(1), cents, n(3), n(4), n(5), n(6), n(7), n(8)),
+        "stats' counts are the rows'"
+    );
+    ledger.verify().unwrap();
+}
+
+/// The counters `stats` reads, as stored on the chain head.
+const COUNTERS: [&str; 9] = [
+    "claims",
+    "disbursements",
+    "disbursed_cents_total",
+    "dead_letters",
+    "duplicates",
+    "conflicts",
+    "vanished",
+    "audit_records",
+    "tombstones",
+];
+
+#[test]
+fn postgres_verify_names_a_count_edited_by_hand_and_a_recount_sets_it_right() {
+    // 1. A new ledger verifies; so does one with claims, duplicates, a conflict and a dead
+    //    letter, whose counts are the rows'.
+    // 2. Each stored counter moved by hand (on the chain head, or in purge_counts): verify
+    //    fails naming it, with the stored value and the rows', and how to recount.
+    // 3. `SELECT claimgate_recount()` sets them from the rows: verify passes again.
+    let w = World::on(Store::Postgres);
+    w.run_ok(&["init"]);
+    w.run_ok(&["verify"]);
+    let url = w.db.to_str().unwrap().to_owned();
+    assert_counts_are_the_rows(&url);
+    let conflicting =
+        r#"{"award_id":"A-000001","submission_timestamp":"2026-07-01T09:00:00Z","amount_cents":5}"#;
+    w.add(&(0..6).map(submission).collect::<Vec<_>>());
+    w.add(&(0..2).map(submission).collect::<Vec<_>>());
+    w.add(&[conflicting.to_owned()]);
+    w.add_fields(&[("payload", b"[]")]);
+    w.drain(&[]);
+    assert_counts_are_the_rows(&url);
+    for (table, counter) in COUNTERS
+        .iter()
+        .map(|c| ("chain_head", *c))
+        .chain([("purge_counts", "claims"), ("purge_counts", "tombstones")])
+    {
+        let rows = w.sql_text(&format!(
+            "SELECT (h.{counter} + p.{counter})::text FROM chain_head h, purge_counts p"
+        ));
+        w.sql()
+            .exec(&format!("UPDATE {table} SET {counter} = {counter} + 7"));
+        let stored: i128 = rows.parse::<i128>().unwrap() + 7;
+        let out = w.run(&["verify"]);
+        assert!(
+            !out.status.success(),
+            "{table}.{counter} edited: verify fails"
+        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(&format!(
+                "{counter} is stored as {stored} (chain_head plus purge_counts) but the ledger \
+                 holds {rows}"
+            )) && said.contains("SELECT claimgate_recount();"),
+            "{table}.{counter}: {said}"
+        );
+        w.sql().exec("SELECT claimgate_recount()");
+        w.run_ok(&["verify"]);
+    }
+    assert_counts_are_the_rows(&url);
+}
+
+#[test]
+fn postgres_counts_are_the_rows_after_a_worker_killed_at_every_step_of_a_batch() {
+    // A worker killed (abort) between any two statements of a batch, before and after its
+    // commit and its link, with new claims, a resent one and a malformed entry in the batch:
+    // verify passes at once (a batch left unlinked is counted when it is linked, and verify
+    // counts the rows the same way), and after a worker drains the stream, stats' counts are
+    // the rows' and verify passes. Then a purge killed in the middle of its batch.
+    let w = World::on(Store::Postgres);
+    let url = w.db.to_str().unwrap().to_owned();
+    let points = [
+        "before_locks",
+        "pg_after_dead_letters",
+        "after_claim",
+        "pg_after_batch_row",
+        "pg_after_members",
+        "before_commit",
+        "before_link",
+        "after_commit",
+    ];
+    for (round, point) in points.iter().enumerate() {
+        let first = round * 4;
+        let mut batch: Vec<String> = (first..first + 4).map(submission).collect();
+        if round > 0 {
+            batch.push(submission(first - 1));
+        }
+        w.add(&batch);
+        w.add_fields(&[("payload", b"[]")]);
+        let out = w.crash_at(
+            w.cmd(&["run", "--consumer", "doomed", "--exit-when-idle"]),
+            point,
+        );
+        assert!(!out.status.success(), "{point} fired");
+        w.run_ok(&["verify"]);
+        w.drain(&[]);
+        assert_eq!(w.pending(), 0, "{point}: the stream drained");
+        assert_eq!(w.count("disbursements"), (first + 4) as i64, "{point}");
+        assert_counts_are_the_rows(&url);
+    }
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    // The first three batches or so (backdating ends at a batch's link).
+    let end = w.sql_i64("SELECT MIN(link_seq) FROM audit_batches WHERE link_seq >= 12");
+    crate::audit::backdate(&w, end, "2019-03-01T12:00:00.000000Z");
+    // Exports in the world's directory (by default a purge writes one beside the ledger).
+    let export = |name: &str| w.dir.path().join(name).to_str().unwrap().to_owned();
+    let purge = w.cmd(&[
+        "retention",
+        "purge",
+        "--before",
+        "2020-01-01",
+        "--batch-records-max",
+        "4",
+        "--export",
+        &export("killed.jsonl"),
+    ]);
+    w.crash_at(purge, "purge_after_rows:2");
+    w.run_ok(&["verify"]);
+    assert_counts_are_the_rows(&url);
+    w.run_ok(&[
+        "retention",
+        "purge",
+        "--before",
+        "2020-01-01",
+        "--export",
+        &export("purge.jsonl"),
+    ]);
+    assert!(w.count("claim_tombstones") > 0, "the purge left tombstones");
+    assert_counts_are_the_rows(&url);
+}
+
+#[test]
+fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
+    // 1. A ledger with claims, duplicates, a dead letter and a batch a stopped writer left
+    //    unlinked, taken back to format 3 (this release's additions dropped, format 3's
+    //    functions put back from the fixture schema-postgres-v3.sql): a batch format 3 wrote
+    //    carries no counts of its own.
+    // 2. `status` refuses it (exit 2, naming `claimgate init`); `init` upgrades it, counting
+    //    what is linked once, and its open links the batch left unlinked (its counts taken
+    //    from its rows by the link): stats' counts are the rows' and verify passes.
+    // 3. A worker pays more: the counts are still the rows'.
+    let w = World::on(Store::Postgres);
+    let url = w.db.to_str().unwrap().to_owned();
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    w.add(&(0..2).map(submission).collect::<Vec<_>>());
+    w.add_fields(&[("payload", b"[]")]);
+    w.drain(&[]);
+    w.add(&(5..9).map(submission).collect::<Vec<_>>());
+    w.add(&[submission(1)]);
+    w.add_fields(&[("payload", b"{}")]);
+    crash_before_link(&w, &[]);
+    assert_eq!(unlinked(&w).0, 1);
+    w.sql().exec(&format!(
+        "ALTER TABLE chain_head {};
+         ALTER TABLE audit_batches DROP COLUMN disbursed_cents, DROP COLUMN dead_letters,
+             DROP COLUMN duplicates, DROP COLUMN conflicts, DROP COLUMN vanished;
+         DROP TABLE purge_counts;
+         DROP FUNCTION claimgate_recount(); DROP FUNCTION claimgate_counted();
+         {}
+         UPDATE ledger_meta SET value = '3' WHERE name = 'format_version'",
+        COUNTERS
+            .iter()
+            .map(|c| format!("DROP COLUMN {c}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        include_str!("fixtures/schema-postgres-v3.sql")
+    ));
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM pg_proc WHERE proname = 'claimgate_counted'"),
+        0
+    );
+    let refused = w.run(&["status"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("is format 3") && said.contains("claimgate init"),
+        "{said}"
+    );
+    w.run_ok(&["init"]);
+    assert_eq!(
+        w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
+        "4"
+    );
+    // The upgrade counted the linked ledger (5 claims); then init's open linked the batch
+    // left unlinked, its counts taken from its rows by the link.
+    assert_eq!(
+        unlinked(&w).0,
+        0,
+        "init's open links the batch left unlinked"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_batches WHERE disbursed_cents IS NOT NULL"),
+        1,
+        "only the batch linked since the upgrade carries counts"
+    );
+    assert_eq!(w.sql_i64("SELECT claims FROM chain_head"), 9);
+    assert_counts_are_the_rows(&url);
+    w.add(&(9..12).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 12);
+    assert_counts_are_the_rows(&url);
+}
+
+#[test]
+fn postgres_counts_are_the_rows_after_server_crashes_under_a_running_worker() {
+    // A worker pays three waves of 1,000 submissions (each with 100 resent ones); in each wave,
+    // once it has begun paying, the server crashes (its WAL writer killed with SIGKILL: every
+    // backend is cut off and the cluster recovers from WAL), taking back links that had not
+    // reached the disk, with their counts. The worker waits the server out and finishes: every
+    // submission paid once, and stats' counts are the rows' (a link taken back is counted once,
+    // when it is made again), verify passes.
+    let pg = crate::pg::own_cluster();
+    let url = pg.create_database("crashes").unwrap();
+    let admin_url = pg.url("postgres");
+    let w = World::on_postgres_url(&url);
+    let worker = support::Logged::spawn(w.cmd(&["run", "--consumer", "w1"]));
+    let paid = || {
+        postgres::Client::connect(&url, postgres::NoTls)
+            .ok()
+            .and_then(|mut c| {
+                c.query_one(
+                    "SELECT CASE WHEN to_regclass('disbursements') IS NULL THEN 0
+                            ELSE (SELECT COUNT(*) FROM disbursements) END",
+                    &[],
+                )
+                .ok()
+            })
+            .map_or(-1, |r| r.get::<_, i64>(0))
+    };
+    for wave in 0..3usize {
+        let first = wave * 1000;
+        let mut batch: Vec<String> = (first..first + 1000).map(submission).collect();
+        batch.extend((first..first + 100).map(submission));
+        w.add(&batch);
+        assert!(
+            wait_for(Duration::from_secs(60), || paid() > first as i64),
+            "wave {wave}: paying\n{}",
+            worker.log_text()
+        );
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        let writer = wal_writer(&mut admin).expect("the WAL writer of a running cluster");
+        drop(admin);
+        signal_pid(writer, libc::SIGKILL);
+        assert!(
+            wait_for(Duration::from_secs(60), || {
+                postgres::Client::connect(&admin_url, postgres::NoTls)
+                    .ok()
+                    .and_then(|mut c| wal_writer(&mut c))
+                    .is_some_and(|p| p != writer)
+            }),
+            "wave {wave}: the server recovers from the crash"
+        );
+    }
+    assert!(
+        wait_for(Duration::from_secs(120), || paid() == 3000
+            && w.pending() == 0),
+        "{}",
+        worker.log_text()
+    );
+    assert!(worker.stop().success());
+    assert_eq!(
+        w.sql_i64("SELECT SUM(amount_cents) FROM disbursements"),
+        amount_sum(3000)
+    );
+    assert_counts_are_the_rows(&url);
 }

@@ -145,6 +145,7 @@ pub(super) fn record_with<'a>(
     // Step 4a, then each item's outcome and records.
     let first_dead =
         write::insert_dead_letters(&mut tx, &writes, ctx.stream, items, &verdicts, &now)?;
+    failpoint::hit("pg_after_dead_letters");
     let new_claims = write::claimed(items, &verdicts);
     // Their submissions in item order, whose events the batch spells.
     let paid: Vec<&Submission> = new_claims.iter().map(|(s, _)| *s).collect();

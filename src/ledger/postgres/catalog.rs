@@ -23,7 +23,7 @@ use postgres::Transaction;
 
 /// The uniqueness each promise rests on, as sets of columns a table must have a unique,
 /// non-partial, valid index on; any one set of a row will do (ledgers of earlier releases).
-const UNIQUE: [(&str, &[&[&str]]); 13] = [
+const UNIQUE: [(&str, &[&[&str]]); 14] = [
     ("processed_messages", checks::CLAIM_UNIQUE),
     ("processed_messages", &[&["claim_id"]]),
     ("disbursements", &[&["claim_id"]]),
@@ -36,6 +36,7 @@ const UNIQUE: [(&str, &[&[&str]]); 13] = [
     ("audit_batches", &[&["link_seq"]]),
     ("audit_members", &[&["batch_id", "batch_index"]]),
     ("chain_head", &[&["id"]]),
+    ("purge_counts", &[&["id"]]),
     ("claim_locks", &[&["stripe"]]),
 ];
 
@@ -77,12 +78,14 @@ const TRIGGERS: [(&str, &str, &str); 6] = [
 const VIEWS: [&str; 2] = ["audit_log", "outbox"];
 
 /// claimgate's functions, each with the body the schema script gives it.
-const FUNCTIONS: [&str; 5] = [
+const FUNCTIONS: [&str; 7] = [
     "claimgate_json",
     "claimgate_rows_name_claims",
     "claimgate_claims_unnamed",
     "claimgate_link_detail",
     "claimgate_link",
+    "claimgate_counted",
+    "claimgate_recount",
 ];
 
 /// Checks the schema `schema` inside the caller's snapshot; the first thing altered, as an

@@ -2,7 +2,7 @@
 //! found, made or upgraded), recording batches and counting what it holds.
 
 use super::connect::{Conn, Manager, Target};
-use super::{batch, connect, error, link, schema, tally};
+use super::{batch, connect, error, link, schema};
 use crate::config::{LedgerConfig, OnConflict, PgUrl};
 use crate::domain::clock::age_seconds;
 use crate::error::{Error, Result};
@@ -29,8 +29,6 @@ pub struct PgLedger {
     pub(super) purge: Mutex<Option<PooledConnection<Manager>>>,
     /// Entries `record` deferred and has not seen again (`batch.rs`, step 1).
     pub(super) deferred: Mutex<std::collections::HashSet<String>>,
-    /// What `stats` counted last time (`tally.rs`).
-    pub(super) tally: Mutex<Option<tally::Tally>>,
 }
 
 impl PgLedger {
@@ -76,7 +74,6 @@ impl PgLedger {
             on_conflict: cfg.on_conflict,
             purge: Mutex::new(None),
             deferred: Mutex::new(std::collections::HashSet::new()),
-            tally: Mutex::new(None),
         })
     }
 
@@ -199,34 +196,78 @@ impl Ledger for PgLedger {
     }
 
     fn stats(&self) -> Result<Stats> {
-        stats(&mut *self.conn()?, &self.tally)
+        stats(&mut *self.conn()?)
     }
 }
 
-/// Counts and totals in one snapshot (a repeatable-read, read-only transaction): what committed
-/// since the last call added to `last` (`tally.rs`), the dead letters and the unpublished
-/// outbox rows counted whole.
-pub(super) fn stats(conn: &mut Conn, last: &Mutex<Option<tally::Tally>>) -> Result<Stats> {
-    let mut tx = snapshot(&mut conn.client)?;
-    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-    let t = tally::Tally::of(&mut tx, last.take())?;
-    *last = Some(t.clone());
-    drop(last);
-    // The unpublished rows have an index of their own (`outbox_unpublished`).
-    let row = tx.query_one(
-        "SELECT (SELECT COUNT(*) FROM dead_letters), o.n, o.oldest
-         FROM (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
-               FROM outbox_rows WHERE published_at IS NULL) o",
-        &[],
-    )?;
-    tx.commit()?;
-    let n = |i: usize| row.get::<_, i64>(i) as u64;
-    let oldest: Option<String> = row.get(2);
-    let counts = Counts {
-        dead_letters: n(0),
-        ..t.counts
-    };
-    Ok(counts.stats(n(1), oldest.as_deref().and_then(age_seconds)))
+/// The ledger's counts as stored (`chain_head` plus what purges changed, `purge_counts`:
+/// `schema_postgres.sql`) and the outbox backlog from its partial index, in one statement, so
+/// one snapshot: two row reads however large the ledger, and the unpublished rows.
+const STATS: &str = "SELECT h.claims + p.claims, h.disbursements + p.disbursements,
+            (h.disbursed_cents_total + p.disbursed_cents_total)::text,
+            h.dead_letters + p.dead_letters, h.duplicates + p.duplicates,
+            h.conflicts + p.conflicts, h.vanished + p.vanished,
+            h.audit_records + p.audit_records, h.tombstones + p.tombstones, o.n, o.oldest
+     FROM chain_head h, purge_counts p,
+          (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
+           FROM outbox_rows WHERE published_at IS NULL) o
+     WHERE h.id = 1 AND p.id = 1";
+
+/// Counts and totals, as stored, and the outbox backlog ([`STATS`]).
+pub(super) fn stats(conn: &mut Conn) -> Result<Stats> {
+    let st = conn.prepared(STATS)?;
+    let row = conn.client.query_one(&st, &[])?;
+    let counts = counts_of(&row, 0)?;
+    let backlog = count_at(&row, 9, "outbox backlog")?;
+    let oldest: Option<String> = row.get(10);
+    Ok(counts.stats(backlog, oldest.as_deref().and_then(age_seconds)))
+}
+
+/// The names of [`Counts`]' fields in the order [`counts_of`] reads them, as the ledger's
+/// columns spell them.
+pub(super) const COUNTED: [&str; 9] = [
+    "claims",
+    "disbursements",
+    "disbursed_cents_total",
+    "dead_letters",
+    "duplicates",
+    "conflicts",
+    "vanished",
+    "audit_records",
+    "tombstones",
+];
+
+/// [`Counts`] from the nine columns of `row` from `at` on, in [`COUNTED`]'s order (the cents
+/// as NUMERIC text). A count below zero is a ledger edited by hand: an error naming it.
+pub(super) fn counts_of(row: &postgres::Row, at: usize) -> Result<Counts> {
+    let n = |i: usize| count_at(row, at + i, COUNTED[i]);
+    Ok(Counts {
+        claims: n(0)?,
+        disbursements: n(1)?,
+        disbursed_cents_total: cents(row.get(at + 2))?,
+        dead_letters: n(3)?,
+        duplicates: n(4)?,
+        conflicts: n(5)?,
+        vanished: n(6)?,
+        audit_records: n(7)?,
+        tombstones: n(8)?,
+    })
+}
+
+fn count_at(row: &postgres::Row, i: usize, what: &str) -> Result<u64> {
+    let n: i64 = row.get(i);
+    u64::try_from(n).map_err(|_| {
+        Error::Invariant(format!(
+            "the ledger's stored count of {what} is {n}, below zero (recount it: see `verify`)"
+        ))
+    })
+}
+
+/// A NUMERIC sum of cents, read as text (exact at any size).
+pub(super) fn cents(total: String) -> Result<i128> {
+    total
+        .parse()
+        .map_err(|_| Error::Invariant(format!("the disbursed total {total} is not an integer")))
 }
 
 impl Backup for PgLedger {

@@ -3,7 +3,8 @@
 //! holds the chain head from the start (no link can be made meanwhile), then the chain head and
 //! the id sequences set to continue after what was copied. The copied records are sealed one
 //! by one (`audit_chain`) and the outbox rows keep their ids (`outbox_rows.id`); batches written
-//! afterwards chain after them.
+//! afterwards chain after them. The ledger's counts are set from the copied rows before the
+//! commit.
 
 use super::ledger::PgLedger;
 use crate::domain::audit::{Kind, GENESIS_HASH};
@@ -55,6 +56,9 @@ impl PgLedger {
         };
         flush(&mut tx, &mut buf)?;
         continue_after(&mut tx, counters)?;
+        // The ledger's counts (`chain_head`), from what was copied, in this transaction: one
+        // pass over each table, as the copy was.
+        tx.execute("SELECT claimgate_recount()", &[])?;
         tx.commit()?;
         Ok(())
     }

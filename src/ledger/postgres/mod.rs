@@ -24,7 +24,6 @@ mod retention;
 mod review;
 mod schema;
 mod stripes;
-mod tally;
 mod verify;
 mod write;
 

@@ -24,6 +24,7 @@ use super::{audit_store, connect::Manager, link, write};
 use crate::domain::audit::{detail, Kind, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{purge, Hold, PurgePlan, Removed, Retention};
+use crate::support::failpoint;
 use r2d2::PooledConnection;
 
 impl Retention for PgLedger {
@@ -392,41 +393,115 @@ fn purge_batch(
             &[&last],
         )?
         .get(0);
-    let claims = delete_claims(&mut tx, first, last, now)?;
+    let gone = delete_claims(&mut tx, first, last, now)?;
     let dead_letters = tx.execute(
         &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
         &[&first, &last],
     )?;
-    let sealed_alone = tx.execute(
-        "DELETE FROM audit_chain WHERE seq BETWEEN $1 AND $2",
-        &[&first, &last],
+    failpoint::hit("purge_after_rows");
+    let sealed_alone = deleted_records(
+        &mut tx,
+        "DELETE FROM audit_chain WHERE seq BETWEEN $1 AND $2 RETURNING kind",
+        first,
+        last,
     )?;
-    let members = tx.execute(
+    let members = deleted_records(
+        &mut tx,
         "DELETE FROM audit_members m USING audit_batches b
-         WHERE m.batch_id = b.batch_id AND b.link_seq BETWEEN $1 AND $2",
-        &[&first, &last],
+         WHERE m.batch_id = b.batch_id AND b.link_seq BETWEEN $1 AND $2 RETURNING m.kind",
+        first,
+        last,
     )?;
     // The links go with their batches; they are seals, not records, so not counted.
     tx.execute(
         "DELETE FROM audit_batches WHERE link_seq BETWEEN $1 AND $2",
         &[&first, &last],
     )?;
-    let records = sealed_alone + members;
+    let records = sealed_alone.n + members.n;
     let checkpoint = Record::checkpoint(last, detail, now, &continues_from);
     audit_store::insert(&mut tx, &checkpoint)?;
-    // Every purge batch moves the purge count, as SQLite's do: a process's `stats` tally
-    // (`tally.rs`) counts only above the chain head, and this batch deleted below it.
+    failpoint::hit("purge_after_checkpoint");
+    // Every purge batch moves the purge count, as SQLite's do (and `migrate` carries it).
     tx.execute(
         "INSERT INTO ledger_meta (name, value) VALUES ($1, '1')
          ON CONFLICT (name) DO UPDATE SET value = (ledger_meta.value::bigint + 1)::text",
-        &[&super::tally::PURGES_META],
+        &[&PURGES_META],
+    )?;
+    // What this batch took off the ledger's counts, and the checkpoint and tombstones it left,
+    // committed with the rows (`schema_postgres.sql`, `purge_counts`; never the chain head,
+    // which links wait for).
+    let i = |n: u64| n as i64;
+    tx.execute(
+        "UPDATE purge_counts SET claims = claims - $1, disbursements = disbursements - $2,
+             disbursed_cents_total = disbursed_cents_total - $3::text::numeric,
+             dead_letters = dead_letters - $4, duplicates = duplicates - $5,
+             conflicts = conflicts - $6, vanished = vanished - $7,
+             audit_records = audit_records - $8 + 1, tombstones = tombstones + $9
+         WHERE id = 1",
+        &[
+            &i(gone.claims),
+            &i(gone.disbursements),
+            &gone.cents,
+            &i(dead_letters),
+            &i(sealed_alone.duplicates + members.duplicates),
+            &i(sealed_alone.conflicts + members.conflicts),
+            &i(sealed_alone.vanished + members.vanished),
+            &i(records),
+            &i(gone.tombstones),
+        ],
     )?;
     tx.commit()?;
     Ok(Removed {
         records,
-        claims,
+        claims: gone.claims,
         dead_letters,
     })
+}
+
+/// The `ledger_meta` row every purge batch moves; the name SQLite uses, so `migrate` carries it.
+const PURGES_META: &str = "claims_purged";
+
+/// Records a purge batch deleted, by the kinds the ledger counts.
+struct Deleted {
+    n: u64,
+    duplicates: u64,
+    conflicts: u64,
+    vanished: u64,
+}
+
+/// Runs `sql`, a `DELETE` of records in `first..=last` returning their kinds, and counts them.
+fn deleted_records(
+    tx: &mut postgres::Transaction<'_>,
+    sql: &str,
+    first: i64,
+    last: i64,
+) -> Result<Deleted> {
+    let row = tx.query_one(
+        &format!(
+            "WITH gone AS ({sql}) SELECT COUNT(*),
+                 COUNT(*) FILTER (WHERE kind = 'duplicate'),
+                 COUNT(*) FILTER (WHERE kind = 'conflict'),
+                 COUNT(*) FILTER (WHERE kind = 'vanished')
+             FROM gone"
+        ),
+        &[&first, &last],
+    )?;
+    let n = |i: usize| row.get::<_, i64>(i) as u64;
+    Ok(Deleted {
+        n: n(0),
+        duplicates: n(1),
+        conflicts: n(2),
+        vanished: n(3),
+    })
+}
+
+/// What [`delete_claims`] removed and left.
+struct Gone {
+    claims: u64,
+    disbursements: u64,
+    /// Their cents, as NUMERIC text (exact).
+    cents: String,
+    tombstones: u64,
 }
 
 /// Deletes the claims (with their disbursements and outbox rows) of the batch's `processed`
@@ -441,7 +516,7 @@ fn delete_claims(
     first: i64,
     last: i64,
     now: &str,
-) -> Result<u64> {
+) -> Result<Gone> {
     let ids: Vec<i64> = tx
         .query(CLAIMS_IN, &[&first, &last])?
         .iter()
@@ -460,19 +535,28 @@ fn delete_claims(
     purge::all_claims_found(records, ids.len() as i64, first, last)?;
     // ON CONFLICT DO NOTHING, as SQLite's OR IGNORE: a hand-edited ledger could hold a
     // tombstone of a key that is also claimed (`verify` names that); the earlier one is kept.
-    tx.execute(
+    let tombstones = tx.execute(
         "INSERT INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
          SELECT idempotency_key, claimed_at, $2 FROM processed_messages WHERE claim_id = ANY($1)
          ON CONFLICT DO NOTHING",
         &[&ids, &now],
     )?;
-    for table in ["outbox_rows", "disbursements", "processed_messages"] {
-        tx.execute(
-            &format!("DELETE FROM {table} WHERE claim_id = ANY($1)"),
-            &[&ids],
-        )?;
-    }
-    Ok(ids.len() as u64)
+    tx.execute("DELETE FROM outbox_rows WHERE claim_id = ANY($1)", &[&ids])?;
+    let row = tx.query_one(
+        "WITH gone AS (DELETE FROM disbursements WHERE claim_id = ANY($1) RETURNING amount_cents)
+         SELECT COUNT(*), COALESCE(SUM(amount_cents), 0)::text FROM gone",
+        &[&ids],
+    )?;
+    let claims = tx.execute(
+        "DELETE FROM processed_messages WHERE claim_id = ANY($1)",
+        &[&ids],
+    )?;
+    Ok(Gone {
+        claims,
+        disbursements: row.get::<_, i64>(0) as u64,
+        cents: row.get(1),
+        tombstones,
+    })
 }
 
 /// Every hold, by award, as `client` (a connection or a transaction's snapshot) sees them.

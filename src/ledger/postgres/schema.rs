@@ -26,8 +26,12 @@ use postgres::Client;
 /// The format this build makes and reads. 1: every ledger of a release before the format was
 /// recorded. 2: the format was recorded, every function pins the schema it was made in, and
 /// batches lock stripes of `claim_locks` rather than one advisory lock per group. 3:
-/// `dead_letters` records reviewers' decisions on held conflicts (`ledger::review`).
-pub const FORMAT_VERSION: i64 = 3;
+/// `dead_letters` records reviewers' decisions on held conflicts (`ledger::review`). 4: the
+/// ledger keeps its own counts (`chain_head`'s counters, `purge_counts`, each batch's counts in
+/// its `audit_batches` row), which every writer of this format keeps right and a build of an
+/// earlier one would not: it refuses a format-4 ledger at open. Upgraded to, the counts are
+/// counted once from the rows.
+pub const FORMAT_VERSION: i64 = 4;
 
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.
 pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");

@@ -10,7 +10,8 @@
 //! the checks that stand in for it are the ones only this backend needs: the chain head row
 //! agrees with the chain, no outbox id is above the head's counter or given twice, every batch
 //! member and batched outbox row belongs to a batch, each batch has exactly the outbox rows its
-//! link names, and linked batches' outbox ids follow each other without a gap.
+//! link names, and linked batches' outbox ids follow each other without a gap; and, last, the
+//! ledger's stored counts (what `stats` reports) are what its rows give.
 //!
 //! The checks read the views `audit_log` and `outbox` (`schema_postgres.sql`), which show a
 //! batch committed but not linked yet with its rows (records without a seq, outbox rows without
@@ -18,7 +19,7 @@
 //! other. Only the chain walk, which checks what is linked, leaves it out.
 
 use super::audit_store;
-use super::ledger::PgLedger;
+use super::ledger::{PgLedger, COUNTED};
 use crate::domain::audit::Verifier;
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, Inspect, Since, Summary};
@@ -267,6 +268,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     head(tx, last_seq, &head_hash)?;
     holds.compare(&super::retention::holds_in(tx)?)?;
     decisions(tx)?;
+    stored_counts(tx)?;
     let unlinked: i64 = tx
         .query_one(
             "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
@@ -321,6 +323,44 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
         return Err(Error::Invariant(format!(
             "chain head: outbox row {max} is above the head's last outbox id {outbox_last}"
         )));
+    }
+    Ok(())
+}
+
+/// The ledger's counts as stored (`chain_head` plus `purge_counts`, what `stats` reports)
+/// are the counts its rows give (`claimgate_counted`, in this snapshot); else the first that
+/// differs, both values, and how to set them again.
+fn stored_counts(tx: &mut postgres::Transaction<'_>) -> Result<()> {
+    let row = tx.query_one(
+        "SELECT h.claims + p.claims, h.disbursements + p.disbursements,
+                (h.disbursed_cents_total + p.disbursed_cents_total)::text,
+                h.dead_letters + p.dead_letters, h.duplicates + p.duplicates,
+                h.conflicts + p.conflicts, h.vanished + p.vanished,
+                h.audit_records + p.audit_records, h.tombstones + p.tombstones,
+                c.claims, c.disbursements, c.disbursed_cents_total::text, c.dead_letters,
+                c.duplicates, c.conflicts, c.vanished, c.audit_records, c.tombstones
+         FROM chain_head h, purge_counts p, claimgate_counted() c
+         WHERE h.id = 1 AND p.id = 1",
+        &[],
+    )?;
+    // As text, so a count a hand edit took below zero is named too, not refused as one.
+    let text = |i: usize| -> String {
+        match i {
+            2 | 11 => row.get(i),
+            _ => row.get::<_, i64>(i).to_string(),
+        }
+    };
+    for (i, name) in COUNTED.iter().enumerate() {
+        let (stored, rows) = (text(i), text(COUNTED.len() + i));
+        if stored != rows {
+            return Err(Error::Invariant(format!(
+                "stored count differs from the rows: {name} is stored as {stored} \
+                 (chain_head plus purge_counts) but the ledger holds {rows}; status and \
+                 /metrics report the stored count: set every count from the rows with \
+                 `SELECT claimgate_recount();`, run in the ledger's schema as the role that \
+                 owns it, then verify again"
+            )));
+        }
     }
     Ok(())
 }

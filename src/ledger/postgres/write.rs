@@ -4,7 +4,7 @@
 
 use super::connect::Conn;
 use super::facts::key_of;
-use crate::domain::audit::Record;
+use crate::domain::audit::{Kind, Record};
 use crate::domain::event::DISBURSEMENT_RECORDED;
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;
@@ -36,8 +36,11 @@ const INSERT_CLAIMS: &str = "WITH c AS (
      )
      SELECT idempotency_key, claim_id FROM c";
 
+/// The batch's row, with what it adds to the ledger's counts (`schema_postgres.sql`,
+/// `chain_head`), which its link adds there; the cents as text, exact (NUMERIC).
 const INSERT_BATCH: &str = "INSERT INTO audit_batches (record_count, last_hash, outbox_count,
-         created_at) VALUES ($1, $2, $3, $4) RETURNING batch_id";
+         created_at, disbursed_cents, dead_letters, duplicates, conflicts, vanished)
+     VALUES ($1, $2, $3, $4, $5::text::numeric, $6, $7, $8, $9) RETURNING batch_id";
 
 // Step 5's rows go in by binary COPY, the cheapest way PostgreSQL takes rows.
 static COPY_MEMBERS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -223,6 +226,13 @@ pub(super) fn write_sealed(
     );
     let count =
         |n: usize| i32::try_from(n).map_err(|_| Error::Invariant(format!("a batch of {n} rows")));
+    let of_kind = |k: Kind| count(members.iter().filter(|r| r.kind == k).count());
+    // Every paid submission is one claim, one disbursement and one outbox row: the claims and
+    // disbursements the batch adds are its outbox count.
+    let cents: i128 = paid
+        .iter()
+        .map(|(_, s, _)| i128::from(s.amount_cents))
+        .sum();
     let batch_id: i64 = tx
         .query_one(
             &st.insert_batch,
@@ -231,9 +241,16 @@ pub(super) fn write_sealed(
                 &last_hash,
                 &count(paid.len())?,
                 &now,
+                &cents.to_string(),
+                // One `dead_letter` record per dead letter the batch inserted (`decide::settle`).
+                &of_kind(Kind::DeadLetter)?,
+                &of_kind(Kind::Duplicate)?,
+                &of_kind(Kind::Conflict)?,
+                &of_kind(Kind::Vanished)?,
             ],
         )?
         .get(0);
+    failpoint::hit("pg_after_batch_row");
     use postgres::binary_copy::BinaryCopyInWriter;
     use postgres::types::Type;
     let mut audit = BinaryCopyInWriter::new(
@@ -250,6 +267,7 @@ pub(super) fn write_sealed(
         ))?;
     }
     audit.finish()?;
+    failpoint::hit("pg_after_members");
     if !paid.is_empty() {
         let mut outbox = BinaryCopyInWriter::new(
             tx.copy_in(&st.copy_outbox)?,
