@@ -112,8 +112,9 @@ pub enum Outcome {
     },
 }
 
-/// The counts a backend's `stats` keeps from one call to the next (`sqlite/tally.rs`,
-/// `postgres/tally.rs`): every [`Stats`] field but the outbox backlog, which is read afresh.
+/// The counts a ledger keeps in itself, moved by every write in its own transaction
+/// (`sqlite/counts.rs`; on PostgreSQL the chain head's and `purge_counts`' columns, see
+/// `schema_postgres.sql`): every [`Stats`] field but the outbox backlog, which is read afresh.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     pub(crate) claims: u64,

@@ -13,7 +13,9 @@
 //! its `COMMIT` included, on any of the process's ledger connections, so `write_statement:N`
 //! dies between the (N-1)th and the Nth statement of the writes),
 //! `relay_after_publish` (published, not yet marked); and `purge_after_batch` (a retention
-//! purge between two committed batches).
+//! purge between two committed batches). A shared (PostgreSQL) ledger's batch also has
+//! `pg_after_dead_letters`, `pg_after_batch_row` and `pg_after_members` between its writes,
+//! and its purge batch `purge_after_rows` and `purge_after_checkpoint`.
 //!
 //! `CLAIMGATE_FAILPOINT=panic:NAME[:N]` panics (unwinds) the thread that reaches the point
 //! instead of aborting, to prove a stage that panics stops the worker.
