@@ -200,18 +200,32 @@ impl Ledger for PgLedger {
     }
 }
 
+/// The nine stored counts in [`COUNTED`]'s order, as columns of a select over `chain_head h`
+/// and `purge_counts p` (a macro, so statements are built with `concat!`): `stats` and
+/// `verify` read the same sums.
+macro_rules! stored_counts {
+    () => {
+        "h.claims + p.claims, h.disbursements + p.disbursements,
+         (h.disbursed_cents_total + p.disbursed_cents_total)::text,
+         h.dead_letters + p.dead_letters, h.duplicates + p.duplicates,
+         h.conflicts + p.conflicts, h.vanished + p.vanished,
+         h.audit_records + p.audit_records, h.tombstones + p.tombstones"
+    };
+}
+pub(super) use stored_counts;
+
 /// The ledger's counts as stored (`chain_head` plus what purges changed, `purge_counts`:
 /// `schema_postgres.sql`) and the outbox backlog from its partial index, in one statement, so
 /// one snapshot: two row reads however large the ledger, and the unpublished rows.
-const STATS: &str = "SELECT h.claims + p.claims, h.disbursements + p.disbursements,
-            (h.disbursed_cents_total + p.disbursed_cents_total)::text,
-            h.dead_letters + p.dead_letters, h.duplicates + p.duplicates,
-            h.conflicts + p.conflicts, h.vanished + p.vanished,
-            h.audit_records + p.audit_records, h.tombstones + p.tombstones, o.n, o.oldest
+const STATS: &str = concat!(
+    "SELECT ",
+    stored_counts!(),
+    ", o.n, o.oldest
      FROM chain_head h, purge_counts p,
           (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
            FROM outbox_rows WHERE published_at IS NULL) o
-     WHERE h.id = 1 AND p.id = 1";
+     WHERE h.id = 1 AND p.id = 1"
+);
 
 /// Counts and totals, as stored, and the outbox backlog ([`STATS`]).
 pub(super) fn stats(conn: &mut Conn) -> Result<Stats> {

@@ -19,7 +19,7 @@
 //! other. Only the chain walk, which checks what is linked, leaves it out.
 
 use super::audit_store;
-use super::ledger::{PgLedger, COUNTED};
+use super::ledger::{stored_counts, PgLedger, COUNTED};
 use crate::domain::audit::Verifier;
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, Inspect, Since, Summary};
@@ -332,15 +332,14 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
 /// differs, both values, and how to set them again.
 fn stored_counts(tx: &mut postgres::Transaction<'_>) -> Result<()> {
     let row = tx.query_one(
-        "SELECT h.claims + p.claims, h.disbursements + p.disbursements,
-                (h.disbursed_cents_total + p.disbursed_cents_total)::text,
-                h.dead_letters + p.dead_letters, h.duplicates + p.duplicates,
-                h.conflicts + p.conflicts, h.vanished + p.vanished,
-                h.audit_records + p.audit_records, h.tombstones + p.tombstones,
-                c.claims, c.disbursements, c.disbursed_cents_total::text, c.dead_letters,
+        concat!(
+            "SELECT ",
+            stored_counts!(),
+            ", c.claims, c.disbursements, c.disbursed_cents_total::text, c.dead_letters,
                 c.duplicates, c.conflicts, c.vanished, c.audit_records, c.tombstones
          FROM chain_head h, purge_counts p, claimgate_counted() c
-         WHERE h.id = 1 AND p.id = 1",
+         WHERE h.id = 1 AND p.id = 1"
+        ),
         &[],
     )?;
     // As text, so a count a hand edit took below zero is named too, not refused as one.

@@ -318,28 +318,28 @@ fn purge_batch(
             r.get(0)
         })?;
     let mut removed = counts::Removed::default();
-    let (kinds, duplicates, conflicts, vanished): (i64, i64, i64, i64) = tx.query_row(
-        "SELECT COUNT(*), COALESCE(SUM(kind = 'duplicate'), 0), COALESCE(SUM(kind = 'conflict'), 0),
-                COALESCE(SUM(kind = 'vanished'), 0)
-         FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
-        [first, last],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-    )?;
-    (removed.duplicates, removed.conflicts, removed.vanished) = (duplicates, conflicts, vanished);
     let (claims, tombstones) = delete_claims(&tx, first, last, now, &mut removed)?;
     let dead_letters = tx.execute(
         &format!("DELETE FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
         [first, last],
     )?;
-    let records = tx.execute(
-        "DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2",
-        [first, last],
-    )?;
-    assert_eq!(
-        records as i64, kinds,
-        "the records counted are the records removed"
-    );
-    (removed.dead_letters, removed.records) = (dead_letters as i64, records as i64);
+    // The records go in one pass that also tells their kinds, for the counts.
+    let mut records = 0;
+    {
+        let mut stmt =
+            tx.prepare("DELETE FROM audit_log WHERE seq BETWEEN ?1 AND ?2 RETURNING kind")?;
+        let mut gone = stmt.query([first, last])?;
+        while let Some(row) = gone.next()? {
+            records += 1;
+            match row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)? {
+                "duplicate" => removed.duplicates += 1,
+                "conflict" => removed.conflicts += 1,
+                "vanished" => removed.vanished += 1,
+                _ => {}
+            }
+        }
+    }
+    (removed.dead_letters, removed.records) = (dead_letters as i64, records);
     let checkpoint = Record::checkpoint(last, detail, now, &continues_from);
     audit_store::insert(&tx, &checkpoint)?;
     let mut delta = counts::Delta::purged(removed, tombstones);
