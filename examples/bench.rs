@@ -21,7 +21,8 @@
 //! for back-dated ones that land among the history's; `--filter-dup F` compares
 //! `--fast-filter` on and off on a load with F duplicates; `--report N` measures only the
 //! auditor's side (`audit report`, `audit verify`, the independent verifier) on a ledger of N
-//! claims. `--help` lists all flags.
+//! claims; `--purge-under-load --prefill N` measures `retention purge` of the oldest year of
+//! N claims beside a worker (`bench/purge_mode.rs`). `--help` lists all flags.
 //! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
 //! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
 
@@ -63,6 +64,8 @@ struct Opts {
     filter_dup: Option<f64>,
     /// Only measure the auditor's side on a ledger of this many claims (report mode).
     report: Option<usize>,
+    /// Only measure a purge of the `--prefill` history's oldest year beside a worker.
+    purge_under_load: bool,
     /// Where ledgers go.
     dir: PathBuf,
     /// Extra flags passed to every `claimgate run`.
@@ -87,8 +90,7 @@ fn main() {
         std::process::exit(as_claimgate(&args[2..]));
     }
     if args.get(1).map(String::as_str) == Some(AS_PREFILL) {
-        // `report_mode` prefills in a child, so its own RSS stays small: a child's peak RSS
-        // (wait4) starts from its parent's at the fork.
+        // [`prefill_in_child`].
         let (path, n) = (Path::new(&args[2]), number(&args[3]));
         if let Err(e) = prefill(path, n) {
             eprintln!("prefill failed: {e}");
@@ -139,6 +141,7 @@ fn parse_opts(args: &[String]) -> Opts {
         prefill: 0,
         filter_dup: None,
         report: None,
+        purge_under_load: false,
         dir: std::env::temp_dir(),
         extra: Vec::new(),
         template: None,
@@ -174,6 +177,7 @@ fn parse_opts(args: &[String]) -> Opts {
                 )
             }
             "--report" => o.report = Some(number(&value())),
+            "--purge-under-load" => o.purge_under_load = true,
             "--dir" => o.dir = PathBuf::from(value()),
             "--template" => o.template = Some(PathBuf::from(value())),
             "--report-skip-verifier" => o.report_skip_verifier = true,
@@ -202,7 +206,8 @@ fn usage(problem: &str) -> ! {
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
          \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]\n\
-         \x20      | --report 1000000 [--template FILE] [--report-skip-verifier]"
+         \x20      | --report 1000000 [--template FILE] [--report-skip-verifier]\n\
+         \x20      | --purge-under-load --prefill 1000000 [--n 1000000] [--template FILE]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }
@@ -211,12 +216,20 @@ type Res<T> = Result<T, String>;
 
 #[path = "bench/pg_mode.rs"]
 mod pg_mode;
+#[path = "bench/purge_mode.rs"]
+mod purge_mode;
 #[path = "bench/report_mode.rs"]
 mod report_mode;
 
 fn bench(o: &Opts) -> Res<()> {
     if let Some(n) = o.report {
         return report_mode::run(o, n);
+    }
+    if o.purge_under_load {
+        if o.prefill == 0 {
+            usage("--purge-under-load needs --prefill N (the history it purges a year of)");
+        }
+        return purge_mode::run(o);
     }
     let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
     let work = tempfile::Builder::new()
@@ -399,6 +412,18 @@ fn timestamp(ms: i64) -> String {
     ))
     .expect("formats")
 }
+
+/// The time `ms` milliseconds after the Unix epoch, as the ledger records times.
+fn recorded(ms: i64) -> String {
+    claimgate::domain::clock::ledger_time(
+        time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).expect("in range"),
+    )
+}
+
+/// Before this, a row of a pre-filled ledger was recorded by the prefill (its history ends
+/// where the loads begin, [`LOAD_EPOCH_S`]); a worker of the benchmark records later, on the
+/// machine's clock.
+const PREFILLED_BEFORE: &str = "2026-07-01T09:00:00Z";
 
 /// Milliseconds between consecutive submissions of a history of `n` before the loads.
 fn history_step_ms(n: usize) -> i64 {
@@ -605,12 +630,14 @@ impl Env {
                 .map_err(|e| format!("{sql}: {e}"))
         };
         let base = if prefilled {
-            q("SELECT COUNT(*) FROM disbursements WHERE recorded_at < '2000'")?
+            q(&format!(
+                "SELECT COUNT(*) FROM disbursements WHERE recorded_at < '{PREFILLED_BEFORE}'"
+            ))?
         } else {
             0
         };
         let base_cents = if prefilled {
-            q("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements WHERE recorded_at < '2000'")?
+            q(&format!("SELECT COALESCE(SUM(amount_cents),0) FROM disbursements WHERE recorded_at < '{PREFILLED_BEFORE}'"))?
         } else {
             0
         };
@@ -811,13 +838,8 @@ impl Env {
             .clone()
             .unwrap_or_else(|| self.dir.join("prefilled-template.db"));
         if o.template.is_none() || !template.exists() {
-            let started = Instant::now();
-            prefill(&template, o.prefill)?;
-            println!(
-                "\nprefilled a ledger with {} disbursements in {:.1}s",
-                o.prefill,
-                started.elapsed().as_secs_f64()
-            );
+            println!();
+            prefill_in_child(&template, o.prefill)?;
         }
         println!("on a load in arrival order (the submissions made after the history):");
         self.against_template(o, load, &template, "e", "p")?;
@@ -925,6 +947,42 @@ fn written_at_exit(pid: u32) -> Res<u64> {
         .find_map(|l| l.strip_prefix("wchar: "))
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("no wchar in /proc/{pid}/io"))
+}
+
+/// Prefills `template` with `n` claims ([`prefill`]) in a child process, so this one's RSS
+/// stays small: a child's peak RSS (wait4) starts from its parent's at the fork.
+fn prefill_in_child(template: &Path, n: usize) -> Res<()> {
+    let started = Instant::now();
+    let status = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
+        .arg(AS_PREFILL)
+        .arg(template)
+        .arg(n.to_string())
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("prefilling {} failed", template.display()));
+    }
+    println!(
+        "prefilled a ledger with {n} claims in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A stage's max, in µs, from a worker's `stage latency:` line (`src/observe/metrics.rs`);
+/// 0 if the log has none.
+fn stage_max_us(log: &str, stage: &str) -> u64 {
+    log.lines()
+        .rev()
+        .find_map(|l| l.split_once("stage latency: "))
+        .and_then(|(_, stages)| {
+            stages
+                .split("; ")
+                .find_map(|s| s.strip_prefix(stage)?.strip_prefix(' '))
+        })
+        .and_then(|s| s.split("max=").nth(1))
+        .and_then(|s| s.trim_end_matches("us").parse().ok())
+        .unwrap_or(0)
 }
 
 /// Waits for a child and returns its exit status, peak RSS in KiB (ru_maxrss) and CPU seconds
@@ -1036,8 +1094,9 @@ impl Ledger for NullLedger {
 /// Builds a ledger holding `n` earlier submissions by direct SQL: claims with random keys,
 /// their disbursements, published outbox rows and a correctly chained audit trail. The
 /// submissions were made evenly over the 3.5 years before the loads' (from 2023-01-01), as a
-/// ledger that has been in service that long holds them. Their `recorded_at` is in 1999 so
-/// verification can tell them from the run's own rows.
+/// ledger that has been in service that long holds them, each recorded a moment after it was
+/// made: before [`PREFILLED_BEFORE`], so verification can tell them from the run's own rows,
+/// and spread over the years, so `retention purge` of a year removes a year's claims.
 fn prefill(path: &Path, n: usize) -> Res<()> {
     use claimgate::domain::audit::{Kind, Record, GENESIS_HASH};
     remove_ledger(path);
@@ -1047,7 +1106,6 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
         .map_err(|e| e.to_string())?;
     let tx = conn.transaction().map_err(|e| e.to_string())?;
     let mut rng = fastrand::Rng::with_seed(99);
-    let at = "1999-01-01T00:00:00.000000Z";
     let step_ms = history_step_ms(n);
     let mut prev = GENESIS_HASH.to_owned();
     {
@@ -1062,8 +1120,13 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
             let cents = 1_000 + i % 50_000;
             let entry = format!("{i}-0");
             let sql = |e: rusqlite::Error| e.to_string();
-            let made = timestamp(HISTORY_EPOCH_S * 1000 + (i - 1) * step_ms);
+            let made_ms = HISTORY_EPOCH_S * 1000 + (i - 1) * step_ms;
+            let made = timestamp(made_ms);
             let instant = claimgate::domain::clock::instant_utc(&made).expect("a valid timestamp");
+            // Recorded a moment after it was made, as a worker keeping up would, so the history
+            // spans its years in the rows a purge selects by (`claimed_at`, `recorded_at`).
+            let at = recorded(made_ms + 250);
+            let at = at.as_str();
             claim
                 .execute(rusqlite::params![
                     i,

@@ -6,7 +6,7 @@
 //! time, CPU time and peak RSS from wait4(2). A report that does not say VERIFIED, or a
 //! verifier that disagrees, fails the benchmark.
 
-use super::{wait4, Opts, Res, AS_CLAIMGATE, AS_PREFILL};
+use super::{wait4, Opts, Res, AS_CLAIMGATE};
 use claimgate::support::localredis::{LocalRedis, Options};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -26,20 +26,7 @@ pub fn run(o: &Opts, n: usize) -> Res<()> {
         .clone()
         .unwrap_or_else(|| dir.join("report-template.db"));
     if !template.exists() {
-        let started = Instant::now();
-        let status = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
-            .arg(AS_PREFILL)
-            .arg(&template)
-            .arg(n.to_string())
-            .status()
-            .map_err(|e| e.to_string())?;
-        if !status.success() {
-            return Err(format!("prefilling {} failed", template.display()));
-        }
-        println!(
-            "prefilled a ledger with {n} claims in {:.1}s",
-            started.elapsed().as_secs_f64()
-        );
+        super::prefill_in_child(&template, n)?;
     }
     let db = dir.join("ledger.db");
     std::fs::copy(&template, &db).map_err(|e| format!("copying {}: {e}", template.display()))?;

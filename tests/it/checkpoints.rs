@@ -2,7 +2,8 @@
 //! pages reach the ledger file itself while the worker runs, not only when it stops.
 
 use crate::support::{
-    set_file_size_limit, signal, spawn_ignoring_sigxfsz, submission, wait_exit, wait_for, World,
+    set_file_size_limit, signal, spawn_ignoring_sigxfsz, submission, wait_exit, wait_for, Logged,
+    World,
 };
 use std::time::Duration;
 
@@ -115,5 +116,76 @@ fn checkpoints_failing_on_a_full_disk_are_one_episode_of_two_lines() {
     );
     worker.wait_log("checkpointing the ledger recovered after");
     worker.assert_one_episode("checkpointing the ledger");
+    assert!(worker.stop().success());
+}
+
+/// A long read beside a running worker (a purge's export, `verify`, `backup`) holds an old
+/// snapshot, so passive checkpoints cannot copy past it and the WAL grows past its soft limit.
+/// A RESTART then held the worker's commits back while it copied all that was left (0.6-0.9 s)
+/// or waited for the reader, up to the 5 s busy timeout, round after round (BENCHMARKS.md,
+/// purge under load). The checkpointer tries none while a passive pass leaves more than a
+/// little behind, and starts the log over once the reader is gone.
+#[test]
+fn a_long_reader_beside_a_worker_never_has_a_restart_checkpoint_hold_the_writer_back() {
+    // 1. A worker (its checkpointer logging at DEBUG) pays one submission.
+    // 2. A reader opens a read transaction on the ledger and keeps its snapshot.
+    // 3. Submissions in rounds of 5,000 until the WAL is past 16,384 frames (64 MiB) and all
+    //    are paid, the reader still holding: no RESTART was tried meanwhile.
+    // 4. The reader ends; 2,000 more are paid: a RESTART follows and succeeds (busy=0).
+    let w = World::new();
+    let mut cmd = w.cmd(&["run", "--consumer", "ck", "--claim-idle-ms", "600000"]);
+    cmd.env_remove("RUST_LOG");
+    let worker = Logged::spawn_logging(cmd, "warn,claimgate::ledger::sqlite::checkpoint=debug");
+    w.add(&[submission(0)]);
+    assert!(wait_for(Duration::from_secs(30), || w
+        .count_once_made("disbursements")
+        == 1));
+
+    let mut reader = rusqlite::Connection::open(&w.db).unwrap();
+    let snapshot = reader.transaction().unwrap();
+    let seen: i64 = snapshot
+        .query_row("SELECT COUNT(*) FROM disbursements", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(seen, 1);
+    let restarts = || worker.lines_with("checkpoint RESTART");
+    let before = restarts().len();
+    let wal = w.db.with_extension("db-wal");
+    let wal_frames = || std::fs::metadata(&wal).map_or(0, |m| m.len()) / 4_096;
+    let mut paid = 1;
+    while wal_frames() <= 20_000 {
+        assert!(paid < 400_000, "the WAL never grew past its soft limit");
+        w.add_atomically(&(paid..paid + 5_000).map(submission).collect::<Vec<_>>());
+        paid += 5_000;
+        assert!(
+            wait_for(Duration::from_secs(120), || w
+                .count_once_made("disbursements")
+                == paid as i64),
+            "{}",
+            worker.log_text()
+        );
+    }
+    // A round of passive checkpoints after the last commit, each finding the reader behind.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        restarts().len(),
+        before,
+        "a RESTART was tried while a reader held the log:\n{}",
+        worker.log_text()
+    );
+    drop(snapshot);
+    drop(reader);
+
+    w.add_atomically(&(paid..paid + 2_000).map(submission).collect::<Vec<_>>());
+    assert!(wait_for(Duration::from_secs(60), || w
+        .count_once_made("disbursements")
+        == (paid + 2_000) as i64));
+    assert!(
+        wait_for(Duration::from_secs(30), || restarts()
+            .iter()
+            .skip(before)
+            .any(|l| l.contains("busy=0"))),
+        "no RESTART once the reader was gone:\n{}",
+        worker.log_text()
+    );
     assert!(worker.stop().success());
 }

@@ -687,10 +687,15 @@ pub struct Logged {
 
 impl Logged {
     /// Spawns `cmd` (a [`World::cmd`]) logging at INFO, collecting its stderr.
-    pub fn spawn(mut cmd: Command) -> Logged {
+    pub fn spawn(cmd: Command) -> Logged {
+        Logged::spawn_logging(cmd, "info")
+    }
+
+    /// [`Logged::spawn`], logging what the `RUST_LOG` filter `filter` lets through.
+    pub fn spawn_logging(mut cmd: Command, filter: &str) -> Logged {
         use std::io::BufRead;
         let mut child = cmd
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", filter)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -74,6 +74,16 @@ pub(super) struct Session {
     pub(super) conn: PooledConnection<SqliteConnectionManager>,
 }
 
+impl Drop for Session {
+    /// The connection goes back to the pool as the pool made it: temporary tables in memory
+    /// (`settings.rs`), the map (kept in a file, `purge.rs`) dropped with the setting.
+    fn drop(&mut self) {
+        if let Err(e) = self.conn.execute_batch("PRAGMA temp_store = MEMORY") {
+            log::debug!("restoring a purge connection's temp_store: {e}");
+        }
+    }
+}
+
 /// How an open ledger tells other claimgate processes it is in use (`lock.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Locking {

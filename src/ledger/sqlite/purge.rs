@@ -272,9 +272,16 @@ const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
 /// map cannot go stale during the purge, because every claim it must find was made before
 /// `cutoff`, and a claim made later is never purged. Every later call on this connection
 /// (`unpublished_in`, `export_rows`, `purge_batch`) reads it.
+///
+/// The map goes to a temporary file, not memory as the pool's connections keep temporary
+/// tables: a year of a busy ledger is millions of keys (about 60 bytes each in memory; a purge
+/// of 3 million claims would have held some 180 MiB). The connection is the purge's own for
+/// as long as the session lasts, and changing `temp_store` drops only temporary tables, which
+/// it has no other.
 fn index_claim_keys(conn: &Connection, cutoff: &str) -> Result<()> {
     conn.execute_batch(
-        "CREATE TEMP TABLE IF NOT EXISTS claim_keys (
+        "PRAGMA temp_store = FILE;
+         CREATE TEMP TABLE IF NOT EXISTS claim_keys (
              idempotency_key BLOB PRIMARY KEY, claim_id INTEGER NOT NULL) WITHOUT ROWID;
          DELETE FROM temp.claim_keys;",
     )?;
