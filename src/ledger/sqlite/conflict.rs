@@ -78,6 +78,20 @@ pub(super) struct Filter {
     hasher: std::hash::RandomState,
 }
 
+/// What [`Filter::sync`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Synced {
+    /// The filter holds every claim's group.
+    Current,
+    /// It holds every claim's group, but more than it was sized for: still right, but its
+    /// false positives grow with every claim; a bigger one should replace it.
+    Overfull,
+    /// Claims were purged since it was first synced, and it was not read further. A purge
+    /// that removed the newest claims lets new ones take their ids, at or below the highest
+    /// this filter has read, where its next sync would not look: it must not be used again.
+    Purged,
+}
+
 /// Bits per group sized for, and bits set per group: a false-positive rate of about 1%.
 const BITS_PER_GROUP: usize = 10;
 const HASHES: u32 = 7;
@@ -104,19 +118,27 @@ impl Filter {
     }
 
     /// Brings the filter up to every claim in the ledger. Call inside the batch's write
-    /// transaction, before its first claim (or, for a first build, inside any read
-    /// transaction: [`Groups`] catches up with what was committed after it). On an error the
-    /// filter must be dropped: a full read stops part way through the claims, in index order.
-    fn sync(&mut self, tx: &Connection) -> Result<()> {
+    /// transaction, before its first claim (or, for a build, inside any read transaction:
+    /// [`Groups`] catches up with what was committed after it). On an error the filter must be
+    /// dropped: a full read stops part way through the claims, in index order.
+    ///
+    /// Never reads the ledger again from the start: a filter claims were purged under, or one
+    /// past its size, says so ([`Synced`]) and the caller decides where a new one is built.
+    /// Rebuilt here, inside a batch, a filter of 20,000,000 claims held every commit back for
+    /// 20 s, and a purge beside a worker made it do that after every purge batch.
+    fn sync(&mut self, tx: &Connection) -> Result<Synced> {
         let purges = purges(tx)?;
-        if self.purges_seen != Some(purges) {
-            // The first sync, or claims were purged since: start again from the claims there
-            // are, in a filter sized for them at once. Sized by the filter's growth alone, a
-            // ledger of 1,000,000 claims was read twice before its first batch (once into the
-            // smallest filter, then again into one big enough): 0.65 s.
-            let capacity = claim_ids_spanned(tx)?.saturating_mul(2).max(self.capacity);
-            *self = Self::with_capacity(capacity);
-            self.purges_seen = Some(purges);
+        match self.purges_seen {
+            // The first sync: sized for the claims there are at once. Sized by the filter's
+            // growth alone, a ledger of 1,000,000 claims was read twice before its first batch
+            // (once into the smallest filter, then again into one big enough): 0.65 s.
+            None => {
+                let capacity = claim_ids_spanned(tx)?.saturating_mul(2).max(self.capacity);
+                *self = Self::with_capacity(capacity);
+                self.purges_seen = Some(purges);
+            }
+            Some(seen) if seen != purges => return Ok(Synced::Purged),
+            Some(_) => {}
         }
         // Everything, on a fresh filter: no `claim_id` bound, so SQLite reads the claim index
         // (it covers the instant, the award and the rowid) rather than the larger table.
@@ -139,15 +161,19 @@ impl Filter {
             claim_id_max = claim_id_max.max(claim_id);
         }
         self.claim_id_seen = claim_id_max;
-        drop(rows);
-        drop(stmt);
-        if self.len > self.capacity {
-            // Sized for twice what it holds now, rebuilt from the ledger.
-            let capacity = self.len * 2;
-            *self = Self::with_capacity(capacity);
-            return self.sync(tx);
-        }
-        Ok(())
+        Ok(if self.len > self.capacity {
+            Synced::Overfull
+        } else {
+            Synced::Current
+        })
+    }
+
+    /// A filter of every claim, built inside `tx`: its first sync sizes it for them all.
+    fn built_here(tx: &Connection) -> Result<Filter> {
+        let mut filter = Filter::new();
+        let synced = filter.sync(tx)?;
+        debug_assert_eq!(synced, Synced::Current, "a first sync sizes the filter");
+        Ok(filter)
     }
 
     /// Adds the group of a claim read from the ledger or made by the batch under way.
@@ -195,31 +221,56 @@ impl Filter {
     }
 }
 
-/// The writer's [`Filter`], built the first time off the writer's path: on a thread of its
-/// own, from a read snapshot, while the first batches go on without it (every new claim is
-/// probed, as on a false positive). A worker opening a ledger of 1,000,000 claims used to
-/// read them all inside its first batch before committing anything (about 0.5 s; BENCHMARKS.md).
+/// The writer's [`Filter`], built off the writer's path: on a thread of its own, from read
+/// snapshots, while batches go on without it (every new claim is probed, as on a false
+/// positive) or with the filter it replaces. A worker opening a ledger of 1,000,000 claims
+/// used to read them all inside its first batch before committing anything (about 0.5 s;
+/// BENCHMARKS.md), and one past 20,000,000 claims stopped every commit for 20 s to build a
+/// bigger filter.
 ///
-/// Nothing is missed by adopting a filter built from a snapshot: it records the highest claim
-/// id it read and the purge count it saw, and the first [`Filter::sync`] after adoption, in a
-/// batch's write transaction, adds every claim above that id (every claim committed after the
-/// snapshot has a higher id, since ids only grow while nothing is purged) or rebuilds it if a
-/// purge happened meanwhile.
+/// Nothing is missed by adopting a filter built from snapshots: it records the highest claim
+/// id it read and the purge count it saw, and its adoption, a [`Filter::sync`] in a batch's
+/// write transaction, adds every claim above that id (every claim committed after the
+/// snapshot has a higher id, since ids only grow while nothing is purged) or, if a purge
+/// happened meanwhile, drops it.
+///
+/// While a retention purge runs (each of its batches counts itself in [`PURGES_META`]) no
+/// filter is used: any in use is dropped at the first purge batch, and the next build starts
+/// once the count has stood still for [`BUILD_AFTER_PURGES_QUIET`], not after each batch.
 pub(super) struct Groups {
     state: State,
-    /// The ledger file and how to open it, for the build; `None` builds inside the batch.
+    /// The ledger file and how to open it, for builds; `None` builds inside the batch.
     source: Option<(PathBuf, Settings)>,
 }
 
+/// How long the purge count must stand still before a filter dropped for a purge is built
+/// again: a purge's batches follow each other far faster, and each would end the build.
+pub(super) const BUILD_AFTER_PURGES_QUIET: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where the writer's filter is.
 enum State {
-    /// Not built: the next sync starts the build.
-    Unbuilt,
+    /// No filter in use: every group may hold a claim. A build starts at the next sync, or,
+    /// with `quiet`, once the purge count it holds has not moved since the instant beside it
+    /// for [`BUILD_AFTER_PURGES_QUIET`].
+    Unbuilt {
+        quiet: Option<(i64, std::time::Instant)>,
+    },
     /// Being built; until it is adopted, every group may hold a claim. The [`Halt`] stops
     /// the build when the writer goes away first (see `Drop`).
-    Building(std::thread::JoinHandle<Result<Filter>>, Halt),
+    Building(Build),
     /// In use.
     Ready(Filter),
+    /// In use though past its size; a bigger one is being built to replace it.
+    Growing(Filter, Build),
+}
+
+impl State {
+    /// No filter until the purge count, `purges` now, stands still.
+    fn after_purges(purges: i64) -> State {
+        State::Unbuilt {
+            quiet: Some((purges, std::time::Instant::now())),
+        }
+    }
 }
 
 impl Groups {
@@ -227,56 +278,79 @@ impl Groups {
     /// none, builds it there and then).
     pub(super) fn new(source: Option<(PathBuf, Settings)>) -> Self {
         Groups {
-            state: State::Unbuilt,
+            state: State::Unbuilt { quiet: None },
             source,
         }
     }
 
-    /// Brings the filter up to every claim in the ledger, if it is in use, or adopts it once
-    /// its build is done. Call inside the batch's write transaction, before its first claim.
+    /// Brings the filter up to every claim in the ledger, if one is in use, adopts a build
+    /// that is done, and starts one when it is time. Call inside the batch's write
+    /// transaction, before its first claim. Reads only claims committed since the last sync
+    /// (and a build's adoption, those since its last pass): never the whole ledger, but where
+    /// there is no `source` to build from beside the writer.
     pub(super) fn sync(&mut self, tx: &Transaction<'_>) -> Result<()> {
         // Taken out, so an error below leaves `Unbuilt`: a filter whose sync failed is dropped
         // and built again, never used with claims unread.
-        let mut filter = match std::mem::replace(&mut self.state, State::Unbuilt) {
-            State::Ready(filter) => filter,
-            State::Building(build, stop) if !build.is_finished() => {
-                self.state = State::Building(build, stop);
-                return Ok(());
+        let state = std::mem::replace(&mut self.state, State::Unbuilt { quiet: None });
+        let Some(source) = self.source.clone() else {
+            let mut filter = match state {
+                State::Ready(filter) => filter,
+                _ => Filter::built_here(tx)?,
+            };
+            if filter.sync(tx)? != Synced::Current {
+                filter = Filter::built_here(tx)?;
             }
-            State::Building(build, _) => match build.join() {
-                Ok(Ok(filter)) => filter,
-                Ok(Err(e)) => {
-                    log::warn!("building the claim-group filter failed ({e}); building it here");
-                    Filter::new()
-                }
-                Err(_) => {
-                    log::warn!("building the claim-group filter panicked; building it here");
-                    Filter::new()
-                }
-            },
-            State::Unbuilt => match self.source.clone().map(build) {
-                Some(Ok((build, stop))) => {
-                    self.state = State::Building(build, stop);
-                    return Ok(());
-                }
-                Some(Err(e)) => {
-                    log::warn!(
-                        "cannot start the claim-group filter's build ({e}); building it here"
-                    );
-                    Filter::new()
-                }
-                None => Filter::new(),
-            },
+            self.state = State::Ready(filter);
+            return Ok(());
         };
-        filter.sync(tx)?;
-        self.state = State::Ready(filter);
+        self.state = match state {
+            State::Ready(mut filter) => match filter.sync(tx)? {
+                Synced::Current => State::Ready(filter),
+                Synced::Overfull => grow(filter, source),
+                Synced::Purged => State::after_purges(purges(tx)?),
+            },
+            State::Growing(filter, bigger) if bigger.0.is_finished() => {
+                drop(filter);
+                adopt(bigger, tx, source)?
+            }
+            State::Growing(mut filter, bigger) => match filter.sync(tx)? {
+                Synced::Current | Synced::Overfull => State::Growing(filter, bigger),
+                Synced::Purged => {
+                    halt(bigger);
+                    State::after_purges(purges(tx)?)
+                }
+            },
+            State::Building(build) if !build.0.is_finished() => State::Building(build),
+            State::Building(build) => adopt(build, tx, source)?,
+            State::Unbuilt { quiet } => {
+                let purges = match quiet {
+                    None => None,
+                    Some(_) => Some(purges(tx)?),
+                };
+                match (quiet, purges) {
+                    (Some((seen, since)), Some(now))
+                        if now == seen && since.elapsed() < BUILD_AFTER_PURGES_QUIET =>
+                    {
+                        State::Unbuilt { quiet }
+                    }
+                    (Some((seen, _)), Some(now)) if now != seen => State::after_purges(now),
+                    _ => match build(source) {
+                        Ok(build) => State::Building(build),
+                        Err(e) => {
+                            log::warn!("cannot start the claim-group filter's build ({e})");
+                            State::after_purges(purges.unwrap_or(0))
+                        }
+                    },
+                }
+            }
+        };
         Ok(())
     }
 
     /// Adds the group of a claim the batch under way made (nothing while there is no filter:
     /// the claim is committed after the build's snapshot, so the adoption's sync reads it).
     pub(super) fn insert(&mut self, instant: &str, award: &str) {
-        if let State::Ready(filter) = &mut self.state {
+        if let State::Ready(filter) | State::Growing(filter, _) = &mut self.state {
             filter.insert(instant, award);
         }
     }
@@ -284,7 +358,7 @@ impl Groups {
     /// The batch that made claims up to `claim_id` has committed (see
     /// [`Filter::committed_through`]).
     pub(super) fn committed_through(&mut self, claim_id: i64) {
-        if let State::Ready(filter) = &mut self.state {
+        if let State::Ready(filter) | State::Growing(filter, _) = &mut self.state {
             filter.committed_through(claim_id);
         }
     }
@@ -292,34 +366,81 @@ impl Groups {
     /// Whether a filter is in use (tests watch the build being adopted).
     #[cfg(test)]
     fn is_ready(&self) -> bool {
-        matches!(self.state, State::Ready(_))
+        matches!(self.state, State::Ready(_) | State::Growing(..))
     }
 
-    /// False only if no claim is in this group; true for every group until a filter is in use.
+    /// False only if no claim is in this group; true for every group while no filter is in
+    /// use.
     pub(super) fn may_hold(&self, instant: &str, award: &str) -> bool {
         match &self.state {
-            State::Ready(filter) => filter.may_hold(instant, award),
-            State::Unbuilt | State::Building(..) => true,
+            State::Ready(filter) | State::Growing(filter, _) => filter.may_hold(instant, award),
+            State::Unbuilt { .. } | State::Building(..) => true,
         }
     }
 }
 
 impl Drop for Groups {
     /// A build still reading when the writer goes (a worker that stops before its filter is
-    /// ready: one that drains one entry and exits) is interrupted and waited for: its read
+    /// ready: one that drains one entry and exits) is stopped and waited for: its read
     /// transaction would otherwise hold the ledger's last checkpoint (`checkpoint.rs`) until it
     /// had read every claim, about half a second per million.
     fn drop(&mut self) {
-        if let State::Building(build, stop) = std::mem::replace(&mut self.state, State::Unbuilt) {
-            stop.halt();
-            // Interrupted, it ends with an error nobody needs; a panic there is not ours to raise.
-            drop(build.join());
+        match std::mem::replace(&mut self.state, State::Unbuilt { quiet: None }) {
+            State::Building(build) | State::Growing(_, build) => halt(build),
+            State::Ready(_) | State::Unbuilt { .. } => {}
         }
     }
 }
 
-/// A filter's build under way, and how to stop it.
-type Build = (std::thread::JoinHandle<Result<Filter>>, Halt);
+/// Stops a build and waits for it.
+fn halt((build, stop): Build) {
+    stop.halt();
+    // Stopped, it ends with an error nobody needs; a panic there is not ours to raise.
+    drop(build.join());
+}
+
+/// An overfull `filter` stays in use while a bigger one is built (its first sync sizes it for
+/// the claims there are then); if no build can start, it stays in use as it is.
+fn grow(filter: Filter, source: (PathBuf, Settings)) -> State {
+    match build(source) {
+        Ok(bigger) => State::Growing(filter, bigger),
+        Err(e) => {
+            log::warn!("cannot start a bigger claim-group filter's build ({e}); keeping this one");
+            State::Ready(filter)
+        }
+    }
+}
+
+/// A finished build, adopted with a sync inside the batch's transaction (only the claims
+/// committed since its last pass); dropped if claims were purged since, or it failed.
+fn adopt((build, _): Build, tx: &Transaction<'_>, source: (PathBuf, Settings)) -> Result<State> {
+    let mut filter = match build.join() {
+        Ok(Ok(Some(filter))) => filter,
+        Ok(Ok(None)) => return Ok(State::after_purges(purges(tx)?)),
+        Ok(Err(e)) => {
+            log::warn!(
+                "building the claim-group filter failed ({e}); trying again in {}s",
+                BUILD_AFTER_PURGES_QUIET.as_secs()
+            );
+            return Ok(State::after_purges(purges(tx)?));
+        }
+        Err(_) => {
+            log::warn!(
+                "building the claim-group filter panicked; trying again in {}s",
+                BUILD_AFTER_PURGES_QUIET.as_secs()
+            );
+            return Ok(State::after_purges(purges(tx)?));
+        }
+    };
+    Ok(match filter.sync(tx)? {
+        Synced::Current => State::Ready(filter),
+        Synced::Overfull => grow(filter, source),
+        Synced::Purged => State::after_purges(purges(tx)?),
+    })
+}
+
+/// A filter's build under way (`None`: claims were purged while it read), and how to stop it.
+type Build = (std::thread::JoinHandle<Result<Option<Filter>>>, Halt);
 
 /// Stops a build: interrupts the read it is in, and keeps it from starting another.
 pub(super) struct Halt {
@@ -352,7 +473,8 @@ pub(super) const ADOPTION_CLAIMS_MAX: i64 = 10_000;
 /// over the claims committed since, each in a read transaction of its own, until one finds at
 /// most [`ADOPTION_CLAIMS_MAX`]. Without them the adoption read every claim the worker made
 /// while the build ran, inside a batch: on a ledger of 10,000,000 claims, a build of over a
-/// minute beside a busy worker left millions, and one commit took 18 s (BENCHMARKS.md).
+/// minute beside a busy worker leaves millions. Ends with `None` if claims were purged
+/// meanwhile.
 fn build((path, settings): (PathBuf, Settings)) -> Result<Build> {
     let mut conn = Connection::open(&path)?;
     let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -372,13 +494,21 @@ fn build((path, settings): (PathBuf, Settings)) -> Result<Build> {
                 Halt::asked(&asked)?;
                 let seen = filter.claim_id_seen;
                 let tx = conn.transaction()?;
-                filter.sync(&tx)?;
+                let synced = filter.sync(&tx)?;
                 drop(tx);
-                if pass > 0 && filter.claim_id_seen - seen <= ADOPTION_CLAIMS_MAX {
-                    break;
+                match synced {
+                    Synced::Purged => return Ok(None),
+                    // Claims came faster than it was sized for: again, sized for them.
+                    Synced::Overfull => filter = Filter::new(),
+                    Synced::Current
+                        if pass > 0 && filter.claim_id_seen - seen <= ADOPTION_CLAIMS_MAX =>
+                    {
+                        break
+                    }
+                    Synced::Current => {}
                 }
             }
-            Ok(filter)
+            Ok(Some(filter))
         })
         .map_err(|e| crate::error::Error::io("starting the claim-group filter's build", e))?;
     Ok((build, stop))
@@ -432,7 +562,7 @@ mod tests {
     }
 
     #[test]
-    fn every_claimed_group_is_held_including_other_writers_claims_and_growth_past_capacity() {
+    fn every_claimed_group_is_held_including_other_writers_claims_and_past_the_filters_size() {
         let mut conn = ledger();
         let mut groups = Filter::with_capacity(64);
         for i in 1..=50 {
@@ -446,16 +576,13 @@ mod tests {
             claim(&conn, i, &format!("t{i}"), "A");
         }
         let tx = conn.transaction().unwrap();
-        groups.sync(&tx).unwrap();
+        // Past its size it says so (a bigger one is built beside the writer: `Groups`), and
+        // still holds every group.
+        assert_eq!(groups.sync(&tx).unwrap(), Synced::Overfull);
         drop(tx);
-        assert!(groups.capacity >= 500, "grew: {}", groups.capacity);
         for i in 1..=500 {
             assert!(groups.may_hold(&format!("t{i}"), "A"), "group {i} lost");
         }
-        let false_positives = (0..10_000)
-            .filter(|i| groups.may_hold(&format!("u{i}"), "A"))
-            .count();
-        assert!(false_positives < 300, "{false_positives} of 10000");
     }
 
     #[test]
@@ -574,7 +701,7 @@ mod tests {
             next += WRITES;
             transactions += 1;
         }
-        let filter = build.join().unwrap().unwrap();
+        let filter = build.join().unwrap().unwrap().expect("nothing was purged");
         let behind = next - 1 - filter.claim_id_seen;
         assert!(
             behind <= (ADOPTION_CLAIMS_MAX + WRITES).max(transactions * WRITES / 4),
@@ -587,12 +714,12 @@ mod tests {
     }
 
     #[test]
-    fn a_purge_makes_the_next_sync_rebuild_from_the_claims_that_remain() {
+    fn a_purge_makes_a_filter_unusable_and_one_built_here_holds_the_claims_that_remain() {
         let mut conn = ledger();
-        let mut groups = Filter::new();
+        let mut filter = Filter::new();
         claim(&conn, 1, "t1", "A");
         let tx = conn.transaction().unwrap();
-        groups.sync(&tx).unwrap();
+        assert_eq!(filter.sync(&tx).unwrap(), Synced::Current);
         drop(tx);
         // A purge removes claim 1, counts itself, and a claim reuses id 1 in another group.
         conn.execute_batch(&format!(
@@ -602,7 +729,133 @@ mod tests {
         .unwrap();
         claim(&conn, 1, "t2", "B");
         let tx = conn.transaction().unwrap();
+        assert_eq!(filter.sync(&tx).unwrap(), Synced::Purged);
+        assert!(!filter.may_hold("t2", "B"), "it never read the reused id");
+        // With no file to build from beside the writer, the writer builds it anew.
+        let mut groups = Groups::new(None);
         groups.sync(&tx).unwrap();
         assert!(groups.may_hold("t2", "B"), "the reused id's group");
+        drop(tx);
+        conn.execute_batch(&format!(
+            "UPDATE ledger_meta SET value = '2' WHERE name = '{PURGES_META}'"
+        ))
+        .unwrap();
+        claim(&conn, 2, "t3", "C");
+        let tx = conn.transaction().unwrap();
+        groups.sync(&tx).unwrap();
+        assert!(groups.may_hold("t3", "C"), "after the second purge");
+    }
+
+    /// A ledger file of `n` claims (`t1`..`tn`, award `A`) and groups that build from it.
+    fn on_file(n: i64) -> (tempfile::TempDir, std::path::PathBuf, Groups) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(crate::ledger::sqlite::SCHEMA).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; BEGIN")
+            .unwrap();
+        for i in 1..=n {
+            claim(&conn, i, &format!("t{i}"), "A");
+        }
+        conn.execute_batch("COMMIT").unwrap();
+        let settings =
+            super::super::settings::Settings::of(&crate::config::LedgerConfig::new(&path));
+        let groups = Groups::new(Some((path.clone(), settings)));
+        (dir, path, groups)
+    }
+
+    /// Syncs in a write transaction of `conn` until `done` says so (at most 30 s).
+    fn sync_until(
+        conn: &mut rusqlite::Connection,
+        groups: &mut Groups,
+        mut done: impl FnMut(&Groups) -> bool,
+    ) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .unwrap();
+            groups.sync(&tx).unwrap();
+            drop(tx);
+            if done(groups) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "never came about");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_filter_past_its_size_stays_in_use_while_a_bigger_one_is_built_beside_the_writer() {
+        // A filter in use; claims past twice what it was sized for arrive from another
+        // writer: the next sync reads only them (no rebuild inside the batch), the filter
+        // stays in use holding every group while a bigger one builds, and the bigger one is
+        // adopted holding every group too.
+        let (_dir, path, mut groups) = on_file(1_000);
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        sync_until(&mut conn, &mut groups, |g| {
+            matches!(g.state, State::Ready(_))
+        });
+        let capacity = |g: &Groups| match &g.state {
+            State::Ready(f) | State::Growing(f, _) => f.capacity,
+            _ => 0,
+        };
+        let sized = capacity(&groups);
+        let more = sized as i64 + 1_000;
+        conn.execute_batch("BEGIN").unwrap();
+        for i in 1_001..=1_000 + more {
+            claim(&conn, i, &format!("t{i}"), "A");
+        }
+        conn.execute_batch("COMMIT").unwrap();
+        let tx = conn.transaction().unwrap();
+        groups.sync(&tx).unwrap();
+        drop(tx);
+        assert!(matches!(groups.state, State::Growing(..)), "growing beside");
+        for i in 1..=1_000 + more {
+            assert!(
+                groups.may_hold(&format!("t{i}"), "A"),
+                "claim {i} while growing"
+            );
+        }
+        sync_until(&mut conn, &mut groups, |g| {
+            matches!(g.state, State::Ready(_))
+        });
+        assert!(capacity(&groups) > sized, "adopted a bigger filter");
+        for i in 1..=1_000 + more {
+            assert!(
+                groups.may_hold(&format!("t{i}"), "A"),
+                "claim {i} after growing"
+            );
+        }
+    }
+
+    #[test]
+    fn while_a_purge_goes_on_no_filter_is_used_and_none_is_built_after_each_batch() {
+        // A filter in use; a purge batch counts itself: the filter is dropped (every group may
+        // hold a claim) and no build starts while the count keeps moving or has stood still
+        // for less than BUILD_AFTER_PURGES_QUIET.
+        let (_dir, path, mut groups) = on_file(1_000);
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        sync_until(&mut conn, &mut groups, |g| {
+            matches!(g.state, State::Ready(_))
+        });
+        for purge in 1..=5 {
+            conn.execute(
+                &format!(
+                    "INSERT INTO ledger_meta (name, value) VALUES ('{PURGES_META}', ?1)
+                     ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+                ),
+                [purge],
+            )
+            .unwrap();
+            let tx = conn.transaction().unwrap();
+            groups.sync(&tx).unwrap();
+            drop(tx);
+            assert!(
+                matches!(groups.state, State::Unbuilt { quiet: Some(_) }),
+                "no filter, no build, after purge batch {purge}"
+            );
+            assert!(groups.may_hold("never", "claimed"));
+        }
     }
 }
