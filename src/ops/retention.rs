@@ -128,6 +128,7 @@ pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> 
     let (first, last) = (plan.first, plan.last);
     let mut removed = Removed::default();
     let mut lo = first;
+    let mut episode = crate::retry::Episode::new("a purge batch");
     for hi in ends {
         let detail = format!(
             "retention purge of records before {cutoff}: removed seq {first}..={hi} of {first}..={last}; \
@@ -138,7 +139,19 @@ pub fn purge(ledger: &dyn Backend, req: &Request<'_>) -> Result<Option<Purged>> 
             Some(key) => sign_checkpoint(ledger, &detail, hi, key)?,
             None => detail,
         };
-        let r = ledger.purge_batch(lo, hi, &cutoff, &detail, &now_rfc3339())?;
+        // A batch is one transaction: one that failed for a passing reason (the write lock
+        // held past the busy timeout by a worker's commit, a full disk) left nothing and is
+        // tried again, as a worker tries its batches; the purge beside a busy worker on a
+        // 10,000,000-claim ledger used to stop at the first, with "database is locked".
+        let r = loop {
+            match ledger.purge_batch(lo, hi, &cutoff, &detail, &now_rfc3339()) {
+                Err(e) if e.is_transient() => std::thread::sleep(episode.failed(&e)),
+                done => {
+                    episode.succeeded();
+                    break done?;
+                }
+            }
+        };
         removed.records += r.records;
         removed.claims += r.claims;
         removed.dead_letters += r.dead_letters;

@@ -168,6 +168,14 @@ impl purge::Snapshot for Transaction<'_> {
         audit_store::range(self, first, last)
     }
 
+    /// Ends this read transaction and begins another (deferred: its snapshot is taken at its
+    /// first read), so the checkpointer can copy what was committed meanwhile. The
+    /// `Transaction` still rolls back at its end, which ends the last one.
+    fn between_batches(&mut self) -> Result<()> {
+        self.execute_batch("COMMIT; BEGIN DEFERRED")?;
+        Ok(())
+    }
+
     /// The other tables' rows, each as SQLite returns it (`SELECT *`).
     fn export_rows(&mut self, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
         let mut out = Vec::new();
