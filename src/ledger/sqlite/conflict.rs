@@ -127,6 +127,12 @@ impl Filter {
     /// Rebuilt here, inside a batch, a filter of 20,000,000 claims held every commit back for
     /// 20 s, and a purge beside a worker made it do that after every purge batch.
     fn sync(&mut self, tx: &Connection) -> Result<Synced> {
+        self.sync_some(tx, None).map(|(synced, _)| synced)
+    }
+
+    /// [`Filter::sync`], reading at most `limit` claims (the lowest ids not yet read) when
+    /// given; also returns how many it read.
+    fn sync_some(&mut self, tx: &Connection, limit: Option<i64>) -> Result<(Synced, i64)> {
         let purges = purges(tx)?;
         match self.purges_seen {
             // The first sync: sized for the claims there are at once. Sized by the filter's
@@ -137,19 +143,29 @@ impl Filter {
                 *self = Self::with_capacity(capacity);
                 self.purges_seen = Some(purges);
             }
-            Some(seen) if seen != purges => return Ok(Synced::Purged),
+            Some(seen) if seen != purges => return Ok((Synced::Purged, 0)),
             Some(_) => {}
         }
         // Everything, on a fresh filter: no `claim_id` bound, so SQLite reads the claim index
         // (it covers the instant, the award and the rowid) rather than the larger table.
-        let mut stmt = tx.prepare_cached(if self.claim_id_seen == 0 {
-            "SELECT claim_id, submission_instant, award_id FROM processed_messages
-             WHERE submission_instant IS NOT NULL AND ?1 = 0"
-        } else {
-            "SELECT claim_id, submission_instant, award_id FROM processed_messages
-             WHERE claim_id > ?1 AND submission_instant IS NOT NULL"
+        // In bounded steps: in claim id order, `limit` at a time.
+        let mut stmt = tx.prepare_cached(match (self.claim_id_seen, limit) {
+            (0, None) => {
+                "SELECT claim_id, submission_instant, award_id FROM processed_messages
+                 WHERE submission_instant IS NOT NULL AND ?1 = 0 AND ?2 < 0"
+            }
+            (_, None) => {
+                "SELECT claim_id, submission_instant, award_id FROM processed_messages
+                 WHERE claim_id > ?1 AND submission_instant IS NOT NULL AND ?2 < 0"
+            }
+            (_, Some(_)) => {
+                "SELECT claim_id, submission_instant, award_id FROM processed_messages
+                 WHERE claim_id > ?1 AND submission_instant IS NOT NULL
+                 ORDER BY claim_id LIMIT ?2"
+            }
         })?;
-        let mut rows = stmt.query([self.claim_id_seen])?;
+        let mut rows = stmt.query([self.claim_id_seen, limit.unwrap_or(-1)])?;
+        let mut read = 0;
         // Moved only once every row is in, so a read that fails part way never leaves a
         // highest id seen with lower ones unread.
         let mut claim_id_max = self.claim_id_seen;
@@ -159,13 +175,15 @@ impl Filter {
             let award = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
             self.insert(instant, award);
             claim_id_max = claim_id_max.max(claim_id);
+            read += 1;
         }
         self.claim_id_seen = claim_id_max;
-        Ok(if self.len > self.capacity {
+        let synced = if self.len > self.capacity {
             Synced::Overfull
         } else {
             Synced::Current
-        })
+        };
+        Ok((synced, read))
     }
 
     /// A filter of every claim, built inside `tx`: its first sync sizes it for them all.
@@ -464,14 +482,20 @@ impl Halt {
     }
 }
 
+/// Claims a build reads in one read transaction. One snapshot for a whole build kept every
+/// page the worker wrote meanwhile in the WAL: on a ledger of 10,000,000 claims, a minute and
+/// gigabytes, which the checkpointer then copied back and fsynced at once while commits
+/// waited (BENCHMARKS.md, purge beside a worker).
+pub(super) const BUILD_STEP_CLAIMS: i64 = 100_000;
+
 /// Claims a build may leave for its adoption to read. The adoption reads them inside a
 /// batch's write transaction, holding every commit back while it does.
 pub(super) const ADOPTION_CLAIMS_MAX: i64 = 10_000;
 
 /// Starts building a filter of every claim in the ledger at `path`, on its own connection and
-/// on a thread of its own: one read transaction (one snapshot) over every claim, then passes
-/// over the claims committed since, each in a read transaction of its own, until one finds at
-/// most [`ADOPTION_CLAIMS_MAX`]. Without them the adoption read every claim the worker made
+/// on a thread of its own: in claim id order, [`BUILD_STEP_CLAIMS`] at a time, each step in a
+/// read transaction of its own (claim ids only grow while nothing is purged, and each step
+/// checks that nothing was), until one finds at most [`ADOPTION_CLAIMS_MAX`]. Without them the adoption read every claim the worker made
 /// while the build ran, inside a batch: on a ledger of 10,000,000 claims, a build of over a
 /// minute beside a busy worker leaves millions. Ends with `None` if claims were purged
 /// meanwhile.
@@ -490,21 +514,16 @@ fn build((path, settings): (PathBuf, Settings)) -> Result<Build> {
             // already as much memory as a worker should hold for one.
             conn.pragma_update(None, "cache_size", -1024)?;
             let mut filter = Filter::new();
-            for pass in 0.. {
+            loop {
                 Halt::asked(&asked)?;
-                let seen = filter.claim_id_seen;
                 let tx = conn.transaction()?;
-                let synced = filter.sync(&tx)?;
+                let (synced, read) = filter.sync_some(&tx, Some(BUILD_STEP_CLAIMS))?;
                 drop(tx);
                 match synced {
                     Synced::Purged => return Ok(None),
                     // Claims came faster than it was sized for: again, sized for them.
                     Synced::Overfull => filter = Filter::new(),
-                    Synced::Current
-                        if pass > 0 && filter.claim_id_seen - seen <= ADOPTION_CLAIMS_MAX =>
-                    {
-                        break
-                    }
+                    Synced::Current if read <= ADOPTION_CLAIMS_MAX => break,
                     Synced::Current => {}
                 }
             }
