@@ -488,17 +488,22 @@ impl Halt {
 /// waited (BENCHMARKS.md, purge beside a worker).
 pub(super) const BUILD_STEP_CLAIMS: i64 = 100_000;
 
-/// Claims a build may leave for its adoption to read. The adoption reads them inside a
-/// batch's write transaction, holding every commit back while it does.
-pub(super) const ADOPTION_CLAIMS_MAX: i64 = 10_000;
+/// The pause between two steps of a build: one round of the checkpointer, which can then
+/// start the WAL over (its RESTART waits for every reader of the log). Steps back to back kept
+/// the log from starting over until the build was done: 1.8 GB of WAL beside a worker on a
+/// ledger of 10,000,000 claims. 25 s more for a build of 10,000,000 claims, during which every
+/// new claim is probed.
+pub(super) const BUILD_STEP_PAUSE: std::time::Duration =
+    std::time::Duration::from_millis(super::checkpoint::CHECKPOINT_INTERVAL_MS);
 
 /// Starts building a filter of every claim in the ledger at `path`, on its own connection and
 /// on a thread of its own: in claim id order, [`BUILD_STEP_CLAIMS`] at a time, each step in a
 /// read transaction of its own (claim ids only grow while nothing is purged, and each step
-/// checks that nothing was), until one finds at most [`ADOPTION_CLAIMS_MAX`]. Without them the adoption read every claim the worker made
-/// while the build ran, inside a batch: on a ledger of 10,000,000 claims, a build of over a
-/// minute beside a busy worker leaves millions. Ends with `None` if claims were purged
-/// meanwhile.
+/// checks that nothing was), [`BUILD_STEP_PAUSE`] apart, until a step reaches the last claim.
+/// Its adoption, inside a batch, then reads only what was committed since that step: it once
+/// read every claim the worker made while a build of one snapshot ran, and a build of over a
+/// minute beside a busy worker on 10,000,000 claims left millions. Ends with `None` if claims
+/// were purged meanwhile.
 fn build((path, settings): (PathBuf, Settings)) -> Result<Build> {
     let mut conn = Connection::open(&path)?;
     let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -523,9 +528,12 @@ fn build((path, settings): (PathBuf, Settings)) -> Result<Build> {
                     Synced::Purged => return Ok(None),
                     // Claims came faster than it was sized for: again, sized for them.
                     Synced::Overfull => filter = Filter::new(),
-                    Synced::Current if read <= ADOPTION_CLAIMS_MAX => break,
+                    Synced::Current if read < BUILD_STEP_CLAIMS => break,
                     Synced::Current => {}
                 }
+                // Out of any read for a checkpoint round: a RESTART waits for every reader of
+                // the log, and steps back to back were always one (BUILD_STEP_CLAIMS).
+                std::thread::sleep(BUILD_STEP_PAUSE);
             }
             Ok(Some(filter))
         })
@@ -687,14 +695,14 @@ mod tests {
     }
 
     #[test]
-    fn a_build_beside_a_busy_writer_leaves_its_adoption_only_what_its_last_pass_missed() {
+    fn a_build_beside_a_busy_writer_leaves_its_adoption_only_what_its_last_step_missed() {
         // A ledger of 400,000 claims; its build starts, and another writer commits claims in
-        // transactions of 2,000 until the build is done: the build's last pass found at most
-        // ADOPTION_CLAIMS_MAX new claims, so the built filter is behind the ledger by little
-        // more than what was committed while that short pass read. Red when the build stops
-        // at its snapshot: it is then behind by everything committed while it read 400,000
+        // transactions of 2,000 until the build is done: the build's last step reached the
+        // last claim, so the built filter is behind the ledger by little more than what was
+        // committed while that step read (6 transactions allowed). Red when the build stops
+        // at one snapshot: it is then behind by everything committed while it read 400,000
         // claims (dozens of transactions here). A quarter of all that was committed is
-        // allowed too, for a build thread descheduled on a loaded machine after its last pass.
+        // allowed too, for a build thread descheduled on a loaded machine after its last step.
         const HISTORY: i64 = 400_000;
         const WRITES: i64 = 2_000;
         let dir = tempfile::tempdir().unwrap();
@@ -723,7 +731,7 @@ mod tests {
         let filter = build.join().unwrap().unwrap().expect("nothing was purged");
         let behind = next - 1 - filter.claim_id_seen;
         assert!(
-            behind <= (ADOPTION_CLAIMS_MAX + WRITES).max(transactions * WRITES / 4),
+            behind <= (6 * WRITES).max(transactions * WRITES / 4),
             "the build is {behind} claims behind the ledger ({transactions} transactions \
              committed while it ran)"
         );
