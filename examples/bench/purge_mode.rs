@@ -101,14 +101,24 @@ pub fn run(o: &Opts) -> Res<()> {
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let t = Instant::now();
-        let (status, rss, _) = wait4(cmd.spawn().map_err(|e| e.to_string())?.id())?;
+        let pid = cmd.spawn().map_err(|e| e.to_string())?.id();
+        // Its own peak, sampled ([`Purge::rss_kib`] says why not wait4's).
+        let waited = std::thread::spawn(move || wait4(pid));
+        let mut rss = 0;
+        while !waited.is_finished() {
+            rss = vm_hwm_kib(pid).unwrap_or(0).max(rss);
+            std::thread::sleep(SAMPLE_EVERY);
+        }
+        let (status, _, _) = waited
+            .join()
+            .map_err(|_| format!("{label}'s waiter panicked"))??;
         if status != 0 {
             return Err(format!(
                 "{label} after the purge exited with status {status}"
             ));
         }
         println!(
-            "  {label} afterwards: passed in {:.1} s, peak RSS {:.1} MiB",
+            "  {label} afterwards: passed in {:.1} s, peak RSS {:.1} MiB (VmHWM sampled)",
             t.elapsed().as_secs_f64(),
             rss as f64 / 1024.0
         );
