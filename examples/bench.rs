@@ -231,16 +231,7 @@ fn bench(o: &Opts) -> Res<()> {
         }
         return purge_mode::run(o);
     }
-    let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
-    let work = tempfile::Builder::new()
-        .prefix("claimgate-bench-")
-        .tempdir_in(&o.dir)
-        .map_err(|e| e.to_string())?;
-    let env = Env {
-        redis_url: redis.url(),
-        dir: work.path().to_owned(),
-        extra: o.extra.clone(),
-    };
+    let (redis, work, env) = Env::start(o, "claimgate-bench-")?;
     println!(
         "claimgate bench: {} cores, redis {}, ledgers in {}",
         cores(),
@@ -476,6 +467,22 @@ fn order(shape: Shape, n: usize, unique: usize, rng: &mut fastrand::Rng) -> Vec<
 }
 
 impl Env {
+    /// A private redis-server and a work directory named `prefix…` under `--dir`, each kept
+    /// until its handle is dropped.
+    fn start(o: &Opts, prefix: &str) -> Res<(LocalRedis, tempfile::TempDir, Env)> {
+        let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
+        let work = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(&o.dir)
+            .map_err(|e| e.to_string())?;
+        let env = Env {
+            redis_url: redis.url(),
+            dir: work.path().to_owned(),
+            extra: o.extra.clone(),
+        };
+        Ok((redis, work, env))
+    }
+
     fn conn(&self) -> Res<redis::Connection> {
         let client = redis::Client::open(self.redis_url.as_str()).map_err(|e| e.to_string())?;
         let conn = client.get_connection().map_err(|e| e.to_string())?;
@@ -575,17 +582,10 @@ impl Env {
         }
         self.verify(load, &group, &db, template.is_some())?;
         let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
-        let field = |name: &str| -> u64 {
-            text.rsplit(&format!("{name}="))
-                .next()
-                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0)
-        };
         let result = RunResult {
             rate: load.n as f64 / secs,
-            commit_p50_us: field("commit_p50_us"),
-            commit_p99_us: field("commit_p99_us"),
+            commit_p50_us: field(&text, "commit_p50_us="),
+            commit_p99_us: field(&text, "commit_p99_us="),
             rss_mib: rss_kib as f64 / 1024.0,
             cpu_us_per_entry: cpu_s * 1e6 / load.n as f64,
             written_kib_per_entry: written as f64 / 1024.0 / load.n as f64,
@@ -967,6 +967,16 @@ fn prefill_in_child(template: &Path, n: usize) -> Res<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The number right after the last `marker` in a worker's log (0 if absent).
+fn field(text: &str, marker: &str) -> u64 {
+    text.rsplit(marker)
+        .next()
+        .filter(|_| text.contains(marker))
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A stage's max, in µs, from a worker's `stage latency:` line (`src/observe/metrics.rs`);

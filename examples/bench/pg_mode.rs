@@ -4,7 +4,7 @@
 //! Redis and PostgreSQL share its cores). Every run is verified through the ledger's own
 //! `verify` and `stats` before its figures count.
 
-use super::{median, ms, wait4, Env, Load, Opts, Res};
+use super::{field, median, ms, wait4, Env, Load, Opts, Res};
 use claimgate::config::{LedgerConfig, LedgerLocation};
 use claimgate::support::localpostgres::LocalPostgres;
 use std::time::{Duration, Instant};
@@ -289,16 +289,6 @@ fn print_statements(admin: &mut postgres::Client, label: &str, entries: usize) -
         );
     }
     Ok(())
-}
-
-/// The number right after the last `marker` in a worker's log (0 if absent).
-fn field(text: &str, marker: &str) -> u64 {
-    text.rsplit(marker)
-        .next()
-        .filter(|_| text.contains(marker))
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The settings of the ledger at `db` (a PostgreSQL URL), parsed as `--db` is.

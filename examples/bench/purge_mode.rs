@@ -14,7 +14,6 @@
 //! `claimgate verify` and `audit verify` pass on it; anything else fails the benchmark.
 
 use super::{wait4, Env, Load, Opts, Res, Shape, AS_CLAIMGATE};
-use claimgate::support::localredis::{LocalRedis, Options};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,16 +25,7 @@ const PURGE_BEFORE: &str = "2023-12-01";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
 pub fn run(o: &Opts) -> Res<()> {
-    let redis = LocalRedis::start(Options::default()).map_err(|e| e.to_string())?;
-    let work = tempfile::Builder::new()
-        .prefix("claimgate-bench-purge-")
-        .tempdir_in(&o.dir)
-        .map_err(|e| e.to_string())?;
-    let env = Env {
-        redis_url: redis.url(),
-        dir: work.path().to_owned(),
-        extra: o.extra.clone(),
-    };
+    let (_redis, work, env) = Env::start(o, "claimgate-bench-purge-")?;
     let template = o
         .template
         .clone()
@@ -237,7 +227,7 @@ fn live(
     let (rate, done_first) = progress.rate_until(purge.as_ref().map(|p| p.1));
     Ok(Live {
         rate,
-        commit_p99_us: field(&text, "commit_p99_us"),
+        commit_p99_us: super::field(&text, "commit_p99_us="),
         commit_max_us: super::stage_max_us(&text, "commit"),
         longest_idle_ms: progress.longest_idle.as_secs_f64() * 1e3,
         done_first,
@@ -399,13 +389,4 @@ fn check(db: &Path, load: &Load, kept: i64) -> Res<()> {
         }
     }
     Ok(())
-}
-
-/// A `name=<digits>` field of the worker's stop line.
-fn field(text: &str, name: &str) -> u64 {
-    text.rsplit(&format!("{name}="))
-        .next()
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }

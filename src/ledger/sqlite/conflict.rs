@@ -340,27 +340,16 @@ impl Groups {
             },
             State::Building(build) if !build.0.is_finished() => State::Building(build),
             State::Building(build) => adopt(build, tx, source)?,
-            State::Unbuilt { quiet } => {
-                let purges = match quiet {
-                    None => None,
-                    Some(_) => Some(purges(tx)?),
-                };
-                match (quiet, purges) {
-                    (Some((seen, since)), Some(now))
-                        if now == seen && since.elapsed() < BUILD_AFTER_PURGES_QUIET =>
-                    {
-                        State::Unbuilt { quiet }
-                    }
-                    (Some((seen, _)), Some(now)) if now != seen => State::after_purges(now),
-                    _ => match build(source) {
-                        Ok(build) => State::Building(build),
-                        Err(e) => {
-                            log::warn!("cannot start the claim-group filter's build ({e})");
-                            State::after_purges(purges.unwrap_or(0))
-                        }
-                    },
-                }
-            }
+            State::Unbuilt { quiet: None } => start(source, tx)?,
+            State::Unbuilt {
+                quiet: Some((seen, since)),
+            } => match purges(tx)? {
+                now if now != seen => State::after_purges(now),
+                _ if since.elapsed() < BUILD_AFTER_PURGES_QUIET => State::Unbuilt {
+                    quiet: Some((seen, since)),
+                },
+                _ => start(source, tx)?,
+            },
         };
         Ok(())
     }
@@ -415,6 +404,18 @@ fn halt((build, stop): Build) {
     stop.halt();
     // Stopped, it ends with an error nobody needs; a panic there is not ours to raise.
     drop(build.join());
+}
+
+/// A build started; if none can start, no filter until the purge count has stood still as
+/// long as after a purge, then another try.
+fn start(source: (PathBuf, Settings), tx: &Transaction<'_>) -> Result<State> {
+    Ok(match build(source) {
+        Ok(build) => State::Building(build),
+        Err(e) => {
+            log::warn!("cannot start the claim-group filter's build ({e})");
+            State::after_purges(purges(tx)?)
+        }
+    })
 }
 
 /// An overfull `filter` stays in use while a bigger one is built (its first sync sizes it for
