@@ -36,6 +36,8 @@ pub struct Options {
     /// Also listen for TLS on a port of its own ([`LocalRedis::tls_port`]) with this
     /// certificate. The plain port stays open for the harness's own checks.
     pub tls: Option<Tls>,
+    /// As a replica, one Sentinel never promotes (`replica-priority 0`).
+    pub unpromotable: bool,
 }
 
 /// A certificate and key for a private server's TLS port (PEM files).
@@ -168,6 +170,27 @@ impl LocalRedis {
         self.restart()
     }
 
+    /// [`LocalRedis::restart_as_replica_of`], unpromotable ([`Options::unpromotable`]) until
+    /// [`LocalRedis::make_promotable`].
+    pub fn restart_unpromotable_as_replica_of(&mut self, primary_port: u16) -> Result<()> {
+        self.options.unpromotable = true;
+        let restarted = self.restart_as_replica_of(primary_port);
+        self.options.unpromotable = false;
+        restarted
+    }
+
+    /// Lets Sentinel promote this replica again (`replica-priority 100`, Redis's default).
+    pub fn make_promotable(&self) -> Result<()> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("replica-priority")
+            .arg(100)
+            .query::<()>(&mut conn)?;
+        Ok(())
+    }
+
     /// Starts it again on the same port and directory (so with AOF, with the same data).
     pub fn restart(&mut self) -> Result<()> {
         self.kill();
@@ -201,6 +224,9 @@ impl LocalRedis {
         }
         if let Some(port) = self.options.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"]).arg(port.to_string());
+        }
+        if self.options.unpromotable {
+            cmd.args(["--replica-priority", "0"]);
         }
         if let (Some(tls), Some(port)) = (&self.options.tls, self.tls_port) {
             cmd.args(tls.server_args(port));

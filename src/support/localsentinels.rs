@@ -36,6 +36,9 @@ pub const FAILOVER_TIMEOUT_MS: u64 = 3_000;
 /// How long [`LocalSentinels::start`] waits for the sentinels to see the replica.
 const READY_WAIT_MS_MAX: u64 = 15_000;
 
+/// How long [`LocalSentinels::rejoin`] waits for a restarted node's full sync.
+const REJOIN_WAIT_MS_MAX: u64 = 30_000;
+
 /// Passwords for a set-up: the data nodes', and the sentinels' own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Passwords {
@@ -184,6 +187,30 @@ impl LocalSentinels {
             *child = start_sentinel_process(&config_path(self.dir.path(), *port))?;
         }
         Ok(())
+    }
+
+    /// Restarts the data node `index` (a killed old primary) as a replica of the node on
+    /// `primary_port` and waits until it has synced. It starts with no data (no persistence),
+    /// so until then Sentinel must not promote it: on a loaded box a second failover inside
+    /// that window would make an empty node the primary, and the other's full resync from it
+    /// would erase everything. Sentinel does not rule out a replica that never had a link
+    /// (Redis reports its link down for -1 s), so the node is kept unpromotable until synced.
+    pub fn rejoin(&mut self, index: usize, primary_port: u16) -> Result<()> {
+        let node = &mut self.nodes[index];
+        node.restart_unpromotable_as_replica_of(primary_port)?;
+        let port = node.port();
+        let deadline = Instant::now() + Duration::from_millis(REJOIN_WAIT_MS_MAX);
+        while !replica_link_up_with(port, self.passwords.data.as_deref()).unwrap_or(false) {
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "the node on port {port} did not sync with {primary_port} within \
+                     {REJOIN_WAIT_MS_MAX} ms; logs in {}",
+                    self.dir.path().display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.nodes[index].make_promotable()
     }
 
     /// The directory the sentinels' config files and logs are in.
@@ -355,12 +382,7 @@ fn sync_at_once(port: u16, password: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// True when the replica on `port` says its link to the primary is up.
-pub fn replica_link_up(port: u16) -> Result<bool> {
-    replica_link_up_with(port, None)
-}
-
-/// [`replica_link_up`] for a replica that takes `password`.
+/// True when the replica on `port` (which takes `password`) says its link to the primary is up.
 fn replica_link_up_with(port: u16, password: Option<&str>) -> Result<bool> {
     let info: String = redis::cmd("INFO")
         .arg("replication")

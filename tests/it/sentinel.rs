@@ -169,16 +169,8 @@ fn fail_over(set: &mut LocalSentinels) -> u16 {
         set.dir().display()
     );
     let new = set.primary_port().unwrap();
-    set.nodes[old_index]
-        .restart_as_replica_of(new)
-        .expect("old primary restarts as a replica");
-    let old_port = set.nodes[old_index].port();
-    assert!(
-        wait_for(Duration::from_secs(30), || {
-            claimgate::support::localsentinels::replica_link_up(old_port).unwrap_or(false)
-        }),
-        "the old primary did not come back as a replica"
-    );
+    set.rejoin(old_index, new)
+        .expect("the old primary comes back as a replica");
     new
 }
 
@@ -203,6 +195,7 @@ fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
     let world = &cluster.world;
     // A connection per poll: one that timed out under load stays broken, and every later
     // poll through it would fail whatever the pipeline did.
+    let mut last = String::new();
     let settled = wait_for(SETTLE, || {
         let mut primary = cluster.primary();
         let pending: Vec<redis::Value> = redis::cmd("XPENDING")
@@ -215,11 +208,19 @@ fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
             .arg("grants:events")
             .query(&mut primary)
             .unwrap_or(0);
-        world.count_once_made("disbursements") == n as i64 + extra_awards
+        let paid = world.count_once_made("disbursements");
+        let unpublished =
+            world.sql_i64_once_made("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL");
+        last = format!(
+            "{paid} disbursements, pending {:?}, {events} events, {unpublished} outbox rows \
+             unpublished, primary {:?}",
+            pending.first(),
+            cluster.set.primary_port()
+        );
+        paid == n as i64 + extra_awards
             && pending_zero
             && events == n as u64 + extra_awards as u64
-            && world.sql_i64_once_made("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
-                == 0
+            && unpublished == 0
     });
     let mut primary = cluster.primary();
     let events: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
@@ -230,10 +231,10 @@ fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
         .unwrap();
     assert!(
         settled,
-        "not settled: {} disbursements (want {}), {} events",
-        world.count_once_made("disbursements"),
+        "not settled (want {} disbursements and events): {last}; XRANGE read {} events\n{}",
         n as i64 + extra_awards,
-        events.len()
+        events.len(),
+        logs_in(world.dir.path())
     );
     assert_eq!(
         world.sql_i64(
@@ -250,6 +251,21 @@ fn assert_exactly_once(cluster: &Cluster, chunks: usize, extra_awards: i64) {
     assert_eq!(event_ids.len(), events.len(), "an event published twice");
     assert_eq!(events.len() as i64, n as i64 + extra_awards);
     assert_dead_letters_once(&mut primary, chunks);
+}
+
+/// Every process log the tests wrote in `dir`, each under its name: what a failure shows.
+fn logs_in(dir: &Path) -> String {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    logs.retain(|p| p.extension().is_some_and(|e| e == "log"));
+    logs.sort();
+    logs.iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            format!("--- {}\n{text}", p.display())
+        })
+        .collect()
 }
 
 /// Every malformed entry on the submissions stream has exactly one dead letter, and every
@@ -577,9 +593,7 @@ fn a_promotion_that_loses_acknowledged_writes_still_pays_each_submission_once() 
         "no sentinel promoted the replica (logs in {})",
         cluster.set.dir().display()
     );
-    cluster.set.nodes[old_index]
-        .restart_as_replica_of(replica_port)
-        .unwrap();
+    cluster.set.rejoin(old_index, replica_port).unwrap();
     for c in 7..12 {
         cluster.produce(&chunk(c), &[]);
     }
@@ -782,9 +796,7 @@ fn a_promotion_that_loses_the_consumer_group_replays_from_0_and_pays_nothing_twi
         "no sentinel promoted the replica (logs in {})",
         cluster.set.dir().display()
     );
-    cluster.set.nodes[old_index]
-        .restart_as_replica_of(replica_port)
-        .unwrap();
+    cluster.set.rejoin(old_index, replica_port).unwrap();
     // The relay finds the ledger's 30 published events gone with the stream and its mark.
     let stopped = wait_for(SETTLE, || relay.child.try_wait().unwrap().is_some());
     assert!(stopped, "the relay did not stop:\n{}", relay.log_text());
