@@ -313,6 +313,76 @@ impl Drop for Progress {
     }
 }
 
+/// Whether an outbox payload plainly announces this award, amount and key: `Some` when `text`
+/// is a JSON object of exactly the fields claimgate writes in an event (`domain/event.rs`),
+/// strings without escapes, the amount an integer, each field once; `None` for anything else
+/// (an escape, a NUL, a field named twice or unknown, a number written as a fraction, not JSON
+/// at all), which the backend then decides with its own SQL, the expression its exact check
+/// uses, so that the pass and the check can never read one text differently. Every text
+/// answered here is one both SQLite's JSON functions and PostgreSQL's `jsonb` read the same
+/// way, and claimgate writes only such texts, so the database is asked only about edited rows.
+pub fn plain_event_announces(text: &[u8], key: &Key, award: &str, amount: i64) -> Option<bool> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Event<'a> {
+        award_id: &'a str,
+        amount_cents: i64,
+        idempotency_key: &'a str,
+        #[serde(rename = "submission_timestamp")]
+        _submission_timestamp: &'a str,
+    }
+    let plain =
+        text.trim_ascii_start().starts_with(b"{") && !text.iter().any(|b| *b == b'\\' || *b == 0);
+    if !plain {
+        return None;
+    }
+    let event = serde_json::from_slice::<Event<'_>>(text).ok()?;
+    Some(
+        event.award_id == award
+            && event.amount_cents == amount
+            && is_lower_hex_of(event.idempotency_key.as_bytes(), key),
+    )
+}
+
+/// Whether `hex` is exactly `key` in lowercase hex.
+fn is_lower_hex_of(hex: &[u8], key: &Key) -> bool {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    hex.len() == 64
+        && key.iter().zip(hex.chunks_exact(2)).all(|(k, pair)| {
+            pair[0] == DIGITS[usize::from(k >> 4)] && pair[1] == DIGITS[usize::from(k & 15)]
+        })
+}
+
+/// A key's hex as SQLite's `unhex` reads it (either case, nothing else), as 32 bytes; `None`
+/// for anything else, which `unhex` would not match to a claim either.
+pub fn unhex_either_case(hex: &str) -> Option<Key> {
+    unhex_with(hex, true)
+}
+
+/// A key's hex as PostgreSQL's `encode(key, 'hex')` writes it (lowercase only), as 32 bytes;
+/// `None` for anything else, which a comparison with `encode` would not match to a claim either.
+pub fn unhex_lowercase(hex: &str) -> Option<Key> {
+    unhex_with(hex, false)
+}
+
+fn unhex_with(hex: &str, upper_too: bool) -> Option<Key> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' if upper_too => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let hex = hex.as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
+    }
+    Some(key)
+}
+
 /// `done` of `total` as a percentage for a progress line (ids, not rows: an id range is known
 /// without counting).
 pub fn percent(done: i64, first: i64, last: i64) -> f64 {
@@ -386,6 +456,42 @@ mod tests {
             faults(&[3, 1], &[4], &[4, 9]),
             (1, Some(KeyFault::DuplicateOfNothing(key(9))))
         );
+    }
+
+    #[test]
+    fn only_a_plain_event_of_claimgate_s_fields_is_decided_without_the_database() {
+        let k = key(42);
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        let event = |amount: &str, extra: &str| {
+            format!(
+                r#"{{"amount_cents":{amount},"award_id":"A-1","idempotency_key":"{hex}","submission_timestamp":"2026-07-01T09:00:00Z"{extra}}}"#
+            )
+        };
+        let decide = |text: &str| plain_event_announces(text.as_bytes(), &k, "A-1", 125);
+        assert_eq!(decide(&event("125", "")), Some(true));
+        assert_eq!(decide(&event("126", "")), Some(false));
+        assert_eq!(
+            plain_event_announces(event("125", "").as_bytes(), &key(43), "A-1", 125),
+            Some(false)
+        );
+        assert_eq!(
+            decide(&event("125", "").replace(&hex, &hex.to_uppercase())),
+            Some(false)
+        );
+        for asked in [
+            event("125.0", ""),
+            event("1.25e2", ""),
+            event("125", r#","extra":1"#),
+            event("125", r#","amount_cents":126"#),
+            event("125", "").replace("A-1", r"A\u002d1"),
+            "not json".to_owned(),
+            "[1]".to_owned(),
+        ] {
+            assert_eq!(decide(&asked), None, "{asked}");
+        }
+        assert_eq!(unhex_either_case(&hex.to_uppercase()), Some(k));
+        assert_eq!(unhex_lowercase(&hex.to_uppercase()), None);
+        assert_eq!(unhex_lowercase(&hex), Some(k));
     }
 
     #[test]

@@ -13,6 +13,7 @@ on_both_ledgers!(
     retention_refuses_the_window_held_awards_and_unpublished_events_and_keeps_the_chain_verifiable,
     a_purge_that_cannot_find_a_records_claim_removes_nothing,
     a_purge_batch_asked_for_without_a_plan_finds_its_claims_itself,
+    a_processed_record_resealed_to_another_amount_fails_verify,
 );
 
 fn stderr(out: &Output) -> String {
@@ -359,6 +360,41 @@ fn reseal(db: &mut support::Sql, store: Store, records: Vec<Record>) {
     if store == Store::Postgres {
         db.exec(&format!("UPDATE chain_head SET hash = '{prev}'"));
     }
+}
+
+fn a_processed_record_resealed_to_another_amount_fails_verify(store: Store) {
+    // Someone who can write the ledger changes what a processed record says was paid and
+    // seals the chain again, so the chain holds; the record no longer matches its payment,
+    // and verify's one pass (which compares the records with the payments as multisets, not
+    // row by row) must find it and the named check say which record.
+    let w = World::on(store);
+    w.add(&(0..3).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["verify"]);
+    let mut db = w.sql();
+    let seq = db.i64("SELECT MIN(seq) FROM audit_log WHERE kind = 'processed'");
+    let (table, row) = record_row(store, seq);
+    db.exec(&format!(
+        "UPDATE {table} SET amount_cents = amount_cents + 1 WHERE {row}"
+    ));
+    let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
+    let mut records = Vec::new();
+    ledger
+        .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
+            records.push(r);
+            Ok(())
+        })
+        .unwrap();
+    drop(ledger);
+    reseal(&mut db, store, records);
+    w.run_ok(&["audit", "verify"]);
+    let err = fails(&w, &["verify"]);
+    assert!(
+        err.contains(&format!(
+            "processed record without a matching disbursement: audit record {seq} (processed"
+        )),
+        "{err}"
+    );
 }
 
 /// The table and the condition that find the stored row of the audit record at `seq`: its

@@ -20,9 +20,9 @@
 
 use super::audit_store;
 use super::ledger::{stored_counts, PgLedger, COUNTED};
-use crate::domain::audit::Verifier;
+use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
-use crate::ledger::{chain, checks, Inspect, Since, Summary};
+use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
 
 impl Inspect for PgLedger {
     fn verify(&self) -> Result<Summary> {
@@ -223,11 +223,50 @@ const CHECKS: [(&str, &str); 19] = [
 ];
 
 /// Checks everything inside the caller's snapshot; the summary, or the first violation.
+///
+/// One pass ([`pass`]) reads each big table once, in index order, in memory that does not
+/// grow with the ledger, and decides whether the ledger is clean. Only if it is not do the
+/// checks run one by one as SQL ([`exact`]), to name the first violation in their order, as
+/// they always have; whatever the pass found is reported if they find nothing. Then the
+/// chain head, holds, reviewers' decisions and stored counts, as before.
 fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
-    // Every check reads whole tables: hash joins. A nested loop chosen from stale statistics
+    // The SQL checks read whole tables: hash joins. A nested loop chosen from stale statistics
     // (a ledger never analyzed since it was small) made one check quadratic: minutes at 160,000
     // claims.
     tx.batch_execute("SET LOCAL enable_nestloop = off")?;
+    let walked = match pass(tx) {
+        Ok(walked) => walked,
+        Err(found) => {
+            exact(tx)?;
+            return Err(found);
+        }
+    };
+    let (records, head_hash) = chain::end(&walked.links)?;
+    head(tx, walked.last_seq, &head_hash)?;
+    walked.holds.compare(&super::retention::holds_in(tx)?)?;
+    decisions(tx)?;
+    stored_counts(tx)?;
+    let unlinked: i64 = tx
+        .query_one(
+            "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
+            &[],
+        )?
+        .get(0);
+    Ok(Summary {
+        claims: walked.claims,
+        disbursements: walked.claims,
+        outbox_rows: walked.claims,
+        audit_records: records,
+        tombstones: walked.tombstones,
+        head_hash,
+        unlinked_batches: unlinked as u64,
+    })
+}
+
+/// The checks one by one as SQL ([`CHECKS`], the instants, the count of `processed`
+/// records), naming the first violation; slow on a large ledger, so run only for a ledger
+/// [`pass`] did not pass.
+fn exact(tx: &mut postgres::Transaction<'_>) -> Result<()> {
     for (what, sql) in CHECKS {
         if let Some(row) = tx.query_opt(sql, &[])? {
             return Err(Error::Invariant(format!(
@@ -238,16 +277,12 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     }
     instants(tx)?;
     let counts = tx.query_one(
-        "SELECT (SELECT COUNT(*) FROM processed_messages), (SELECT COUNT(*) FROM disbursements),
-                (SELECT COUNT(*) FROM outbox_rows),
-                (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'),
-                (SELECT COUNT(*) FROM claim_tombstones)",
+        "SELECT (SELECT COUNT(*) FROM disbursements),
+                (SELECT COUNT(*) FROM audit_log WHERE kind = 'processed')",
         &[],
     )?;
-    let n = |i: usize| counts.get::<_, i64>(i) as u64;
-    let (claims, disbursements, outbox_rows, processed, tombstones) =
-        (n(0), n(1), n(2), n(3), n(4));
-    checks::processed_records(disbursements, processed, || {
+    let (disbursements, processed) = (counts.get::<_, i64>(0), counts.get::<_, i64>(1));
+    checks::processed_records(disbursements as u64, processed as u64, || {
         Ok(tx.query_opt(
             "SELECT 'disbursement ' || d.id || ' (key ' || encode(d.idempotency_key, 'hex') || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
@@ -255,35 +290,308 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
              WHERE a.kind IS NULL ORDER BY d.id LIMIT 1",
             &[],
         )?.map(|row| row.get(0)))
-    })?;
+    })
+}
+
+/// What [`pass`] walked and counted, for the checks after it.
+struct Walked {
+    /// Claims (each with exactly one disbursement and one outbox row).
+    claims: u64,
+    /// Tombstones.
+    tombstones: u64,
+    /// The chain as walked, for [`chain::end`].
+    links: Verifier,
+    /// The seq of the chain's last record.
+    last_seq: i64,
+    /// The holds the chain's records place and lift.
+    holds: checks::Holds,
+}
+
+/// The tables [`pass`] walks in step, each in the order of its unique claim id (the schema's
+/// UNIQUE constraints, which `catalog.rs` checked are there): the nth claim, disbursement and
+/// outbox row must all be of one claim.
+const CLAIMS: &str =
+    "SELECT claim_id, idempotency_key, award_id, amount_cents, submission_timestamp,
+                             submission_instant
+                      FROM processed_messages ORDER BY claim_id";
+const DISBURSEMENTS: &str = "SELECT claim_id, idempotency_key, award_id, amount_cents
+                             FROM disbursements ORDER BY claim_id";
+const OUTBOX: &str = "SELECT claim_id, payload FROM outbox_rows ORDER BY claim_id";
+
+/// The checks [`CHECKS`] holds that [`pass`] does not stand in for, run as SQL at its end:
+/// from the dead letters on (they read the dead letters and the batches, one row per batch or
+/// per batched outbox row, not joins on keys).
+const CHECKS_AFTER_PASS: usize = 13;
+
+/// The one pass: every check of [`exact`] and the chain walk, in memory that does not grow
+/// with the ledger (the same argument as SQLite's `sweep`, `sqlite/verify.rs`). Returns what it
+/// walked, or an error describing the first fault it met (which [`ledger`] then has [`exact`]
+/// name in the checks' words).
+///
+/// Why its conditions imply [`CHECKS`]':
+/// - Claims, disbursements and outbox rows walked in step by claim id: each claim has exactly
+///   one disbursement and one outbox row, none exists without its claim, the disbursement
+///   holds the claim's key, award and amount, and the event announces them (a plain event is
+///   read here, [`sweep::plain_event_announces`]; any other text by the check's own SQL).
+/// - Every claim's (key, award, amount), and every `processed` record's, linked or not,
+///   digested as multisets ([`sweep::SetDigest`]), a record's key read as `encode` writes it
+///   (lowercase hex): equal means each record matches a distinct disbursement, no key is
+///   processed twice, and the counts are equal.
+/// - The claims', tombstones' and `duplicate` records' keys sorted and merged
+///   ([`sweep::key_faults`]): no key claimed twice, none claimed and tombstoned, every duplicate
+///   naming a claim or a tombstone.
+/// - The rest of [`CHECKS`] ([`CHECKS_AFTER_PASS`] on) as SQL. A batch member without its
+///   batch is left out of the digests here, and named by one of those.
+fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
+    let fault = |s: String| Error::Invariant(s);
+    let bounds = tx.query_one(
+        "SELECT (SELECT MIN(claim_id) FROM processed_messages),
+                (SELECT MAX(claim_id) FROM processed_messages),
+                (SELECT seq FROM chain_head WHERE id = 1)",
+        &[],
+    )?;
+    let (first_claim, last_claim, last_seq) = (
+        bounds.get::<_, Option<i64>>(0).unwrap_or(0),
+        bounds.get::<_, Option<i64>>(1).unwrap_or(0),
+        bounds.get::<_, Option<i64>>(2).unwrap_or(0),
+    );
+    let mut progress = sweep::Progress::new();
+    let mut claim_digest = sweep::SetDigest::new()?;
+    let mut processed_digest = claim_digest.clone();
+    let mut claim_keys = sweep::KeySort::default();
+    let mut claims = 0u64;
+    let (mut c, mut d, mut o) = (
+        Cursor::open(tx, CLAIMS)?,
+        Cursor::open(tx, DISBURSEMENTS)?,
+        Cursor::open(tx, OUTBOX)?,
+    );
+    let mut announces = Announces::default();
+    while let Some(p) = c.next(tx)? {
+        let claim: i64 = p.try_get(0)?;
+        progress.row(|| {
+            format!(
+                "verify: claims {:.0}% (claim {claim} of {last_claim})",
+                sweep::percent(claim, first_claim, last_claim)
+            )
+        });
+        let key: &[u8] = p.try_get(1)?;
+        let (award, amount): (&str, i64) = (p.try_get(2)?, p.try_get(3)?);
+        let Some(dr) = d.next(tx)?.filter(|r| r.get::<_, i64>(0) == claim) else {
+            return Err(fault(format!(
+                "claim {claim}'s disbursement is not the next one in claim order"
+            )));
+        };
+        if dr.try_get::<_, &[u8]>(1)? != key
+            || dr.try_get::<_, &str>(2)? != award
+            || dr.try_get::<_, i64>(3)? != amount
+        {
+            return Err(fault(format!(
+                "claim {claim}'s disbursement differs from it"
+            )));
+        }
+        let key: sweep::Key = key
+            .try_into()
+            .map_err(|_| fault(format!("claim {claim}'s key is not 32 bytes")))?;
+        let Some(or) = o.next(tx)?.filter(|r| r.get::<_, i64>(0) == claim) else {
+            return Err(fault(format!(
+                "claim {claim}'s outbox row is not the next one in claim order"
+            )));
+        };
+        if !announces.decide(tx, or.try_get(1)?, &key, award, amount)? {
+            return Err(fault(format!(
+                "claim {claim}'s outbox event differs from its disbursement"
+            )));
+        }
+        let (timestamp, instant): (&str, Option<&str>) = (p.try_get(4)?, p.try_get(5)?);
+        checks::instant(claim, timestamp, instant)?;
+        claim_digest.add(&key, award, amount);
+        claim_keys.push(key)?;
+        claims += 1;
+    }
+    if d.next(tx)?.is_some() || o.next(tx)?.is_some() {
+        return Err(fault(format!(
+            "a disbursement or outbox row is left over after the {claims} claims"
+        )));
+    }
+    drop((c, d, o));
+
     let mut links = Verifier::default();
     let mut holds = checks::Holds::default();
-    let mut last_seq = 0;
+    let mut duplicate_keys = sweep::KeySort::default();
+    let mut walked_seq = 0;
+    let mut record = |kind: Kind, key: Option<&str>, award: Option<&str>, amount, at: &str| {
+        let key = key.and_then(sweep::unhex_lowercase);
+        match (kind, key, award, amount) {
+            (Kind::Processed, Some(key), Some(award), Some(amount)) => {
+                processed_digest.add(&key, award, amount);
+            }
+            (Kind::Processed, ..) => {
+                return Err(fault(format!(
+                    "audit record {at} (processed) lacks a key in lowercase hex, an award or an \
+                     amount"
+                )))
+            }
+            (Kind::Duplicate, Some(key), ..) => duplicate_keys.push(key)?,
+            (Kind::Duplicate, None, ..) => {
+                return Err(fault(format!(
+                    "audit record {at} (duplicate) has no key in lowercase hex"
+                )))
+            }
+            _ => {}
+        }
+        Ok(())
+    };
     audit_store::for_each(tx, &audit_store::Range::Since(&Since::All), &mut |r| {
-        last_seq = r.seq;
+        progress.row(|| {
+            format!(
+                "verify: audit chain {:.0}% (seq {} of {last_seq})",
+                sweep::percent(r.seq, 1, last_seq),
+                r.seq
+            )
+        });
+        walked_seq = r.seq;
         holds.see(&r);
-        chain::check(&mut links, &r)
+        chain::check(&mut links, &r)?;
+        record(
+            r.kind,
+            r.idempotency_key.as_deref(),
+            r.award_id.as_deref(),
+            r.amount_cents,
+            &r.seq.to_string(),
+        )
     })?;
-    let (records, head_hash) = chain::end(&links)?;
-    head(tx, last_seq, &head_hash)?;
-    holds.compare(&super::retention::holds_in(tx)?)?;
-    decisions(tx)?;
-    stored_counts(tx)?;
-    let unlinked: i64 = tx
-        .query_one(
-            "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
-            &[],
-        )?
-        .get(0);
-    Ok(Summary {
+    drop(progress);
+    // The records of batches committed but not linked yet: in `audit_log`, not in the chain.
+    for row in tx.query(
+        "SELECT m.kind, m.idempotency_key, m.award_id, m.amount_cents, m.batch_index, m.batch_id
+         FROM audit_batches b JOIN audit_members m ON m.batch_id = b.batch_id
+         WHERE b.link_seq IS NULL AND m.kind IN ('processed', 'duplicate')",
+        &[],
+    )? {
+        let kind = Kind::parse(row.try_get(0)?).expect("the query selects two kinds");
+        let at = format!(
+            "{} of batch {}",
+            row.try_get::<_, i32>(4)?,
+            row.try_get::<_, i64>(5)?
+        );
+        record(kind, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?, &at)?;
+    }
+    if !claim_digest.same_as(&processed_digest) {
+        return Err(fault(format!(
+            "the {} processed records and the {claims} disbursements differ",
+            processed_digest.count
+        )));
+    }
+    let mut tombstones = tx.query_raw(
+        "SELECT idempotency_key FROM claim_tombstones ORDER BY idempotency_key",
+        std::iter::empty::<i64>(),
+    )?;
+    let mut tombstone = || -> Result<Option<sweep::Key>> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let Some(row) = tombstones.next()? else {
+            return Ok(None);
+        };
+        let key: &[u8] = row.try_get(0)?;
+        Ok(Some(key.try_into().map_err(|_| {
+            fault("a tombstone's key is not 32 bytes".into())
+        })?))
+    };
+    let (tombstone_count, key_fault) = sweep::key_faults(
+        &mut claim_keys.sorted()?,
+        &mut tombstone,
+        &mut duplicate_keys.sorted()?,
+    )?;
+    drop(tombstones);
+    if let Some(f) = key_fault {
+        return Err(fault(format!("key fault: {f:?}")));
+    }
+    for (what, sql) in &CHECKS[CHECKS_AFTER_PASS..] {
+        if let Some(row) = tx.query_opt(*sql, &[])? {
+            return Err(fault(format!("{what}: {}", row.get::<_, String>(0))));
+        }
+    }
+    Ok(Walked {
         claims,
-        disbursements,
-        outbox_rows,
-        audit_records: records,
-        tombstones,
-        head_hash,
-        unlinked_batches: unlinked as u64,
+        tombstones: tombstone_count,
+        links,
+        last_seq: walked_seq,
+        holds,
     })
+}
+
+/// Rows fetched per round trip by each of [`pass`]'s cursors: a few MiB of rows at most.
+const PASS_FETCH_ROWS: i32 = 4_096;
+
+/// A query's rows fetched in chunks through a portal (a cursor inside the transaction), so
+/// that several queries can be read in step on one connection.
+struct Cursor {
+    portal: postgres::Portal,
+    rows: std::vec::IntoIter<postgres::Row>,
+    done: bool,
+}
+
+impl Cursor {
+    fn open(tx: &mut postgres::Transaction<'_>, sql: &str) -> Result<Self> {
+        Ok(Cursor {
+            portal: tx.bind(sql, &[])?,
+            rows: Vec::new().into_iter(),
+            done: false,
+        })
+    }
+
+    fn next(&mut self, tx: &mut postgres::Transaction<'_>) -> Result<Option<postgres::Row>> {
+        loop {
+            if let Some(row) = self.rows.next() {
+                return Ok(Some(row));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let rows = tx.query_portal(&self.portal, PASS_FETCH_ROWS)?;
+            self.done = rows.len() < PASS_FETCH_ROWS as usize;
+            self.rows = rows.into_iter();
+        }
+    }
+}
+
+/// Whether an outbox payload announces a disbursement, as [`CHECKS`]' "outbox event differs
+/// from its disbursement" decides it; a payload that is not plainly claimgate's own event is
+/// handed to PostgreSQL with that check's expression (prepared once).
+#[derive(Default)]
+struct Announces {
+    statement: Option<postgres::Statement>,
+}
+
+impl Announces {
+    fn decide(
+        &mut self,
+        tx: &mut postgres::Transaction<'_>,
+        payload: &str,
+        key: &sweep::Key,
+        award: &str,
+        amount: i64,
+    ) -> Result<bool> {
+        if let Some(plain) = sweep::plain_event_announces(payload.as_bytes(), key, award, amount) {
+            return Ok(plain);
+        }
+        let statement = match &self.statement {
+            Some(s) => s.clone(),
+            None => {
+                let s = tx.prepare(
+                    "SELECT NOT (j.v IS NULL
+                        OR jsonb_typeof(j.v -> 'amount_cents') IS DISTINCT FROM 'number'
+                        OR (j.v ->> 'amount_cents') IS DISTINCT FROM $2::bigint::text
+                        OR (j.v ->> 'award_id') IS DISTINCT FROM $3::text
+                        OR (j.v ->> 'idempotency_key') IS DISTINCT FROM encode($4::bytea, 'hex'))
+                     FROM (SELECT claimgate_json($1::text) AS v) j",
+                )?;
+                self.statement = Some(s.clone());
+                s
+            }
+        };
+        let row = tx.query_one(&statement, &[&payload, &amount, &award, &&key[..]])?;
+        Ok(row.get(0))
+    }
 }
 
 /// Every claim's instant agrees with its timestamp ([`checks::instant`] says why). Rows are

@@ -405,7 +405,9 @@ fn sweep(tx: &Connection) -> Result<Summary> {
         match r.kind {
             Kind::Processed => {
                 let (Some(key), Some(award), Some(amount)) = (
-                    r.idempotency_key.as_deref().and_then(unhex),
+                    r.idempotency_key
+                        .as_deref()
+                        .and_then(sweep::unhex_either_case),
                     &r.award_id,
                     r.amount_cents,
                 ) else {
@@ -420,7 +422,7 @@ fn sweep(tx: &Connection) -> Result<Summary> {
                 let key = r
                     .idempotency_key
                     .as_deref()
-                    .and_then(unhex)
+                    .and_then(sweep::unhex_either_case)
                     .ok_or_else(|| {
                         fault(format!("audit record {} (duplicate) has no key", r.seq))
                     })?;
@@ -522,23 +524,11 @@ fn event_announces(
     award: &str,
     amount: i64,
 ) -> Result<bool> {
-    #[derive(serde::Deserialize)]
-    struct Event<'a> {
-        award_id: &'a str,
-        amount_cents: i64,
-        idempotency_key: &'a str,
-    }
-    if let Text(text) = payload {
-        let plain = text.trim_ascii_start().starts_with(b"{")
-            && !text.iter().any(|b| *b == b'\\' || *b == 0);
-        if let Some(event) = plain
-            .then(|| serde_json::from_slice::<Event<'_>>(text).ok())
-            .flatten()
-        {
-            return Ok(event.award_id == award
-                && event.amount_cents == amount
-                && is_lower_hex_of(event.idempotency_key.as_bytes(), key));
-        }
+    if let Some(plain) = match payload {
+        Text(text) => sweep::plain_event_announces(text, key, award, amount),
+        _ => None,
+    } {
+        return Ok(plain);
     }
     let differs: Option<bool> = tx
         .prepare_cached(
@@ -557,35 +547,6 @@ fn event_announces(
             |r| r.get(0),
         )?;
     Ok(differs == Some(false))
-}
-
-/// Whether `hex` is exactly `key` in lowercase hex.
-fn is_lower_hex_of(hex: &[u8], key: &sweep::Key) -> bool {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    hex.len() == 64
-        && key.iter().zip(hex.chunks_exact(2)).all(|(k, pair)| {
-            pair[0] == DIGITS[usize::from(k >> 4)] && pair[1] == DIGITS[usize::from(k & 15)]
-        })
-}
-
-/// A key's hex as SQLite's `unhex` reads it (either case, nothing else), as 32 bytes; `None`
-/// for anything else, which `unhex` would not match to a claim either.
-fn unhex(hex: &str) -> Option<sweep::Key> {
-    let digit = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    };
-    let hex = hex.as_bytes();
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
-    }
-    Some(key)
 }
 
 /// The uniqueness each promise rests on, as sets of columns a table must have a unique,
