@@ -733,7 +733,7 @@ fn verify_names_every_change_to_the_schema_claimgate_did_not_make() {
     // A small ledger, then one change per fresh database, each as a DBA or an insider with the
     // owner's rights could make it; verify exits 1 naming it ("schema altered: …"). Before,
     // verify checked no part of the PostgreSQL schema.
-    let changes: [(&str, &str); 9] = [
+    let changes: [(&str, &str); 10] = [
         (
             "CREATE FUNCTION copy_outbox() RETURNS trigger LANGUAGE plpgsql AS
                  $$BEGIN RETURN NEW; END$$;
@@ -766,6 +766,22 @@ fn verify_names_every_change_to_the_schema_claimgate_did_not_make() {
              FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id
              WHERE o.claim_id <> (SELECT MIN(claim_id) FROM outbox_rows)",
             "the view outbox shows other rows than its definition gives",
+        ),
+        (
+            // The same rows in the same order, two columns' names swapped: a reader asking for
+            // `hash` by name reads the previous record's.
+            "DROP VIEW audit_log;
+             CREATE VIEW audit_log AS
+             SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id,
+                    consumer, delivery_count, detail, recorded_at, prev_hash AS hash,
+                    hash AS prev_hash, NULL::integer AS batch_index, NULL::bigint AS batch_id
+             FROM audit_chain
+             UNION ALL
+             SELECT b.link_seq - b.record_count + m.batch_index, m.kind, m.idempotency_key,
+                    m.award_id, m.amount_cents, m.stream_entry_id, m.consumer, m.delivery_count,
+                    m.detail, m.recorded_at, m.prev_hash, m.hash, m.batch_index, m.batch_id
+             FROM audit_members m LEFT JOIN audit_batches b ON b.batch_id = m.batch_id",
+            "the view audit_log has other columns than its definition",
         ),
         (
             "ALTER TABLE disbursements DISABLE TRIGGER claimgate_claim_on_insert",
