@@ -23,6 +23,7 @@ use super::ledger::{stored_counts, PgLedger, COUNTED};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
+use std::sync::atomic::Ordering;
 
 impl Inspect for PgLedger {
     fn verify(&self) -> Result<Summary> {
@@ -30,7 +31,7 @@ impl Inspect for PgLedger {
         // Durable, as the chain's head it reports may be written down as evidence.
         let mut tx = self.durable_snapshot(&mut conn.client)?;
         super::catalog::check(&mut tx, &self.target.schema)?;
-        ledger(&mut tx)
+        ledger(&mut tx, &|| Ok(self.target.connect()?))
     }
 
     fn ping(&self) -> Result<()> {
@@ -229,12 +230,12 @@ const CHECKS: [(&str, &str); 19] = [
 /// checks run one by one as SQL ([`exact`]), to name the first violation in their order, as
 /// they always have; whatever the pass found is reported if they find nothing. Then the
 /// chain head, holds, reviewers' decisions and stored counts, as before.
-fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
+fn ledger(tx: &mut postgres::Transaction<'_>, second: &Second<'_>) -> Result<Summary> {
     // The SQL checks read whole tables: hash joins. A nested loop chosen from stale statistics
     // (a ledger never analyzed since it was small) made one check quadratic: minutes at 160,000
     // claims.
     tx.batch_execute("SET LOCAL enable_nestloop = off")?;
-    let walked = match pass(tx) {
+    let walked = match pass(tx, second) {
         Ok(walked) => walked,
         Err(found) => {
             exact(tx)?;
@@ -245,7 +246,7 @@ fn ledger(tx: &mut postgres::Transaction<'_>) -> Result<Summary> {
     head(tx, walked.last_seq, &head_hash)?;
     walked.holds.compare(&super::retention::holds_in(tx)?)?;
     decisions(tx)?;
-    stored_counts(tx)?;
+    walked.counts?;
     let unlinked: i64 = tx
         .query_one(
             "SELECT COUNT(*) FROM audit_batches WHERE link_seq IS NULL",
@@ -305,6 +306,9 @@ struct Walked {
     last_seq: i64,
     /// The holds the chain's records place and lift.
     holds: checks::Holds,
+    /// [`stored_counts`]' verdict, made while the chain was walked and reported after the
+    /// chain's own checks, where it always was.
+    counts: Result<()>,
 }
 
 /// The tables [`pass`] walks in step, each in the order of its unique claim id (the schema's
@@ -342,7 +346,7 @@ const CHECKS_AFTER_PASS: usize = 13;
 ///   naming a claim or a tombstone.
 /// - The rest of [`CHECKS`] ([`CHECKS_AFTER_PASS`] on) as SQL. A batch member without its
 ///   batch is left out of the digests here, and named by one of those.
-fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
+fn pass(tx: &mut postgres::Transaction<'_>, second: &Second<'_>) -> Result<Walked> {
     let fault = |s: String| Error::Invariant(s);
     let bounds = tx.query_one(
         "SELECT (SELECT MIN(claim_id) FROM processed_messages),
@@ -355,25 +359,124 @@ fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
         bounds.get::<_, Option<i64>>(1).unwrap_or(0),
         bounds.get::<_, Option<i64>>(2).unwrap_or(0),
     );
-    let mut progress = sweep::Progress::new();
     let mut claim_digest = sweep::SetDigest::new()?;
-    let mut processed_digest = claim_digest.clone();
-    let mut claim_keys = sweep::KeySort::default();
-    let mut claims = 0u64;
+    // The chain is walked at the same time on a second connection, in this transaction's
+    // snapshot: the two walks keep both cores busy (the server reading, the client hashing).
+    let snapshot: String = tx.query_one("SELECT pg_export_snapshot()", &[])?.get(0);
+    let mut client = second()?;
+    let chain_at = std::sync::atomic::AtomicI64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let records_digest = claim_digest.clone();
+    let (claimed, chain, rest) = std::thread::scope(|s| {
+        let walker =
+            s.spawn(|| walk_chain(&mut client, &snapshot, records_digest, &chain_at, &stop));
+        let mut progress = sweep::Progress::new();
+        let line = |claim: i64| {
+            format!(
+                "verify: claims {:.0}%, audit chain {:.0}% (claim {claim} of {last_claim})",
+                sweep::percent(claim, first_claim, last_claim),
+                sweep::percent(chain_at.load(Ordering::Relaxed), 0, last_seq)
+            )
+        };
+        let claimed = walk_claims(tx, &mut claim_digest, &mut progress, &line);
+        // A fault in the claims is reported whatever the chain holds: stop walking it.
+        stop.store(claimed.is_err(), Ordering::Relaxed);
+        // The checks left to SQL, while the chain walk (the longer) goes on; their results are
+        // reported in their places below.
+        let rest = claimed
+            .is_ok()
+            .then(|| (checks_after_pass(tx), stored_counts(tx)));
+        while !walker.is_finished() {
+            progress.row(|| line(last_claim));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let chain = walker
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("the chain walk's thread panicked".into())));
+        (claimed, chain, rest)
+    });
+    let (claims, claim_keys) = claimed?;
+    let Chain {
+        links,
+        holds,
+        processed_digest,
+        duplicate_keys,
+        walked_seq,
+    } = chain?;
+    if !claim_digest.same_as(&processed_digest) {
+        return Err(fault(format!(
+            "the {} processed records and the {claims} disbursements differ",
+            processed_digest.count
+        )));
+    }
+    let mut tombstones = tx.query_raw(
+        "SELECT idempotency_key FROM claim_tombstones ORDER BY idempotency_key",
+        std::iter::empty::<i64>(),
+    )?;
+    let mut tombstone = || -> Result<Option<sweep::Key>> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let Some(row) = tombstones.next()? else {
+            return Ok(None);
+        };
+        let key: &[u8] = row.try_get(0)?;
+        Ok(Some(key.try_into().map_err(|_| {
+            fault("a tombstone's key is not 32 bytes".into())
+        })?))
+    };
+    let (tombstone_count, key_fault) = sweep::key_faults(
+        &mut claim_keys.sorted()?,
+        &mut tombstone,
+        &mut duplicate_keys.sorted()?,
+    )?;
+    drop(tombstones);
+    if let Some(f) = key_fault {
+        return Err(fault(format!("key fault: {f:?}")));
+    }
+    let (after_pass, counts) = rest.expect("the claims were walked");
+    after_pass?;
+    Ok(Walked {
+        claims,
+        tombstones: tombstone_count,
+        links,
+        last_seq: walked_seq,
+        holds,
+        counts,
+    })
+}
+
+/// [`CHECKS`] from [`CHECKS_AFTER_PASS`] on, as SQL: the first fault, in [`pass`]'s words.
+fn checks_after_pass(tx: &mut postgres::Transaction<'_>) -> Result<()> {
+    for (what, sql) in &CHECKS[CHECKS_AFTER_PASS..] {
+        if let Some(row) = tx.query_opt(*sql, &[])? {
+            return Err(Error::Invariant(format!(
+                "{what}: {}",
+                row.get::<_, String>(0)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// [`pass`]'s walk of claims, disbursements and outbox rows in step (see there): the claims
+/// counted, each digested into `claim_digest`, their keys sorted.
+fn walk_claims(
+    tx: &mut postgres::Transaction<'_>,
+    claim_digest: &mut sweep::SetDigest,
+    progress: &mut sweep::Progress,
+    line: &dyn Fn(i64) -> String,
+) -> Result<(u64, sweep::KeySort)> {
+    let fault = |s: String| Error::Invariant(s);
     let (mut c, mut d, mut o) = (
         Cursor::open(tx, CLAIMS)?,
         Cursor::open(tx, DISBURSEMENTS)?,
         Cursor::open(tx, OUTBOX)?,
     );
     let mut announces = Announces::default();
+    let mut claim_keys = sweep::KeySort::default();
+    let mut claims = 0u64;
     while let Some(p) = c.next(tx)? {
         let claim: i64 = p.try_get(0)?;
-        progress.row(|| {
-            format!(
-                "verify: claims {:.0}% (claim {claim} of {last_claim})",
-                sweep::percent(claim, first_claim, last_claim)
-            )
-        });
+        progress.row(|| line(claim));
         let key: &[u8] = p.try_get(1)?;
         let (award, amount): (&str, i64) = (p.try_get(2)?, p.try_get(3)?);
         let Some(dr) = d.next(tx)?.filter(|r| r.get::<_, i64>(0) == claim) else {
@@ -414,12 +517,47 @@ fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
         )));
     }
     drop((c, d, o));
+    Ok((claims, claim_keys))
+}
 
+/// What [`walk_chain`] found.
+struct Chain {
+    links: Verifier,
+    holds: checks::Holds,
+    processed_digest: sweep::SetDigest,
+    duplicate_keys: sweep::KeySort,
+    walked_seq: i64,
+}
+
+/// [`pass`]'s walk of the audit trail, on its own connection in the snapshot `snapshot`
+/// (exported by [`pass`]'s transaction): the chain checked, holds seen, and every `processed`
+/// record, linked or in a batch not linked yet, digested into `processed_digest` (its key read
+/// as `encode` writes it, lowercase hex), every `duplicate` record's key sorted. `at` follows
+/// the seq reached, for the progress line; `stop` ends the walk early (the claims' walk found
+/// a fault, which is reported instead).
+fn walk_chain(
+    client: &mut postgres::Client,
+    snapshot: &str,
+    mut processed_digest: sweep::SetDigest,
+    at: &std::sync::atomic::AtomicI64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Chain> {
+    let fault = |s: String| Error::Invariant(s);
+    assert!(
+        snapshot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'),
+        "PostgreSQL names snapshots in hex and dashes: {snapshot}"
+    );
+    let mut tx = super::ledger::snapshot(client)?;
+    tx.batch_execute(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))?;
     let mut links = Verifier::default();
     let mut holds = checks::Holds::default();
     let mut duplicate_keys = sweep::KeySort::default();
     let mut walked_seq = 0;
-    let mut record = |kind: Kind, key: Option<&str>, award: Option<&str>, amount, at: &str| {
+    let mut record = |kind: Kind,
+                      key: Option<&str>,
+                      award: Option<&str>,
+                      amount: Option<i64>,
+                      at: &dyn Fn() -> String| {
         let key = key.and_then(sweep::unhex_lowercase);
         match (kind, key, award, amount) {
             (Kind::Processed, Some(key), Some(award), Some(amount)) => {
@@ -427,29 +565,30 @@ fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
             }
             (Kind::Processed, ..) => {
                 return Err(fault(format!(
-                    "audit record {at} (processed) lacks a key in lowercase hex, an award or an \
-                     amount"
+                    "audit record {} (processed) lacks a key in lowercase hex, an award or an \
+                     amount",
+                    at()
                 )))
             }
             (Kind::Duplicate, Some(key), ..) => duplicate_keys.push(key)?,
             (Kind::Duplicate, None, ..) => {
                 return Err(fault(format!(
-                    "audit record {at} (duplicate) has no key in lowercase hex"
+                    "audit record {} (duplicate) has no key in lowercase hex",
+                    at()
                 )))
             }
             _ => {}
         }
         Ok(())
     };
-    audit_store::for_each(tx, &audit_store::Range::Since(&Since::All), &mut |r| {
-        progress.row(|| {
-            format!(
-                "verify: audit chain {:.0}% (seq {} of {last_seq})",
-                sweep::percent(r.seq, 1, last_seq),
-                r.seq
-            )
-        });
+    audit_store::for_each(&mut tx, &audit_store::Range::Since(&Since::All), &mut |r| {
         walked_seq = r.seq;
+        if r.seq % 4_096 == 0 {
+            at.store(r.seq, Ordering::Relaxed);
+            if stop.load(Ordering::Relaxed) {
+                return Err(Error::Other("the chain walk was stopped".into()));
+            }
+        }
         holds.see(&r);
         chain::check(&mut links, &r)?;
         record(
@@ -457,10 +596,9 @@ fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
             r.idempotency_key.as_deref(),
             r.award_id.as_deref(),
             r.amount_cents,
-            &r.seq.to_string(),
+            &|| r.seq.to_string(),
         )
     })?;
-    drop(progress);
     // The records of batches committed but not linked yet: in `audit_log`, not in the chain.
     for row in tx.query(
         "SELECT m.kind, m.idempotency_key, m.award_id, m.amount_cents, m.batch_index, m.batch_id
@@ -469,55 +607,26 @@ fn pass(tx: &mut postgres::Transaction<'_>) -> Result<Walked> {
         &[],
     )? {
         let kind = Kind::parse(row.try_get(0)?).expect("the query selects two kinds");
-        let at = format!(
-            "{} of batch {}",
-            row.try_get::<_, i32>(4)?,
-            row.try_get::<_, i64>(5)?
-        );
-        record(kind, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?, &at)?;
+        let (index, batch): (i32, i64) = (row.try_get(4)?, row.try_get(5)?);
+        record(
+            kind,
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            &|| format!("{index} of batch {batch}"),
+        )?;
     }
-    if !claim_digest.same_as(&processed_digest) {
-        return Err(fault(format!(
-            "the {} processed records and the {claims} disbursements differ",
-            processed_digest.count
-        )));
-    }
-    let mut tombstones = tx.query_raw(
-        "SELECT idempotency_key FROM claim_tombstones ORDER BY idempotency_key",
-        std::iter::empty::<i64>(),
-    )?;
-    let mut tombstone = || -> Result<Option<sweep::Key>> {
-        use postgres::fallible_iterator::FallibleIterator;
-        let Some(row) = tombstones.next()? else {
-            return Ok(None);
-        };
-        let key: &[u8] = row.try_get(0)?;
-        Ok(Some(key.try_into().map_err(|_| {
-            fault("a tombstone's key is not 32 bytes".into())
-        })?))
-    };
-    let (tombstone_count, key_fault) = sweep::key_faults(
-        &mut claim_keys.sorted()?,
-        &mut tombstone,
-        &mut duplicate_keys.sorted()?,
-    )?;
-    drop(tombstones);
-    if let Some(f) = key_fault {
-        return Err(fault(format!("key fault: {f:?}")));
-    }
-    for (what, sql) in &CHECKS[CHECKS_AFTER_PASS..] {
-        if let Some(row) = tx.query_opt(*sql, &[])? {
-            return Err(fault(format!("{what}: {}", row.get::<_, String>(0))));
-        }
-    }
-    Ok(Walked {
-        claims,
-        tombstones: tombstone_count,
+    Ok(Chain {
         links,
-        last_seq: walked_seq,
         holds,
+        processed_digest,
+        duplicate_keys,
+        walked_seq,
     })
 }
+
+/// Opens the second connection [`pass`] walks the chain on.
+type Second<'a> = dyn Fn() -> Result<postgres::Client> + 'a;
 
 /// Rows fetched per round trip by each of [`pass`]'s cursors: a few MiB of rows at most.
 const PASS_FETCH_ROWS: i32 = 4_096;
