@@ -195,6 +195,28 @@ pub fn key_faults(
     Ok((tombstone_count, fault))
 }
 
+/// [`key_faults`] over the claims' and `duplicate` records' keys as pushed and the tombstones'
+/// keys read in ascending order: the number of tombstones, or `Error::Invariant` naming the
+/// first fault, as a verify pass reports it.
+pub fn check_keys(
+    claims: KeySort,
+    tombstones: &mut dyn FnMut() -> Result<Option<Key>>,
+    duplicates: KeySort,
+) -> Result<u64> {
+    let (count, fault) = key_faults(&mut claims.sorted()?, tombstones, &mut duplicates.sorted()?)?;
+    match fault {
+        Some(f) => Err(Error::Invariant(format!("key fault: {f:?}"))),
+        None => Ok(count),
+    }
+}
+
+/// A tombstone's key as stored, which must be 32 bytes.
+pub fn tombstone_key(bytes: &[u8]) -> Result<Key> {
+    bytes
+        .try_into()
+        .map_err(|_| Error::Invariant("a tombstone's key is not 32 bytes".into()))
+}
+
 /// A multiset of (key, award, amount) as a fixed-size digest: the sum, lane by lane modulo
 /// 2^64, of each element's salted SHA-256, with the element count. Two multisets are equal
 /// when their digests are (but for a chance of about 2^-128 per lane pair); the salt is drawn

@@ -299,6 +299,11 @@ pub(crate) fn backdate(w: &World, n: i64, old: &str) {
             ))
         }
     }
+    reseal_as_stored(w, &mut db);
+}
+
+/// Reads the whole chain as `w`'s ledger now stores it and re-seals it ([`reseal`]).
+fn reseal_as_stored(w: &World, db: &mut support::Sql) {
     let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
     let mut records = Vec::new();
     ledger
@@ -308,7 +313,7 @@ pub(crate) fn backdate(w: &World, n: i64, old: &str) {
         })
         .unwrap();
     drop(ledger);
-    reseal(&mut db, w.store, records);
+    reseal(db, w.store, records);
 }
 
 /// Seals `records` (the whole chain, as read) again from the genesis hash and writes every
@@ -377,16 +382,7 @@ fn a_processed_record_resealed_to_another_amount_fails_verify(store: Store) {
     db.exec(&format!(
         "UPDATE {table} SET amount_cents = amount_cents + 1 WHERE {row}"
     ));
-    let ledger = claimgate::ledger::open(&crate::support::ledger_config(&w.db)).unwrap();
-    let mut records = Vec::new();
-    ledger
-        .for_each_record(&claimgate::ledger::Since::All, &mut |r| {
-            records.push(r);
-            Ok(())
-        })
-        .unwrap();
-    drop(ledger);
-    reseal(&mut db, store, records);
+    reseal_as_stored(&w, &mut db);
     w.run_ok(&["audit", "verify"]);
     let err = fails(&w, &["verify"]);
     assert!(

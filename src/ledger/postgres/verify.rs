@@ -418,20 +418,10 @@ fn pass(tx: &mut postgres::Transaction<'_>, second: &Second<'_>) -> Result<Walke
         let Some(row) = tombstones.next()? else {
             return Ok(None);
         };
-        let key: &[u8] = row.try_get(0)?;
-        Ok(Some(key.try_into().map_err(|_| {
-            fault("a tombstone's key is not 32 bytes".into())
-        })?))
+        Ok(Some(sweep::tombstone_key(row.try_get(0)?)?))
     };
-    let (tombstone_count, key_fault) = sweep::key_faults(
-        &mut claim_keys.sorted()?,
-        &mut tombstone,
-        &mut duplicate_keys.sorted()?,
-    )?;
+    let tombstone_count = sweep::check_keys(claim_keys, &mut tombstone, duplicate_keys)?;
     drop(tombstones);
-    if let Some(f) = key_fault {
-        return Err(fault(format!("key fault: {f:?}")));
-    }
     let (after_pass, counts) = rest.expect("the claims were walked");
     after_pass?;
     Ok(Walked {

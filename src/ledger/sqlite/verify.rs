@@ -449,19 +449,9 @@ fn sweep(tx: &Connection) -> Result<Summary> {
         let Some(row) = rows.next()? else {
             return Ok(None);
         };
-        let key: Vec<u8> = row.get(0)?;
-        Ok(Some(key.try_into().map_err(|_| {
-            fault("a tombstone's key is not 32 bytes".into())
-        })?))
+        Ok(Some(sweep::tombstone_key(&row.get::<_, Vec<u8>>(0)?)?))
     };
-    let (tombstones, key_fault) = sweep::key_faults(
-        &mut claim_keys.sorted()?,
-        &mut tombstone,
-        &mut duplicate_keys.sorted()?,
-    )?;
-    if let Some(f) = key_fault {
-        return Err(fault(format!("key fault: {f:?}")));
-    }
+    let tombstones = sweep::check_keys(claim_keys, &mut tombstone, duplicate_keys)?;
     let (what, dead_letters) = CHECKS[CHECKS.len() - 1];
     if let Some(found) = tx
         .query_row(dead_letters, [], |r| r.get::<_, String>(0))
