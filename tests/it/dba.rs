@@ -964,8 +964,15 @@ fn sigterm_during_a_ledger_outage_stops_the_worker_with_exit_0_and_its_entries_p
         worker.log_text()
     );
     w.sql().exec("DROP TABLE outbox");
-    w.add(&(1..5).map(submission).collect::<Vec<_>>());
+    // One MULTI, and the four seen pending before the stop: added one by one, a loaded box
+    // let the stop land while the reader held only some of them (seen once: pending below 4).
+    w.add_atomically(&(1..5).map(submission).collect::<Vec<_>>());
     worker.wait_log("committing to the ledger failed");
+    assert!(
+        wait_for(Duration::from_secs(30), || w.pending() == 4),
+        "{}",
+        worker.log_text()
+    );
     support::signal(&worker.child, libc::SIGTERM);
     let status = wait_exit(&mut worker.child, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{}", worker.log_text());

@@ -282,33 +282,83 @@ pub struct Produced {
     pub resumes: usize,
     /// When the last entry went in, after the chaos started.
     pub finished_after: Duration,
+    /// Entries of the reserve added one at a time for processes still waiting for a fault.
+    pub trickled: usize,
 }
 
-/// XADDs the plan's chunks at their planned moments, resuming after any Redis failure, and sets
-/// `done` when everything is on the stream.
-pub fn produce(url: &str, plan: &Plan, start: Instant, done: &AtomicBool) -> Produced {
-    let client = redis::Client::open(url).expect("redis url");
-    let mut conn: Option<redis::Connection> = None;
-    let mut produced = Produced::default();
-    let mut sent = 0;
+/// How often the producer adds one entry of the plan's reserve while the nemesis still waits
+/// for a fault: about the time a worker takes to read, commit and block again, so entries
+/// added one by one reach the blocked workers in turn (Redis serves blocked readers first come,
+/// first served).
+const TRICKLE_MS: u64 = 50;
+
+/// XADDs the plan's chunks at their planned moments, then its reserve: one entry at a time
+/// while `wants_load` says the nemesis still waits for a fault (an armed process short of its
+/// failpoint, an event still aiming), the rest at once when it does not. Resumes after any Redis
+/// failure and sets `done` when everything is on the stream.
+pub fn produce(
+    url: &str,
+    plan: &Plan,
+    start: Instant,
+    wants_load: &AtomicBool,
+    done: &AtomicBool,
+) -> Produced {
+    let mut producer = Producer {
+        client: redis::Client::open(url).expect("redis url"),
+        conn: None,
+        entries: &plan.entries,
+        start,
+        produced: Produced::default(),
+        sent: 0,
+    };
     for chunk in &plan.chunks {
         let due = start + Duration::from_millis(chunk.at_ms);
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
-        while sent < chunk.end {
-            match add(&client, &mut conn, &plan.entries, sent, chunk.end) {
-                Ok(()) => sent = chunk.end,
+        producer.send_to(chunk.end);
+    }
+    // A worker armed for its third read can find the planned load gone to the others (seen
+    // once in CI: it waited out the grace time unfired); the reserve is what it reads then.
+    while producer.sent < plan.entries.len() {
+        if wants_load.load(Ordering::SeqCst) {
+            producer.send_to(producer.sent + 1);
+            producer.produced.trickled += 1;
+            std::thread::sleep(Duration::from_millis(TRICKLE_MS));
+        } else {
+            producer.send_to(plan.entries.len());
+        }
+    }
+    let mut produced = producer.produced;
+    produced.entries = producer.sent;
+    produced.finished_after = start.elapsed();
+    done.store(true, Ordering::SeqCst);
+    produced
+}
+
+/// The producer's connection and how far it got.
+struct Producer<'p> {
+    client: redis::Client,
+    conn: Option<redis::Connection>,
+    entries: &'p [Planned],
+    start: Instant,
+    produced: Produced,
+    /// Entries on the stream: `entries[..sent]`.
+    sent: usize,
+}
+
+impl Producer<'_> {
+    /// Adds `entries[sent..end]`, resuming after the last one on the stream when Redis fails.
+    fn send_to(&mut self, end: usize) {
+        while self.sent < end {
+            match add(&self.client, &mut self.conn, self.entries, self.sent, end) {
+                Ok(()) => self.sent = end,
                 Err(e) => {
-                    produced.resumes += 1;
-                    conn = None;
-                    sent = resume_point(&client, e, start);
+                    self.produced.resumes += 1;
+                    self.conn = None;
+                    self.sent = resume_point(&self.client, e, self.start);
                 }
             }
         }
     }
-    produced.entries = sent;
-    produced.finished_after = start.elapsed();
-    done.store(true, Ordering::SeqCst);
-    produced
 }
 
 fn connect(client: &redis::Client) -> redis::RedisResult<redis::Connection> {

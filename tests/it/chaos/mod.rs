@@ -65,10 +65,11 @@ fn every_submission_is_paid_exactly_once_through_kills_failpoints_redis_restarts
 
         // 3. The producer runs on its own thread while the nemesis works through the schedule.
         let done = AtomicBool::new(false);
+        let wants_load = AtomicBool::new(true);
         let start = Instant::now();
         let produced = std::thread::scope(|s| {
-            let producer = s.spawn(|| load::produce(&url, &plan, start, &done));
-            nemesis.run(start, &done);
+            let producer = s.spawn(|| load::produce(&url, &plan, start, &wants_load, &done));
+            nemesis.run(start, &wants_load, &done);
             producer.join().expect("producer panicked")
         });
 
@@ -231,11 +232,12 @@ fn report(plan: &Plan, produced: &Produced, tally: &Tally, logs: &Path, checks: 
         .map(|(p, n)| format!("{p} {n}"))
         .collect();
     println!(
-        "chaos: seed {}: produced {} entries (last at {:.1}s, {} resumes after Redis failures); {} processes started, \
+        "chaos: seed {}: produced {} entries (last at {:.1}s, {} trickled for armed processes, {} resumes after Redis failures); {} processes started, \
          {} SIGKILLs, failpoints fired [{}], {} Redis restarts, {} PostgreSQL restarts, ledger lock held {:?}",
         plan.seed,
         produced.entries,
         produced.finished_after.as_secs_f64(),
+        produced.trickled,
         produced.resumes,
         tally.spawns,
         tally.kills,

@@ -166,7 +166,8 @@ impl<'w> Nemesis<'w> {
 
     /// Runs the schedule against the clock started at `start`, until every event has happened,
     /// the producer is `done`, and every armed process has fired (or the grace time is over).
-    pub fn run(&mut self, start: Instant, done: &AtomicBool) {
+    /// Meanwhile `wants_load` tells the producer whether a fault is still to come.
+    pub fn run(&mut self, start: Instant, wants_load: &AtomicBool, done: &AtomicBool) {
         self.start = start;
         let chaos = Duration::from_millis(self.plan.size.chaos_ms);
         let deadline = chaos + Duration::from_millis(ARMED_GRACE_MS);
@@ -195,6 +196,10 @@ impl<'w> Nemesis<'w> {
                 .slots
                 .iter()
                 .any(|s| s.running.as_ref().is_some_and(|r| r.armed.is_some()));
+            wants_load.store(
+                armed_left || next < self.plan.events.len(),
+                Ordering::SeqCst,
+            );
             if now >= chaos
                 && next == self.plan.events.len()
                 && done.load(Ordering::SeqCst)
