@@ -20,8 +20,9 @@
 //! compares throughput on a ledger that already holds N disbursements, for new submissions and
 //! for back-dated ones that land among the history's; `--filter-dup F` compares
 //! `--fast-filter` on and off on a load with F duplicates; `--report N` measures only the
-//! auditor's side (`audit report`, `audit verify`, the independent verifier) on a ledger of N
-//! claims; `--purge-under-load --prefill N` measures `retention purge` of the oldest year of
+//! operator's and the auditor's commands (`status`, a worker's start, `/metrics`, `backup`,
+//! `verify`, `audit report`, the independent verifier...) on a ledger of N claims, and with
+//! `--postgres` again on that ledger migrated to PostgreSQL; `--purge-under-load --prefill N` measures `retention purge` of the oldest year of
 //! N claims beside a worker (`bench/purge_mode.rs`). `--help` lists all flags.
 //! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
 //! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
@@ -206,7 +207,7 @@ fn usage(problem: &str) -> ! {
         "usage: cargo run --release --example bench -- [--n 200000] [--per-message-n 20000] [--dup 0.2]\n\
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
          \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]\n\
-         \x20      | --report 1000000 [--template FILE] [--report-skip-verifier]\n\
+         \x20      | --report 1000000 [--template FILE] [--report-skip-verifier] [--postgres]\n\
          \x20      | --purge-under-load --prefill 1000000 [--n 1000000] [--template FILE]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
