@@ -13,7 +13,7 @@
 //! verifier that disagrees, fails the benchmark.
 
 use super::{wait4, Opts, Res, AS_CLAIMGATE};
-use claimgate::support::localpostgres::{LocalPostgres, BIN_DIR_DEFAULT};
+use claimgate::support::localpostgres::LocalPostgres;
 use claimgate::support::localredis::{LocalRedis, Options};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -271,10 +271,7 @@ impl On<'_> {
             }
             Some(pg) => {
                 let copy = self.dir.join("ledger.pgdump");
-                let bin = std::env::var_os("CLAIMGATE_PG_BIN").map_or_else(
-                    || std::path::PathBuf::from(BIN_DIR_DEFAULT),
-                    std::path::PathBuf::from,
-                );
+                let bin = pg.bin_dir();
                 let mut dump = Command::new(bin.join("pg_dump"));
                 dump.args(["--format=custom", "--file", &s(&copy), db]);
                 timed("pg_dump --format=custom", dump)?;

@@ -106,6 +106,12 @@ impl LocalPostgres {
         &self.password
     }
 
+    /// The server binaries it runs (`CLAIMGATE_PG_BIN`, else [`BIN_DIR_DEFAULT`]): the client
+    /// tools of the same version (`pg_dump`, `pg_restore`, `psql`) are beside them.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
     /// The cluster's directory (`data/`, `server.log`).
     pub fn dir(&self) -> &Path {
         self.dir.path()

@@ -504,11 +504,10 @@ fn the_readmes_postgres_recipe_run_verbatim_on_a_fresh_server_gives_a_working_no
         .parent()
         .unwrap()
         .to_owned();
-    let pg_bin = std::env::var("CLAIMGATE_PG_BIN")
-        .unwrap_or_else(|_| claimgate::support::localpostgres::BIN_DIR_DEFAULT.to_owned());
     let path = format!(
-        "{}:{pg_bin}:{}",
+        "{}:{}:{}",
         bin_dir.display(),
+        pg.bin_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let port = pg.port().to_string();

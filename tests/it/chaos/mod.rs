@@ -21,7 +21,7 @@ mod plan;
 mod stall;
 
 use crate::support::{wait_exit, Store, World};
-use claimgate::support::localpostgres::{LocalPostgres, BIN_DIR_DEFAULT};
+use claimgate::support::localpostgres::LocalPostgres;
 use invariants::Check;
 use load::{Expect, Produced};
 use nemesis::{Nemesis, Tally};
@@ -140,12 +140,8 @@ fn keep_postgres(pg: &LocalPostgres, world: &World) {
         pg.dir().join("server.log"),
         logs.join("postgres-server.log"),
     );
-    let bin = std::env::var_os("CLAIMGATE_PG_BIN").map_or_else(
-        || Path::new(BIN_DIR_DEFAULT).to_path_buf(),
-        std::path::PathBuf::from,
-    );
     let dump = world.dir.path().join("ledger.sql");
-    let out = std::process::Command::new(bin.join("pg_dump"))
+    let out = std::process::Command::new(pg.bin_dir().join("pg_dump"))
         .arg("--file")
         .arg(&dump)
         .arg(&world.db)
