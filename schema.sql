@@ -70,23 +70,37 @@ CREATE TABLE IF NOT EXISTS claim_tombstones (
 -- the disbursement's number for messages and exports; it is the claim's (a claim has at most
 -- one disbursement). Ledgers made by earlier releases keep `id INTEGER PRIMARY KEY` with
 -- UNIQUE (claim_id), the same guarantee in two B-trees.
+--
+-- What the row would only repeat of its claim it leaves NULL (format 5, src/ledger/sqlite/
+-- format.rs): idempotency_key NULL is the claim's key, recorded_at NULL the claim's
+-- claimed_at (one transaction wrote both). The award and the amount stay, so the table still
+-- reads as what was paid to whom. A ledger made by an earlier release keeps these NOT NULL
+-- and full; both are read alike (src/ledger/sqlite/derived.rs).
 CREATE TABLE IF NOT EXISTS disbursements (
     id              INTEGER GENERATED ALWAYS AS (claim_id) VIRTUAL,
     claim_id        INTEGER PRIMARY KEY REFERENCES processed_messages (claim_id),
-    idempotency_key BLOB    NOT NULL,
+    idempotency_key BLOB    CHECK (length(idempotency_key) = 32),
     award_id        TEXT    NOT NULL,
     amount_cents    INTEGER NOT NULL CHECK (amount_cents > 0),
-    recorded_at     TEXT    NOT NULL
+    recorded_at     TEXT
 );
 
 -- The transactional outbox. AUTOINCREMENT so an id is never reused, even after a purge: the
 -- relay's exactly-once publishing depends on ids only ever growing.
+--
+-- The event a row announces is a function of its claim (src/domain/event.rs), so a row this
+-- release writes stores none of it (format 5): event_type NULL is 'disbursement.recorded',
+-- payload NULL the event built from the claim's amount, award, key and submission_timestamp,
+-- created_at NULL the claim's claimed_at. The relay, `migrate` and `verify` read the row as if
+-- it held them (src/ledger/sqlite/derived.rs), byte for byte what an earlier release stored; a
+-- payload that is stored is published as stored. The claim is kept as long as its outbox row
+-- (a purge removes both), so there is always one to derive from.
 CREATE TABLE IF NOT EXISTS outbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     claim_id     INTEGER NOT NULL UNIQUE REFERENCES processed_messages (claim_id),
-    event_type   TEXT    NOT NULL,
-    payload      TEXT    NOT NULL,
-    created_at   TEXT    NOT NULL,
+    event_type   TEXT,
+    payload      TEXT,
+    created_at   TEXT,
     published_at TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
@@ -114,6 +128,11 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 
 -- The hash-chained audit trail, written in the same transaction as the effect it records.
 -- hash = sha256(prev_hash || canonical JSON of the record); see src/domain/audit.rs.
+--
+-- prev_hash and hash are stored as their 32 raw bytes (format 5); a ledger made by an earlier
+-- release holds them as 64 lowercase hex digits, and keeps those rows as they are. Each is read
+-- in either form, and always shown and hashed as hex, so a record's meaning and its hash do
+-- not depend on which form it is stored in. Use lower(hex(hash)) in sqlite3 to see the hex.
 CREATE TABLE IF NOT EXISTS audit_log (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     kind            TEXT    NOT NULL,
@@ -125,8 +144,8 @@ CREATE TABLE IF NOT EXISTS audit_log (
     delivery_count  INTEGER,
     detail          TEXT,
     recorded_at     TEXT    NOT NULL,
-    prev_hash       TEXT    NOT NULL,
-    hash            TEXT    NOT NULL
+    prev_hash       BLOB    NOT NULL,
+    hash            BLOB    NOT NULL
 );
 -- The dead-letter records, and only those: dead-letter reconciliation reads them before a
 -- worker behind Sentinel starts reading and after every failover (src/ops/reconcile.rs), and

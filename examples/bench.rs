@@ -92,8 +92,11 @@ fn main() {
     }
     if args.get(1).map(String::as_str) == Some(AS_PREFILL) {
         // [`prefill_in_child`].
+        // A fifth argument `wide`: the ledger as a format-4 release wrote it, for the bytes
+        // per claim before format 5 (BENCHMARKS.md).
         let (path, n) = (Path::new(&args[2]), number(&args[3]));
-        if let Err(e) = prefill(path, n) {
+        let wide = args.get(4).map(String::as_str) == Some("wide");
+        if let Err(e) = prefill(path, n, wide) {
             eprintln!("prefill failed: {e}");
             std::process::exit(1);
         }
@@ -1102,15 +1105,28 @@ impl Ledger for NullLedger {
     }
 }
 
+/// The disbursements, outbox and audit log as a format-4 release declared them, made before
+/// the schema so it keeps them: `prefill`'s `wide` ledger (the tests' fixture).
+const WIDE_TABLES: &str = include_str!("../tests/it/fixtures/schema-v4-effects.sql");
+
 /// Builds a ledger holding `n` earlier submissions by direct SQL: claims with random keys,
 /// their disbursements, published outbox rows and a correctly chained audit trail. The
 /// submissions were made evenly over the 3.5 years before the loads' (from 2023-01-01), as a
 /// ledger that has been in service that long holds them, each recorded a moment after it was
 /// made: before [`PREFILLED_BEFORE`], so verification can tell them from the run's own rows,
 /// and spread over the years, so `retention purge` of a year removes a year's claims.
-fn prefill(path: &Path, n: usize) -> Res<()> {
+///
+/// Rows are written as the worker writes them into a ledger this release made (format 5:
+/// the disbursement's key and time and the outbox row's event left to their claim); `wide`
+/// makes the three tables as a format-4 release did and fills every column, hashes as hex.
+fn prefill(path: &Path, n: usize, wide: bool) -> Res<()> {
     use claimgate::domain::audit::{Kind, Record, GENESIS_HASH};
+    use claimgate::domain::event::{announcing, Announced};
     remove_ledger(path);
+    if wide {
+        let conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
+        conn.execute_batch(WIDE_TABLES).map_err(|e| e.to_string())?;
+    }
     drop(claimgate::ledger::sqlite::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);
     let mut conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
     conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
@@ -1121,8 +1137,17 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
     let mut prev = GENESIS_HASH.to_owned();
     {
         let mut claim = tx.prepare("INSERT INTO processed_messages (claim_id, idempotency_key, award_id, submission_timestamp, amount_cents, claimed_at, stream_entry_id, consumer, submission_instant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'prefill', ?8)").map_err(|e| e.to_string())?;
-        let mut disb = tx.prepare("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(|e| e.to_string())?;
-        let mut outbox = tx.prepare("INSERT INTO outbox (claim_id, event_type, payload, created_at, published_at) VALUES (?1, 'disbursement.recorded', ?2, ?3, ?3)").map_err(|e| e.to_string())?;
+        let (disb, outbox) = if wide {
+            ("INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+             "INSERT INTO outbox (claim_id, event_type, payload, created_at, published_at) VALUES (?1, 'disbursement.recorded', ?2, ?3, ?3)")
+        } else {
+            (
+                "INSERT INTO disbursements (claim_id, award_id, amount_cents) VALUES (?1, ?3, ?4)",
+                "INSERT INTO outbox (claim_id, published_at) VALUES (?1, ?3)",
+            )
+        };
+        let mut disb = tx.prepare(disb).map_err(|e| e.to_string())?;
+        let mut outbox = tx.prepare(outbox).map_err(|e| e.to_string())?;
         for i in 1..=n as i64 {
             let mut key = [0u8; 32];
             rng.fill(&mut key);
@@ -1150,12 +1175,25 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
                     instant
                 ])
                 .map_err(sql)?;
-            disb.execute(rusqlite::params![i, &key[..], award, cents, at])
-                .map_err(sql)?;
-            let event = serde_json::json!({"award_id": award, "amount_cents": cents, "idempotency_key": hex});
-            outbox
-                .execute(rusqlite::params![i, event.to_string(), at])
-                .map_err(sql)?;
+            if wide {
+                disb.execute(rusqlite::params![i, &key[..], award, cents, at])
+                    .map_err(sql)?;
+                let event = announcing(&Announced {
+                    amount_cents: cents,
+                    award_id: &award,
+                    key_hex: &hex,
+                    submission_timestamp: &made,
+                });
+                outbox
+                    .execute(rusqlite::params![i, event, at])
+                    .map_err(sql)?;
+            } else {
+                disb.execute(rusqlite::params![i, None::<Vec<u8>>, award, cents])
+                    .map_err(sql)?;
+                outbox
+                    .execute(rusqlite::params![i, None::<String>, at])
+                    .map_err(sql)?;
+            }
             let mut r = Record {
                 seq: i,
                 kind: Kind::Processed,
@@ -1181,6 +1219,13 @@ fn prefill(path: &Path, n: usize) -> Res<()> {
     // release's ledger. Done here, so no measurement below pays for it.
     tx.execute("DELETE FROM ledger_counts", [])
         .map_err(|e| e.to_string())?;
+    if wide {
+        tx.execute_batch(
+            "UPDATE audit_log SET prev_hash = lower(hex(prev_hash)), hash = lower(hex(hash));
+             UPDATE ledger_meta SET value = '4' WHERE name = 'format_version';",
+        )
+        .map_err(|e| e.to_string())?;
+    }
     tx.commit().map_err(|e| e.to_string())?;
     drop(conn);
     drop(claimgate::ledger::sqlite::SqliteLedger::open_path(path).map_err(|e| e.to_string())?);

@@ -25,6 +25,28 @@ pub fn published_id(fields: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
 
 /// The `disbursement.recorded` event a new claim announces.
 pub fn payload(s: &Submission, key_hex: &str) -> String {
+    announcing(&Announced {
+        amount_cents: s.amount_cents,
+        award_id: &s.award_id,
+        key_hex,
+        submission_timestamp: &s.submission_timestamp,
+    })
+}
+
+/// What a claim's event announces: the claim's own stored values. A ledger that derives an
+/// outbox row's payload from its claim (SQLite, format 5: `schema.sql`) builds the event from
+/// these when it publishes or exports it, with the same bytes [`payload`] wrote at the claim.
+#[derive(Debug, Clone, Copy)]
+pub struct Announced<'a> {
+    pub amount_cents: i64,
+    pub award_id: &'a str,
+    /// The claim's key as 64 lowercase hex digits.
+    pub key_hex: &'a str,
+    pub submission_timestamp: &'a str,
+}
+
+/// The event body announcing `a`.
+pub fn announcing(a: &Announced<'_>) -> String {
     /// The event body. Fields in alphabetical order, as the events stream has always carried
     /// them.
     #[derive(serde::Serialize)]
@@ -36,15 +58,15 @@ pub fn payload(s: &Submission, key_hex: &str) -> String {
     }
     // Sized for the whole body up front (the fixed part is under 128 bytes, escapes aside):
     // serde_json's own 128-byte start grew, and so copied, nearly every payload.
-    let fixed = 128 + s.award_id.len() + key_hex.len() + s.submission_timestamp.len();
+    let fixed = 128 + a.award_id.len() + a.key_hex.len() + a.submission_timestamp.len();
     let mut out = Vec::with_capacity(fixed);
     serde_json::to_writer(
         &mut out,
         &Event {
-            amount_cents: s.amount_cents,
-            award_id: &s.award_id,
-            idempotency_key: key_hex,
-            submission_timestamp: &s.submission_timestamp,
+            amount_cents: a.amount_cents,
+            award_id: a.award_id,
+            idempotency_key: a.key_hex,
+            submission_timestamp: a.submission_timestamp,
         },
     )
     .expect("an event always serializes");

@@ -18,14 +18,25 @@ pub trait Columns {
     fn text(&self, i: usize) -> Result<String>;
     /// A text column that may be NULL.
     fn opt_text(&self, i: usize) -> Result<Option<String>>;
+    /// A digest column (`prev_hash`, `hash`) as its hex: a text column, unless the backend
+    /// stores digests another way (SQLite's raw bytes, `sqlite/derived.rs`).
+    fn digest(&self, i: usize) -> Result<String> {
+        self.text(i)
+    }
 }
 
 /// Implements [`Columns`] for a backend's row type `$row` through its own typed getter
 /// `$get` (`row.$get::<_, T>(i)`), whose error converts into [`crate::Error`]: the same four
-/// answers on every backend, written once.
+/// answers on every backend, written once. Items in braces after it (a backend's own
+/// `digest`) go into the same `impl`.
 macro_rules! columns_by {
     ($row:ty, $get:ident) => {
+        $crate::ledger::records::columns_by!($row, $get, {});
+    };
+    ($row:ty, $get:ident, { $($own:item)* }) => {
         impl $crate::ledger::records::Columns for $row {
+            $($own)*
+
             fn int(&self, i: usize) -> $crate::error::Result<i64> {
                 Ok(self.$get(i)?)
             }
@@ -69,8 +80,8 @@ pub fn record(row: &impl Columns, seq: i64, kind_at: usize) -> Result<Record> {
         delivery_count: row.opt_int(at(6))?,
         detail: row.opt_text(at(7))?,
         recorded_at: row.text(at(8))?,
-        prev_hash: row.text(at(9))?,
-        hash: row.text(at(10))?,
+        prev_hash: row.digest(at(9))?,
+        hash: row.digest(at(10))?,
         batch_index: None,
     })
 }

@@ -4,6 +4,7 @@
 
 use crate::audit::{backdate, ONE_PER_BATCH};
 use crate::support::{submission, RunWithDeadline, World};
+use claimgate::ledger::sqlite::FORMAT_VERSION;
 use claimgate::support::failpoint;
 
 /// The counts row, as `(claims, disbursements, cents, dead letters, duplicates, conflicts,
@@ -221,10 +222,10 @@ fn status_reads_the_kept_counts_verify_names_one_edited_by_hand_and_a_deleted_ro
 }
 
 #[test]
-fn a_ledger_that_kept_no_counts_is_counted_once_at_its_first_open_and_becomes_format_4() {
+fn a_ledger_that_kept_no_counts_is_counted_once_at_its_first_open_and_gets_todays_format() {
     // 1. A ledger made as an earlier release made it: no ledger_counts table, format 3, with
     //    claims, a duplicate and a dead letter. 2. Its first open (status) counts the rows,
-    //    writes the row and format 4, and says so; the counts equal the rows. 3. A worker
+    //    writes the row and today's format, and says so; the counts equal the rows. 3. A worker
     //    adds to them exactly; verify passes.
     let w = World::new();
     w.add(&[submission(0), submission(1), submission(0), "{".into()]);
@@ -240,13 +241,15 @@ fn a_ledger_that_kept_no_counts_is_counted_once_at_its_first_open_and_becomes_fo
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
     assert!(
-        said.contains("from format 3 to 4 (counts kept): counted 2 claims"),
+        said.contains(&format!(
+            "from format 3 to {FORMAT_VERSION} (counts kept): counted 2 claims"
+        )),
         "{said}"
     );
     assert_eq!(
         w.sql()
             .text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
-        "4"
+        FORMAT_VERSION.to_string()
     );
     assert_eq!(kept(&w), counted(&w));
     w.add(&[submission(2), submission(1)]);

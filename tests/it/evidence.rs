@@ -114,7 +114,7 @@ pub(crate) fn reseal_from(db: &Connection, from: i64) {
                          THEN prev_hash ELSE hash END
              FROM audit_log WHERE seq < ?1 ORDER BY seq DESC LIMIT 1",
             [from],
-            |r| r.get(0),
+            |r| support::digest_at(r, 0),
         )
         .optional()
         .unwrap()
@@ -134,7 +134,7 @@ pub(crate) fn reseal_from(db: &Connection, from: i64) {
             .query_row(
                 "SELECT kind, prev_hash FROM audit_log WHERE seq = ?1",
                 [seq],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, support::digest_at(r, 1)?)),
             )
             .unwrap();
         if seq == first && kind == "checkpoint" {
@@ -227,7 +227,9 @@ fn an_anchor_names_the_head_and_its_file_is_owner_only_and_appended() {
     let printed = stdout(&w.run_ok(&["audit", "anchor"]));
     let line: serde_json::Value = serde_json::from_str(printed.trim()).unwrap();
     let head: String = rw(&w)
-        .query_row("SELECT hash FROM audit_log WHERE seq = 5", [], |r| r.get(0))
+        .query_row("SELECT hash FROM audit_log WHERE seq = 5", [], |r| {
+            support::digest_at(r, 0)
+        })
         .unwrap();
     assert_eq!(line["seq"], 5);
     assert_eq!(line["hash"], head.as_str());
@@ -364,7 +366,7 @@ pub(crate) fn forge_head_checkpoint(w: &World, upto: i64, detail: &str) {
     let db = rw(w);
     let continues: String = db
         .query_row("SELECT hash FROM audit_log WHERE seq = ?1", [upto], |r| {
-            r.get(0)
+            support::digest_at(r, 0)
         })
         .unwrap();
     delete_records_and_payments(&db, 1, upto);
@@ -435,7 +437,9 @@ fn a_forged_checkpoint_passes_without_the_key_and_fails_with_it_unsigned_or_wron
     let (wrong, _) = keygen(&w, "attacker");
     let detail = "retention purge of records before 2021-01-01T00:00:00.000000Z: removed seq 1..=3";
     let hash3: String = rw(&w)
-        .query_row("SELECT hash FROM audit_log WHERE seq = 3", [], |r| r.get(0))
+        .query_row("SELECT hash FROM audit_log WHERE seq = 3", [], |r| {
+            support::digest_at(r, 0)
+        })
         .unwrap();
     forge_head_checkpoint(&w, 3, detail);
     w.run_ok(&["audit", "verify"]);

@@ -32,6 +32,7 @@ mod checkpoints;
 mod contract;
 mod counts;
 mod dba;
+mod derived;
 mod docs;
 mod errors;
 mod evidence;

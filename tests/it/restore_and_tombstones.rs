@@ -77,8 +77,9 @@ fn outbox_rows(w: &World) -> Vec<(i64, String, bool)> {
     let db = Connection::open(&w.db).unwrap();
     let mut stmt = db
         .prepare(
-            "SELECT o.id, lower(hex(d.idempotency_key)), o.published_at IS NOT NULL
-             FROM outbox o JOIN disbursements d ON d.claim_id = o.claim_id ORDER BY o.id",
+            "SELECT o.id, lower(hex(p.idempotency_key)), o.published_at IS NOT NULL
+             FROM outbox o JOIN disbursements d ON d.claim_id = o.claim_id
+             JOIN processed_messages p ON p.claim_id = d.claim_id ORDER BY o.id",
         )
         .unwrap();
     let rows = stmt
@@ -270,7 +271,7 @@ fn verify_names_a_claim_deleted_behind_its_duplicate_records_even_when_the_chain
     let db = rw(&w);
     db.execute_batch(&format!(
         "DELETE FROM outbox WHERE claim_id = (SELECT claim_id FROM processed_messages WHERE idempotency_key = unhex('{key}'));
-         DELETE FROM disbursements WHERE idempotency_key = unhex('{key}');
+         DELETE FROM disbursements WHERE claim_id = (SELECT claim_id FROM processed_messages WHERE idempotency_key = unhex('{key}'));
          DELETE FROM processed_messages WHERE idempotency_key = unhex('{key}');
          DELETE FROM audit_log WHERE kind = 'processed' AND idempotency_key = '{key}';"
     ))

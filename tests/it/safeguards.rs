@@ -237,8 +237,8 @@ fn restore_refuses_a_backup_that_fails_sqlites_integrity_check_and_changes_nothi
     // A backup can be readable and still broken in a way `VACUUM INTO` copies as it is: a NULL
     // in a NOT NULL column (written around the constraint, as a hand edit of the schema
     // would). `integrity_check` on the copy is what refuses it.
-    // 1. One submission paid; a backup is taken; in the backup, outbox row 1's event_type is
-    //    set to NULL (the NOT NULL dropped from the schema text for the write, then put back).
+    // 1. One submission paid; a backup is taken; in the backup, claim 1's consumer is set to
+    //    NULL (the NOT NULL dropped from the schema text for the write, then put back).
     // 2. A second submission is paid into the live ledger.
     // 3. `restore` of that backup exits 1 naming the integrity check; the live ledger still
     //    holds both claims, nothing is left beside it, and it verifies.
@@ -250,7 +250,7 @@ fn restore_refuses_a_backup_that_fails_sqlites_integrity_check_and_changes_nothi
     let schema = |conn: &rusqlite::Connection, sql: &str| {
         conn.execute_batch("PRAGMA writable_schema = ON").unwrap();
         conn.execute(
-            "UPDATE sqlite_master SET sql = ?1 WHERE type = 'table' AND name = 'outbox'",
+            "UPDATE sqlite_master SET sql = ?1 WHERE type = 'table' AND name = 'processed_messages'",
             [sql],
         )
         .unwrap();
@@ -258,17 +258,27 @@ fn restore_refuses_a_backup_that_fails_sqlites_integrity_check_and_changes_nothi
     let original: String = rusqlite::Connection::open(&backup)
         .unwrap()
         .query_row(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'outbox'",
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'processed_messages'",
             [],
             |r| r.get(0),
         )
         .unwrap();
-    let loose = original.replacen("event_type   TEXT    NOT NULL", "event_type   TEXT", 1);
-    assert_ne!(loose, original, "the outbox schema as schema.sql writes it");
+    let loose = original.replacen(
+        "consumer             TEXT    NOT NULL",
+        "consumer             TEXT",
+        1,
+    );
+    assert_ne!(
+        loose, original,
+        "the claims' schema as schema.sql writes it"
+    );
     schema(&rusqlite::Connection::open(&backup).unwrap(), &loose);
     let conn = rusqlite::Connection::open(&backup).unwrap();
-    conn.execute("UPDATE outbox SET event_type = NULL WHERE id = 1", [])
-        .unwrap();
+    conn.execute(
+        "UPDATE processed_messages SET consumer = NULL WHERE claim_id = 1",
+        [],
+    )
+    .unwrap();
     schema(&conn, &original);
     drop(conn);
     w.add(&[submission(2)]);

@@ -497,6 +497,16 @@ pub fn submission(i: usize) -> String {
     )
 }
 
+/// An audit digest (`prev_hash`, `hash`) of a SQLite row as hex: the 32 raw bytes format 5
+/// stores, or the hex text an earlier format (or an attacker's re-seal) stored.
+pub fn digest_at(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<String> {
+    use rusqlite::types::ValueRef;
+    match row.get_ref(i)? {
+        ValueRef::Blob(b) => Ok(b.iter().map(|b| format!("{b:02x}")).collect()),
+        _ => row.get(i),
+    }
+}
+
 /// Parse limits for fixtures: any amount, payloads up to 1 MiB.
 pub const LIMITS: &claimgate::domain::submission::Limits = &claimgate::domain::submission::Limits {
     payload_bytes_max: 1 << 20,

@@ -302,7 +302,9 @@ fn the_verifier_agrees_with_audit_verify_on_every_tampering_the_evidence_suite_k
     let attacker = SigningKey::from_seed([9; 32]);
     let text = "retention purge of records before 2021-01-01T00:00:00.000000Z: removed seq 1..=3";
     let hash3: String = rw(&w)
-        .query_row("SELECT hash FROM audit_log WHERE seq = 3", [], |r| r.get(0))
+        .query_row("SELECT hash FROM audit_log WHERE seq = 3", [], |r| {
+            support::digest_at(r, 0)
+        })
         .unwrap();
     forge_head_checkpoint(&w, 3, text);
     let signed = sign_checkpoint_detail(text, 3, &hash3, &attacker);

@@ -4,6 +4,7 @@
 //! `all` and `insert` are public for tests and the benchmark, which build and inspect ledger
 //! files directly.
 
+use super::derived::Digest;
 use crate::domain::audit::Record;
 use crate::error::Result;
 use crate::ledger::records;
@@ -91,8 +92,8 @@ pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
         r.delivery_count,
         r.detail,
         r.recorded_at,
-        r.prev_hash,
-        r.hash
+        Digest(&r.prev_hash),
+        Digest(&r.hash)
     ])?;
     Ok(())
 }
@@ -102,18 +103,7 @@ pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
 /// records written outside a batch — holds, a restore. Returns the record as sealed; the
 /// caller moves the ledger's counts by it in the same transaction (`counts.rs`).
 pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
-    use rusqlite::OptionalExtension;
-    let (seq, prev_hash): (i64, String) = conn
-        // A checkpoint is transparent, as in `batch.rs`: what follows links to the hash it
-        // continues from.
-        .query_row(
-            "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
-             FROM audit_log ORDER BY seq DESC LIMIT 1",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .optional()?
-        .unwrap_or((0, crate::domain::audit::GENESIS_HASH.to_owned()));
+    let (seq, prev_hash) = tail(conn)?;
     assert!(
         seq >= 0,
         "the chain's tail has seq {seq}, below the first record's"
@@ -122,6 +112,22 @@ pub(super) fn append(conn: &Connection, mut r: Record) -> Result<Record> {
     r.seal(&prev_hash);
     insert(conn, &r)?;
     Ok(r)
+}
+
+/// The chain's tail: the last record's seq and the hash the next record links to; (0, the
+/// genesis hash) for an empty chain. Read inside the writer's transaction.
+pub(super) fn tail(conn: &Connection) -> Result<(i64, String)> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        // A checkpoint is transparent: what follows it links to the hash it continues from.
+        .query_row(
+            "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
+             FROM audit_log ORDER BY seq DESC LIMIT 1",
+            [],
+            |row| Ok((row.get(0)?, super::derived::digest_hex(row.get_ref(1)?)?)),
+        )
+        .optional()?
+        .unwrap_or((0, crate::domain::audit::GENESIS_HASH.to_owned())))
 }
 
 /// Inserts records exactly as given, many per statement, through the writer's statements (a
@@ -151,8 +157,8 @@ pub(super) fn insert_many(st: &mut super::raw::Statements, records: &[Record]) -
             b.opt_int(r.delivery_count)?;
             b.opt_text(r.detail.as_deref())?;
             b.text(&r.recorded_at)?;
-            b.text(&r.prev_hash)?;
-            b.text(&r.hash)
+            b.digest(&r.prev_hash)?;
+            b.digest(&r.hash)
         },
     )
 }
@@ -161,4 +167,8 @@ pub(super) fn record_of(row: &Row<'_>) -> Result<Record> {
     records::sealed_row(row)
 }
 
-records::columns_by!(Row<'_>, get);
+records::columns_by!(Row<'_>, get, {
+    fn digest(&self, i: usize) -> Result<String> {
+        Ok(super::derived::digest_hex(self.get_ref(i)?)?)
+    }
+});

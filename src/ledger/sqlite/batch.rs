@@ -10,9 +10,10 @@
 //! inside the same transaction. Nothing here commits: the caller does, or drops the
 //! transaction and nothing of the batch exists.
 
+use super::derived::Derives;
 use super::{conflict, counts, multirow, raw};
 use crate::config::OnConflict;
-use crate::domain::audit::{self, Record};
+use crate::domain::audit::Record;
 use crate::domain::event::{self, DISBURSEMENT_RECORDED as EVENT_DISBURSEMENT_RECORDED};
 use crate::domain::submission::Submission;
 use crate::error::Result;
@@ -33,6 +34,9 @@ pub(super) struct Context<'a> {
     /// The ledger's claim index leads with the timestamp as spelled (a ledger made before
     /// this release): a claim an older release wrote without its instant is found that way.
     pub(super) claims_by_spelling: bool,
+    /// Which of the disbursement's and outbox row's columns the ledger derives from the claim
+    /// rather than stores (`derived.rs`).
+    pub(super) derives: Derives,
     /// Paying a held conflict a reviewer approved (`review.rs`): its `conflict` record says so.
     pub(super) approving: bool,
 }
@@ -47,24 +51,8 @@ struct ChainTail {
 
 impl ChainTail {
     fn read(tx: &Transaction<'_>) -> Result<Self> {
-        let tail = tx
-            // A checkpoint is transparent: what follows it links to the hash it continues from.
-            .query_row(
-                "SELECT seq, CASE kind WHEN 'checkpoint' THEN prev_hash ELSE hash END
-                        FROM audit_log ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| {
-                    Ok(ChainTail {
-                        seq: r.get(0)?,
-                        hash: r.get(1)?,
-                    })
-                },
-            )
-            .optional()?;
-        Ok(tail.unwrap_or(ChainTail {
-            seq: 0,
-            hash: audit::GENESIS_HASH.to_owned(),
-        }))
+        let (seq, hash) = super::audit_store::tail(tx)?;
+        Ok(ChainTail { seq, hash })
     }
 }
 
@@ -227,8 +215,9 @@ pub(super) struct Batch<'t, 'a> {
     tail: ChainTail,
     /// New claims' disbursements, written by `finish`.
     disbursements: Vec<Disbursement<'a>>,
-    /// New claims' outbox rows (claim id, event JSON), written by `finish`.
-    outbox: Vec<(i64, String)>,
+    /// New claims' outbox rows (claim id, event JSON; none where the ledger derives it),
+    /// written by `finish`.
+    outbox: Vec<(i64, Option<String>)>,
     /// Audit records in chain order, not yet numbered or sealed: `finish` does both.
     audit: Vec<Record>,
     /// The highest claim id this batch made (0 before its first).
@@ -306,12 +295,15 @@ impl<'t, 'a> Batch<'t, 'a> {
         let records_before = self.audit.len();
         let outcome = decide::settle(item, verdict, first_dead, &stamp, &mut self.audit);
         if let (true, Some(d)) = (claimed, Delivered::of(item)) {
-            // The claim's `processed` record, just settled, already spells its key in hex.
-            let key_hex = self.audit[records_before].idempotency_key.as_deref();
-            let event = event::payload(
-                d.submission,
-                key_hex.expect("a processed record names its key"),
-            );
+            // A ledger that derives the event from the claim (`derived.rs`) stores none.
+            let event = (!self.ctx.derives.outbox).then(|| {
+                // The claim's `processed` record, just settled, already spells its key in hex.
+                let key_hex = self.audit[records_before].idempotency_key.as_deref();
+                event::payload(
+                    d.submission,
+                    key_hex.expect("a processed record names its key"),
+                )
+            });
             self.pay(d.submission, event);
         }
         Ok(outcome)
@@ -319,7 +311,7 @@ impl<'t, 'a> Batch<'t, 'a> {
 
     /// Queues the disbursement and outbox row (its `event`) of the claim [`Facts::claim`] just
     /// made of `s`.
-    fn pay(&mut self, s: &'a Submission, event: String) {
+    fn pay(&mut self, s: &'a Submission, event: Option<String>) {
         let claim_id = self.probe.claim_id;
         self.claim_id_max = self.claim_id_max.max(claim_id);
         // After its own conflict probe (its own claim is no conflict); later claims in its
@@ -352,16 +344,18 @@ impl<'t, 'a> Batch<'t, 'a> {
             tail,
             start_seq,
             mut delta,
+            ctx,
             ..
         } = self;
+        let derives = ctx.derives;
         let now = now.as_str();
         let audit = if audit.len() < SEAL_APART_RECORDS_MIN {
-            write_effects(st, now, &disbursements, &outbox)?;
+            write_effects(st, now, derives, &disbursements, &outbox)?;
             seal(audit, start_seq, tail.hash)
         } else {
             std::thread::scope(|scope| {
                 let sealing = spawn_named(scope, "seal", move || seal(audit, start_seq, tail.hash));
-                let written = write_effects(st, now, &disbursements, &outbox);
+                let written = write_effects(st, now, derives, &disbursements, &outbox);
                 let sealed = sealing
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -410,40 +404,73 @@ fn seal(mut records: Vec<Record>, after_seq: i64, mut prev_hash: String) -> Vec<
     records
 }
 
-/// Writes a batch's disbursements and outbox rows, many rows per statement.
+/// Writes a batch's disbursements and outbox rows, many rows per statement: in full, or
+/// without what the ledger derives from the claim (`derived.rs`).
 fn write_effects(
     st: &mut raw::Statements,
     now: &str,
+    derives: Derives,
     disbursements: &[Disbursement<'_>],
-    outbox: &[(i64, String)],
+    outbox: &[(i64, Option<String>)],
 ) -> Result<()> {
-    multirow::insert(
-        st,
-        "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
-             recorded_at)",
-        5,
-        disbursements,
-        |b, d| {
-            let s = d.submission;
-            b.int(d.claim_id)?;
-            b.blob(s.key.as_bytes())?;
-            b.text(&s.award_id)?;
-            b.int(s.amount_cents)?;
-            b.text(now)
-        },
-    )?;
-    multirow::insert(
-        st,
-        "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
-        4,
-        outbox,
-        |b, (claim_id, payload)| {
-            b.int(*claim_id)?;
-            b.text(EVENT_DISBURSEMENT_RECORDED)?;
-            b.text(payload)?;
-            b.text(now)
-        },
-    )?;
+    if derives.disbursements {
+        multirow::insert(
+            st,
+            "INSERT INTO disbursements (claim_id, award_id, amount_cents)",
+            3,
+            disbursements,
+            |b, d| {
+                b.int(d.claim_id)?;
+                b.text(&d.submission.award_id)?;
+                b.int(d.submission.amount_cents)
+            },
+        )?;
+    } else {
+        multirow::insert(
+            st,
+            "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
+                 recorded_at)",
+            5,
+            disbursements,
+            |b, d| {
+                let s = d.submission;
+                b.int(d.claim_id)?;
+                b.blob(s.key.as_bytes())?;
+                b.text(&s.award_id)?;
+                b.int(s.amount_cents)?;
+                b.text(now)
+            },
+        )?;
+    }
+    if derives.outbox {
+        multirow::insert(
+            st,
+            "INSERT INTO outbox (claim_id)",
+            1,
+            outbox,
+            |b, (claim_id, payload)| {
+                debug_assert!(payload.is_none(), "a derived event is not built");
+                b.int(*claim_id)
+            },
+        )?;
+    } else {
+        multirow::insert(
+            st,
+            "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
+            4,
+            outbox,
+            |b, (claim_id, payload)| {
+                b.int(*claim_id)?;
+                b.text(EVENT_DISBURSEMENT_RECORDED)?;
+                b.text(
+                    payload
+                        .as_deref()
+                        .expect("an event is built where it is stored"),
+                )?;
+                b.text(now)
+            },
+        )?;
+    }
     Ok(())
 }
 

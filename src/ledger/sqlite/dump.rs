@@ -18,11 +18,13 @@ const CLAIMS: &str =
     "SELECT claim_id, idempotency_key, award_id, submission_timestamp, amount_cents,
                              claimed_at, stream_entry_id, consumer, submission_instant
                       FROM processed_messages ORDER BY claim_id";
-const DISBURSEMENTS: &str =
-    "SELECT id, claim_id, idempotency_key, award_id, amount_cents, recorded_at
-                             FROM disbursements ORDER BY claim_id";
-const OUTBOX: &str = "SELECT id, claim_id, event_type, payload, created_at, published_at
-                      FROM outbox ORDER BY id";
+/// A disbursement's key and time are its claim's where it stores none (`derived.rs`).
+const DISBURSEMENTS: &str = "SELECT d.id, d.claim_id, ifnull(d.idempotency_key, p.idempotency_key),
+                                    d.award_id, d.amount_cents, ifnull(d.recorded_at, p.claimed_at)
+                             FROM disbursements d
+                             LEFT JOIN processed_messages p ON p.claim_id = d.claim_id
+                             ORDER BY d.claim_id";
+const OUTBOX: &str = super::derived::OUTBOX_ROWS;
 const DEAD_LETTERS: &str =
     "SELECT stream, stream_entry_id, reason_code, reason, award_id, delivery_count,
             recorded_at, decision, decided_by, decided_reason, decided_at
@@ -66,10 +68,14 @@ impl SqliteLedger {
                 sink(Row::Disbursement {
                     id: r.get(0)?,
                     claim_id: r.get(1)?,
-                    key: key(r.get(2)?)?,
+                    key: key(r.get::<_, Option<Vec<u8>>>(2)?.ok_or_else(|| {
+                        Error::Invariant("a disbursement without its key or claim".into())
+                    })?)?,
                     award_id: r.get(3)?,
                     amount_cents: r.get(4)?,
-                    recorded_at: r.get(5)?,
+                    recorded_at: r.get::<_, Option<String>>(5)?.ok_or_else(|| {
+                        Error::Invariant("a disbursement without its time or claim".into())
+                    })?,
                 })?;
             }
         }
@@ -77,13 +83,16 @@ impl SqliteLedger {
             let mut st = tx.prepare(OUTBOX)?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
+                let o = super::derived::OutboxRow::read(r)?;
                 sink(Row::Outbox {
-                    id: r.get(0)?,
-                    claim_id: r.get(1)?,
-                    event_type: r.get(2)?,
-                    payload: r.get(3)?,
-                    created_at: r.get(4)?,
-                    published_at: r.get(5)?,
+                    id: o.id,
+                    claim_id: o.claim_id,
+                    event_type: o.event_type,
+                    payload: o.payload,
+                    created_at: o.created_at.ok_or_else(|| {
+                        Error::Invariant(format!("outbox row {} has no creation time", o.id))
+                    })?,
+                    published_at: o.published_at,
                 })?;
             }
         }

@@ -13,12 +13,19 @@
 //!   on the submission timestamp as spelled (or the key alone), beside a `claim_instant`
 //!   index the upgrade added. Batches look a claim up through both (`batch.rs`).
 //! - **3**: the claim index leads with the submission instant.
-//! - **4**: made by this release: the ledger keeps its counts (`ledger_counts`, `counts.rs`),
-//!   which every write moves in its own transaction. Its claim index is either of the above;
-//!   the schema says which (`upgrade::claims_by_spelling`). A ledger of format 1, 2 or 3 becomes
-//!   format 4 at its first open by this release, which counts its rows once (about a second per
+//! - **4**: the ledger keeps its counts (`ledger_counts`, `counts.rs`), which every write moves
+//!   in its own transaction. Its claim index is either of the above; the schema says which
+//!   (`upgrade::claims_by_spelling`). A ledger of format 1, 2 or 3 becomes format 4 or later at
+//!   its first open by a release that knows 4, which counts its rows once (about a second per
 //!   million claims) in the transaction that records the number, so no batch commits between.
 //!   An older release refuses it: it would write rows without counting them.
+//! - **5**: made or opened by this release: new audit records store `prev_hash` and `hash` as
+//!   32 raw bytes, and where the tables' declarations allow it (a ledger this release made)
+//!   disbursements and outbox rows leave NULL what their claim already says (`derived.rs`).
+//!   Rows written before stay as they were, and every reader takes both forms, so a ledger of
+//!   format 4 becomes format 5 at its first open by recording the number alone: nothing is
+//!   rewritten or counted again. An older release refuses it: it would read a raw digest as
+//!   text, and publish an outbox row with no payload.
 //!
 //! A ledger of a number above [`FORMAT_VERSION`] was made by a newer claimgate and is refused
 //! (exit 2) before anything is written to it; `verify` checks the number matches the shape.
@@ -30,7 +37,11 @@ use std::path::Path;
 use std::time::Instant;
 
 /// The newest format this build reads, and the one it makes.
-pub const FORMAT_VERSION: i64 = 4;
+pub const FORMAT_VERSION: i64 = 5;
+
+/// The first format whose ledgers keep their counts: from it on, a new number is recorded
+/// without counting the rows again.
+const COUNTS_KEPT_SINCE: i64 = 4;
 
 /// The `ledger_meta` row holding the format.
 const META_NAME: &str = "format_version";
@@ -102,7 +113,7 @@ pub(super) fn record(conn: &mut Connection, path: &Path) -> Result<i64> {
     let started = Instant::now();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let before = stored(&tx, path)?;
-    if before != Some(FORMAT_VERSION) {
+    if before.is_none_or(|v| v < COUNTS_KEPT_SINCE) {
         // A release before format 4 wrote rows without counting them: whatever counts row such
         // a ledger holds (a format set back by hand, then written by that release) is stale.
         tx.execute("DELETE FROM ledger_counts", [])?;
@@ -117,6 +128,13 @@ pub(super) fn record(conn: &mut Connection, path: &Path) -> Result<i64> {
     }
     tx.commit()?;
     let Some(c) = installed else {
+        if let Some(v) = before.filter(|v| *v != FORMAT_VERSION) {
+            log::info!(
+                "upgraded ledger {} from format {v} to {FORMAT_VERSION}: rows already written \
+                 stay as they are; new rows are written in format {FORMAT_VERSION}",
+                path.display()
+            );
+        }
         return Ok(FORMAT_VERSION);
     };
     let counted = format!(

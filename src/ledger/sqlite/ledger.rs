@@ -2,6 +2,7 @@
 //! format refused or upgraded, WAL set once before the pool exists) and recording batches.
 
 use super::batch::{Batch, Context};
+use super::derived::Derives;
 use super::files::{
     create_private, ledger_files, make_ledger_private, real_file, refuse_non_database,
     refuse_what_is_not_a_ledger,
@@ -43,6 +44,8 @@ pub struct SqliteLedger {
     /// The claim index leads with the timestamp as spelled: a ledger made by an earlier
     /// release (`upgrade::claims_by_spelling`).
     pub(super) claims_by_spelling: bool,
+    /// What the disbursements and outbox leave to be derived from the claim (`derived.rs`).
+    pub(super) derives: Derives,
     /// The retention purge under way: the connection holding its claim-key map, kept from
     /// `export_purge` to the `purge_batch` calls that follow it (see `purge.rs`).
     pub(super) purge: Mutex<Option<Session>>,
@@ -168,6 +171,7 @@ impl SqliteLedger {
             }
         }
         let claims_by_spelling = upgrade::claims_by_spelling(&first)?;
+        let derives = Derives::of(&first)?;
         drop(first);
         let settings = Settings::of(cfg);
         let pool = pool(cfg, settings.clone())?;
@@ -186,6 +190,7 @@ impl SqliteLedger {
             path: cfg.backend.path.clone(),
             on_conflict: cfg.on_conflict,
             claims_by_spelling,
+            derives,
             purge: Mutex::new(None),
             _lock: lock,
         })
@@ -288,6 +293,7 @@ impl Ledger for SqliteLedger {
             stream,
             on_conflict: self.on_conflict,
             claims_by_spelling: self.claims_by_spelling,
+            derives: self.derives,
             approving: false,
         };
         let mut batch = Batch::start(&tx, statements, groups, &ctx, items.len())?;
@@ -320,8 +326,14 @@ impl Ledger for SqliteLedger {
             }
         };
         // The unpublished rows have an index of their own; these stay cheap as the ledger grows.
+        // Rows are made in id order, so the oldest is the first; a row that stores no creation
+        // time was made with its claim (`derived.rs`).
         let (outbox_backlog, oldest): (i64, Option<String>) = tx.query_row(
-            "SELECT COUNT(*), MIN(created_at) FROM outbox WHERE published_at IS NULL",
+            "SELECT COUNT(*),
+                    (SELECT ifnull(o.created_at, p.claimed_at)
+                     FROM outbox o LEFT JOIN processed_messages p ON p.claim_id = o.claim_id
+                     WHERE o.published_at IS NULL ORDER BY o.id LIMIT 1)
+             FROM outbox WHERE published_at IS NULL",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;

@@ -22,7 +22,11 @@ use rusqlite::Connection;
 pub const INDEXED_TEXT_BYTES_MAX: usize = 2_000;
 
 /// Rows of the PostgreSQL ledger's text columns that one statement per table finds: (table,
-/// how a row is named, its text columns).
+/// how a row is named, its text columns). Not the audit digests (`prev_hash`, `hash`): format 5
+/// stores them as raw bytes, which hold NULs, and they are copied as the hex they stand for
+/// (`derived::digest_hex`); a digest edited into text with a NUL is not a record claimgate
+/// sealed, and the copy's verification refuses the chain. Nor the outbox's and disbursements'
+/// derived columns, which are NULL where derived and copied as their claim's.
 const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
     (
         "processed_messages",
@@ -72,8 +76,6 @@ const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
             "consumer",
             "detail",
             "recorded_at",
-            "prev_hash",
-            "hash",
         ],
     ),
     (

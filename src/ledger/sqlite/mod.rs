@@ -15,6 +15,7 @@ mod batch;
 mod checkpoint;
 mod conflict;
 mod counts;
+mod derived;
 mod dump;
 mod error;
 mod fence;

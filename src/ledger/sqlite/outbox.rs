@@ -8,6 +8,7 @@
 //! reused, not even after a retention purge removed the rows at the top. The relay's
 //! exactly-once argument (`relay.rs`) rests on exactly this.
 
+use super::derived;
 use super::ledger::SqliteLedger;
 use crate::error::Result;
 use crate::ledger::{Outbox, OutboxRow};
@@ -16,19 +17,26 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 impl Outbox for SqliteLedger {
     fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, event_type, payload FROM outbox WHERE id > ?1 ORDER BY id LIMIT ?2",
-        )?;
-        let rows = stmt
-            .query_map(params![after_id, limit as i64], |r| {
-                Ok(OutboxRow {
-                    id: r.get(0)?,
-                    event_type: r.get(1)?,
-                    payload: r.get(2)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        // Each row's claim is read with it: a row of a format-5 ledger derives its event from
+        // the claim (`derived.rs`).
+        let mut stmt = conn.prepare_cached(concat!(
+            "SELECT ",
+            derived::outbox_columns!(),
+            " FROM ",
+            derived::outbox_from!(),
+            " WHERE o.id > ?1 ORDER BY o.id LIMIT ?2"
+        ))?;
+        let mut rows = stmt.query(params![after_id, limit as i64])?;
+        let mut out = Vec::with_capacity(limit.min(4096));
+        while let Some(r) = rows.next()? {
+            let row = derived::OutboxRow::read(r)?;
+            out.push(OutboxRow {
+                id: row.id,
+                event_type: row.event_type,
+                payload: row.payload,
+            });
+        }
+        Ok(out)
     }
 
     fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {

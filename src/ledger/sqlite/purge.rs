@@ -10,6 +10,7 @@
 //! [`index_claim_keys`]), built once on one connection by `export_purge` and kept, with that
 //! connection, in a [`Session`] for the `purge_batch` calls that follow.
 
+use super::derived;
 use super::ledger::{Session, SqliteLedger};
 use super::{audit_store, counts};
 use crate::domain::audit::{detail, Kind, Record};
@@ -176,7 +177,9 @@ impl purge::Snapshot for Transaction<'_> {
         Ok(())
     }
 
-    /// The other tables' rows, each as SQLite returns it (`SELECT *`).
+    /// The other tables' rows, each as SQLite returns it (`SELECT *`), except that what a
+    /// format-5 ledger derives from the claim is exported as derived (`derived.rs`): the file
+    /// reads the same whichever format wrote the rows.
     fn export_rows(&mut self, first: i64, last: i64) -> Result<Vec<serde_json::Value>> {
         let mut out = Vec::new();
         let tables = [
@@ -186,18 +189,26 @@ impl purge::Snapshot for Transaction<'_> {
             ),
             (
                 "disbursements",
-                format!("SELECT * FROM disbursements WHERE claim_id IN ({CLAIMS_IN})"),
+                format!(
+                    "SELECT d.id, d.claim_id,
+                            ifnull(d.idempotency_key, p.idempotency_key) AS idempotency_key,
+                            d.award_id, d.amount_cents,
+                            ifnull(d.recorded_at, p.claimed_at) AS recorded_at
+                     FROM disbursements d JOIN processed_messages p ON p.claim_id = d.claim_id
+                     WHERE d.claim_id IN ({CLAIMS_IN})"
+                ),
             ),
-            (
-                "outbox",
-                format!("SELECT * FROM outbox WHERE claim_id IN ({CLAIMS_IN})"),
-            ),
+            ("outbox", String::new()),
             (
                 "dead_letters",
                 format!("SELECT * FROM dead_letters WHERE stream_entry_id IN ({DEAD_IN})"),
             ),
         ];
         for (table, sql) in tables {
+            if table == "outbox" {
+                export_outbox(self, first, last, &mut out)?;
+                continue;
+            }
             let mut stmt = self.prepare(&sql)?;
             let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
             let mut rows = stmt.query([first, last])?;
@@ -211,6 +222,33 @@ impl purge::Snapshot for Transaction<'_> {
         }
         Ok(out)
     }
+}
+
+/// The outbox rows of the batch's claims, as stored or derived.
+fn export_outbox(
+    tx: &Transaction<'_>,
+    first: i64,
+    last: i64,
+    out: &mut Vec<serde_json::Value>,
+) -> Result<()> {
+    let mut stmt = tx.prepare(&format!(
+        "SELECT {} FROM {} WHERE o.claim_id IN ({CLAIMS_IN}) ORDER BY o.id",
+        derived::outbox_columns!(),
+        derived::outbox_from!()
+    ))?;
+    let mut rows = stmt.query([first, last])?;
+    while let Some(row) = rows.next()? {
+        let o = derived::OutboxRow::read(row)?;
+        out.push(serde_json::json!({ "table": "outbox", "row": {
+            "id": o.id,
+            "claim_id": o.claim_id,
+            "event_type": o.event_type,
+            "payload": o.payload,
+            "created_at": o.created_at,
+            "published_at": o.published_at,
+        }}));
+    }
+    Ok(())
 }
 
 /// Places a hold with its `hold_added` record; returns false (nothing written) if the award
@@ -355,7 +393,7 @@ fn purge_batch(
     purge::refuse_held(&purge::Snapshot::held_in(&mut tx, first, last)?)?;
     let continues_from: String =
         tx.query_row("SELECT hash FROM audit_log WHERE seq = ?1", [last], |r| {
-            r.get(0)
+            super::derived::digest_hex(r.get_ref(0)?)
         })?;
     let mut removed = counts::Removed::default();
     let (claims, tombstones) = delete_claims(&tx, first, last, now, &mut removed)?;

@@ -166,6 +166,26 @@ impl<'v> Bound<'_, 'v> {
         self.bound(rc)
     }
 
+    /// Binds a record's digest in the form it is stored (`derived::Digest`): its 32 bytes,
+    /// copied by SQLite (they exist only here), or the text as it is.
+    pub(super) fn digest(&mut self, hex: &'v str) -> Result<()> {
+        let Some(bytes) = super::derived::lowercase_hex(hex) else {
+            return self.text(hex);
+        };
+        // SAFETY: the statement is live; SQLITE_TRANSIENT makes SQLite copy the 32 bytes
+        // before this returns.
+        let rc = unsafe {
+            ffi::sqlite3_bind_blob(
+                self.stmt.as_ptr(),
+                self.next,
+                bytes.as_ptr().cast(),
+                32,
+                ffi::SQLITE_TRANSIENT(),
+            )
+        };
+        self.bound(rc)
+    }
+
     /// Binds an integer.
     pub(super) fn int(&mut self, v: i64) -> Result<()> {
         // SAFETY: the statement is live.

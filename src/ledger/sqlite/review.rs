@@ -86,6 +86,7 @@ impl Review for SqliteLedger {
             stream: d.stream,
             on_conflict: OnConflict::Record,
             claims_by_spelling: self.claims_by_spelling,
+            derives: self.derives,
             approving: true,
         };
         let mut batch = Batch::start(&tx, statements, groups, &ctx, 1)?;

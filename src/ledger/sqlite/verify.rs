@@ -12,7 +12,7 @@ use super::{audit_store, counts, format};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
 use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
-use rusqlite::types::ValueRef::{Blob, Integer, Text};
+use rusqlite::types::ValueRef::{Blob, Integer, Null, Text};
 use rusqlite::{Connection, OptionalExtension};
 use std::path::Path;
 
@@ -98,8 +98,10 @@ const CHECKS: [(&str, &str); 15] = [
     (
         "disbursement without an outbox row",
         "SELECT 'disbursement ' || d.id || ' (claim ' || d.claim_id || ', key '
-                || lower(hex(d.idempotency_key)) || ') has no outbox row'
+                || ifnull(lower(hex(ifnull(d.idempotency_key, p.idempotency_key))), 'none')
+                || ') has no outbox row'
          FROM disbursements d LEFT JOIN outbox o ON o.claim_id = d.claim_id
+         LEFT JOIN processed_messages p ON p.claim_id = d.claim_id
          WHERE o.id IS NULL ORDER BY d.id LIMIT 1",
     ),
     (
@@ -110,13 +112,21 @@ const CHECKS: [(&str, &str); 15] = [
     ),
     (
         "outbox event differs from its disbursement",
-        "SELECT 'outbox row ' || o.id || ' announces ' || ifnull(json_extract(o.payload, '$.amount_cents'), 'no amount')
+        "SELECT 'outbox row ' || o.id || ' announces '
+                || ifnull(CASE WHEN json_valid(o.payload) THEN json_extract(o.payload, '$.amount_cents') END,
+                          'no amount')
                 || ' cents but disbursement ' || d.id || ' records ' || d.amount_cents
          FROM outbox o JOIN disbursements d ON d.claim_id = o.claim_id
-         WHERE json_valid(o.payload) = 0
-            OR json_extract(o.payload, '$.amount_cents') IS NOT d.amount_cents
-            OR json_extract(o.payload, '$.award_id') IS NOT d.award_id
-            OR json_extract(o.payload, '$.idempotency_key') IS NOT lower(hex(d.idempotency_key))
+         LEFT JOIN processed_messages p ON p.claim_id = o.claim_id
+         WHERE o.payload IS NOT NULL
+           -- CASE, not OR: SQLite may evaluate json_extract first, which raises an error on
+           -- text that is not JSON instead of naming the row.
+           AND CASE WHEN json_valid(o.payload) = 0 THEN 1
+                    ELSE json_extract(o.payload, '$.amount_cents') IS NOT d.amount_cents
+                      OR json_extract(o.payload, '$.award_id') IS NOT d.award_id
+                      OR json_extract(o.payload, '$.idempotency_key')
+                         IS NOT lower(hex(ifnull(d.idempotency_key, p.idempotency_key)))
+               END
          ORDER BY o.id LIMIT 1",
     ),
     (
@@ -253,9 +263,11 @@ fn exact(tx: &Connection) -> Result<()> {
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
     checks::processed_records(disbursements, processed, || {
         Ok(tx.query_row(
-            "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(d.idempotency_key)) || ') has no processed audit record'
-             FROM disbursements d LEFT JOIN audit_log a
-               ON a.kind = 'processed' AND a.idempotency_key = lower(hex(d.idempotency_key))
+            "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(ifnull(d.idempotency_key, p.idempotency_key))) || ') has no processed audit record'
+             FROM disbursements d LEFT JOIN processed_messages p ON p.claim_id = d.claim_id
+             LEFT JOIN audit_log a
+               ON a.kind = 'processed'
+              AND a.idempotency_key = lower(hex(ifnull(d.idempotency_key, p.idempotency_key)))
              WHERE a.seq IS NULL ORDER BY d.id LIMIT 1",
             [],
             |r| r.get(0),
@@ -344,7 +356,9 @@ fn sweep(tx: &Connection) -> Result<Summary> {
                     "claim {claim} holds a value of another type"
                 )));
             };
-            if d.get_ref(1)? != Blob(key)
+            // A key the disbursement does not store is its claim's (`derived.rs`).
+            let stored_key = d.get_ref(1)?;
+            if (stored_key != Null && stored_key != Blob(key))
                 || d.get_ref(2)? != Text(award_bytes)
                 || d.get_ref(3)? != Integer(amount)
             {
@@ -514,6 +528,10 @@ fn event_announces(
     award: &str,
     amount: i64,
 ) -> Result<bool> {
+    if payload == Null {
+        // Not stored: the event is derived from this very claim (`derived.rs`).
+        return Ok(true);
+    }
     if let Some(plain) = match payload {
         Text(text) => sweep::plain_event_announces(text, key, award, amount),
         _ => None,
@@ -522,10 +540,11 @@ fn event_announces(
     }
     let differs: Option<bool> = tx
         .prepare_cached(
-            "SELECT json_valid(?1) = 0
-                 OR json_extract(?1, '$.amount_cents') IS NOT ?2
-                 OR json_extract(?1, '$.award_id') IS NOT ?3
-                 OR json_extract(?1, '$.idempotency_key') IS NOT lower(hex(?4))",
+            "SELECT CASE WHEN json_valid(?1) = 0 THEN 1
+                         ELSE json_extract(?1, '$.amount_cents') IS NOT ?2
+                           OR json_extract(?1, '$.award_id') IS NOT ?3
+                           OR json_extract(?1, '$.idempotency_key') IS NOT lower(hex(?4))
+                    END",
         )?
         .query_row(
             rusqlite::params![

@@ -101,14 +101,23 @@ fn read_sqlite(world: &World) -> Ledger {
         V::Null => None,
         other => Some(int(other)),
     };
+    // A digest as hex: 32 raw bytes (format 5) or an earlier format's hex text.
+    let digest = |v: &V| match v {
+        V::Blob(b) => claimgate::domain::key::to_hex(b),
+        other => text(other).expect("a digest"),
+    };
     let claims = rows("SELECT idempotency_key, claim_id, amount_cents FROM processed_messages")
         .iter()
         .map(|r| (blob(&r[0]), int(&r[1]), int(&r[2])))
         .collect();
-    let disbursements = rows("SELECT claim_id, idempotency_key, amount_cents FROM disbursements")
-        .iter()
-        .map(|r| (int(&r[0]), blob(&r[1]), int(&r[2])))
-        .collect();
+    // A disbursement of a ledger this release made stores no key: its claim's (format 5).
+    let disbursements = rows(
+        "SELECT d.claim_id, ifnull(d.idempotency_key, p.idempotency_key), d.amount_cents
+         FROM disbursements d LEFT JOIN processed_messages p ON p.claim_id = d.claim_id",
+    )
+    .iter()
+    .map(|r| (int(&r[0]), blob(&r[1]), int(&r[2])))
+    .collect();
     let outbox = rows("SELECT id, claim_id FROM outbox")
         .iter()
         .map(|r| (int(&r[0]), int(&r[1])))
@@ -133,8 +142,8 @@ fn read_sqlite(world: &World) -> Ledger {
         delivery_count: int_or_null(&r[7]),
         detail: text(&r[8]),
         recorded_at: text(&r[9]).expect("recorded_at"),
-        prev_hash: text(&r[10]).expect("prev_hash"),
-        hash: text(&r[11]).expect("hash"),
+        prev_hash: digest(&r[10]),
+        hash: digest(&r[11]),
         batch_index: None,
     })
     .collect();

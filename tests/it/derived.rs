@@ -1,0 +1,217 @@
+//! Format 5 of the SQLite ledger (`src/ledger/sqlite/derived.rs`): a ledger this release makes
+//! stores no disbursement key or time and no outbox event that its claim already holds, and
+//! its audit digests as raw bytes; a format-4 ledger keeps what it stored and goes on in the
+//! new format. Either way the relay publishes byte for byte the events a format-4 ledger
+//! stored, `verify` and `audit verify` pass, and a stored value that differs from its claim
+//! still fails `verify`. Real binary, real files, real Redis.
+
+use crate::support::{self, World};
+use claimgate::domain::event;
+
+/// `(event_type, payload)` of every entry on `grants:events`, as published (raw text).
+fn published(w: &World) -> Vec<(String, String)> {
+    let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("grants:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut w.conn())
+        .unwrap();
+    reply
+        .into_iter()
+        .map(|(_, fields)| {
+            let get = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_else(|| panic!("an event without {name}: {fields:?}"))
+            };
+            (get("event_type"), get("payload"))
+        })
+        .collect()
+}
+
+/// The events submissions `range` announce, as the worker builds them at the claim.
+fn expected(range: std::ops::Range<usize>) -> Vec<(String, String)> {
+    range
+        .map(|i| {
+            let s = support::parsed(i);
+            (
+                event::DISBURSEMENT_RECORDED.to_owned(),
+                event::payload(&s, &s.key.to_hex()),
+            )
+        })
+        .collect()
+}
+
+/// Pays submissions `range` and publishes their events.
+fn pay_and_publish(w: &World, range: std::ops::Range<usize>) {
+    w.add(&range.map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+}
+
+/// A ledger laid out as a format-4 release made it (`fixtures/schema-v4-effects.sql`).
+fn format_4_ledger() -> World {
+    let w = World::new();
+    rusqlite::Connection::open(&w.db)
+        .unwrap()
+        .execute_batch(include_str!("fixtures/schema-v4-effects.sql"))
+        .unwrap();
+    w
+}
+
+#[test]
+fn a_new_ledger_stores_nothing_its_claims_hold_and_publishes_the_events_a_format_4_ledger_stored() {
+    // 1. Six submissions paid into a ledger this release makes, and published: no outbox row
+    //    stores an event type, payload or creation time, no disbursement a key or time, and
+    //    every audit digest is 32 raw bytes.
+    // 2. The events published are byte for byte those the worker builds at the claim (what a
+    //    format-4 ledger stored), and the same as a format-4 ledger's relay publishes for the
+    //    same submissions.
+    // 3. verify and audit verify pass; status counts six claims and an empty outbox backlog.
+    let w = World::new();
+    pay_and_publish(&w, 0..6);
+    assert_eq!(
+        w.sql_i64(
+            "SELECT COUNT(*) FROM outbox
+             WHERE event_type IS NOT NULL OR payload IS NOT NULL OR created_at IS NOT NULL"
+        ),
+        0
+    );
+    assert_eq!(w.count("outbox"), 6);
+    assert_eq!(
+        w.sql_i64(
+            "SELECT COUNT(*) FROM disbursements
+             WHERE idempotency_key IS NOT NULL OR recorded_at IS NOT NULL"
+        ),
+        0
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE typeof(hash) <> 'blob' OR length(hash) <> 32 OR typeof(prev_hash) <> 'blob'"),
+        0
+    );
+    assert_eq!(published(&w), expected(0..6));
+
+    let wide = format_4_ledger();
+    pay_and_publish(&wide, 0..6);
+    assert_eq!(
+        wide.sql_i64("SELECT COUNT(*) FROM outbox WHERE payload IS NULL"),
+        0,
+        "a format-4 table is written in full"
+    );
+    assert_eq!(published(&wide), published(&w));
+
+    for l in [&w, &wide] {
+        l.run_ok(&["verify"]);
+        l.run_ok(&["audit", "verify"]);
+        let status: serde_json::Value =
+            serde_json::from_slice(&l.run_ok(&["status", "--json"]).stdout).unwrap();
+        assert_eq!(status["ledger"]["claims"], 6, "{status}");
+        assert_eq!(status["ledger"]["outbox_backlog"], 0, "{status}");
+    }
+}
+
+#[test]
+fn a_format_4_ledger_keeps_its_hex_rows_and_its_chain_goes_on_in_format_5() {
+    // 1. A format-4 ledger (fixture tables, three claims, its digests hex as that release
+    //    wrote them, format 4 recorded) is opened by a worker paying three more: it records
+    //    format 5 and nothing else changes in the old rows.
+    // 2. The first three records keep their hex digests and the next three are raw bytes, and
+    //    the chain runs across: verify, audit verify, an export verified as a file.
+    // 3. All six events are published, each the one its claim announces.
+    let w = format_4_ledger();
+    pay_and_publish(&w, 0..3);
+    w.sql().exec(
+        "UPDATE audit_log SET prev_hash = lower(hex(prev_hash)), hash = lower(hex(hash));
+         UPDATE ledger_meta SET value = '4' WHERE name = 'format_version';",
+    );
+    let old_rows = |w: &World| {
+        w.sql_text(
+            "SELECT group_concat(seq || ':' || typeof(prev_hash) || typeof(hash) || ':' || hash, ',')
+             FROM (SELECT * FROM audit_log WHERE seq <= 3 ORDER BY seq)",
+        )
+    };
+    let before = old_rows(&w);
+    assert!(before.contains("3:texttext:"), "{before}");
+
+    pay_and_publish(&w, 3..6);
+    assert_eq!(
+        w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
+        "5"
+    );
+    assert_eq!(old_rows(&w), before, "an old row was rewritten");
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE seq > 3 AND typeof(hash) = 'blob'"),
+        3
+    );
+    w.run_ok(&["verify"]);
+    w.run_ok(&["audit", "verify"]);
+    let export = w.dir.path().join("audit.jsonl");
+    w.run_ok(&["audit", "export", "--out", export.to_str().unwrap()]);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&export)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 6);
+    for pair in lines.windows(2) {
+        assert_eq!(pair[1]["prev_hash"], pair[0]["hash"], "{pair:?}");
+        assert_eq!(pair[1]["hash"].as_str().unwrap().len(), 64, "{pair:?}");
+    }
+    w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
+    assert_eq!(published(&w), expected(0..6));
+}
+
+#[test]
+fn a_stored_value_that_differs_from_the_claim_it_stands_beside_fails_verify() {
+    // On a format-5 ledger of three claims, each edit below fails verify (exit 1, naming it),
+    // and verify passes again once the column is NULL again (derived from the claim):
+    // - claim 2's disbursement given claim 1's key;
+    // - claim 2's outbox row given a payload announcing one cent more;
+    // - claim 2's outbox row given a payload that is not JSON.
+    let w = World::new();
+    pay_and_publish(&w, 0..3);
+    w.run_ok(&["verify"]);
+    let mut db = w.sql();
+    let refused = |w: &World| {
+        let out = w.run(&["verify"]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "verify passed: {err}");
+        err
+    };
+    db.exec(
+        "UPDATE disbursements SET idempotency_key =
+             (SELECT idempotency_key FROM processed_messages WHERE claim_id = 1)
+         WHERE claim_id = 2",
+    );
+    let err = refused(&w);
+    assert!(err.contains("disbursement differs from its claim"), "{err}");
+    db.exec("UPDATE disbursements SET idempotency_key = NULL WHERE claim_id = 2");
+    w.run_ok(&["verify"]);
+
+    let s = support::parsed(1);
+    let raised = event::payload(
+        &claimgate::domain::submission::Submission {
+            amount_cents: s.amount_cents + 1,
+            ..s.clone()
+        },
+        &s.key.to_hex(),
+    );
+    for payload in [raised.as_str(), "not json"] {
+        rusqlite::Connection::open(&w.db)
+            .unwrap()
+            .execute(
+                "UPDATE outbox SET payload = ?1 WHERE claim_id = 2",
+                [payload],
+            )
+            .unwrap();
+        let err = refused(&w);
+        assert!(
+            err.contains("outbox event differs from its disbursement"),
+            "{payload}: {err}"
+        );
+    }
+    db.exec("UPDATE outbox SET payload = NULL WHERE claim_id = 2");
+    w.run_ok(&["verify"]);
+}
