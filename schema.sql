@@ -71,15 +71,14 @@ CREATE TABLE IF NOT EXISTS claim_tombstones (
 -- one disbursement). Ledgers made by earlier releases keep `id INTEGER PRIMARY KEY` with
 -- UNIQUE (claim_id), the same guarantee in two B-trees.
 --
--- What the row would only repeat of its claim it leaves NULL (format 5, src/ledger/sqlite/
--- format.rs): idempotency_key NULL is the claim's key, recorded_at NULL the claim's
--- claimed_at (one transaction wrote both). The award and the amount stay, so the table still
--- reads as what was paid to whom. A ledger made by an earlier release keeps these NOT NULL
--- and full; both are read alike (src/ledger/sqlite/derived.rs).
+-- The key, award and amount are stored, as the contract names them: this is the table people
+-- query for what was paid to whom. Only recorded_at, when NULL, is derived: the claim's
+-- claimed_at, written in the same transaction (format 5, src/ledger/sqlite/derived.rs). A
+-- ledger made by an earlier release keeps it NOT NULL and written; both are read alike.
 CREATE TABLE IF NOT EXISTS disbursements (
     id              INTEGER GENERATED ALWAYS AS (claim_id) VIRTUAL,
     claim_id        INTEGER PRIMARY KEY REFERENCES processed_messages (claim_id),
-    idempotency_key BLOB    CHECK (length(idempotency_key) = 32),
+    idempotency_key BLOB    NOT NULL CHECK (length(idempotency_key) = 32),
     award_id        TEXT    NOT NULL,
     amount_cents    INTEGER NOT NULL CHECK (amount_cents > 0),
     recorded_at     TEXT
@@ -88,13 +87,17 @@ CREATE TABLE IF NOT EXISTS disbursements (
 -- The transactional outbox. AUTOINCREMENT so an id is never reused, even after a purge: the
 -- relay's exactly-once publishing depends on ids only ever growing.
 --
--- The event a row announces is a function of its claim (src/domain/event.rs), so a row this
--- release writes stores none of it (format 5): event_type NULL is 'disbursement.recorded',
--- payload NULL the event built from the claim's amount, award, key and submission_timestamp,
--- created_at NULL the claim's claimed_at. The relay, `migrate` and `verify` read the row as if
--- it held them (src/ledger/sqlite/derived.rs), byte for byte what an earlier release stored; a
--- payload that is stored is published as stored. The claim is kept as long as its outbox row
--- (a purge removes both), so there is always one to derive from.
+-- A row is written whole and keeps its event until it is published. The event is a function
+-- of the claim (src/domain/event.rs), so once published a row keeps only its id, claim and
+-- published_at (format 5; the relay puts the row back without the rest, src/ledger/sqlite/
+-- outbox.rs): event_type NULL is 'disbursement.recorded', payload NULL the event built from
+-- the claim's amount, award, key and submission_timestamp, created_at NULL the claim's
+-- claimed_at. The relay (publishing again from the ledger), `migrate`, the retention export
+-- and `verify` read such a row as if it held them (src/ledger/sqlite/derived.rs), byte for
+-- byte what was stored; a payload that is stored is published as stored and checked against
+-- its claim. The claim is kept as long as its outbox row (a purge removes both), so there is
+-- always one to derive from. A ledger made by an earlier release keeps these columns NOT NULL
+-- and its published rows whole.
 CREATE TABLE IF NOT EXISTS outbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     claim_id     INTEGER NOT NULL UNIQUE REFERENCES processed_messages (claim_id),

@@ -1117,7 +1117,7 @@ const WIDE_TABLES: &str = include_str!("../tests/it/fixtures/schema-v4-effects.s
 /// and spread over the years, so `retention purge` of a year removes a year's claims.
 ///
 /// Rows are written as the worker writes them into a ledger this release made (format 5:
-/// the disbursement's key and time and the outbox row's event left to their claim); `wide`
+/// the disbursement's time and the outbox row's event left to their claim); `wide`
 /// makes the three tables as a format-4 release did and fills every column, hashes as hex.
 fn prefill(path: &Path, n: usize, wide: bool) -> Res<()> {
     use claimgate::domain::audit::{Kind, Record, GENESIS_HASH};
@@ -1142,7 +1142,7 @@ fn prefill(path: &Path, n: usize, wide: bool) -> Res<()> {
              "INSERT INTO outbox (claim_id, event_type, payload, created_at, published_at) VALUES (?1, 'disbursement.recorded', ?2, ?3, ?3)")
         } else {
             (
-                "INSERT INTO disbursements (claim_id, award_id, amount_cents) VALUES (?1, ?3, ?4)",
+                "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents) VALUES (?1, ?2, ?3, ?4)",
                 "INSERT INTO outbox (claim_id, published_at) VALUES (?1, ?3)",
             )
         };
@@ -1188,7 +1188,7 @@ fn prefill(path: &Path, n: usize, wide: bool) -> Res<()> {
                     .execute(rusqlite::params![i, event, at])
                     .map_err(sql)?;
             } else {
-                disb.execute(rusqlite::params![i, None::<Vec<u8>>, award, cents])
+                disb.execute(rusqlite::params![i, &key[..], award, cents])
                     .map_err(sql)?;
                 outbox
                     .execute(rusqlite::params![i, None::<String>, at])

@@ -1,9 +1,10 @@
-//! Format 5 of the SQLite ledger (`src/ledger/sqlite/derived.rs`): a ledger this release makes
-//! stores no disbursement key or time and no outbox event that its claim already holds, and
-//! its audit digests as raw bytes; a format-4 ledger keeps what it stored and goes on in the
-//! new format. Either way the relay publishes byte for byte the events a format-4 ledger
-//! stored, `verify` and `audit verify` pass, and a stored value that differs from its claim
-//! still fails `verify`. Real binary, real files, real Redis.
+//! Format 5 of the SQLite ledger (`src/ledger/sqlite/derived.rs`): in a ledger this release
+//! makes, an outbox row keeps its event while it waits for the relay and none once published,
+//! a disbursement stores no time, and audit digests are raw bytes; a format-4 ledger keeps what
+//! it stored and goes on in the new format. Either way the relay publishes, and publishes
+//! again from the ledger, byte for byte the events a format-4 ledger stored; `verify` and
+//! `audit verify` pass; and a stored value that differs from its claim still fails `verify`.
+//! Real binary, real files, real Redis.
 
 use crate::support::{self, World};
 use claimgate::domain::event;
@@ -62,16 +63,30 @@ fn format_4_ledger() -> World {
 }
 
 #[test]
-fn a_new_ledger_stores_nothing_its_claims_hold_and_publishes_the_events_a_format_4_ledger_stored() {
-    // 1. Six submissions paid into a ledger this release makes, and published: no outbox row
-    //    stores an event type, payload or creation time, no disbursement a key or time, and
-    //    every audit digest is 32 raw bytes.
+fn a_new_ledger_keeps_no_published_event_and_publishes_the_events_a_format_4_ledger_stored() {
+    // 1. Six submissions paid into a ledger this release makes: each outbox row holds its
+    //    event, as the worker built it, until the relay publishes it; then none holds an event
+    //    type, payload or creation time. No disbursement stores its time (each its key, award
+    //    and amount, as the contract names them), and every audit digest is 32 raw bytes.
     // 2. The events published are byte for byte those the worker builds at the claim (what a
     //    format-4 ledger stored), and the same as a format-4 ledger's relay publishes for the
     //    same submissions.
     // 3. verify and audit verify pass; status counts six claims and an empty outbox backlog.
     let w = World::new();
-    pay_and_publish(&w, 0..6);
+    w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    let stored: Vec<(String, String)> = {
+        let db = rusqlite::Connection::open(&w.db).unwrap();
+        let mut st = db
+            .prepare("SELECT event_type, payload FROM outbox ORDER BY id")
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    assert_eq!(stored, expected(0..6), "an unpublished row holds its event");
+    w.run_ok(&["relay", "--exit-when-idle"]);
     assert_eq!(
         w.sql_i64(
             "SELECT COUNT(*) FROM outbox
@@ -81,11 +96,16 @@ fn a_new_ledger_stores_nothing_its_claims_hold_and_publishes_the_events_a_format
     );
     assert_eq!(w.count("outbox"), 6);
     assert_eq!(
-        w.sql_i64(
-            "SELECT COUNT(*) FROM disbursements
-             WHERE idempotency_key IS NOT NULL OR recorded_at IS NOT NULL"
-        ),
+        w.sql_i64("SELECT COUNT(*) FROM disbursements WHERE recorded_at IS NOT NULL"),
         0
+    );
+    assert_eq!(
+        w.sql_i64(
+            "SELECT COUNT(*) FROM disbursements d JOIN processed_messages p
+             ON p.claim_id = d.claim_id AND p.idempotency_key = d.idempotency_key"
+        ),
+        6,
+        "the contract's key is stored in every disbursement"
     );
     assert_eq!(
         w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE typeof(hash) <> 'blob' OR length(hash) <> 32 OR typeof(prev_hash) <> 'blob'"),
@@ -166,7 +186,8 @@ fn a_format_4_ledger_keeps_its_hex_rows_and_its_chain_goes_on_in_format_5() {
 #[test]
 fn a_stored_value_that_differs_from_the_claim_it_stands_beside_fails_verify() {
     // On a format-5 ledger of three claims, each edit below fails verify (exit 1, naming it),
-    // and verify passes again once the column is NULL again (derived from the claim):
+    // and verify passes again once it is undone (the key put back; the payload NULL again,
+    // derived from the claim):
     // - claim 2's disbursement given claim 1's key;
     // - claim 2's outbox row given a payload announcing one cent more;
     // - claim 2's outbox row given a payload that is not JSON.
@@ -187,7 +208,11 @@ fn a_stored_value_that_differs_from_the_claim_it_stands_beside_fails_verify() {
     );
     let err = refused(&w);
     assert!(err.contains("disbursement differs from its claim"), "{err}");
-    db.exec("UPDATE disbursements SET idempotency_key = NULL WHERE claim_id = 2");
+    db.exec(
+        "UPDATE disbursements SET idempotency_key =
+             (SELECT idempotency_key FROM processed_messages WHERE claim_id = 2)
+         WHERE claim_id = 2",
+    );
     w.run_ok(&["verify"]);
 
     let s = support::parsed(1);

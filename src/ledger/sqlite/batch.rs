@@ -215,9 +215,8 @@ pub(super) struct Batch<'t, 'a> {
     tail: ChainTail,
     /// New claims' disbursements, written by `finish`.
     disbursements: Vec<Disbursement<'a>>,
-    /// New claims' outbox rows (claim id, event JSON; none where the ledger derives it),
-    /// written by `finish`.
-    outbox: Vec<(i64, Option<String>)>,
+    /// New claims' outbox rows (claim id, event JSON), written by `finish`.
+    outbox: Vec<(i64, String)>,
     /// Audit records in chain order, not yet numbered or sealed: `finish` does both.
     audit: Vec<Record>,
     /// The highest claim id this batch made (0 before its first).
@@ -295,15 +294,12 @@ impl<'t, 'a> Batch<'t, 'a> {
         let records_before = self.audit.len();
         let outcome = decide::settle(item, verdict, first_dead, &stamp, &mut self.audit);
         if let (true, Some(d)) = (claimed, Delivered::of(item)) {
-            // A ledger that derives the event from the claim (`derived.rs`) stores none.
-            let event = (!self.ctx.derives.outbox).then(|| {
-                // The claim's `processed` record, just settled, already spells its key in hex.
-                let key_hex = self.audit[records_before].idempotency_key.as_deref();
-                event::payload(
-                    d.submission,
-                    key_hex.expect("a processed record names its key"),
-                )
-            });
+            // The claim's `processed` record, just settled, already spells its key in hex.
+            let key_hex = self.audit[records_before].idempotency_key.as_deref();
+            let event = event::payload(
+                d.submission,
+                key_hex.expect("a processed record names its key"),
+            );
             self.pay(d.submission, event);
         }
         Ok(outcome)
@@ -311,7 +307,7 @@ impl<'t, 'a> Batch<'t, 'a> {
 
     /// Queues the disbursement and outbox row (its `event`) of the claim [`Facts::claim`] just
     /// made of `s`.
-    fn pay(&mut self, s: &'a Submission, event: Option<String>) {
+    fn pay(&mut self, s: &'a Submission, event: String) {
         let claim_id = self.probe.claim_id;
         self.claim_id_max = self.claim_id_max.max(claim_id);
         // After its own conflict probe (its own claim is no conflict); later claims in its
@@ -404,73 +400,52 @@ fn seal(mut records: Vec<Record>, after_seq: i64, mut prev_hash: String) -> Vec<
     records
 }
 
-/// Writes a batch's disbursements and outbox rows, many rows per statement: in full, or
-/// without what the ledger derives from the claim (`derived.rs`).
+/// Writes a batch's disbursements and outbox rows, many rows per statement: a disbursement
+/// without its time where the ledger derives it from the claim (`derived.rs`). Outbox rows
+/// are written whole: the event is there for whatever publishes it until it is published.
 fn write_effects(
     st: &mut raw::Statements,
     now: &str,
     derives: Derives,
     disbursements: &[Disbursement<'_>],
-    outbox: &[(i64, Option<String>)],
+    outbox: &[(i64, String)],
 ) -> Result<()> {
-    if derives.disbursements {
-        multirow::insert(
-            st,
-            "INSERT INTO disbursements (claim_id, award_id, amount_cents)",
-            3,
-            disbursements,
-            |b, d| {
-                b.int(d.claim_id)?;
-                b.text(&d.submission.award_id)?;
-                b.int(d.submission.amount_cents)
-            },
-        )?;
+    let (head, columns) = if derives.disbursements {
+        (
+            "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents)",
+            4,
+        )
     } else {
-        multirow::insert(
-            st,
+        (
             "INSERT INTO disbursements (claim_id, idempotency_key, award_id, amount_cents,
                  recorded_at)",
             5,
-            disbursements,
-            |b, d| {
-                let s = d.submission;
-                b.int(d.claim_id)?;
-                b.blob(s.key.as_bytes())?;
-                b.text(&s.award_id)?;
-                b.int(s.amount_cents)?;
-                b.text(now)
-            },
-        )?;
-    }
-    if derives.outbox {
-        multirow::insert(
-            st,
-            "INSERT INTO outbox (claim_id)",
-            1,
-            outbox,
-            |b, (claim_id, payload)| {
-                debug_assert!(payload.is_none(), "a derived event is not built");
-                b.int(*claim_id)
-            },
-        )?;
-    } else {
-        multirow::insert(
-            st,
-            "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
-            4,
-            outbox,
-            |b, (claim_id, payload)| {
-                b.int(*claim_id)?;
-                b.text(EVENT_DISBURSEMENT_RECORDED)?;
-                b.text(
-                    payload
-                        .as_deref()
-                        .expect("an event is built where it is stored"),
-                )?;
-                b.text(now)
-            },
-        )?;
-    }
+        )
+    };
+    multirow::insert(st, head, columns, disbursements, |b, d| {
+        let s = d.submission;
+        b.int(d.claim_id)?;
+        b.blob(s.key.as_bytes())?;
+        b.text(&s.award_id)?;
+        b.int(s.amount_cents)?;
+        if derives.disbursements {
+            Ok(())
+        } else {
+            b.text(now)
+        }
+    })?;
+    multirow::insert(
+        st,
+        "INSERT INTO outbox (claim_id, event_type, payload, created_at)",
+        4,
+        outbox,
+        |b, (claim_id, payload)| {
+            b.int(*claim_id)?;
+            b.text(EVENT_DISBURSEMENT_RECORDED)?;
+            b.text(payload)?;
+            b.text(now)
+        },
+    )?;
     Ok(())
 }
 

@@ -697,15 +697,23 @@ mod tests {
 
     #[test]
     fn a_build_beside_a_busy_writer_leaves_its_adoption_only_what_its_last_step_missed() {
-        // A ledger of 400,000 claims; its build starts, and another writer commits claims in
+        // A ledger of 1,000,000 claims; its build starts, and another writer commits claims in
         // transactions of 2,000 until the build is done: the build's last step reached the
         // last claim, so the built filter is behind the ledger by little more than what was
-        // committed while that step read (6 transactions allowed). Red when the build stops
-        // at one snapshot: it is then behind by everything committed while it read 400,000
-        // claims (dozens of transactions here). A quarter of all that was committed is
+        // committed while that step read (3 transactions allowed). Red when the build stops
+        // at one snapshot: it is then behind by everything committed while it read 1,000,000
+        // claims (a dozen transactions here). A quarter of all that was committed is
         // allowed too, for a build thread descheduled on a loaded machine after its last step.
-        const HISTORY: i64 = 400_000;
+        //
+        // The writer pauses after each transaction, as a worker does between batches: writing
+        // back to back with `synchronous = OFF` it could outrun the build's steps (a pause of
+        // a checkpoint round each) on a fast disk, and the build, which must reach the last
+        // claim, then never ended (seen: the test ran until killed). A build that has not
+        // ended after two minutes fails the test, saying so.
+        const HISTORY: i64 = 1_000_000;
         const WRITES: i64 = 2_000;
+        const WRITER_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+        const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(120);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         let mut conn = rusqlite::Connection::open(&path).unwrap();
@@ -724,15 +732,22 @@ mod tests {
             super::super::settings::Settings::of(&crate::config::LedgerConfig::new(&path));
         let (build, _halt) = build((path.clone(), settings)).unwrap();
         let (mut next, mut transactions) = (HISTORY + 1, 0);
+        let started = std::time::Instant::now();
         while !build.is_finished() {
+            assert!(
+                started.elapsed() < GIVE_UP,
+                "the build never reached the last claim beside a writer of {WRITES} claims \
+                 every {WRITER_PAUSE:?} ({transactions} transactions in {GIVE_UP:?})"
+            );
             write(next, WRITES);
             next += WRITES;
             transactions += 1;
+            std::thread::sleep(WRITER_PAUSE);
         }
         let filter = build.join().unwrap().unwrap().expect("nothing was purged");
         let behind = next - 1 - filter.claim_id_seen;
         assert!(
-            behind <= (6 * WRITES).max(transactions * WRITES / 4),
+            behind <= (3 * WRITES).max(transactions * WRITES / 4),
             "the build is {behind} claims behind the ledger ({transactions} transactions \
              committed while it ran)"
         );

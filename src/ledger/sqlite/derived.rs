@@ -4,12 +4,17 @@
 //! - **Digests** (`audit_log.prev_hash`, `hash`): stored as 32 raw bytes; a ledger of an
 //!   earlier format keeps its rows' 64 hex digits. [`digest_hex`] reads either as hex, the one
 //!   form a record is shown and hashed in, and [`Digest`] is how a record's hex is stored.
-//! - **Outbox rows** whose table allows it leave `event_type`, `payload` and `created_at`
-//!   NULL: the event is a function of the claim (`domain::event::announcing`), written by the
-//!   same code that built it at the claim, so a derived payload is byte for byte the one an
-//!   earlier release stored. [`OUTBOX_ROWS`] and [`OutboxRow`] read a row either way.
-//! - **Disbursements** whose table allows it leave `idempotency_key` and `recorded_at` NULL:
-//!   the claim's key and `claimed_at`, written in the same transaction.
+//! - **Outbox rows** are written whole, and stay whole while they wait for the relay: the
+//!   event is there for anything that publishes it. Once published, a row whose table allows
+//!   it has `event_type`, `payload` and `created_at` set to NULL in the statement that marks it
+//!   (`outbox.rs`): the event is a function of the claim (`domain::event::announcing`, the code
+//!   that built it at the claim), so a derived payload is byte for byte the one stored, and
+//!   `created_at` is the claim's `claimed_at` (one transaction wrote both). [`OUTBOX_ROWS`] and
+//!   [`OutboxRow`] read a row either way.
+//! - **Disbursements** whose table allows it leave `recorded_at` NULL: the claim's
+//!   `claimed_at`, written in the same transaction. Their key, award and amount are always
+//!   stored: the contract names them, and it is the table people query for what was paid.
+//!   (A disbursement whose key is NULL, from a hand edit, is read as its claim's.)
 //!
 //! **Invariant:** a value derived here is only ever derived from the row's own claim (the
 //! claim a purge removes together with its disbursement and outbox row), and a value that is
@@ -26,9 +31,9 @@ use rusqlite::{Connection, OptionalExtension, Row, ToSql};
 /// it (a ledger this release made). Read once at open, like the claim index's layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct Derives {
-    /// Outbox rows store no event type, payload or creation time.
+    /// A published outbox row keeps no event type, payload or creation time.
     pub(super) outbox: bool,
-    /// Disbursements store no key or recording time.
+    /// Disbursements store no recording time.
     pub(super) disbursements: bool,
 }
 
@@ -53,7 +58,7 @@ impl Derives {
         };
         Ok(Derives {
             outbox: nullable("outbox", &["event_type", "payload", "created_at"])?,
-            disbursements: nullable("disbursements", &["idempotency_key", "recorded_at"])?,
+            disbursements: nullable("disbursements", &["recorded_at"])?,
         })
     }
 }

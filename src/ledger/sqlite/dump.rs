@@ -18,7 +18,8 @@ const CLAIMS: &str =
     "SELECT claim_id, idempotency_key, award_id, submission_timestamp, amount_cents,
                              claimed_at, stream_entry_id, consumer, submission_instant
                       FROM processed_messages ORDER BY claim_id";
-/// A disbursement's key and time are its claim's where it stores none (`derived.rs`).
+/// A disbursement's time is its claim's where it stores none (`derived.rs`); so is its key if
+/// a hand edit left it NULL.
 const DISBURSEMENTS: &str = "SELECT d.id, d.claim_id, ifnull(d.idempotency_key, p.idempotency_key),
                                     d.award_id, d.amount_cents, ifnull(d.recorded_at, p.claimed_at)
                              FROM disbursements d

@@ -21,11 +21,13 @@
 //!   An older release refuses it: it would write rows without counting them.
 //! - **5**: made or opened by this release: new audit records store `prev_hash` and `hash` as
 //!   32 raw bytes, and where the tables' declarations allow it (a ledger this release made)
-//!   disbursements and outbox rows leave NULL what their claim already says (`derived.rs`).
+//!   disbursements store no time and published outbox rows no event, both their claim's
+//!   (`derived.rs`).
 //!   Rows written before stay as they were, and every reader takes both forms, so a ledger of
 //!   format 4 becomes format 5 at its first open by recording the number alone: nothing is
 //!   rewritten or counted again. An older release refuses it: it would read a raw digest as
-//!   text, and publish an outbox row with no payload.
+//!   text, and publish a published row again (after a loss of the events stream) with no
+//!   payload.
 //!
 //! A ledger of a number above [`FORMAT_VERSION`] was made by a newer claimgate and is refused
 //! (exit 2) before anything is written to it; `verify` checks the number matches the shape.

@@ -161,10 +161,8 @@ impl Restoring for Restore {
         let copy = self.copy.as_ref().expect("present until commit");
         let mut conn = Connection::open(copy.path())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let marked = tx.execute(
-            "UPDATE outbox SET published_at = ?1 WHERE published_at IS NULL AND id <= ?2",
-            rusqlite::params![now, upto],
-        )?;
+        let derives = super::derived::Derives::of(&tx)?.outbox;
+        let marked = super::outbox::mark(&tx, derives, now, upto)?;
         if upto > 0 {
             super::outbox::note_published_upto(&tx, events_stream, upto)?;
         }
