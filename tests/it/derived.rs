@@ -70,7 +70,8 @@ fn a_new_ledger_keeps_no_published_event_and_publishes_the_events_a_format_4_led
     //    and amount, as the contract names them), and every audit digest is 32 raw bytes.
     // 2. The events published are byte for byte those the worker builds at the claim (what a
     //    format-4 ledger stored), and the same as a format-4 ledger's relay publishes for the
-    //    same submissions.
+    //    same submissions; published again after the events stream is lost, rebuilt from the
+    //    claims, they are still those bytes.
     // 3. verify and audit verify pass; status counts six claims and an empty outbox backlog.
     let w = World::new();
     w.add(&(0..6).map(support::submission).collect::<Vec<_>>());
@@ -121,6 +122,16 @@ fn a_new_ledger_keeps_no_published_event_and_publishes_the_events_a_format_4_led
         "a format-4 table is written in full"
     );
     assert_eq!(published(&wide), published(&w));
+
+    // The events stream lost: published again from the ledger (`--republish-from 1`), each
+    // event is rebuilt from its claim, byte for byte the one published first.
+    let _: () = redis::cmd("DEL")
+        .arg("grants:events")
+        .arg("grants:events:published_upto")
+        .query(&mut w.conn())
+        .unwrap();
+    w.run_ok(&["relay", "--exit-when-idle", "--republish-from", "1"]);
+    assert_eq!(published(&w), expected(0..6), "republished from the claims");
 
     for l in [&w, &wide] {
         l.run_ok(&["verify"]);
