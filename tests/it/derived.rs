@@ -199,7 +199,8 @@ fn a_stored_value_that_differs_from_the_claim_it_stands_beside_fails_verify() {
     // On a format-5 ledger of three claims, each edit below fails verify (exit 1, naming it),
     // and verify passes again once it is undone (the key put back; the payload NULL again,
     // derived from the claim):
-    // - claim 2's disbursement given claim 1's key;
+    // - claim 2's disbursement given claim 1's key, and no key at all (its NOT NULL dropped
+    //   from the schema text for the write, as a hand edit would);
     // - claim 2's outbox row given a payload announcing one cent more;
     // - claim 2's outbox row given a payload that is not JSON.
     let w = World::new();
@@ -219,6 +220,41 @@ fn a_stored_value_that_differs_from_the_claim_it_stands_beside_fails_verify() {
     );
     let err = refused(&w);
     assert!(err.contains("disbursement differs from its claim"), "{err}");
+    {
+        let conn = rusqlite::Connection::open(&w.db).unwrap();
+        let original: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = 'disbursements'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let loose = original.replacen("BLOB    NOT NULL", "BLOB", 1);
+        assert_ne!(loose, original);
+        let schema = |sql: &str| {
+            conn.execute_batch("PRAGMA writable_schema = ON").unwrap();
+            conn.execute(
+                "UPDATE sqlite_master SET sql = ?1 WHERE name = 'disbursements'",
+                [sql],
+            )
+            .unwrap();
+            conn.execute_batch("PRAGMA writable_schema = RESET")
+                .unwrap();
+        };
+        schema(&loose);
+        conn.execute(
+            "UPDATE disbursements SET idempotency_key = NULL WHERE claim_id = 2",
+            [],
+        )
+        .unwrap();
+        schema(&original);
+    }
+    // SQLite's own integrity check, which verify reports first, names it.
+    let err = refused(&w);
+    assert!(
+        err.contains("NULL value in disbursements.idempotency_key"),
+        "{err}"
+    );
     db.exec(
         "UPDATE disbursements SET idempotency_key =
              (SELECT idempotency_key FROM processed_messages WHERE claim_id = 2)

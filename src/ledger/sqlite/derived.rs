@@ -13,8 +13,8 @@
 //!   [`OutboxRow`] read a row either way.
 //! - **Disbursements** whose table allows it leave `recorded_at` NULL: the claim's
 //!   `claimed_at`, written in the same transaction. Their key, award and amount are always
-//!   stored: the contract names them, and it is the table people query for what was paid.
-//!   (A disbursement whose key is NULL, from a hand edit, is read as its claim's.)
+//!   stored: the contract names them, and it is the table people query for what was paid
+//!   (`verify` refuses a disbursement whose key is not its claim's, NULL included).
 //!
 //! **Invariant:** a value derived here is only ever derived from the row's own claim (the
 //! claim a purge removes together with its disbursement and outbox row), and a value that is

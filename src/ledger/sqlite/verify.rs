@@ -65,7 +65,7 @@ const CHECKS: [(&str, &str); 15] = [
                 || ' cents) differs from its claim ' || p.claim_id || ' (award ' || p.award_id || ', '
                 || p.amount_cents || ' cents)'
          FROM disbursements d JOIN processed_messages p ON p.claim_id = d.claim_id
-         WHERE d.idempotency_key <> p.idempotency_key OR d.award_id <> p.award_id
+         WHERE d.idempotency_key IS NOT p.idempotency_key OR d.award_id <> p.award_id
             OR d.amount_cents <> p.amount_cents
          ORDER BY d.id LIMIT 1",
     ),
@@ -356,9 +356,8 @@ fn sweep(tx: &Connection) -> Result<Summary> {
                     "claim {claim} holds a value of another type"
                 )));
             };
-            // A key the disbursement does not store is its claim's (`derived.rs`).
-            let stored_key = d.get_ref(1)?;
-            if (stored_key != Null && stored_key != Blob(key))
+            // The key is stored in every format (CONTRACT.md names it): NULL differs too.
+            if d.get_ref(1)? != Blob(key)
                 || d.get_ref(2)? != Text(award_bytes)
                 || d.get_ref(3)? != Integer(amount)
             {
