@@ -2,7 +2,8 @@
 //! file per side — `batch` (with `conflict` and `multirow`) for [`Ledger::record`], `outbox`,
 //! `audit_store` ([`crate::ledger::AuditLog`]), `verify` ([`crate::ledger::Inspect`]), `purge`
 //! ([`crate::ledger::Retention`]) and `backup` — and `error` turns SQLite's errors into
-//! [`Error::Ledger`].
+//! [`Error::Ledger`]. `derived` reads back what format 5 does not store because the claim
+//! already says it (`format.rs`).
 //!
 //! WAL is set once on a plain connection before the pool exists; every pooled connection then
 //! gets the busy timeout and `synchronous` level. Writers open their transactions with
