@@ -11,24 +11,9 @@ use claimgate::domain::event;
 
 /// `(event_type, payload)` of every entry on `grants:events`, as published (raw text).
 fn published(w: &World) -> Vec<(String, String)> {
-    let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg("grants:events")
-        .arg("-")
-        .arg("+")
-        .query(&mut w.conn())
-        .unwrap();
-    reply
+    w.events()
         .into_iter()
-        .map(|(_, fields)| {
-            let get = |name: &str| {
-                fields
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_else(|| panic!("an event without {name}: {fields:?}"))
-            };
-            (get("event_type"), get("payload"))
-        })
+        .map(|e| (e["event_type"].clone(), e["payload"].clone()))
         .collect()
 }
 

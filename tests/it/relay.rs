@@ -8,26 +8,13 @@ use std::time::Duration;
 
 /// `(event_id, event_type, payload)` of every entry in `grants:events`, in stream order.
 fn events(w: &World) -> Vec<(i64, String, serde_json::Value)> {
-    let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg("grants:events")
-        .arg("-")
-        .arg("+")
-        .query(&mut w.conn())
-        .unwrap();
-    reply
+    w.events()
         .into_iter()
-        .map(|(_, fields)| {
-            let get = |name: &str| {
-                fields
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-                    .unwrap()
-            };
+        .map(|e| {
             (
-                get("event_id").parse().unwrap(),
-                get("event_type"),
-                serde_json::from_str(&get("payload")).unwrap(),
+                e["event_id"].parse().unwrap(),
+                e["event_type"].clone(),
+                serde_json::from_str(&e["payload"]).unwrap(),
             )
         })
         .collect()

@@ -53,21 +53,14 @@ fn reseal(db: &Connection) {
 /// Idempotency keys of every event on `grants:events`, with how often each appears, and the
 /// event ids carrying each.
 fn events_by_key(w: &World) -> std::collections::BTreeMap<String, Vec<i64>> {
-    let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg("grants:events")
-        .arg("-")
-        .arg("+")
-        .query(&mut w.conn())
-        .unwrap();
     let mut by_key = std::collections::BTreeMap::<String, Vec<i64>>::new();
-    for (_, fields) in reply {
-        let get = |name: &str| fields.iter().find(|(k, _)| k == name).unwrap().1.clone();
-        let payload: serde_json::Value = serde_json::from_str(&get("payload")).unwrap();
+    for e in w.events() {
+        let payload: serde_json::Value = serde_json::from_str(&e["payload"]).unwrap();
         let key = payload["idempotency_key"].as_str().unwrap().to_owned();
         by_key
             .entry(key)
             .or_default()
-            .push(get("event_id").parse().unwrap());
+            .push(e["event_id"].parse().unwrap());
     }
     by_key
 }

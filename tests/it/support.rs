@@ -413,11 +413,23 @@ impl World {
             .unwrap()
     }
 
+    /// The events stream's (`grants:events`) entries as field maps, in stream order.
+    pub fn events(&self) -> Vec<std::collections::HashMap<String, String>> {
+        self.entries("grants:events")
+    }
+
     /// The dead-letter stream's entries as field maps.
     pub fn dead_letters(&self) -> Vec<std::collections::HashMap<String, Vec<u8>>> {
-        type Entries = Vec<(String, Vec<(String, Vec<u8>)>)>;
-        let reply: Entries = redis::cmd("XRANGE")
-            .arg("grants:submissions:dead")
+        self.entries("grants:submissions:dead")
+    }
+
+    /// Every entry of `stream` as a field map, in stream order.
+    fn entries<V: redis::FromRedisValue>(
+        &self,
+        stream: &str,
+    ) -> Vec<std::collections::HashMap<String, V>> {
+        let reply: Vec<(String, Vec<(String, V)>)> = redis::cmd("XRANGE")
+            .arg(stream)
             .arg("-")
             .arg("+")
             .query(&mut self.conn())

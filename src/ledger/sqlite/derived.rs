@@ -6,8 +6,8 @@
 //!   form a record is shown and hashed in, and [`Digest`] is how a record's hex is stored.
 //! - **Outbox rows** are written whole, and stay whole while they wait for the relay: the
 //!   event is there for anything that publishes it. Once published, a row whose table allows
-//!   it has `event_type`, `payload` and `created_at` set to NULL in the statement that marks it
-//!   (`outbox.rs`): the event is a function of the claim (`domain::event::announcing`, the code
+//!   it keeps no `event_type`, `payload` or `created_at`: the transaction that marks it puts it
+//!   back without them (`outbox::mark`). The event is a function of the claim (`domain::event::announcing`, the code
 //!   that built it at the claim), so a derived payload is byte for byte the one stored, and
 //!   `created_at` is the claim's `claimed_at` (one transaction wrote both). [`OUTBOX_ROWS`] and
 //!   [`OutboxRow`] read a row either way.
@@ -157,12 +157,12 @@ impl OutboxRow {
         let (id, claim_id): (i64, i64) = (row.get(0)?, row.get(1)?);
         let payload = match row.get::<_, Option<String>>(3)? {
             Some(stored) => stored,
-            None => derived_payload(row, 6).ok_or_else(|| {
+            None => derived_payload(row, 6)?.ok_or_else(|| {
                 Error::Invariant(format!(
                     "outbox row {id} stores no payload and its claim {claim_id} is not in the \
                      ledger to derive its event from"
                 ))
-            })??,
+            })?,
         };
         Ok(OutboxRow {
             id,
@@ -179,23 +179,18 @@ impl OutboxRow {
 
 /// The event of the claim whose amount, award, key and submission timestamp stand in `row`
 /// from column `at` on; `None` when the row has no claim (all NULL).
-fn derived_payload(row: &Row<'_>, at: usize) -> Option<Result<String>> {
-    let amount: Option<i64> = match row.get(at) {
-        Ok(v) => v,
-        Err(e) => return Some(Err(e.into())),
+fn derived_payload(row: &Row<'_>, at: usize) -> Result<Option<String>> {
+    let Some(amount) = row.get::<_, Option<i64>>(at)? else {
+        return Ok(None);
     };
-    let amount = amount?;
-    Some((|| {
-        let award: String = row.get(at + 1)?;
-        let key: Vec<u8> = row.get(at + 2)?;
-        let submitted: String = row.get(at + 3)?;
-        Ok(event::announcing(&Announced {
-            amount_cents: amount,
-            award_id: &award,
-            key_hex: &key::to_hex(&key),
-            submission_timestamp: &submitted,
-        }))
-    })())
+    let (award, key, submitted): (String, Vec<u8>, String) =
+        (row.get(at + 1)?, row.get(at + 2)?, row.get(at + 3)?);
+    Ok(Some(event::announcing(&Announced {
+        amount_cents: amount,
+        award_id: &award,
+        key_hex: &key::to_hex(&key),
+        submission_timestamp: &submitted,
+    })))
 }
 
 #[cfg(test)]

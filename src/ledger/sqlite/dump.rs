@@ -18,9 +18,8 @@ const CLAIMS: &str =
     "SELECT claim_id, idempotency_key, award_id, submission_timestamp, amount_cents,
                              claimed_at, stream_entry_id, consumer, submission_instant
                       FROM processed_messages ORDER BY claim_id";
-/// A disbursement's time is its claim's where it stores none (`derived.rs`); so is its key if
-/// a hand edit left it NULL.
-const DISBURSEMENTS: &str = "SELECT d.id, d.claim_id, ifnull(d.idempotency_key, p.idempotency_key),
+/// A disbursement's time is its claim's where it stores none (`derived.rs`).
+const DISBURSEMENTS: &str = "SELECT d.id, d.claim_id, d.idempotency_key,
                                     d.award_id, d.amount_cents, ifnull(d.recorded_at, p.claimed_at)
                              FROM disbursements d
                              LEFT JOIN processed_messages p ON p.claim_id = d.claim_id
@@ -69,13 +68,11 @@ impl SqliteLedger {
                 sink(Row::Disbursement {
                     id: r.get(0)?,
                     claim_id: r.get(1)?,
-                    key: key(r.get::<_, Option<Vec<u8>>>(2)?.ok_or_else(|| {
-                        Error::Invariant("a disbursement without its key or claim".into())
-                    })?)?,
+                    key: key(r.get(2)?)?,
                     award_id: r.get(3)?,
                     amount_cents: r.get(4)?,
                     recorded_at: r.get::<_, Option<String>>(5)?.ok_or_else(|| {
-                        Error::Invariant("a disbursement without its time or claim".into())
+                        Error::Invariant("a disbursement without its time or its claim".into())
                     })?,
                 })?;
             }

@@ -190,9 +190,7 @@ impl purge::Snapshot for Transaction<'_> {
             (
                 "disbursements",
                 format!(
-                    "SELECT d.id, d.claim_id,
-                            ifnull(d.idempotency_key, p.idempotency_key) AS idempotency_key,
-                            d.award_id, d.amount_cents,
+                    "SELECT d.id, d.claim_id, d.idempotency_key, d.award_id, d.amount_cents,
                             ifnull(d.recorded_at, p.claimed_at) AS recorded_at
                      FROM disbursements d JOIN processed_messages p ON p.claim_id = d.claim_id
                      WHERE d.claim_id IN ({CLAIMS_IN})"

@@ -98,10 +98,8 @@ const CHECKS: [(&str, &str); 15] = [
     (
         "disbursement without an outbox row",
         "SELECT 'disbursement ' || d.id || ' (claim ' || d.claim_id || ', key '
-                || ifnull(lower(hex(ifnull(d.idempotency_key, p.idempotency_key))), 'none')
-                || ') has no outbox row'
+                || lower(hex(d.idempotency_key)) || ') has no outbox row'
          FROM disbursements d LEFT JOIN outbox o ON o.claim_id = d.claim_id
-         LEFT JOIN processed_messages p ON p.claim_id = d.claim_id
          WHERE o.id IS NULL ORDER BY d.id LIMIT 1",
     ),
     (
@@ -117,7 +115,6 @@ const CHECKS: [(&str, &str); 15] = [
                           'no amount')
                 || ' cents but disbursement ' || d.id || ' records ' || d.amount_cents
          FROM outbox o JOIN disbursements d ON d.claim_id = o.claim_id
-         LEFT JOIN processed_messages p ON p.claim_id = o.claim_id
          WHERE o.payload IS NOT NULL
            -- CASE, not OR: SQLite may evaluate json_extract first, which raises an error on
            -- text that is not JSON instead of naming the row.
@@ -125,7 +122,7 @@ const CHECKS: [(&str, &str); 15] = [
                     ELSE json_extract(o.payload, '$.amount_cents') IS NOT d.amount_cents
                       OR json_extract(o.payload, '$.award_id') IS NOT d.award_id
                       OR json_extract(o.payload, '$.idempotency_key')
-                         IS NOT lower(hex(ifnull(d.idempotency_key, p.idempotency_key)))
+                         IS NOT lower(hex(d.idempotency_key))
                END
          ORDER BY o.id LIMIT 1",
     ),
@@ -263,11 +260,9 @@ fn exact(tx: &Connection) -> Result<()> {
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
     checks::processed_records(disbursements, processed, || {
         Ok(tx.query_row(
-            "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(ifnull(d.idempotency_key, p.idempotency_key))) || ') has no processed audit record'
-             FROM disbursements d LEFT JOIN processed_messages p ON p.claim_id = d.claim_id
-             LEFT JOIN audit_log a
-               ON a.kind = 'processed'
-              AND a.idempotency_key = lower(hex(ifnull(d.idempotency_key, p.idempotency_key)))
+            "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(d.idempotency_key)) || ') has no processed audit record'
+             FROM disbursements d LEFT JOIN audit_log a
+               ON a.kind = 'processed' AND a.idempotency_key = lower(hex(d.idempotency_key))
              WHERE a.seq IS NULL ORDER BY d.id LIMIT 1",
             [],
             |r| r.get(0),
