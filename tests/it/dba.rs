@@ -813,6 +813,49 @@ fn verify_names_every_change_to_the_schema_claimgate_did_not_make() {
 }
 
 #[test]
+fn an_extension_in_the_ledgers_schema_is_the_dbas_and_changes_nothing_claimgate_checks() {
+    // A DBA adds pg_stat_statements to the application's database as a matter of course, and
+    // `CREATE EXTENSION` puts its views in `public`, the schema a ledger is made in when the URL
+    // names none. Before: the first `run` refused to make the ledger beside them ("holds
+    // objects claimgate did not make (pg_stat_statements, pg_stat_statements_info)"), and on a
+    // ledger made first, `verify` failed ("view pg_stat_statements is not claimgate's").
+    let w = World::on(Store::Postgres);
+    let mut su = superuser(&w);
+    su.batch_execute("CREATE EXTENSION pg_stat_statements")
+        .unwrap();
+    w.add(&(0..5).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 5);
+    w.run_ok(&["verify"]);
+    // One added after the ledger was made, as an extension's objects: verify passes.
+    su.batch_execute("CREATE EXTENSION pg_buffercache").unwrap();
+    w.run_ok(&["verify"]);
+    // A view the DBA made by hand beside them is still someone else's change to the schema.
+    su.batch_execute("CREATE VIEW paid AS SELECT * FROM disbursements")
+        .unwrap();
+    let out = w.run(&["verify"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("view paid is not claimgate's"), "{err}");
+    // And a new ledger is still made only where nothing but an extension's objects are.
+    let other = w.another_ledger();
+    let mut su_other = postgres::Client::connect(
+        other.to_str().unwrap().split('?').next().unwrap(),
+        postgres::NoTls,
+    )
+    .unwrap();
+    su_other
+        .batch_execute("CREATE EXTENSION pg_stat_statements; CREATE TABLE reports (id int)")
+        .unwrap();
+    let (code, _, err) = with_db(&w, &["init"], other.to_str().unwrap());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("holds objects claimgate did not make (reports)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn migrate_refuses_a_ledger_in_use_and_one_holding_rows_postgres_cannot_hold() {
     // 1. A SQLite ledger a running worker has open: migrate exits 1 ("in use"), and nothing is
     //    made in the target.

@@ -5,8 +5,9 @@
 //! (`connect.rs`) — or stops, exit 2, saying what it found instead. Only an open that may
 //! create (`LedgerConfig::create`: `run`, `relay`, `init`, `migrate`'s target) ever creates
 //! or changes objects, and then only
-//! - to make a ledger in a schema that holds no table, view or sequence at all (a schema of
-//!   its own, or an empty `public`), never beside someone else's objects, and never, when the
+//! - to make a ledger in a schema that holds no table, view or sequence at all but an
+//!   extension's (a schema of its own, or `public` with at most `pg_stat_statements` and the
+//!   like in it), never beside someone else's objects, and never, when the
 //!   URL names no schema, while another schema of the database holds a claimgate ledger (that
 //!   one would be abandoned and every submission paid again into the new one); or
 //! - to upgrade a ledger of an earlier format.
@@ -160,17 +161,21 @@ fn not_here(found: &Found, target: &Target) -> Error {
 /// What the database holds, in the pinned schema and elsewhere. Catalog reads only.
 fn look(client: &mut Client, schema: &str) -> Result<Found> {
     let row = client.query_one(
-        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),
                 to_regclass(quote_ident($1) || '.chain_head') IS NOT NULL,
                 to_regclass(quote_ident($1) || '.ledger_meta') IS NOT NULL,
                 ARRAY(SELECT c.relname::text FROM pg_class c JOIN pg_namespace n
                       ON n.oid = c.relnamespace
                       WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                        AND {}
                       ORDER BY c.relname LIMIT 5),
                 ARRAY(SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n
                       ON n.oid = c.relnamespace
                       WHERE c.relname = 'chain_head' AND c.relkind = 'r' AND n.nspname <> $1
                       ORDER BY n.nspname)",
+            super::catalog::MADE_BY_NO_EXTENSION
+        ),
         &[&schema],
     )?;
     let mut found = Found {
