@@ -11,6 +11,9 @@ static ALLOCATOR: claimgate::support::allocator::MiMalloc = claimgate::support::
 fn main() -> ExitCode {
     claimgate::support::allocator::tune();
     let cli = claimgate::cli::parse();
+    if cli.command.scans_the_ledger() {
+        claimgate::support::allocator::keep_freed_pages();
+    }
     let result = claimgate::observe::logging::init(&cli.global.logging())
         .and_then(|()| claimgate::cli::dispatch(cli));
     match result {

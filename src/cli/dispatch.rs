@@ -110,6 +110,16 @@ pub enum Command {
     Init,
 }
 
+impl Command {
+    /// Whether the command reads the whole ledger through and exits (the allocator keeps
+    /// freed pages for those: `support::allocator::keep_freed_pages`). The commands that run
+    /// for days (`run`, `relay`) or beside them (`retention purge`, `backup`) are not among
+    /// them: they hand freed memory back promptly.
+    pub fn scans_the_ledger(&self) -> bool {
+        matches!(self, Command::Verify | Command::Audit(_))
+    }
+}
+
 impl GlobalArgs {
     /// The shared configuration, with `--db` parsed into where the ledger is: the one place a
     /// `--db` value is read. A value that names no ledger is [`crate::Error::Config`] (exit 2),
