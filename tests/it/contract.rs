@@ -2173,13 +2173,25 @@ fn postgres_verify_names_a_claimed_tombstone_an_unbacked_duplicate_and_a_lost_de
 fn postgres_verify_names_every_tampering_of_the_batch_tables() {
     // Two batches (3 and 2 submissions, seqs 1..=3 and 4..=5, outbox ids 1..=3 and 4..=5);
     // each tampering on a fresh copy, and verify names it: a batch's outbox ids moved (an id
-    // given twice), a member deleted (the chain breaks at the next record), a batch's row
+    // given twice), a row given its own id that the other batch gives, the head's outbox
+    // counter lowered below the last id (the next batch would give it again), a member deleted (the chain breaks at the next record), a batch's row
     // deleted (its members belong to no batch), an outbox row renumbered within its batch, a
     // link sealed after another head, a member moved into the other batch, a link's seq moved.
     // (A member deleted is named by the first check it fails: its payment has no record.)
-    let cases: [(&str, &str); 7] = [
+    let cases: [(&str, &str); 9] = [
+        (
+            "UPDATE chain_head SET outbox_id_last = outbox_id_last - 1",
+            "chain head: outbox row 5 is above the head's last outbox id 4",
+        ),
         (
             "UPDATE audit_batches SET outbox_first = outbox_first + 1 WHERE batch_id = {first}",
+            "outbox id given twice: outbox id 4",
+        ),
+        (
+            // A row's own id that a batch also gives (the schema's rule that a batch's rows
+            // have none dropped first): the batches' ranges alone do not overlap.
+            "ALTER TABLE outbox_rows DROP CONSTRAINT outbox_rows_placed;
+             UPDATE outbox_rows SET id = 4 WHERE batch_id = {first} AND batch_index = 1",
             "outbox id given twice: outbox id 4",
         ),
         (
