@@ -294,7 +294,13 @@ mod json {
         out.push(b'"');
         let bytes = s.as_bytes();
         // Keys, ids, times and hashes never need escaping: one pass to see that, one copy.
-        if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+        // The pass is a fold with no early exit, which the compiler turns into vector
+        // instructions (an `any` stopping at the first match was a byte at a time: 8% of
+        // `audit verify`'s time, more than the copy).
+        let plain = bytes.iter().fold(true, |plain, &b| {
+            plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+        });
+        if plain {
             out.extend_from_slice(bytes);
             out.push(b'"');
             return;
@@ -336,8 +342,7 @@ mod json {
 
     /// An integer in decimal.
     pub(super) fn int(out: &mut Vec<u8>, n: i64) {
-        use std::io::Write;
-        write!(out, "{n}").expect("writing to a Vec cannot fail");
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     }
 
     /// An integer or `null`.
