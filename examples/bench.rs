@@ -23,7 +23,9 @@
 //! operator's and the auditor's commands (`status`, a worker's start, `/metrics`, `backup`,
 //! `verify`, `audit report`, the independent verifier...) on a ledger of N claims, and with
 //! `--postgres` again on that ledger migrated to PostgreSQL; `--purge-under-load --prefill N` measures `retention purge` of the oldest year of
-//! N claims beside a worker (`bench/purge_mode.rs`). `--help` lists all flags.
+//! N claims beside a worker (`bench/purge_mode.rs`). `--report N --whole --template FILE`
+//! then runs those on the same template, and with `--postgres` the PostgreSQL mode too: issue
+//! 37's whole table, both ledgers, one sitting. `--help` lists all flags.
 //! Environment: `BENCH_CHILD_LOG` sets the workers' RUST_LOG (default `info`, as shipped);
 //! `BENCH_KEEP_LOGS` keeps their logs in the work directory.
 
@@ -46,6 +48,7 @@ const AS_PREFILL: &str = "__prefill";
 const LOAD_PIPELINE_MAX: usize = 2_000;
 
 /// What to run.
+#[derive(Clone)]
 struct Opts {
     /// Entries per round for (a) and (c).
     n: usize,
@@ -67,6 +70,10 @@ struct Opts {
     report: Option<usize>,
     /// Only measure a purge of the `--prefill` history's oldest year beside a worker.
     purge_under_load: bool,
+    /// With `--report N --template FILE`: then the worker (a) on that ledger against an empty
+    /// one, one PostgreSQL node against SQLite (with `--postgres`), and the purge beside a
+    /// worker, each on the same template: issue 37's whole table in one sitting.
+    whole: bool,
     /// Where ledgers go.
     dir: PathBuf,
     /// Extra flags passed to every `claimgate run`.
@@ -146,6 +153,7 @@ fn parse_opts(args: &[String]) -> Opts {
         filter_dup: None,
         report: None,
         purge_under_load: false,
+        whole: false,
         dir: std::env::temp_dir(),
         extra: Vec::new(),
         template: None,
@@ -182,6 +190,7 @@ fn parse_opts(args: &[String]) -> Opts {
             }
             "--report" => o.report = Some(number(&value())),
             "--purge-under-load" => o.purge_under_load = true,
+            "--whole" => o.whole = true,
             "--dir" => o.dir = PathBuf::from(value()),
             "--template" => o.template = Some(PathBuf::from(value())),
             "--report-skip-verifier" => o.report_skip_verifier = true,
@@ -211,6 +220,7 @@ fn usage(problem: &str) -> ! {
          \x20      [--rounds 3] [--latency-samples 200] [--backlog 1000000] [--prefill 1000000]\n\
          \x20      [--filter-dup 0.6] [--dir DIR] [--template FILE] [--run-flag FLAG]... [--postgres [--pg-statements] [--pg-set NAME=VALUE]...]\n\
          \x20      | --report 1000000 [--template FILE] [--report-skip-verifier] [--postgres]\n\
+         \x20      | --report 1000000 --whole --template FILE [--n 200000] [--rounds 2] [--postgres] [--report-skip-verifier]\n\
          \x20      | --purge-under-load --prefill 1000000 [--n 1000000] [--template FILE]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
@@ -227,7 +237,8 @@ mod report_mode;
 
 fn bench(o: &Opts) -> Res<()> {
     if let Some(n) = o.report {
-        return report_mode::run(o, n);
+        report_mode::run(o, n)?;
+        return if o.whole { whole(o, n) } else { Ok(()) };
     }
     if o.purge_under_load {
         if o.prefill == 0 {
@@ -315,6 +326,41 @@ fn bench(o: &Opts) -> Res<()> {
         println!("kept {}", work.keep().display());
     }
     Ok(())
+}
+
+/// After the report on the N-claim `--template` (built by the report if it was missing): the
+/// worker (a) on a copy of it against an empty ledger, arrival order and back-dated (as
+/// `--prefill N --template FILE`); with `--postgres`, one PostgreSQL node and three against
+/// SQLite's (a) on empty ledgers (as `--postgres`); and a purge of its oldest year beside a
+/// worker (as `--purge-under-load --prefill N`). Each part is its mode, run as that mode runs.
+fn whole(o: &Opts, n: usize) -> Res<()> {
+    let Some(template) = o.template.clone() else {
+        usage("--whole needs --template FILE (kept, so each part reads the same ledger)")
+    };
+    let o = Opts {
+        prefill: n,
+        template: Some(template),
+        latency_samples: 0,
+        ..o.clone()
+    };
+    let (_redis, work, env) = Env::start(&o, "claimgate-bench-whole-")?;
+    println!(
+        "\nworker (a) on {n} claims against an empty ledger: {} entries ({:.0}% duplicates), {} rounds, in {}",
+        o.n,
+        o.dup * 100.0,
+        o.rounds,
+        work.path().display()
+    );
+    let main_load = env.load("bench:main", o.n, o.dup, 1, Shape::Arrival)?;
+    env.prefilled(&o, &main_load)?;
+    if o.postgres {
+        println!("\none PostgreSQL node against SQLite, empty ledgers:");
+        pg_mode::run(&env, &o, &main_load)?;
+    }
+    env.drop_stream("bench:main")?;
+    drop((env, work));
+    println!();
+    purge_mode::run(&o)
 }
 
 fn cores() -> usize {
