@@ -196,7 +196,8 @@ fn views(tx: &mut Transaction<'_>, schema: &str) -> Result<()> {
     let rows = tx.query(
         &format!(
             "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1 AND c.relkind IN ('v', 'm') AND {MADE_BY_NO_EXTENSION} ORDER BY 1"
+             WHERE n.nspname = $1 AND c.relkind IN ('v', 'm') AND {} ORDER BY 1",
+            super::schema::MADE_BY_NO_EXTENSION
         ),
         &[&schema],
     )?;
@@ -236,14 +237,6 @@ fn views(tx: &mut Transaction<'_>, schema: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// True of a `pg_class` row `c` that no extension made. What `CREATE EXTENSION` puts in the
-/// ledger's schema (`pg_stat_statements`' views, which a DBA adds to the application's database
-/// as a matter of course, in `public` unless told otherwise) belongs to the extension, not to
-/// whoever can change the ledger, and can hide or reroute none of its rows: a trigger, rule or
-/// policy an extension would add to claimgate's tables is still refused by the checks above.
-pub(super) const MADE_BY_NO_EXTENSION: &str = "NOT EXISTS (SELECT 1 FROM pg_depend d
-     WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')";
 
 /// Times the two plans of a view are made before a difference counts.
 const VIEW_PLAN_TRIES: usize = 3;

@@ -158,6 +158,14 @@ fn not_here(found: &Found, target: &Target) -> Error {
     })
 }
 
+/// True of a `pg_class` row `c` that no extension made. What `CREATE EXTENSION` puts in the
+/// ledger's schema (`pg_stat_statements`' views, which a DBA adds to the application's database
+/// as a matter of course, in `public` unless told otherwise) belongs to the extension, not to
+/// whoever can change the ledger, and can hide or reroute none of its rows: a trigger, rule or
+/// policy an extension would add to claimgate's tables is still refused (`catalog.rs`).
+pub(super) const MADE_BY_NO_EXTENSION: &str = "NOT EXISTS (SELECT 1 FROM pg_depend d
+     WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')";
+
 /// What the database holds, in the pinned schema and elsewhere. Catalog reads only.
 fn look(client: &mut Client, schema: &str) -> Result<Found> {
     let row = client.query_one(
@@ -174,7 +182,7 @@ fn look(client: &mut Client, schema: &str) -> Result<Found> {
                       ON n.oid = c.relnamespace
                       WHERE c.relname = 'chain_head' AND c.relkind = 'r' AND n.nspname <> $1
                       ORDER BY n.nspname)",
-            super::catalog::MADE_BY_NO_EXTENSION
+            MADE_BY_NO_EXTENSION
         ),
         &[&schema],
     )?;
