@@ -700,7 +700,9 @@ impl Env {
             0
         };
         let base_cents = if prefilled {
-            q(&format!("SELECT COALESCE(SUM(d.amount_cents),0) FROM {HISTORY_ROWS} < '{PREFILLED_BEFORE}'"))?
+            q(&format!(
+                "SELECT COALESCE(SUM(d.amount_cents),0) FROM {HISTORY_ROWS} < '{PREFILLED_BEFORE}'"
+            ))?
         } else {
             0
         };
