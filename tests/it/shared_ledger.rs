@@ -383,6 +383,14 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     assert_eq!(head(&copied), head(&source));
     assert_eq!(pg.count("claim_tombstones"), tombstones);
     assert_counts_are_the_rows(&url);
+    // The copy was analysed: the planner knows the claims' table's size (-1: never analysed,
+    // and a first read planned blind, JIT-compiled on a large ledger).
+    assert_eq!(
+        pg.sql_i64(
+            "SELECT reltuples::int8 FROM pg_class WHERE oid = 'processed_messages'::regclass"
+        ),
+        pg.count("processed_messages")
+    );
     for sql in [
         "SELECT COUNT(*) FROM processed_messages",
         "SELECT SUM(amount_cents) FROM disbursements",
