@@ -467,7 +467,8 @@ fn recorded(ms: i64) -> String {
     )
 }
 
-/// The disbursements and their claims, up to a comparison of when each was recorded.
+/// The disbursements and their claims, up to a comparison of when each was recorded (the
+/// disbursement's own time where it stores one, format 4; its claim's in format 5).
 const HISTORY_ROWS: &str = "disbursements d JOIN processed_messages p ON p.claim_id = d.claim_id
      WHERE ifnull(d.recorded_at, p.claimed_at)";
 
@@ -680,10 +681,8 @@ impl Env {
         cmd
     }
 
-    /// Count, sum, no duplicates, nothing pending, everything read.
-    ///
-    /// The history's rows are told by their time: a disbursement's own where it stores one
-    /// (format 4), its claim's where it is derived from it (format 5 stores none).
+    /// Count, sum, no duplicates, nothing pending, everything read; the history's rows told
+    /// by their time ([`HISTORY_ROWS`]).
     fn verify(&self, load: &Load, group: &str, db: &Path, prefilled: bool) -> Res<()> {
         let conn =
             rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -692,19 +691,15 @@ impl Env {
             conn.query_row(sql, [], |r| r.get(0))
                 .map_err(|e| format!("{sql}: {e}"))
         };
-        let base = if prefilled {
-            q(&format!(
-                "SELECT COUNT(*) FROM {HISTORY_ROWS} < '{PREFILLED_BEFORE}'"
-            ))?
+        // One pass over the history's join for both (ten million rows on the 10M template).
+        let (base, base_cents): (i64, i64) = if prefilled {
+            let sql = format!(
+                "SELECT COUNT(*), COALESCE(SUM(d.amount_cents), 0) FROM {HISTORY_ROWS} < '{PREFILLED_BEFORE}'"
+            );
+            conn.query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(|e| format!("{sql}: {e}"))?
         } else {
-            0
-        };
-        let base_cents = if prefilled {
-            q(&format!(
-                "SELECT COALESCE(SUM(d.amount_cents),0) FROM {HISTORY_ROWS} < '{PREFILLED_BEFORE}'"
-            ))?
-        } else {
-            0
+            (0, 0)
         };
         let checks = [
             (
