@@ -151,7 +151,8 @@ pub struct Stop<'a> {
     pub shutdown: &'a Shutdown,
     /// `--exit-when-idle`, or the worker beside it has returned: stop once a read finds no
     /// unpublished row. Not a shutdown (the rows there are still published first); it is
-    /// looked at after each round, so an idle relay sees it within one [`POLL_MS`].
+    /// looked at before each round and acted on after it, so an idle relay sees it within two
+    /// [`POLL_MS`] and never stops on a read older than the worker's last commit.
     pub when_idle: &'a Shutdown,
 }
 
@@ -178,6 +179,11 @@ pub fn run(
         ..Seen::default()
     };
     while !shutdown.is_set() {
+        // Read before the round: a worker done by then committed everything before this
+        // round's read, so an empty round means nothing is left. Read after, a worker that
+        // committed and finished while the round read nothing would strand its last rows
+        // unpublished until the next relay.
+        let worker_was_done = stop.when_idle.is_set();
         let attempt = || step(rcfg, ledger, &mut conn, &script, &ledger_id, &mut seen);
         let round = match retry::with_backoff("relay", shutdown, 0, attempt) {
             Ok(round) => round,
@@ -188,7 +194,8 @@ pub fn run(
         totals.published += round.published;
         totals.marked += round.marked;
         if round.read == 0 {
-            if stop.when_idle.is_set() {
+            failpoint::hit("relay_idle");
+            if worker_was_done {
                 break;
             }
             shutdown.wait_timeout(Duration::from_millis(POLL_MS));

@@ -29,6 +29,7 @@ on_both_ledgers!(
     a_relay_refuses_an_events_stream_it_could_not_have_written,
     a_relay_whose_events_stream_and_mark_are_gone_refuses_unless_told_where_to_go_on,
     a_relay_refuses_a_stream_trimmed_or_deleted_past_what_the_ledger_published,
+    a_worker_that_finishes_while_its_relay_reads_nothing_leaves_no_row_unpublished,
 );
 
 /// `claimgate relay --exit-when-idle` with `extra` flags (and env), logging at INFO: its exit
@@ -687,4 +688,37 @@ fn a_relay_refuses_a_stream_trimmed_or_deleted_past_what_the_ledger_published(st
     assert_eq!(mark, "12");
     let (code, stderr) = relay_once(&w, &[], &[]);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+fn a_worker_that_finishes_while_its_relay_reads_nothing_leaves_no_row_unpublished(store: Store) {
+    // `run --relay --exit-when-idle`: the relay's first round reads the outbox before the
+    // worker has committed anything, and is then held (failpoint) while the worker commits
+    // every entry and returns. A relay that asked "is the worker done?" only after its empty
+    // read stopped there, leaving the whole drain unpublished until some later relay (CI saw
+    // it once, on PostgreSQL, as four rows unpublished where one was expected).
+    let w = World::on(store);
+    w.add(&(0..5).map(support::submission).collect::<Vec<_>>());
+    let out = w
+        .cmd(&[
+            "run",
+            "--exit-when-idle",
+            "--claim-idle-ms",
+            "200",
+            "--relay",
+        ])
+        .env("CLAIMGATE_FAILPOINT", "slow:relay_idle:1")
+        .env("RUST_LOG", "info")
+        .run_with_deadline();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("failpoint relay_idle fired"),
+        "the relay never had an empty round: {stderr}"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0,
+        "{stderr}"
+    );
+    assert_eq!(event_ids(&w), (1..=5).collect::<Vec<_>>());
 }
