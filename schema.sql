@@ -136,10 +136,15 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 -- release holds them as 64 lowercase hex digits, and keeps those rows as they are. Each is read
 -- in either form, and always shown and hashed as hex, so a record's meaning and its hash do
 -- not depend on which form it is stored in. Use lower(hex(hash)) in sqlite3 to see the hex.
+--
+-- idempotency_key is stored the same way from format 6 on: 32 raw bytes, as in
+-- processed_messages, NULL for a record about no key; a record written before keeps its hex.
+-- A payment's records: WHERE idempotency_key = x'<64 hex digits>' (or = '<64 hex digits>' for a
+-- record written before format 6); both are read, shown, exported and hashed as hex.
 CREATE TABLE IF NOT EXISTS audit_log (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     kind            TEXT    NOT NULL,
-    idempotency_key TEXT,
+    idempotency_key BLOB,
     award_id        TEXT,
     amount_cents    INTEGER,
     stream_entry_id TEXT,

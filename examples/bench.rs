@@ -1277,7 +1277,8 @@ fn prefill(path: &Path, n: usize, wide: bool) -> Res<()> {
         .map_err(|e| e.to_string())?;
     if wide {
         tx.execute_batch(
-            "UPDATE audit_log SET prev_hash = lower(hex(prev_hash)), hash = lower(hex(hash));
+            "UPDATE audit_log SET prev_hash = lower(hex(prev_hash)), hash = lower(hex(hash)),
+                                  idempotency_key = lower(hex(idempotency_key));
              UPDATE ledger_meta SET value = '4' WHERE name = 'format_version';",
         )
         .map_err(|e| e.to_string())?;

@@ -23,6 +23,11 @@ pub trait Columns {
     fn digest(&self, i: usize) -> Result<String> {
         self.text(i)
     }
+    /// A record's key column (`idempotency_key`), NULL where the record has none, as its hex:
+    /// a text column, unless the backend stores keys another way (SQLite's raw bytes).
+    fn opt_key(&self, i: usize) -> Result<Option<String>> {
+        self.opt_text(i)
+    }
 }
 
 /// Implements [`Columns`] for a backend's row type `$row` through its own typed getter
@@ -72,7 +77,7 @@ pub fn record(row: &impl Columns, seq: i64, kind_at: usize) -> Result<Record> {
     Ok(Record {
         seq,
         kind,
-        idempotency_key: row.opt_text(at(1))?,
+        idempotency_key: row.opt_key(at(1))?,
         award_id: row.opt_text(at(2))?,
         amount_cents: row.opt_int(at(3))?,
         stream_entry_id: row.opt_text(at(4))?,

@@ -65,7 +65,12 @@ fn audit_records_match_what_happened_and_every_tampering_is_caught_and_undone(st
         (30, 3, 2)
     );
     assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'duplicate' AND detail LIKE 'first claimed at %' AND delivery_count = 1 AND consumer IS NOT NULL"), 3);
-    assert_eq!(w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND amount_cents > 0 AND length(idempotency_key) = 64 AND stream_entry_id IS NOT NULL"), 30);
+    // A key is stored as its 32 bytes on SQLite (format 6), as 64 hex digits on PostgreSQL.
+    let key_length = match store {
+        Store::Sqlite => 32,
+        Store::Postgres => 64,
+    };
+    assert_eq!(w.sql_i64(&format!("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND amount_cents > 0 AND length(idempotency_key) = {key_length} AND stream_entry_id IS NOT NULL")), 30);
     w.run_ok(&["audit", "verify"]);
     let export = w.dir.path().join("audit.jsonl");
     w.run_ok(&["audit", "export", "--out", export.to_str().unwrap()]);
@@ -236,7 +241,8 @@ fn a_conflicting_resubmission_is_recorded_and_under_hold_is_dead_lettered_unpaid
     .unwrap();
     assert_eq!(
         w.sql_i64(&format!(
-            "SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict' AND idempotency_key = '{second_key}' AND detail LIKE '%{first_key}%'"
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict' AND {} = '{second_key}' AND detail LIKE '%{first_key}%'",
+            w.audit_key_hex_sql("idempotency_key")
         )),
         1
     );
@@ -275,7 +281,7 @@ pub(crate) fn backdate(w: &World, n: i64, old: &str) {
     db.exec(&format!(
         "UPDATE processed_messages SET claimed_at = '{old}' WHERE idempotency_key IN
          (SELECT {} FROM audit_log WHERE seq <= {n} AND kind = 'processed')",
-        w.unhex_sql("idempotency_key")
+        w.audit_key_bytes_sql("idempotency_key")
     ));
     match w.store {
         Store::Sqlite => db.exec(&format!(

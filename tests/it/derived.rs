@@ -129,36 +129,42 @@ fn a_new_ledger_keeps_no_published_event_and_publishes_the_events_a_format_4_led
 }
 
 #[test]
-fn a_format_4_ledger_keeps_its_hex_rows_and_its_chain_goes_on_in_format_5() {
-    // 1. A format-4 ledger (fixture tables, three claims, its digests hex as that release
-    //    wrote them, format 4 recorded) is opened by a worker paying three more: it records
-    //    format 5 and nothing else changes in the old rows.
-    // 2. The first three records keep their hex digests and the next three are raw bytes, and
-    //    the chain runs across: verify, audit verify, an export verified as a file.
+fn a_format_4_ledger_keeps_its_hex_rows_and_its_chain_goes_on_in_today_s_format() {
+    // 1. A format-4 ledger (fixture tables, three claims, its digests and audit keys hex as
+    //    that release wrote them, format 4 recorded) is opened by a worker paying three more:
+    //    it records today's format and nothing else changes in the old rows.
+    // 2. The first three records keep their hex digests and keys and the next three are raw
+    //    bytes, and the chain runs across: verify, audit verify, an export verified as a file,
+    //    whose keys are the claims' hex whichever form a record stores.
     // 3. All six events are published, each the one its claim announces.
     let w = format_4_ledger();
     pay_and_publish(&w, 0..3);
     w.sql().exec(
-        "UPDATE audit_log SET prev_hash = lower(hex(prev_hash)), hash = lower(hex(hash));
+        "UPDATE audit_log SET prev_hash = lower(hex(prev_hash)), hash = lower(hex(hash)),
+                              idempotency_key = lower(hex(idempotency_key));
          UPDATE ledger_meta SET value = '4' WHERE name = 'format_version';",
     );
     let old_rows = |w: &World| {
         w.sql_text(
-            "SELECT group_concat(seq || ':' || typeof(prev_hash) || typeof(hash) || ':' || hash, ',')
+            "SELECT group_concat(seq || ':' || typeof(prev_hash) || typeof(hash)
+                                 || typeof(idempotency_key) || ':' || hash, ',')
              FROM (SELECT * FROM audit_log WHERE seq <= 3 ORDER BY seq)",
         )
     };
     let before = old_rows(&w);
-    assert!(before.contains("3:texttext:"), "{before}");
+    assert!(before.contains("3:texttexttext:"), "{before}");
 
     pay_and_publish(&w, 3..6);
     assert_eq!(
         w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
-        "5"
+        claimgate::ledger::sqlite::FORMAT_VERSION.to_string()
     );
     assert_eq!(old_rows(&w), before, "an old row was rewritten");
     assert_eq!(
-        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE seq > 3 AND typeof(hash) = 'blob'"),
+        w.sql_i64(
+            "SELECT COUNT(*) FROM audit_log WHERE seq > 3 AND typeof(hash) = 'blob'
+             AND typeof(idempotency_key) = 'blob' AND length(idempotency_key) = 32"
+        ),
         3
     );
     w.run_ok(&["verify"]);
@@ -175,6 +181,15 @@ fn a_format_4_ledger_keeps_its_hex_rows_and_its_chain_goes_on_in_format_5() {
         assert_eq!(pair[1]["prev_hash"], pair[0]["hash"], "{pair:?}");
         assert_eq!(pair[1]["hash"].as_str().unwrap().len(), 64, "{pair:?}");
     }
+    let exported_keys: Vec<&str> = lines
+        .iter()
+        .map(|l| l["idempotency_key"].as_str().unwrap())
+        .collect();
+    let claim_keys = w.sql_text(
+        "SELECT group_concat(k, ',') FROM
+           (SELECT lower(hex(idempotency_key)) AS k FROM processed_messages ORDER BY claim_id)",
+    );
+    assert_eq!(exported_keys.join(","), claim_keys);
     w.run_ok(&["audit", "verify", "--file", export.to_str().unwrap()]);
     assert_eq!(published(&w), expected(0..6));
 }

@@ -76,7 +76,7 @@ fn json_opt(v: Option<String>) -> String {
 pub(crate) fn attacker_hash(db: &Connection, seq: i64, prev: &str) -> String {
     let canonical: String = db
         .query_row(
-            "SELECT kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
+            "SELECT kind, nullif(lower(hex(idempotency_key)), ''), award_id, amount_cents, stream_entry_id, consumer,
                     delivery_count, detail, recorded_at FROM audit_log WHERE seq = ?1",
             [seq],
             |r| {
@@ -164,7 +164,7 @@ pub(crate) fn reseal_from(db: &Connection, from: i64) {
 pub(crate) fn delete_records_and_payments(db: &Connection, lo: i64, hi: i64) {
     db.execute_batch(&format!(
         "CREATE TEMP TABLE gone AS SELECT claim_id FROM processed_messages WHERE hex(idempotency_key) IN
-           (SELECT upper(idempotency_key) FROM audit_log WHERE seq BETWEEN {lo} AND {hi} AND kind = 'processed');
+           (SELECT hex(idempotency_key) FROM audit_log WHERE seq BETWEEN {lo} AND {hi} AND kind = 'processed');
          DELETE FROM outbox WHERE claim_id IN (SELECT claim_id FROM gone);
          DELETE FROM disbursements WHERE claim_id IN (SELECT claim_id FROM gone);
          DELETE FROM processed_messages WHERE claim_id IN (SELECT claim_id FROM gone);
@@ -305,7 +305,7 @@ fn a_resealed_payment_passes_both_verifies_but_not_the_anchors() {
     let claim: i64 = db
         .query_row(
             "SELECT claim_id FROM processed_messages WHERE hex(idempotency_key) =
-               (SELECT upper(idempotency_key) FROM audit_log WHERE seq = 3)",
+               (SELECT hex(idempotency_key) FROM audit_log WHERE seq = 3)",
             [],
             |r| r.get(0),
         )
@@ -542,7 +542,7 @@ fn backdate(w: &World, n: i64, old: &str) {
     .unwrap();
     db.execute(
         "UPDATE processed_messages SET claimed_at = ?1 WHERE hex(idempotency_key) IN
-         (SELECT upper(idempotency_key) FROM audit_log WHERE seq <= ?2 AND kind = 'processed')",
+         (SELECT hex(idempotency_key) FROM audit_log WHERE seq <= ?2 AND kind = 'processed')",
         params![old, n],
     )
     .unwrap();

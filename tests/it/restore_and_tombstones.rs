@@ -186,7 +186,7 @@ fn a_ledger_purged_before_tombstones_gets_them_back_from_its_duplicate_records()
     assert_eq!(
         w.sql_i64(
             "SELECT COUNT(*) FROM claim_tombstones t JOIN audit_log a ON a.kind = 'duplicate'
-             AND unhex(a.idempotency_key) = t.idempotency_key
+             AND a.idempotency_key = t.idempotency_key
              AND a.detail = 'first claimed at ' || t.claimed_at"
         ),
         5,
@@ -266,7 +266,7 @@ fn verify_names_a_claim_deleted_behind_its_duplicate_records_even_when_the_chain
         "DELETE FROM outbox WHERE claim_id = (SELECT claim_id FROM processed_messages WHERE idempotency_key = unhex('{key}'));
          DELETE FROM disbursements WHERE claim_id = (SELECT claim_id FROM processed_messages WHERE idempotency_key = unhex('{key}'));
          DELETE FROM processed_messages WHERE idempotency_key = unhex('{key}');
-         DELETE FROM audit_log WHERE kind = 'processed' AND idempotency_key = '{key}';"
+         DELETE FROM audit_log WHERE kind = 'processed' AND idempotency_key = unhex('{key}');"
     ))
     .unwrap();
     reseal(&db);

@@ -144,16 +144,17 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
     assert_eq!(w.count("processed_messages"), 2);
     assert_eq!(w.count("outbox"), 2);
     let key = key_of(&same(300));
+    let audit_key = w.audit_key_hex_sql("idempotency_key");
     assert_eq!(
         w.sql_i64(&format!(
-            "SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND idempotency_key = '{key}'
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'processed' AND {audit_key} = '{key}'
              AND amount_cents = 300 AND stream_entry_id = '{held}'"
         )),
         1
     );
     assert_eq!(
         w.sql_i64(&format!(
-            "SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict' AND idempotency_key = '{key}'
+            "SELECT COUNT(*) FROM audit_log WHERE kind = 'conflict' AND {audit_key} = '{key}'
              AND detail LIKE '%{}%paid on approval after review'",
             key_of(&same(100))
         )),
@@ -162,7 +163,7 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
     assert_eq!(
         w.sql_text(&format!(
             "SELECT detail FROM audit_log WHERE kind = 'conflict_approved'
-             AND idempotency_key = '{key}' AND stream_entry_id = '{held}'"
+             AND {audit_key} = '{key}' AND stream_entry_id = '{held}'"
         )),
         "approved by Ann Auditor: invoice 7 corrected"
     );
@@ -386,7 +387,8 @@ fn a_held_conflict_rejected_is_never_paid_and_no_other_letter_can_be_decided(sto
     assert_eq!(
         w.sql_text(&format!(
             "SELECT detail FROM audit_log WHERE kind = 'conflict_rejected'
-             AND stream_entry_id = '{held}' AND idempotency_key = '{}'",
+             AND stream_entry_id = '{held}' AND {} = '{}'",
+            w.audit_key_hex_sql("idempotency_key"),
             key_of(&same(300))
         )),
         "rejected by Bo Reviewer: duplicate invoice; not paid"

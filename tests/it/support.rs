@@ -134,11 +134,24 @@ impl World {
         }
     }
 
-    /// The SQL expression turning a text column of hex digits into raw key bytes.
-    pub fn unhex_sql(&self, column: &str) -> String {
+    /// The SQL expression turning an audit record's key column into raw key bytes: SQLite
+    /// stores it as those bytes from format 6 on (hex text before), PostgreSQL as hex text.
+    pub fn audit_key_bytes_sql(&self, column: &str) -> String {
         match self.store {
-            Store::Sqlite => format!("unhex({column})"),
+            Store::Sqlite => {
+                format!("CASE typeof({column}) WHEN 'blob' THEN {column} ELSE unhex({column}) END")
+            }
             Store::Postgres => format!("decode({column}, 'hex')"),
+        }
+    }
+
+    /// The SQL expression for an audit record's key column as its 64 lowercase hex digits.
+    pub fn audit_key_hex_sql(&self, column: &str) -> String {
+        match self.store {
+            Store::Sqlite => format!(
+                "CASE typeof({column}) WHEN 'blob' THEN lower(hex({column})) ELSE {column} END"
+            ),
+            Store::Postgres => column.to_owned(),
         }
     }
 

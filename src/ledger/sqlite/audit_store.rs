@@ -84,7 +84,7 @@ pub fn insert(conn: &Connection, r: &Record) -> Result<()> {
     .execute(rusqlite::params![
         r.seq,
         r.kind.as_str(),
-        r.idempotency_key,
+        r.idempotency_key.as_deref().map(Digest),
         r.award_id,
         r.amount_cents,
         r.stream_entry_id,
@@ -149,7 +149,7 @@ pub(super) fn insert_many(st: &mut super::raw::Statements, records: &[Record]) -
         |b, r| {
             b.int(r.seq)?;
             b.text(r.kind.as_str())?;
-            b.opt_text(r.idempotency_key.as_deref())?;
+            b.opt_digest(r.idempotency_key.as_deref())?;
             b.opt_text(r.award_id.as_deref())?;
             b.opt_int(r.amount_cents)?;
             b.opt_text(r.stream_entry_id.as_deref())?;
@@ -170,5 +170,9 @@ pub(super) fn record_of(row: &Row<'_>) -> Result<Record> {
 records::columns_by!(Row<'_>, get, {
     fn digest(&self, i: usize) -> Result<String> {
         Ok(super::derived::digest_hex(self.get_ref(i)?)?)
+    }
+
+    fn opt_key(&self, i: usize) -> Result<Option<String>> {
+        Ok(super::derived::key_hex(self.get_ref(i)?)?)
     }
 });

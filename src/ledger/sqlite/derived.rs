@@ -4,6 +4,12 @@
 //! - **Digests** (`audit_log.prev_hash`, `hash`): stored as 32 raw bytes; a ledger of an
 //!   earlier format keeps its rows' 64 hex digits. [`digest_hex`] reads either as hex, the one
 //!   form a record is shown and hashed in, and [`Digest`] is how a record's hex is stored.
+//! - **Audit keys** (`audit_log.idempotency_key`, format 6): stored the same way, 32 raw bytes
+//!   for 64 lowercase hex digits, as the claim's own key is. [`key_hex`] reads either form (or
+//!   NULL) as hex, the form a record is shown, exported and hashed in; in SQL, [`key_bytes!`]
+//!   and [`key_text!`] spell the column as bytes (to join a claim) and as hex (to name it).
+//!   `sqlite3` finds a payment's records with `WHERE idempotency_key = x'…'` (a record written
+//!   before format 6: `= '…'`), as it finds its claim.
 //! - **Outbox rows** are written whole, and stay whole while they wait for the relay: the
 //!   event is there for anything that publishes it. Once published, a row whose table allows
 //!   it keeps no `event_type`, `payload` or `created_at`: the transaction that marks it puts it
@@ -81,6 +87,50 @@ pub(super) fn digest_hex(value: ValueRef<'_>) -> rusqlite::Result<String> {
         )),
     }
 }
+
+/// An audit record's key column as the hex it stands for, `None` for NULL (a record about no
+/// key): 32 raw bytes (format 6) or text (earlier formats), as [`digest_hex`] reads a digest.
+pub(super) fn key_hex(value: ValueRef<'_>) -> rusqlite::Result<Option<String>> {
+    match value {
+        ValueRef::Null => Ok(None),
+        other => digest_hex(other).map(Some),
+    }
+}
+
+/// SQL for an audit record's key column `$column` as the 32 bytes it names, whichever form it is
+/// stored in ([`key_hex`]): the bytes as stored, or a text's hex read back (NULL if it is not
+/// hex). Compared with a claim's or a tombstone's key, which are always bytes.
+macro_rules! key_bytes {
+    ($column:literal) => {
+        concat!(
+            "CASE typeof(",
+            $column,
+            ") WHEN 'blob' THEN ",
+            $column,
+            " ELSE unhex(",
+            $column,
+            ") END"
+        )
+    };
+}
+pub(super) use key_bytes;
+
+/// SQL for an audit record's key column `$column` as the text a message names it by: the bytes'
+/// lowercase hex, or a text as it is stored.
+macro_rules! key_text {
+    ($column:literal) => {
+        concat!(
+            "CASE typeof(",
+            $column,
+            ") WHEN 'blob' THEN lower(hex(",
+            $column,
+            ")) ELSE ",
+            $column,
+            " END"
+        )
+    };
+}
+pub(super) use key_text;
 
 /// How a record's digest (64 hex digits) is stored: as its 32 bytes when it is 64 lowercase
 /// hex digits, which read back as the same text; anything else (never sealed by claimgate: a
@@ -229,5 +279,66 @@ mod tests {
         );
         assert!(digest_hex(ValueRef::Blob(&[0; 31])).is_err());
         assert!(digest_hex(ValueRef::Integer(7)).is_err());
+    }
+
+    #[test]
+    fn an_audit_key_reads_and_joins_as_one_key_whichever_form_it_is_stored_in() {
+        // Rows 1..=4: a key as bytes (format 6), the same key as hex (earlier formats), the
+        // same in capitals (an insider's), and NULL (a record about no key).
+        let hex = "84b044a3ad4d173e73fd003c1f68920589d6168f9190e7006a6318026a493b88";
+        let upper = hex.to_uppercase();
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE a (n INTEGER, k BLOB)")
+            .unwrap();
+        let keys = [Some(hex), Some(hex), Some(upper.as_str()), None];
+        for (n, key) in keys.iter().enumerate() {
+            let stored: Box<dyn ToSql> = match (n, key) {
+                (1, Some(k)) => Box::new(k.to_string()),
+                (_, k) => Box::new(k.map(Digest)),
+            };
+            conn.execute(
+                "INSERT INTO a VALUES (?1, ?2)",
+                rusqlite::params![n as i64, stored],
+            )
+            .unwrap();
+        }
+        // (typeof, read as hex, `key_bytes!`, `key_text!`)
+        type Read = (String, Option<String>, Option<Vec<u8>>, Option<String>);
+        let read: Vec<Read> = conn
+            .prepare(concat!(
+                "SELECT typeof(k), k, ",
+                key_bytes!("k"),
+                ", ",
+                key_text!("k"),
+                " FROM a ORDER BY n"
+            ))
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, key_hex(r.get_ref(1)?)?, r.get(2)?, r.get(3)?))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let bytes = lowercase_hex(hex).unwrap().to_vec();
+        assert_eq!(
+            read,
+            [
+                (
+                    "blob".into(),
+                    Some(hex.into()),
+                    Some(bytes.clone()),
+                    Some(hex.into())
+                ),
+                (
+                    "text".into(),
+                    Some(hex.into()),
+                    Some(bytes.clone()),
+                    Some(hex.into())
+                ),
+                ("text".into(), Some(upper.clone()), Some(bytes), Some(upper)),
+                ("null".into(), None, None, None),
+            ]
+        );
+        assert!(key_hex(ValueRef::Blob(&[0; 16])).is_err());
     }
 }

@@ -28,6 +28,10 @@
 //!   rewritten or counted again. An older release refuses it: it would read a raw digest as
 //!   text, and publish a published row again (after a loss of the events stream) with no
 //!   payload.
+//! - **6**: new audit records store their `idempotency_key` as 32 raw bytes too, as the claim
+//!   does (`derived.rs`). As with 5, records written before stay as they were, every reader
+//!   takes both forms, and a ledger of format 4 or 5 becomes format 6 at its first open by
+//!   recording the number alone. An older release refuses it: it would read a raw key as text.
 //!
 //! A ledger of a number above [`FORMAT_VERSION`] was made by a newer claimgate and is refused
 //! (exit 2) before anything is written to it; `verify` checks the number matches the shape.
@@ -39,7 +43,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// The newest format this build reads, and the one it makes.
-pub const FORMAT_VERSION: i64 = 5;
+pub const FORMAT_VERSION: i64 = 6;
 
 /// The first format whose ledgers keep their counts: from it on, a new number is recorded
 /// without counting the rows again.

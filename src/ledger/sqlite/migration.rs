@@ -25,7 +25,8 @@ pub const INDEXED_TEXT_BYTES_MAX: usize = 2_000;
 /// how a row is named, its text columns). Not the audit digests (`prev_hash`, `hash`): format 5
 /// stores them as raw bytes, which hold NULs, and they are copied as the hex they stand for
 /// (`derived::digest_hex`); a digest edited into text with a NUL is not a record claimgate
-/// sealed, and the copy's verification refuses the chain. Nor the outbox's and disbursements'
+/// sealed, and the copy's verification refuses the chain. The audit key is raw bytes from
+/// format 6 on, so only a key stored as text is looked at ([`AUDIT_KEY_WITH_NUL`]). Nor the outbox's and disbursements'
 /// derived columns, which are NULL where derived and copied as their claim's.
 const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
     (
@@ -70,7 +71,6 @@ const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
         "'audit record ' || seq",
         &[
             "kind",
-            "idempotency_key",
             "award_id",
             "stream_entry_id",
             "consumer",
@@ -90,6 +90,10 @@ const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
     ),
     ("ledger_meta", "'ledger_meta ' || rowid", &["name", "value"]),
 ];
+
+/// Audit records whose key is text holding a NUL (a key stored as bytes is copied as its hex).
+const AUDIT_KEY_WITH_NUL: &str = "SELECT 'audit record ' || seq FROM audit_log
+     WHERE typeof(idempotency_key) = 'text' AND instr(CAST(idempotency_key AS BLOB), x'00') > 0";
 
 /// Rows named at most, per kind of problem.
 const NAMED_MAX: usize = 20;
@@ -120,6 +124,12 @@ impl SqliteLedger {
                     ));
                 }
             }
+        }
+        for row in rows_named(&conn, &format!("{AUDIT_KEY_WITH_NUL} LIMIT {NAMED_MAX}"))? {
+            found.push(format!(
+                "{row}: its idempotency_key holds a NUL character, which PostgreSQL's text \
+                 type cannot hold"
+            ));
         }
         for (table, name) in [
             ("processed_messages", "'claim ' || claim_id"),

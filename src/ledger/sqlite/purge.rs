@@ -304,9 +304,12 @@ pub(super) fn holds(conn: &Connection) -> Result<Vec<Hold>> {
 
 /// Claims whose `processed` record lies in `?1..=?2` (through `temp.claim_keys`, see
 /// [`index_claim_keys`]).
-const CLAIMS_IN: &str = "SELECT k.claim_id FROM audit_log a
-     JOIN temp.claim_keys k ON k.idempotency_key = unhex(a.idempotency_key)
-     WHERE a.kind = 'processed' AND a.seq BETWEEN ?1 AND ?2";
+const CLAIMS_IN: &str = concat!(
+    "SELECT k.claim_id FROM audit_log a
+     JOIN temp.claim_keys k ON k.idempotency_key = ",
+    super::derived::key_bytes!("a.idempotency_key"),
+    " WHERE a.kind = 'processed' AND a.seq BETWEEN ?1 AND ?2"
+);
 
 /// Builds `temp.claim_keys` on this connection: key → claim id for every claim made before
 /// `cutoff`, the only claims a purge before `cutoff` can reach. Audit records name a claim by

@@ -186,6 +186,14 @@ impl<'v> Bound<'_, 'v> {
         self.bound(rc)
     }
 
+    /// Binds an audit record's key in the form it is stored (as [`Bound::digest`]), or NULL.
+    pub(super) fn opt_digest(&mut self, v: Option<&'v str>) -> Result<()> {
+        match v {
+            Some(v) => self.digest(v),
+            None => self.null(),
+        }
+    }
+
     /// Binds an integer.
     pub(super) fn int(&mut self, v: i64) -> Result<()> {
         // SAFETY: the statement is live.

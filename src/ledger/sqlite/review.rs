@@ -155,7 +155,7 @@ fn held_key(conn: &Connection, entry_id: &str) -> Result<Option<String>> {
     let rows = st
         .query_map([entry_id], |r| {
             Ok((
-                r.get::<_, Option<String>>(0)?,
+                super::derived::key_hex(r.get_ref(0)?)?,
                 r.get::<_, Option<String>>(1)?,
             ))
         })?

@@ -133,15 +133,20 @@ pub(super) fn backfill_tombstones(conn: &mut Connection) -> Result<()> {
          INSERT OR IGNORE INTO temp.upgrade_claim_keys SELECT idempotency_key FROM processed_messages;",
     )?;
     let rebuilt = tx.execute(
-        "INSERT OR IGNORE INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
-         SELECT unhex(a.idempotency_key), substr(a.detail, 18), c.recorded_at
-         FROM audit_log a,
-              (SELECT kind, recorded_at FROM audit_log ORDER BY seq LIMIT 1) c
-         WHERE c.kind = 'checkpoint' AND a.kind = 'duplicate'
-           AND a.detail LIKE 'first claimed at %' AND length(a.idempotency_key) = 64
-           AND unhex(a.idempotency_key) IS NOT NULL
-           AND unhex(a.idempotency_key) NOT IN (SELECT idempotency_key FROM temp.upgrade_claim_keys)
-         ORDER BY a.seq",
+        concat!(
+            "INSERT OR IGNORE INTO claim_tombstones (idempotency_key, claimed_at, purged_at)
+             SELECT k, claimed_at, purged_at FROM (
+                 SELECT a.seq, ",
+            super::derived::key_bytes!("a.idempotency_key"),
+            " AS k, substr(a.detail, 18) AS claimed_at, c.recorded_at AS purged_at
+                 FROM audit_log a,
+                      (SELECT kind, recorded_at FROM audit_log ORDER BY seq LIMIT 1) c
+                 WHERE c.kind = 'checkpoint' AND a.kind = 'duplicate'
+                   AND a.detail LIKE 'first claimed at %')
+             WHERE length(k) = 32
+               AND k NOT IN (SELECT idempotency_key FROM temp.upgrade_claim_keys)
+             ORDER BY seq"
+        ),
         [],
     )?;
     tx.execute_batch("DROP TABLE temp.upgrade_claim_keys")?;

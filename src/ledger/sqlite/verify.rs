@@ -7,6 +7,7 @@
 //! one read transaction, the audit chain included, so a worker committing meanwhile cannot
 //! make a consistent ledger look inconsistent.
 
+use super::derived::{key_bytes, key_text};
 use super::ledger::SqliteLedger;
 use super::{audit_store, counts, format};
 use crate::domain::audit::{Kind, Verifier};
@@ -128,22 +129,34 @@ const CHECKS: [(&str, &str); 15] = [
     ),
     (
         "processed record without a matching disbursement",
-        "SELECT 'audit record ' || a.seq || ' (processed, key ' || a.idempotency_key || ', '
-                || ifnull(a.amount_cents, 'no') || ' cents) ' ||
+        concat!(
+            "SELECT 'audit record ' || a.seq || ' (processed, key ' || ",
+            key_text!("a.idempotency_key"),
+            " || ', ' || ifnull(a.amount_cents, 'no') || ' cents) ' ||
                 CASE WHEN d.id IS NULL THEN 'has no disbursement'
                      ELSE 'but disbursement ' || d.id || ' records award ' || d.award_id || ', '
                           || d.amount_cents || ' cents' END
-         FROM audit_log a
-         LEFT JOIN processed_messages p ON p.idempotency_key = unhex(a.idempotency_key)
-         LEFT JOIN disbursements d ON d.claim_id = p.claim_id
-         WHERE a.kind = 'processed'
-           AND (d.id IS NULL OR d.amount_cents IS NOT a.amount_cents OR d.award_id IS NOT a.award_id)
-         ORDER BY a.seq LIMIT 1",
+             FROM audit_log a
+             LEFT JOIN processed_messages p ON p.idempotency_key = ",
+            key_bytes!("a.idempotency_key"),
+            " LEFT JOIN disbursements d ON d.claim_id = p.claim_id
+             WHERE a.kind = 'processed'
+               AND (d.id IS NULL OR d.amount_cents IS NOT a.amount_cents
+                    OR d.award_id IS NOT a.award_id)
+             ORDER BY a.seq LIMIT 1"
+        ),
     ),
     (
         "key processed twice in the audit log",
-        "SELECT 'key ' || idempotency_key || ' has ' || COUNT(*) || ' processed records'
-         FROM audit_log WHERE kind = 'processed' GROUP BY idempotency_key HAVING COUNT(*) > 1 LIMIT 1",
+        // By the bytes a key names: one written before format 6 (hex) and one after (bytes)
+        // are the same key.
+        concat!(
+            "SELECT 'key ' || lower(hex(k)) || ' has ' || COUNT(*) || ' processed records'
+             FROM (SELECT ",
+            key_bytes!("idempotency_key"),
+            " AS k FROM audit_log WHERE kind = 'processed')
+             GROUP BY k HAVING COUNT(*) > 1 LIMIT 1"
+        ),
     ),
     (
         // A purged key claimed again would be a second payment of one submission.
@@ -158,13 +171,18 @@ const CHECKS: [(&str, &str); 15] = [
         // still here, or one a purge removed and tombstoned. Deleting a claim (and re-sealing
         // the chain) leaves its duplicate records pointing at nothing.
         "duplicate record without a claim or tombstone",
-        "SELECT 'audit record ' || a.seq || ' (duplicate, key ' || ifnull(a.idempotency_key, 'none')
-                || ') names a key with no claim and no tombstone'
-         FROM audit_log a
-         LEFT JOIN processed_messages p ON p.idempotency_key = unhex(a.idempotency_key)
-         LEFT JOIN claim_tombstones t ON t.idempotency_key = unhex(a.idempotency_key)
-         WHERE a.kind = 'duplicate' AND p.claim_id IS NULL AND t.idempotency_key IS NULL
-         ORDER BY a.seq LIMIT 1",
+        concat!(
+            "SELECT 'audit record ' || a.seq || ' (duplicate, key ' || ifnull(",
+            key_text!("a.idempotency_key"),
+            ", 'none') || ') names a key with no claim and no tombstone'
+             FROM audit_log a
+             LEFT JOIN processed_messages p ON p.idempotency_key = ",
+            key_bytes!("a.idempotency_key"),
+            " LEFT JOIN claim_tombstones t ON t.idempotency_key = ",
+            key_bytes!("a.idempotency_key"),
+            " WHERE a.kind = 'duplicate' AND p.claim_id IS NULL AND t.idempotency_key IS NULL
+             ORDER BY a.seq LIMIT 1"
+        ),
     ),
     (
         // One `dead_letters` row per `dead_letter` record, counted per stream entry id (the
@@ -259,15 +277,21 @@ fn exact(tx: &Connection) -> Result<()> {
     // name one key in different case.
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
     checks::processed_records(disbursements, processed, || {
-        Ok(tx.query_row(
-            "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(d.idempotency_key)) || ') has no processed audit record'
-             FROM disbursements d LEFT JOIN audit_log a
-               ON a.kind = 'processed' AND a.idempotency_key = lower(hex(d.idempotency_key))
-             WHERE a.seq IS NULL ORDER BY d.id LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?)
+        Ok(tx
+            .query_row(
+                concat!(
+                    "SELECT 'disbursement ' || d.id || ' (key ' || lower(hex(d.idempotency_key))
+                        || ') has no processed audit record'
+                 FROM disbursements d LEFT JOIN audit_log a
+                   ON a.kind = 'processed' AND ",
+                    key_bytes!("a.idempotency_key"),
+                    " = d.idempotency_key
+                 WHERE a.seq IS NULL ORDER BY d.id LIMIT 1"
+                ),
+                [],
+                |r| r.get(0),
+            )
+            .optional()?)
     })
 }
 

@@ -134,7 +134,11 @@ fn read_sqlite(world: &World) -> Ledger {
     .map(|r| Record {
         seq: int(&r[0]),
         kind: Kind::parse(&text(&r[1]).expect("kind")).expect("known kind"),
-        idempotency_key: text(&r[2]),
+        // Stored like a digest from format 6 on (NULL for a record about no key).
+        idempotency_key: match &r[2] {
+            V::Null => None,
+            key => Some(digest(key)),
+        },
         award_id: text(&r[3]),
         amount_cents: int_or_null(&r[4]),
         stream_entry_id: text(&r[5]),
