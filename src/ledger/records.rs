@@ -64,10 +64,19 @@ pub(crate) use columns_by;
 
 /// The record at `seq` whose `kind` stands in column `kind_at` of `row`, followed by the
 /// ten columns after `kind` in [`Record`] order (`idempotency_key` … `hash`), with no
-/// `batch_index` (a batch member's caller sets its own). A `kind` no record can have is
-/// [`Error::Invariant`]: the row was edited.
+/// `batch_index` (a batch member's caller sets its own). A `kind` no record can have, and a
+/// column that does not read as what claimgate writes there (a key or digest of 31 bytes, a
+/// number where text belongs), are [`Error::Invariant`] naming the record: the row was edited.
 pub fn record(row: &impl Columns, seq: i64, kind_at: usize) -> Result<Record> {
-    let kind = row.text(kind_at)?;
+    // The row is already fetched, so a failure here is its value's type, never the connection.
+    let edited = |column: &'static str| {
+        move |e: Error| {
+            Error::Invariant(format!(
+                "audit record seq {seq}: its {column} does not read as claimgate writes it:                  {e} (edited)"
+            ))
+        }
+    };
+    let kind = row.text(kind_at).map_err(edited("kind"))?;
     let kind = Kind::parse(&kind).ok_or_else(|| {
         Error::Invariant(format!(
             "audit record seq {seq}: unknown kind {kind:?} (edited)"
@@ -77,16 +86,16 @@ pub fn record(row: &impl Columns, seq: i64, kind_at: usize) -> Result<Record> {
     Ok(Record {
         seq,
         kind,
-        idempotency_key: row.opt_key(at(1))?,
-        award_id: row.opt_text(at(2))?,
-        amount_cents: row.opt_int(at(3))?,
-        stream_entry_id: row.opt_text(at(4))?,
-        consumer: row.opt_text(at(5))?,
-        delivery_count: row.opt_int(at(6))?,
-        detail: row.opt_text(at(7))?,
-        recorded_at: row.text(at(8))?,
-        prev_hash: row.digest(at(9))?,
-        hash: row.digest(at(10))?,
+        idempotency_key: row.opt_key(at(1)).map_err(edited("idempotency_key"))?,
+        award_id: row.opt_text(at(2)).map_err(edited("award_id"))?,
+        amount_cents: row.opt_int(at(3)).map_err(edited("amount_cents"))?,
+        stream_entry_id: row.opt_text(at(4)).map_err(edited("stream_entry_id"))?,
+        consumer: row.opt_text(at(5)).map_err(edited("consumer"))?,
+        delivery_count: row.opt_int(at(6)).map_err(edited("delivery_count"))?,
+        detail: row.opt_text(at(7)).map_err(edited("detail"))?,
+        recorded_at: row.text(at(8)).map_err(edited("recorded_at"))?,
+        prev_hash: row.digest(at(9)).map_err(edited("prev_hash"))?,
+        hash: row.digest(at(10)).map_err(edited("hash"))?,
         batch_index: None,
     })
 }

@@ -292,3 +292,46 @@ fn a_payment_whose_processed_record_names_another_claims_key_in_capitals_fails_v
         "{err}"
     );
 }
+
+#[test]
+fn an_audit_column_edited_to_a_value_claimgate_never_writes_is_named_by_its_record() {
+    // SQLite stores what it is given whatever a column's type. Each edit below makes one
+    // record's column unreadable as claimgate writes it; `verify` and `audit verify` each exit
+    // 1 naming the record (`audit verify` the column too; `verify` may name the first of its
+    // checks the record fails instead), not a bare conversion error, and pass again once the
+    // value is put back:
+    // - record 2's key as 31 bytes (a key is 32 bytes, or hex text before format 6);
+    // - record 3's hash as a number.
+    let (w, db) = drained(3);
+    for (seq, column, edit) in [(2, "idempotency_key", "zeroblob(31)"), (3, "hash", "7")] {
+        let kept: Vec<u8> = db
+            .query_row(
+                &format!("SELECT {column} FROM audit_log WHERE seq = ?1"),
+                [seq],
+                |r| r.get(0),
+            )
+            .unwrap();
+        db.execute(
+            &format!("UPDATE audit_log SET {column} = {edit} WHERE seq = ?1"),
+            [seq],
+        )
+        .unwrap();
+        let named = format!("audit record seq {seq}: its {column} does not read as claimgate");
+        let err = refused(&w);
+        assert!(
+            err.contains(&named) || err.contains(&format!("audit record {seq} (")),
+            "verify: {err}"
+        );
+        let out = w.run(&["audit", "verify"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "audit verify: {err}");
+        assert!(err.contains(&named), "audit verify: {err}");
+        db.execute(
+            &format!("UPDATE audit_log SET {column} = ?1 WHERE seq = ?2"),
+            rusqlite::params![kept, seq],
+        )
+        .unwrap();
+        w.run_ok(&["verify"]);
+        w.run_ok(&["audit", "verify"]);
+    }
+}

@@ -80,7 +80,7 @@ pub(super) fn digest_hex(value: ValueRef<'_>) -> rusqlite::Result<String> {
             0,
             other.data_type(),
             format!(
-                "a digest is 32 bytes or hex text, not this {:?}",
+                "a key or digest is 32 bytes or hex text, not this {:?}",
                 other.data_type()
             )
             .into(),
