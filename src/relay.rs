@@ -167,7 +167,17 @@ pub fn run(
 ) -> Result<Totals> {
     let shutdown = stop.shutdown;
     let mut conn = Conn::new(stream::client(&rcfg.redis_url)?);
-    let ledger_id = ledger.ledger_id()?;
+    // Waited out like every later step: a PostgreSQL restart between the open and this first
+    // read cut the connection and once ended the relay with exit 1.
+    let ledger_id = match retry::with_backoff("relay", shutdown, 0, || ledger.ledger_id()) {
+        Ok(id) => id,
+        // The retry gives up on a transient failure only once shutdown is asked for.
+        Err(e) if e.is_transient() => {
+            info!("relay stopped before it read the ledger's id: {e}");
+            return Ok(Totals::default());
+        }
+        Err(e) => return Err(e),
+    };
     let script = redis::Script::new(&format!("{}{PUBLISH_LUA}", mark::POSITION_LUA));
     info!(
         "relay publishing outbox of {shown} to {}",

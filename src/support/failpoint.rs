@@ -22,8 +22,10 @@
 //!
 //! `CLAIMGATE_FAILPOINT=slow:NAME[:N]` instead holds the thread that reaches the point for
 //! [`SLOW_FOR`], once, so a test can make one step of one batch lose a race it all but always
-//! wins: `before_locks` (a shared ledger's batch, before it takes its groups), and
-//! `relay_idle` (a relay's round that read nothing, before it decides whether to stop).
+//! wins: `before_locks` (a shared ledger's batch, before it takes its groups),
+//! `relay_idle` (a relay's round that read nothing, before it decides whether to stop), and
+//! `pg_ledger_id` (a shared ledger's `ledger_id`, its pooled connection checked out and not
+//! yet used: a server restart then cuts a connection the pool has already vouched for).
 //!
 //! `CLAIMGATE_FAILPOINT=off:NAME` instead switches off a safeguard named `NAME` for the
 //! process's whole life, so a test can prove that another safeguard holds on its own:

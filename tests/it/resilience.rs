@@ -1046,3 +1046,33 @@ fn dlq_list_pages_through_a_long_dead_letter_stream(store: Store) {
         "{text}"
     );
 }
+
+#[test]
+fn a_relay_whose_postgresql_restarts_before_its_first_read_waits_it_out_and_publishes_everything() {
+    // 1. A PostgreSQL ledger (a cluster of the test's own) holds three unpublished rows.
+    // 2. A relay opens it and is held with a pooled connection in hand, before its first
+    //    statement (failpoint slow:pg_ledger_id, 1 s); meanwhile the server is stopped at once
+    //    (connections cut) and, 2 s later, started again. (CI saw a relay exit 1 there: "error
+    //    communicating with the server: Connection reset by peer".)
+    // 3. The relay waits the outage out, publishes all three and exits 0.
+    let mut outage = LedgerOutage::world(Store::Postgres);
+    outage.world.add(&submissions(0..3));
+    outage.world.drain(&[]);
+    let mut cmd = outage.world.cmd(&["relay", "--exit-when-idle"]);
+    cmd.env(claimgate::support::failpoint::ENV, "slow:pg_ledger_id");
+    let mut relay = Logged::spawn_logging(cmd, "info");
+    relay.wait_log("failpoint pg_ledger_id fired");
+    outage.begin();
+    std::thread::sleep(Duration::from_secs(2));
+    outage.end();
+    let status = crate::support::wait_exit(&mut relay.child, Duration::from_secs(60));
+    assert!(status.success(), "{status}\n{}", relay.log_text());
+    let w = &outage.world;
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0,
+        "{}",
+        relay.log_text()
+    );
+    assert_eq!(w.xlen("grants:events"), 3);
+}

@@ -113,6 +113,7 @@ impl Outbox for PgLedger {
     }
     fn ledger_id(&self) -> Result<String> {
         let mut conn = self.conn()?;
+        crate::support::failpoint::hit("pg_ledger_id");
         // One statement, atomic on its own; ON CONFLICT lets two first relays race safely.
         conn.client.execute(
             "INSERT INTO ledger_meta (name, value)
