@@ -169,14 +169,9 @@ pub fn run(
     let mut conn = Conn::new(stream::client(&rcfg.redis_url)?);
     // Waited out like every later step: a PostgreSQL restart between the open and this first
     // read cut the connection and once ended the relay with exit 1.
-    let ledger_id = match retry::with_backoff("relay", shutdown, 0, || ledger.ledger_id()) {
-        Ok(id) => id,
-        // The retry gives up on a transient failure only once shutdown is asked for.
-        Err(e) if e.is_transient() => {
-            info!("relay stopped before it read the ledger's id: {e}");
-            return Ok(Totals::default());
-        }
-        Err(e) => return Err(e),
+    let Some(ledger_id) = retry::until_stopped("relay", shutdown, || ledger.ledger_id())? else {
+        info!("relay stopped before it read the ledger's id");
+        return Ok(Totals::default());
     };
     let script = redis::Script::new(&format!("{}{PUBLISH_LUA}", mark::POSITION_LUA));
     info!(
@@ -195,11 +190,8 @@ pub fn run(
         // unpublished until the next relay.
         let worker_was_done = stop.when_idle.is_set();
         let attempt = || step(rcfg, ledger, &mut conn, &script, &ledger_id, &mut seen);
-        let round = match retry::with_backoff("relay", shutdown, 0, attempt) {
-            Ok(round) => round,
-            // The retry gives up on a transient failure only once shutdown is asked for.
-            Err(e) if e.is_transient() => break,
-            Err(e) => return Err(e),
+        let Some(round) = retry::until_stopped("relay", shutdown, attempt)? else {
+            break;
         };
         totals.published += round.published;
         totals.marked += round.marked;

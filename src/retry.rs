@@ -168,6 +168,20 @@ pub fn with_backoff<T>(
     retry_loop(what, &limits, op, |wait| pause(stop, wait), Instant::now)
 }
 
+/// [`with_backoff`] for work that is worth nothing once `stop` is set: `Ok(None)` when a
+/// transient failure was given up on, which the retry does only because `stop` was set.
+pub fn until_stopped<T>(
+    what: &str,
+    stop: &Shutdown,
+    op: impl FnMut() -> Result<T>,
+) -> Result<Option<T>> {
+    match with_backoff(what, stop, 0, op) {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_transient() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What a loop with an [`Outage`] tells of each failed attempt: the error and how long its
 /// episode has lasted, or `None` when an episode it told of ended in a success.
 pub type OutageNote<'a> = &'a (dyn Fn(Option<(&Error, Duration)>) + Sync);
@@ -549,5 +563,20 @@ mod tests {
             waited >= Duration::from_secs(60) && waited < Duration::from_secs(66),
             "gave up {waited:?} after the first failure, after {calls} attempts"
         );
+    }
+
+    #[test]
+    fn until_stopped_is_none_only_for_a_transient_failure_given_up_on_at_a_stop() {
+        let stop = Shutdown::new();
+        assert_eq!(until_stopped("t", &stop, || Ok(7)).unwrap(), Some(7));
+        let permanent = until_stopped::<()>("t", &stop, || Err(Error::Other("no".into())));
+        assert!(matches!(permanent, Err(Error::Other(_))), "{permanent:?}");
+        stop.trigger();
+        let mut calls = 0;
+        let given_up = until_stopped::<()>("t", &stop, || {
+            calls += 1;
+            Err(transient())
+        });
+        assert_eq!((given_up.unwrap(), calls), (None, 1));
     }
 }

@@ -255,15 +255,11 @@ fn ledger_name(
     ledger: &dyn crate::ledger::Backend,
     shutdown: &Shutdown,
 ) -> Result<Option<LedgerName>> {
-    match crate::retry::with_backoff("opening the ledger", shutdown, 0, || ledger.ledger_id()) {
-        Ok(id) => Ok(Some(LedgerName {
-            id,
-            shown: ledger.describe(),
-        })),
-        // The retry gives up on a transient failure only once a stop is asked for.
-        Err(e) if e.is_transient() => Ok(None),
-        Err(e) => Err(e),
-    }
+    let id = crate::retry::until_stopped("opening the ledger", shutdown, || ledger.ledger_id())?;
+    Ok(id.map(|id| LedgerName {
+        id,
+        shown: ledger.describe(),
+    }))
 }
 
 /// Before anything reads the group or writes beside it: binds the group to this ledger, or
@@ -277,15 +273,10 @@ fn bind_at_start(
     shutdown: &Shutdown,
 ) -> Result<bool> {
     let mut conn = stream::Conn::new(target.clone());
-    let bound = crate::retry::with_backoff(crate::worker::READING, shutdown, 0, || {
+    let bound = crate::retry::until_stopped(crate::worker::READING, shutdown, || {
         binding::bind_or_refuse(&mut conn, &cfg.stream, &cfg.group, ledger)
-    });
-    match bound {
-        Ok(()) => Ok(true),
-        // The retry gives up on a transient failure only once a stop is asked for.
-        Err(e) if e.is_transient() => Ok(false),
-        Err(e) => Err(e),
-    }
+    })?;
+    Ok(bound.is_some())
 }
 
 /// Behind Sentinel, before reading: copies again any dead letter a promotion lost

@@ -699,13 +699,7 @@ fn a_worker_that_finishes_while_its_relay_reads_nothing_leaves_no_row_unpublishe
     let w = World::on(store);
     w.add(&(0..5).map(support::submission).collect::<Vec<_>>());
     let out = w
-        .cmd(&[
-            "run",
-            "--exit-when-idle",
-            "--claim-idle-ms",
-            "200",
-            "--relay",
-        ])
+        .drain_cmd(&["--relay"])
         .env("CLAIMGATE_FAILPOINT", "slow:relay_idle:1")
         .env("RUST_LOG", "info")
         .run_with_deadline();

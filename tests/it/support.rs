@@ -266,10 +266,21 @@ impl World {
 
     /// Drains the stream with one worker that exits when idle.
     pub fn drain(&self, extra: &[&str]) -> Output {
-        let mut args = vec!["run", "--exit-when-idle", "--claim-idle-ms", "200"];
+        let mut args = Self::DRAIN.to_vec();
         args.extend_from_slice(extra);
         self.run_ok(&args)
     }
+
+    /// [`World::drain`]'s command with `extra` flags, not yet run: for a test that sets its
+    /// environment or expects it to fail.
+    pub fn drain_cmd(&self, extra: &[&str]) -> Command {
+        let mut args = Self::DRAIN.to_vec();
+        args.extend_from_slice(extra);
+        self.cmd(&args)
+    }
+
+    /// The worker run until the stream is drained.
+    const DRAIN: [&'static str; 4] = ["run", "--exit-when-idle", "--claim-idle-ms", "200"];
 
     /// A Redis connection.
     pub fn conn(&self) -> redis::Connection {

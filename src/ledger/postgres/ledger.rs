@@ -81,11 +81,7 @@ impl PgLedger {
     /// shared retry policy (`crate::retry`), as `run` and `relay` must. `None` if `stop` is set
     /// while waiting.
     pub fn open_waiting(cfg: &LedgerConfig<PgUrl>, stop: &Shutdown) -> Result<Option<Self>> {
-        match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
-            Ok(ledger) => Ok(Some(ledger)),
-            Err(e) if e.is_transient() => Ok(None),
-            Err(e) => Err(e),
-        }
+        crate::retry::until_stopped("opening the ledger", stop, || Self::open(cfg))
     }
 
     /// A pooled connection.

@@ -206,12 +206,7 @@ impl SqliteLedger {
         cfg: &LedgerConfig<SqliteSettings>,
         stop: &Shutdown,
     ) -> Result<Option<Self>> {
-        match crate::retry::with_backoff("opening the ledger", stop, 0, || Self::open(cfg)) {
-            Ok(ledger) => Ok(Some(ledger)),
-            // The retry gives up on a transient failure only once `stop` is set.
-            Err(e) if e.is_transient() => Ok(None),
-            Err(e) => Err(e),
-        }
+        crate::retry::until_stopped("opening the ledger", stop, || Self::open(cfg))
     }
 
     /// Opens the ledger at `path` with default settings.

@@ -26,8 +26,9 @@ pub const INDEXED_TEXT_BYTES_MAX: usize = 2_000;
 /// stores them as raw bytes, which hold NULs, and they are copied as the hex they stand for
 /// (`derived::digest_hex`); a digest edited into text with a NUL is not a record claimgate
 /// sealed, and the copy's verification refuses the chain. The audit key is raw bytes from
-/// format 6 on, so only a key stored as text is looked at ([`AUDIT_KEY_WITH_NUL`]). Nor the outbox's and disbursements'
-/// derived columns, which are NULL where derived and copied as their claim's.
+/// format 6 on, so only a key stored as text is looked at ([`AUDIT_KEY_WITH_NUL`]). Nor the
+/// outbox's and disbursements' derived columns, which are NULL where derived and copied as
+/// their claim's.
 const TEXT_COLUMNS: [(&str, &str, &[&str]); 8] = [
     (
         "processed_messages",

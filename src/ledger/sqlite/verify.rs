@@ -273,8 +273,8 @@ fn exact(tx: &Connection) -> Result<()> {
     let count =
         |sql: &str| -> Result<u64> { Ok(tx.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64) };
     let disbursements = count("SELECT COUNT(*) FROM disbursements")?;
-    // Every processed record matches a disbursement (checked above); two records may still
-    // name one key in different case.
+    // Every processed record matches a disbursement, and no two name one key (both checked
+    // above, keys compared as bytes).
     let processed = count("SELECT COUNT(*) FROM audit_log WHERE kind = 'processed'")?;
     checks::processed_records(disbursements, processed, || {
         Ok(tx
