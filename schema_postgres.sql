@@ -125,6 +125,8 @@ CREATE TABLE IF NOT EXISTS disbursements (
 -- batch and its place among the batch's rows, and no id of its own: its id is its batch's
 -- `outbox_first` plus its place, given when the batch is linked (the view `outbox`, below). A
 -- row written by an earlier release, or copied by `migrate`, has its id and no batch.
+-- `published_at` is set only on rows an earlier format's relay marked one by one, and on rows
+-- `migrate` copied: since format 5 a row is written once and never changed (`outbox_published`).
 CREATE TABLE IF NOT EXISTS outbox_rows (
     id           BIGINT  UNIQUE CHECK (id > 0),
     claim_id     BIGINT  NOT NULL UNIQUE,
@@ -138,7 +140,20 @@ CREATE TABLE IF NOT EXISTS outbox_rows (
     CONSTRAINT outbox_rows_placed
         CHECK ((id IS NULL) = (batch_id IS NOT NULL) AND (batch_id IS NULL) = (batch_index IS NULL))
 );
--- Its index of unpublished rows is created with the audit log's, below.
+
+-- What the relays have published, one row per advance (format 5): every outbox row with an id
+-- at or below the highest `upto_id` is published, and a row's `published_at` (the view
+-- `outbox`) is that of the first publication at or above its id, unless the row carries its
+-- own. Rows reach the events stream in id order and become visible in id order (contract
+-- point 5, `src/ledger/postgres/outbox.rs`), so one number says which are published.
+-- Before, the relay marked each row with an UPDATE that was never HOT (the partial index of
+-- unpublished rows named the column): every row left a dead copy of itself and a second entry
+-- in each of its table's four indexes, ~450 bytes a claim (BENCHMARKS.md).
+CREATE TABLE IF NOT EXISTS outbox_published (
+    upto_id      BIGINT PRIMARY KEY CHECK (upto_id > 0),
+    published_at TEXT   NOT NULL
+);
+DROP INDEX IF EXISTS outbox_unpublished;
 
 -- One row per dead-lettered stream entry.
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -240,8 +255,6 @@ CREATE TABLE IF NOT EXISTS audit_members (
 -- Partial indexes, created only where missing: `CREATE INDEX IF NOT EXISTS` takes a SHARE lock
 -- on its table even when the index is there, so at every node's start it would wait for the
 -- batches in flight and stall every other node's writers behind it.
--- * outbox_unpublished: the rows not yet marked published (the backlog, and what the relay
---   marks). Earlier releases' is on (id); it serves the same queries.
 -- * audit_dead_letters, audit_member_dead_letters: the dead-letter records, and only those.
 --   Dead-letter reconciliation reads them before a worker behind Sentinel reads and after
 --   every failover (src/ops/reconcile.rs); it must not walk the whole trail for them. No entry
@@ -253,9 +266,6 @@ CREATE TABLE IF NOT EXISTS audit_members (
 --   the relay finds the rows above its position in one index range.
 DO $$
 BEGIN
-    IF to_regclass('outbox_unpublished') IS NULL THEN
-        CREATE INDEX outbox_unpublished ON outbox_rows (claim_id) WHERE published_at IS NULL;
-    END IF;
     IF to_regclass('audit_dead_letters') IS NULL THEN
         CREATE INDEX audit_dead_letters ON audit_chain (seq) WHERE kind = 'dead_letter';
     END IF;
@@ -454,8 +464,9 @@ $$;
 
 -- Every audit record, with its seq, as on SQLite (see the top of this file). Members of a
 -- batch not linked yet have no seq (and `batch_id` says which batch); `batch_index` is set
--- for batch members. The links are not records: `audit_batches` holds them. Created only where missing (CREATE OR REPLACE VIEW locks the view against
--- every reader at every node's start); a release that changes a view drops it first.
+-- for batch members. The links are not records: `audit_batches` holds them. Created only
+-- where missing; a release that changes a view replaces it (as `outbox`, below), which is
+-- safe because this script runs only where a ledger is made or upgraded, all nodes stopped.
 DO $$
 BEGIN
     IF to_regclass('audit_log') IS NULL THEN
@@ -470,15 +481,38 @@ BEGIN
                m.detail, m.recorded_at, m.prev_hash, m.hash, m.batch_index, m.batch_id
         FROM audit_members m LEFT JOIN audit_batches b ON b.batch_id = m.batch_id;
     END IF;
-    -- Every outbox row with its id (none yet for a batch not linked).
-    IF to_regclass('outbox') IS NULL THEN
-        CREATE VIEW outbox AS
-        SELECT COALESCE(o.id, b.outbox_first + o.batch_index - 1) AS id, o.claim_id,
-               o.event_type, o.payload, o.created_at, o.published_at, o.batch_id, o.batch_index
-        FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id;
-    END IF;
 END;
 $$;
+
+-- Every outbox row with its id (none yet for a batch not linked) and when it was published:
+-- its own mark, else the first publication at or above its id (`outbox_published`). Replaced,
+-- not only made where missing: format 5 changed where `published_at` comes from.
+CREATE OR REPLACE VIEW outbox AS
+SELECT x.id, x.claim_id, x.event_type, x.payload, x.created_at,
+       COALESCE(x.published_at,
+                (SELECT p.published_at FROM outbox_published p
+                 WHERE p.upto_id >= x.id ORDER BY p.upto_id LIMIT 1)) AS published_at,
+       x.batch_id, x.batch_index
+FROM (SELECT COALESCE(o.id, b.outbox_first + o.batch_index - 1) AS id, o.claim_id,
+             o.event_type, o.payload, o.created_at, o.published_at, o.batch_id, o.batch_index
+      FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id) x;
+
+-- The rows an earlier format marked published one by one (or `migrate` copied with their
+-- marks), recorded as one publication where none is recorded yet: every row below the first
+-- one not marked (relays marked in id order), at the last of their times. Run below, where
+-- this script upgrades a ledger, and by `migrate` once it has copied the rows
+-- (src/ledger/postgres/load.rs); it changes nothing on a ledger that records a publication.
+CREATE OR REPLACE FUNCTION claimgate_note_published() RETURNS void
+    LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO outbox_published (upto_id, published_at)
+    SELECT u.upto, (SELECT MAX(published_at) FROM outbox WHERE id <= u.upto)
+    FROM (SELECT COALESCE((SELECT MIN(id) FROM outbox WHERE id IS NOT NULL AND published_at IS NULL) - 1,
+                          (SELECT MAX(id) FROM outbox)) AS upto) u
+    WHERE u.upto > 0
+      AND EXISTS (SELECT 1 FROM outbox WHERE id <= u.upto AND published_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM outbox_published);
+$$;
+SELECT claimgate_note_published();
 
 -- The ledger's counts as its rows give them, in the caller's snapshot: what `chain_head` and
 -- `purge_counts` together must hold (`verify` compares them, `claimgate_recount` sets them).

@@ -335,3 +335,23 @@ fn an_audit_column_edited_to_a_value_claimgate_never_writes_is_named_by_its_reco
         w.run_ok(&["audit", "verify"]);
     }
 }
+
+#[test]
+fn a_publication_recorded_above_the_last_outbox_id_fails_verify() {
+    // Someone who can write the ledger records rows not written yet as published: the next
+    // payments would read as published, and the backlog as empty, with none of them on the
+    // events stream. verify names the publication; once it is removed, verify passes.
+    let (w, mut db) = drained_on(Store::Postgres, 3);
+    db.exec(
+        "INSERT INTO outbox_published (upto_id, published_at)
+         VALUES (1000, '2026-07-01T10:00:00.000000Z')",
+    );
+    let err = refused(&w);
+    assert!(
+        err.contains("rows up to id 1000 are recorded as published")
+            && err.contains("last outbox id 3"),
+        "{err}"
+    );
+    db.exec("DELETE FROM outbox_published WHERE upto_id = 1000");
+    w.run_ok(&["verify"]);
+}

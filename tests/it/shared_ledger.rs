@@ -1940,7 +1940,7 @@ fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
     w.run_ok(&["init"]);
     assert_eq!(
         w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
-        "4"
+        claimgate::ledger::postgres::FORMAT_VERSION.to_string()
     );
     // The upgrade counted the linked ledger (5 claims); then init's open linked the batch
     // left unlinked, its counts taken from its rows by the link.
@@ -1960,6 +1960,92 @@ fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
     w.drain(&[]);
     assert_eq!(w.count("disbursements"), 12);
     assert_counts_are_the_rows(&url);
+}
+
+/// The outbox backlog as `status --json` reports it.
+fn backlog(w: &World) -> serde_json::Value {
+    let doc: serde_json::Value =
+        serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
+    doc["ledger"]["outbox_backlog"].clone()
+}
+
+#[test]
+fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publishing_per_round() {
+    // 1. Seven paid; a relay publishes them; three more paid, unpublished. The ledger is taken
+    //    back to format 4 (fixture schema-postgres-v4-outbox.sql): `outbox_published` dropped,
+    //    each published row marked on its own row, as format 4's relay marked it, at its own
+    //    time, and the partial index of unpublished rows back.
+    // 2. `status` refuses it (exit 2); `init` upgrades it: the rows marked one by one keep
+    //    their times, they become one publication, the index is gone, the backlog is the 3,
+    //    and verify passes.
+    // 3. A relay publishes the 3 (10 events, each once) and records one publication, changing
+    //    no row; the backlog is 0; a worker and relay go on; verify passes.
+    let w = World::on(Store::Postgres);
+    w.add(&(0..7).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    w.add(&(7..10).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.xlen("grants:events"), 7);
+    w.sql().exec(&format!(
+        "UPDATE outbox_rows r SET published_at = '2026-07-01T10:00:0' || v.id || '.000000Z'
+         FROM outbox v WHERE v.claim_id = r.claim_id AND v.published_at IS NOT NULL;
+         DROP TABLE outbox_published CASCADE;
+         {}
+         UPDATE ledger_meta SET value = '4' WHERE name = 'format_version'",
+        include_str!("fixtures/schema-postgres-v4-outbox.sql")
+    ));
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox_rows WHERE published_at IS NOT NULL"),
+        7
+    );
+    let refused = w.run(&["status"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("is format 4"), "{said}");
+
+    w.run_ok(&["init"]);
+    assert_eq!(
+        w.sql_text("SELECT upto_id || ' ' || published_at FROM outbox_published"),
+        "7 2026-07-01T10:00:07.000000Z",
+        "the rows marked one by one, as one publication at the last of their times"
+    );
+    assert_eq!(
+        w.sql_text(
+            "SELECT string_agg(id || ' ' || COALESCE(published_at, '-'), ', ' ORDER BY id)
+             FROM outbox WHERE id IN (1, 7, 8)"
+        ),
+        "1 2026-07-01T10:00:01.000000Z, 7 2026-07-01T10:00:07.000000Z, 8 -"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM pg_class WHERE relname = 'outbox_unpublished'"),
+        0
+    );
+    assert_eq!(backlog(&w), 3);
+    w.run_ok(&["verify"]);
+
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 10);
+    assert_eq!(backlog(&w), 0);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
+        0
+    );
+    assert_eq!(
+        w.sql_text("SELECT string_agg(upto_id::text, ' ' ORDER BY upto_id) FROM outbox_published"),
+        "7 10"
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox_rows WHERE published_at IS NOT NULL"),
+        7,
+        "no row is updated to be published"
+    );
+    w.add(&(10..14).map(submission).collect::<Vec<_>>());
+    w.drain(&["--relay"]);
+    assert_eq!(w.xlen("grants:events"), 14);
+    assert_eq!(backlog(&w), 0);
+    assert_eq!(w.count("disbursements"), 14);
+    w.run_ok(&["verify"]);
 }
 
 #[test]

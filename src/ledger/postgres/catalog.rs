@@ -23,13 +23,14 @@ use postgres::Transaction;
 
 /// The uniqueness each promise rests on, as sets of columns a table must have a unique,
 /// non-partial, valid index on; any one set of a row will do (ledgers of earlier releases).
-const UNIQUE: [(&str, &[&[&str]]); 14] = [
+const UNIQUE: [(&str, &[&[&str]]); 15] = [
     ("processed_messages", checks::CLAIM_UNIQUE),
     ("processed_messages", &[&["claim_id"]]),
     ("disbursements", &[&["claim_id"]]),
     ("outbox_rows", &[&["claim_id"]]),
     ("outbox_rows", &[&["id"]]),
     ("outbox_rows", &[&["batch_id", "batch_index"]]),
+    ("outbox_published", &[&["upto_id"]]),
     ("claim_tombstones", &[&["idempotency_key"]]),
     ("dead_letters", &[&["stream", "stream_entry_id"]]),
     ("audit_chain", &[&["seq"]]),
@@ -78,7 +79,7 @@ const TRIGGERS: [(&str, &str, &str); 6] = [
 const VIEWS: [&str; 2] = ["audit_log", "outbox"];
 
 /// claimgate's functions, each with the body the schema script gives it.
-const FUNCTIONS: [&str; 7] = [
+const FUNCTIONS: [&str; 8] = [
     "claimgate_json",
     "claimgate_rows_name_claims",
     "claimgate_claims_unnamed",
@@ -86,6 +87,7 @@ const FUNCTIONS: [&str; 7] = [
     "claimgate_link",
     "claimgate_counted",
     "claimgate_recount",
+    "claimgate_note_published",
 ];
 
 /// Checks the schema `schema` inside the caller's snapshot; the first thing altered, as an
@@ -262,14 +264,17 @@ fn plan(tx: &mut Transaction<'_>, query: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-/// The `SELECT` of `CREATE VIEW view AS …;` in the schema script: the one definition of each
-/// view, read where it is written.
+/// The `SELECT` of `CREATE [OR REPLACE] VIEW view AS …;` in the schema script: the one
+/// definition of each view, read where it is written.
 fn view_definition(view: &str) -> &'static str {
-    let start = format!("CREATE VIEW {view} AS");
-    let from = SCHEMA
-        .find(&start)
-        .unwrap_or_else(|| panic!("schema_postgres.sql defines the view {view}"))
-        + start.len();
+    let (at, start) = [
+        format!("CREATE VIEW {view} AS"),
+        format!("CREATE OR REPLACE VIEW {view} AS"),
+    ]
+    .into_iter()
+    .find_map(|start| SCHEMA.find(&start).map(|at| (at, start)))
+    .unwrap_or_else(|| panic!("schema_postgres.sql defines the view {view}"));
+    let from = at + start.len();
     let len = SCHEMA[from..]
         .find(';')
         .expect("a view definition ends with ;");

@@ -211,15 +211,29 @@ macro_rules! stored_counts {
 pub(super) use stored_counts;
 
 /// The ledger's counts as stored (`chain_head` plus what purges changed, `purge_counts`:
-/// `schema_postgres.sql`) and the outbox backlog from its partial index, in one statement, so
-/// one snapshot: two row reads however large the ledger, and the unpublished rows.
+/// `schema_postgres.sql`) and the outbox backlog, in one statement, so one snapshot: two row
+/// reads however large the ledger, and the unpublished rows. Those are the rows above the last
+/// publication (`outbox_published`): stored rows through the id index, less any marked one by
+/// one; linked batches' through `audit_batches_outbox`; and every batch not linked yet.
 const STATS: &str = concat!(
-    "SELECT ",
+    "WITH pub AS (SELECT COALESCE(MAX(upto_id), 0) AS upto FROM outbox_published)
+     SELECT ",
     stored_counts!(),
     ", o.n, o.oldest
      FROM chain_head h, purge_counts p,
-          (SELECT COUNT(*) AS n, MIN(created_at) AS oldest
-           FROM outbox_rows WHERE published_at IS NULL) o
+          (SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM (
+               SELECT r.created_at FROM outbox_rows r, pub
+               WHERE r.id > pub.upto AND r.published_at IS NULL
+               UNION ALL
+               SELECT r.created_at FROM pub, audit_batches b
+               JOIN outbox_rows r ON r.batch_id = b.batch_id
+               WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0
+                 AND b.outbox_first + b.outbox_count > pub.upto + 1
+                 AND b.outbox_first + r.batch_index - 1 > pub.upto
+               UNION ALL
+               SELECT r.created_at FROM audit_batches b
+               JOIN outbox_rows r ON r.batch_id = b.batch_id
+               WHERE b.link_seq IS NULL) u) o
      WHERE h.id = 1 AND p.id = 1"
 );
 

@@ -32,6 +32,7 @@ impl PgLedger {
                       + (SELECT COUNT(*) FROM legal_holds)
                       + (SELECT COUNT(*) FROM ledger_meta WHERE name <> 'format_version')
                       + (SELECT COUNT(*) FROM claim_tombstones)
+                      + (SELECT COUNT(*) FROM outbox_published)
                       + (SELECT seq FROM chain_head WHERE id = 1)",
                 &[],
             )?
@@ -278,7 +279,8 @@ fn copy_in(
 
 /// Points the chain head at the copied chain's end (a checkpoint there is transparent, as on
 /// SQLite) and past the highest outbox id ever used; moves the identity sequences past the
-/// copied ids.
+/// copied ids; records the rows copied as published as one publication (the relay goes on
+/// from there: `outbox.rs`).
 fn continue_after(tx: &mut postgres::Transaction<'_>, counters: Counters) -> Result<()> {
     let last = tx.query_opt(
         "SELECT seq, kind, prev_hash, hash FROM audit_chain ORDER BY seq DESC LIMIT 1",
@@ -306,7 +308,8 @@ fn continue_after(tx: &mut postgres::Transaction<'_>, counters: Counters) -> Res
          FROM processed_messages;
          SELECT setval(pg_get_serial_sequence('disbursements', 'id'),
                        GREATEST(MAX(id), 1), MAX(id) IS NOT NULL)
-         FROM disbursements;",
+         FROM disbursements;
+         SELECT claimgate_note_published();",
     )?;
     Ok(())
 }

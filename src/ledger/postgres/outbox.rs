@@ -82,20 +82,27 @@ impl Outbox for PgLedger {
         Ok(rows)
     }
 
+    /// One row in `outbox_published` (`schema_postgres.sql`) when the highest id published
+    /// advances, none when it does not: rows are written once and never updated. The rows
+    /// marked are those between the last publication and `upto_id` (capped at the last id
+    /// given): stored rows counted through the id index, linked batches' from their
+    /// `audit_batches` rows alone. Two relays marking at the same moment may both advance it
+    /// (each statement reads the last publication before the other commits); each row still
+    /// reads as published, at the earlier of the two times that cover it.
     fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
         let mut conn = self.conn()?;
-        // Through the index of unpublished rows; a row of a batch not linked yet has no id,
-        // so it is never at or below any position. The stream's mark in `ledger_meta` moves
-        // in the same statement, so atomically (retention reads it: `retention.rs`).
+        // The stream's mark in `ledger_meta` moves in the same statement, so atomically
+        // (retention reads it: `retention.rs`).
         let st = conn.prepared(
-            "WITH marked AS (
-                 UPDATE outbox_rows o SET published_at = $1
-                 WHERE o.published_at IS NULL
-                   AND (o.id <= $2
-                        OR EXISTS (SELECT 1 FROM audit_batches b
-                                   WHERE b.batch_id = o.batch_id AND b.link_seq IS NOT NULL
-                                     AND b.outbox_first + o.batch_index - 1 <= $2))
-                 RETURNING 1
+            "WITH last AS (
+                 SELECT (SELECT COALESCE(MAX(upto_id), 0) FROM outbox_published) AS was,
+                        LEAST($2, outbox_id_last) AS upto
+                 FROM chain_head WHERE id = 1
+             ), added AS (
+                 INSERT INTO outbox_published (upto_id, published_at)
+                 SELECT upto, $1 FROM last WHERE upto > was
+                 ON CONFLICT (upto_id) DO NOTHING
+                 RETURNING upto_id
              ), noted AS (
                  INSERT INTO ledger_meta (name, value)
                  VALUES ('published_upto:' || $3,
@@ -103,7 +110,14 @@ impl Outbox for PgLedger {
                  ON CONFLICT (name) DO UPDATE
                      SET value = GREATEST(ledger_meta.value::bigint, EXCLUDED.value::bigint)::text
              )
-             SELECT COUNT(*) FROM marked",
+             SELECT (SELECT COUNT(*) FROM outbox_rows o, last, added
+                     WHERE o.id > last.was AND o.id <= added.upto_id AND o.published_at IS NULL)
+                  + (SELECT COALESCE(SUM(LEAST(b.outbox_first + b.outbox_count - 1, added.upto_id)
+                                         - GREATEST(b.outbox_first, last.was + 1) + 1), 0)::int8
+                     FROM audit_batches b, last, added
+                     WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0
+                       AND b.outbox_first + b.outbox_count > last.was + 1
+                       AND b.outbox_first <= added.upto_id)",
         )?;
         let n: i64 = conn
             .client
@@ -136,39 +150,25 @@ impl Outbox for PgLedger {
         Ok(row.map(|r| r.get(0)))
     }
 
-    /// The last linked batch row marked published (batches' ids are above every stored row's),
-    /// else the highest stored row marked published. Each walks its index down from the top,
-    /// past the backlog, to the first published row. Added for the relay's check of a stream
-    /// standing below the ledger (issue 39).
+    /// The stream's own mark; else, for a ledger whose relays recorded none (an earlier
+    /// release's), the highest publication (an upgrade records the rows marked one by one as
+    /// one: `claimgate_note_published`). Added for the relay's check of a stream standing
+    /// below the ledger (issue 39).
     fn published_id_max(&self, events_stream: &str) -> Result<i64> {
         let mut conn = self.conn()?;
-        let marks = conn.client.query_one(
+        let row = conn.client.query_one(
             "SELECT (SELECT value::bigint FROM ledger_meta WHERE name = 'published_upto:' || $1),
-                    EXISTS (SELECT 1 FROM ledger_meta WHERE name LIKE 'published\\_upto:%')",
+                    EXISTS (SELECT 1 FROM ledger_meta WHERE name LIKE 'published\\_upto:%'),
+                    (SELECT COALESCE(MAX(upto_id), 0) FROM outbox_published)",
             &[&events_stream],
         )?;
-        if let Some(upto) = marks.get::<_, Option<i64>>(0) {
-            return Ok(upto);
-        }
-        if marks.get::<_, bool>(1) {
-            return Ok(0);
-        }
-        let row = conn.client.query_opt(
-            "SELECT b.outbox_first + o.batch_index - 1
-             FROM audit_batches b JOIN outbox_rows o ON o.batch_id = b.batch_id
-             WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0 AND o.published_at IS NOT NULL
-             ORDER BY b.outbox_first + b.outbox_count DESC, o.batch_index DESC LIMIT 1",
-            &[],
-        )?;
-        if let Some(row) = row {
-            return Ok(row.get(0));
-        }
-        let row = conn.client.query_one(
-            "SELECT COALESCE(MAX(id), 0) FROM outbox_rows
-             WHERE id IS NOT NULL AND published_at IS NOT NULL",
-            &[],
-        )?;
-        Ok(row.get(0))
+        Ok(
+            match (row.get::<_, Option<i64>>(0), row.get::<_, bool>(1)) {
+                (Some(upto), _) => upto,
+                (None, true) => 0,
+                (None, false) => row.get(2),
+            },
+        )
     }
 
     /// The head's counter, not `MAX(id)`: ids are numbered from it under the head lock and it

@@ -31,8 +31,11 @@ use postgres::Client;
 /// ledger keeps its own counts (`chain_head`'s counters, `purge_counts`, each batch's counts in
 /// its `audit_batches` row), which every writer of this format keeps right and a build of an
 /// earlier one would not: it refuses a format-4 ledger at open. Upgraded to, the counts are
-/// counted once from the rows.
-pub const FORMAT_VERSION: i64 = 4;
+/// counted once from the rows. 5: publication is recorded per relay round in
+/// `outbox_published`, not per row (`outbox.rs`); a build of format 4 would mark rows one by
+/// one where no reader of format 5 looks. Upgraded to, the rows marked so far become one
+/// publication (`claimgate_note_published`) and the index of unpublished rows is dropped.
+pub const FORMAT_VERSION: i64 = 5;
 
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.
 pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");
@@ -103,7 +106,7 @@ const WRITES: [(&str, &str); 10] = [
     ("processed_messages", "INSERT"),
     ("disbursements", "INSERT"),
     ("outbox_rows", "INSERT"),
-    ("outbox_rows", "UPDATE"),
+    ("outbox_published", "INSERT"),
     ("dead_letters", "INSERT"),
     ("audit_members", "INSERT"),
     ("audit_batches", "INSERT"),

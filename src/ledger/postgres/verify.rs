@@ -802,7 +802,9 @@ fn instants(tx: &mut postgres::Transaction<'_>) -> Result<()> {
 }
 
 /// The chain head row agrees with the chain just walked (its last seq, the hash the next
-/// record links to), and no outbox id is above its counter (the next batch would reuse it).
+/// record links to), no outbox id is above its counter (the next batch would reuse it), and
+/// no publication is (`outbox_published`: every row the next batches write would read as
+/// published, and the backlog as empty, with not one of them on the events stream).
 ///
 /// The highest id is bounded from the id index and one row per batch (as in
 /// [`outbox_ids_apart`], each batch gives ids below its `outbox_first + outbox_count`), and
@@ -812,12 +814,14 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
         "SELECT h.seq, h.hash, h.outbox_id_last,
                 GREATEST((SELECT MAX(id) FROM outbox_rows),
                          (SELECT MAX(outbox_first + outbox_count - 1) FROM audit_batches
-                          WHERE outbox_first IS NOT NULL AND outbox_count > 0))
+                          WHERE outbox_first IS NOT NULL AND outbox_count > 0)),
+                (SELECT MAX(upto_id) FROM outbox_published)
          FROM chain_head h WHERE h.id = 1",
         &[],
     )?;
     let (seq, hash, outbox_last, mut outbox_max): (i64, String, i64, Option<i64>) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
+    let published: Option<i64> = row.get(4);
     if outbox_max.is_some_and(|bound| bound > outbox_last) {
         outbox_max = tx.query_one("SELECT MAX(id) FROM outbox", &[])?.get(0);
     }
@@ -830,6 +834,12 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
     if let Some(max) = outbox_max.filter(|m| *m > outbox_last) {
         return Err(Error::Invariant(format!(
             "chain head: outbox row {max} is above the head's last outbox id {outbox_last}"
+        )));
+    }
+    if let Some(upto) = published.filter(|p| *p > outbox_last) {
+        return Err(Error::Invariant(format!(
+            "outbox publication: rows up to id {upto} are recorded as published \
+             (outbox_published), above the head's last outbox id {outbox_last} (edited?)"
         )));
     }
     Ok(())
