@@ -331,7 +331,8 @@ fn bench(o: &Opts) -> Res<()> {
 /// After the report on the N-claim `--template` (built by the report if it was missing): the
 /// worker (a) on a copy of it against an empty ledger, arrival order and back-dated (as
 /// `--prefill N --template FILE`); with `--postgres`, one PostgreSQL node and three against
-/// SQLite's (a) on empty ledgers (as `--postgres`); and a purge of its oldest year beside a
+/// SQLite's (a) on empty ledgers (as `--postgres`), and one node on the template migrated
+/// into PostgreSQL against one on an empty PostgreSQL ledger; and a purge of its oldest year beside a
 /// worker (as `--purge-under-load --prefill N`, on a load of 1.5 N entries, so the worker runs
 /// as long as the purge). Each part is its mode, run as that mode runs.
 fn whole(o: &Opts, n: usize) -> Res<()> {
@@ -357,6 +358,8 @@ fn whole(o: &Opts, n: usize) -> Res<()> {
     if o.postgres {
         println!("\none PostgreSQL node against SQLite, empty ledgers:");
         pg_mode::run(&env, &o, &main_load)?;
+        let template = o.template.as_deref().expect("checked above");
+        pg_mode::against_template(&env, &o, &main_load, template)?;
     }
     env.drop_stream("bench:main")?;
     drop((env, work));

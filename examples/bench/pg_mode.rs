@@ -50,8 +50,8 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
     let (mut a, mut p1, mut p3) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         a.push(env.child_run(load, &format!("a{round}"), &[], None)?);
-        p1.push(pg_run(env, &pg, o, load, &format!("p1r{round}"), 1)?);
-        p3.push(pg_run(env, &pg, o, load, &format!("p3r{round}"), 3)?);
+        p1.push(pg_run(env, &pg, o, load, &format!("p1r{round}"), 1, None)?);
+        p3.push(pg_run(env, &pg, o, load, &format!("p3r{round}"), 3, None)?);
         let (x, y) = (&p1[round - 1], &p3[round - 1]);
         println!(
             "round {round}: (a) sqlite {:>7.0}/s  (p1) {:>7.0}/s head p99 {} WAL buffers full {}  (p3) {:>7.0}/s head p99 {} WAL buffers full {}",
@@ -103,6 +103,95 @@ pub(super) fn run(env: &Env, o: &Opts, load: &Load) -> Res<()> {
     Ok(())
 }
 
+/// A PostgreSQL ledger holding a history, to copy for each run that starts from it.
+struct Prefilled {
+    /// The database (in the same cluster) each run's is copied from.
+    database: String,
+    /// Its counts before any run: a run's ledger must hold these plus the load's.
+    stats: claimgate::ledger::Stats,
+}
+
+/// The PostgreSQL row of issue 37's "worker on a large ledger against an empty one"
+/// (`--whole --postgres`): `template` (a SQLite ledger of N claims) migrated once into a
+/// private cluster, timed, then `o.rounds` rounds of (pe) one node on an empty ledger and (pf)
+/// one node on a copy of the migrated one (`CREATE DATABASE … TEMPLATE`, untimed), the same
+/// load each time, each verified.
+pub(super) fn against_template(
+    env: &Env,
+    o: &Opts,
+    load: &Load,
+    template: &std::path::Path,
+) -> Res<()> {
+    let pg = LocalPostgres::start().map_err(|e| e.to_string())?;
+    // `migrate` opens its source, which may record a format upgrade in it: a copy, so the
+    // template stays what every other part reads.
+    let source = env.dir.join("pg-source.db");
+    std::fs::copy(template, &source).map_err(|e| format!("copying the template: {e}"))?;
+    let url = pg.create_database("prefilled").map_err(|e| e.to_string())?;
+    let log = env.dir.join("pg-migrate.log");
+    let started = Instant::now();
+    let status = env
+        .claimgate("unused", "unused", source.as_ref(), &log)
+        .args(["migrate", "--to", &url])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("migrate exited {status}; see {}", log.display()));
+    }
+    let migrate_s = started.elapsed().as_secs_f64();
+    super::remove_ledger(&source);
+    // What autovacuum would have done by the time a worker meets the ledger.
+    let analyzing = Instant::now();
+    postgres::Client::connect(&url, postgres::NoTls)
+        .and_then(|mut c| c.batch_execute("VACUUM ANALYZE"))
+        .map_err(|e| e.to_string())?;
+    let mut cfg = ledger_config(&url)?;
+    cfg.create = false;
+    let stats = claimgate::ledger::open(&cfg)
+        .and_then(|l| l.stats())
+        .map_err(|e| e.to_string())?;
+    println!(
+        "
+one PostgreSQL node on {} claims against an empty PostgreSQL ledger (private cluster on port {}): migrate {migrate_s:.1} s, VACUUM ANALYZE {:.1} s",
+        stats.claims,
+        pg.port(),
+        analyzing.elapsed().as_secs_f64()
+    );
+    let prefilled = Prefilled {
+        database: "prefilled".into(),
+        stats,
+    };
+    let (mut empty, mut full) = (Vec::new(), Vec::new());
+    for round in 1..=o.rounds {
+        empty.push(pg_run(env, &pg, o, load, &format!("pe{round}"), 1, None)?);
+        full.push(pg_run(
+            env,
+            &pg,
+            o,
+            load,
+            &format!("pf{round}"),
+            1,
+            Some(&prefilled),
+        )?);
+        let (e, f) = (&empty[round - 1], &full[round - 1]);
+        println!(
+            "  round {round}: empty {:.0}/s ({:.1} us worker, {:.1} us postgres cpu /entry)  prefilled {:.0}/s ({:.1} us worker, {:.1} us postgres cpu /entry, verify {:.1} s)",
+            e.rate, e.worker_cpu_us, e.pg_cpu_us, f.rate, f.worker_cpu_us, f.pg_cpu_us, f.verify_s
+        );
+    }
+    let (me, mf) = (median(&empty, |r| r.rate), median(&full, |r| r.rate));
+    println!(
+        "  medians: empty {me:.0}/s, holding {} {mf:.0}/s (ratio {:.2}); postgres cpu {:.1} vs {:.1} us/entry; commit p99 {} vs {}",
+        prefilled.stats.claims,
+        mf / me,
+        median(&empty, |r| r.pg_cpu_us),
+        median(&full, |r| r.pg_cpu_us),
+        ms(median(&empty, |r| r.commit_p99_us as f64) as u64),
+        ms(median(&full, |r| r.commit_p99_us as f64) as u64)
+    );
+    Ok(())
+}
+
 /// `workers` child workers on one fresh database and one fresh group, run to idle.
 fn pg_run(
     env: &Env,
@@ -111,8 +200,13 @@ fn pg_run(
     load: &Load,
     label: &str,
     workers: usize,
+    from: Option<&Prefilled>,
 ) -> Res<PgRun> {
-    let url = pg.create_database(label).map_err(|e| e.to_string())?;
+    let url = match from {
+        None => pg.create_database(label),
+        Some(p) => pg.copy_database(label, &p.database),
+    }
+    .map_err(|e| e.to_string())?;
     let group = format!("bench-{label}");
     // The schema first, so no worker's figures include creating it.
     drop(claimgate::ledger::open(&ledger_config(&url)?).map_err(|e| e.to_string())?);
@@ -173,7 +267,7 @@ fn pg_run(
         print_statements(&mut admin, label, load.n)?;
     }
     let verifying = Instant::now();
-    verify(env, load, &group, &url)?;
+    verify(env, load, &group, &url, from.map(|p| &p.stats))?;
     let verify_s = verifying.elapsed().as_secs_f64();
     let (mut p50, mut p99, mut head, mut head_commit, mut deferred) = (0, 0, 0, 0, 0);
     for (_, log) in &children {
@@ -298,23 +392,37 @@ fn ledger_config(db: &str) -> Res<LedgerConfig> {
 }
 
 /// The ledger's own verify, and counts and sums against the load; the group drained.
-fn verify(env: &Env, load: &Load, group: &str, db: &str) -> Res<()> {
+fn verify(
+    env: &Env,
+    load: &Load,
+    group: &str,
+    db: &str,
+    before: Option<&claimgate::ledger::Stats>,
+) -> Res<()> {
     let mut cfg = ledger_config(db)?;
     cfg.create = false;
     let ledger = claimgate::ledger::open(&cfg).map_err(|e| e.to_string())?;
     ledger.verify().map_err(|e| e.to_string())?;
     let st = ledger.stats().map_err(|e| e.to_string())?;
+    let had = before.map_or((0, 0, 0, 0), |b| {
+        (
+            b.disbursements,
+            b.disbursed_cents_total,
+            b.duplicates_suppressed,
+            b.claims,
+        )
+    });
     let want = (
-        load.unique as u64,
-        load.cents_total as i128,
-        (load.n - load.unique) as u64,
+        had.0 + load.unique as u64,
+        had.1 + load.cents_total as i128,
+        had.2 + (load.n - load.unique) as u64,
     );
     let got = (
         st.disbursements,
         st.disbursed_cents_total,
         st.duplicates_suppressed,
     );
-    if got != want || st.claims != load.unique as u64 {
+    if got != want || st.claims != had.3 + load.unique as u64 {
         return Err(format!(
             "postgres ledger is wrong: (disbursements, cents, duplicates) = {got:?}, expected {want:?}"
         ));
