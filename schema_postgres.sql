@@ -127,19 +127,36 @@ CREATE TABLE IF NOT EXISTS disbursements (
 -- row written by an earlier release, or copied by `migrate`, has its id and no batch.
 -- `published_at` is set only on rows an earlier format's relay marked one by one, and on rows
 -- `migrate` copied: since format 5 a row is written once and never changed (`outbox_published`).
+-- Since format 5 too, a batch's rows store no event: `event_type` and `payload` are NULL, and
+-- the view `outbox` and the relay spell the event from the row's claim (`claimgate_event`,
+-- below), which holds everything it announces. Rows an earlier format or `migrate` wrote keep
+-- the event they stored, and it is still held to their claim (`verify`).
 CREATE TABLE IF NOT EXISTS outbox_rows (
     id           BIGINT  UNIQUE CHECK (id > 0),
     claim_id     BIGINT  NOT NULL UNIQUE,
-    event_type   TEXT    NOT NULL,
-    payload      TEXT    NOT NULL,
+    event_type   TEXT,
+    payload      TEXT,
     created_at   TEXT    NOT NULL,
     published_at TEXT,
     batch_id     BIGINT,
     batch_index  INTEGER,
     UNIQUE (batch_id, batch_index),
     CONSTRAINT outbox_rows_placed
-        CHECK ((id IS NULL) = (batch_id IS NOT NULL) AND (batch_id IS NULL) = (batch_index IS NULL))
+        CHECK ((id IS NULL) = (batch_id IS NOT NULL) AND (batch_id IS NULL) = (batch_index IS NULL)),
+    CONSTRAINT outbox_rows_event CHECK ((event_type IS NULL) = (payload IS NULL))
 );
+-- A ledger of an earlier format: its columns made nullable (no row rewritten) and the check
+-- added (one pass over the rows, at the upgrade only).
+ALTER TABLE outbox_rows ALTER COLUMN event_type DROP NOT NULL, ALTER COLUMN payload DROP NOT NULL;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'outbox_rows'::regclass AND conname = 'outbox_rows_event') THEN
+        ALTER TABLE outbox_rows ADD CONSTRAINT outbox_rows_event
+            CHECK ((event_type IS NULL) = (payload IS NULL));
+    END IF;
+END;
+$$;
 
 -- What the relays have published, one row per advance (format 5): every outbox row with an id
 -- at or below the highest `upto_id` is published, and a row's `published_at` (the view
@@ -373,6 +390,20 @@ EXCEPTION WHEN others THEN
 END;
 $$;
 
+-- The event announcing a claim, spelled as src/domain/event.rs spells it (`announcing`): the
+-- fields in alphabetical order, no spaces, the key in lowercase hex, and strings escaped as
+-- serde_json escapes them. `to_json` escapes the same characters the same way (", \, \b, \f,
+-- \n, \r, \t, every other control character as \u00xx in lowercase hex, nothing else), and
+-- tests/it/shared_ledger.rs holds the two spellings to each other on every character that
+-- matters. STABLE, as `to_json` is, so a query that calls it has it inlined.
+CREATE OR REPLACE FUNCTION claimgate_event(
+    award_id TEXT, amount_cents BIGINT, idempotency_key BYTEA, submission_timestamp TEXT)
+    RETURNS TEXT LANGUAGE sql STABLE AS $$
+    SELECT '{"amount_cents":' || amount_cents || ',"award_id":' || to_json(award_id)::text
+           || ',"idempotency_key":"' || encode(idempotency_key, 'hex')
+           || '","submission_timestamp":' || to_json(submission_timestamp)::text || '}'
+$$;
+
 -- Every disbursement and outbox row names an existing claim, and no claim they name can be
 -- deleted or renumbered: what FOREIGN KEY ... REFERENCES processed_messages (claim_id) said
 -- in ledgers made by earlier releases (dropped from them below), checked once per statement
@@ -484,9 +515,11 @@ BEGIN
 END;
 $$;
 
--- Every outbox row with its id (none yet for a batch not linked) and when it was published:
--- its own mark, else the first publication at or above its id (`outbox_published`). Replaced,
--- not only made where missing: format 5 changed where `published_at` comes from.
+-- Every outbox row with its id (none yet for a batch not linked), its event (stored, or spelled
+-- from its claim: `claimgate_event`; none if the claim is gone, which `verify` names) and when
+-- it was published: its own mark, else the first publication at or above its id
+-- (`outbox_published`). Replaced, not only made where missing: format 5 changed where the
+-- event and `published_at` come from.
 CREATE OR REPLACE VIEW outbox AS
 SELECT x.id, x.claim_id, x.event_type, x.payload, x.created_at,
        COALESCE(x.published_at,
@@ -494,8 +527,12 @@ SELECT x.id, x.claim_id, x.event_type, x.payload, x.created_at,
                  WHERE p.upto_id >= x.id ORDER BY p.upto_id LIMIT 1)) AS published_at,
        x.batch_id, x.batch_index
 FROM (SELECT COALESCE(o.id, b.outbox_first + o.batch_index - 1) AS id, o.claim_id,
-             o.event_type, o.payload, o.created_at, o.published_at, o.batch_id, o.batch_index
-      FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id) x;
+             COALESCE(o.event_type, 'disbursement.recorded') AS event_type,
+             COALESCE(o.payload, claimgate_event(c.award_id, c.amount_cents, c.idempotency_key,
+                                                 c.submission_timestamp)) AS payload,
+             o.created_at, o.published_at, o.batch_id, o.batch_index
+      FROM outbox_rows o LEFT JOIN audit_batches b ON b.batch_id = o.batch_id
+      LEFT JOIN processed_messages c ON c.claim_id = o.claim_id) x;
 
 -- The rows an earlier format marked published one by one (or `migrate` copied with their
 -- marks), recorded as one publication where none is recorded yet: every row below the first

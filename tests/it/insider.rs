@@ -224,13 +224,15 @@ fn an_event_spelled_differently_but_announcing_the_same_payment_verifies_and_one
         event["amount_cents"],
         &award[1..]
     );
-    let table = match store {
-        Store::Sqlite => "outbox",
-        Store::Postgres => "outbox_rows",
+    // On PostgreSQL a batch's row stores no event (format 5): the edit stores one, which is
+    // then read, and held to the claim, in place of the one the claim spells.
+    let (table, event_type) = match store {
+        Store::Sqlite => ("outbox", ""),
+        Store::Postgres => ("outbox_rows", "event_type = 'disbursement.recorded', "),
     };
     let set = |db: &mut Sql, payload: &str| {
         db.exec(&format!(
-            "UPDATE {table} SET payload = '{payload}' WHERE claim_id = {claim}"
+            "UPDATE {table} SET {event_type}payload = '{payload}' WHERE claim_id = {claim}"
         ))
     };
     set(&mut db, &respelled);

@@ -1973,13 +1973,14 @@ fn backlog(w: &World) -> serde_json::Value {
 fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publishing_per_round() {
     // 1. Seven paid; a relay publishes them; three more paid, unpublished. The ledger is taken
     //    back to format 4 (fixture schema-postgres-v4-outbox.sql): `outbox_published` dropped,
-    //    each published row marked on its own row, as format 4's relay marked it, at its own
-    //    time, and the partial index of unpublished rows back.
+    //    each row storing its event, each published row marked on its own row, as format 4's
+    //    relay marked it, at its own time, and the partial index of unpublished rows back.
     // 2. `status` refuses it (exit 2); `init` upgrades it: the rows marked one by one keep
     //    their times, they become one publication, the index is gone, the backlog is the 3,
     //    and verify passes.
-    // 3. A relay publishes the 3 (10 events, each once) and records one publication, changing
-    //    no row; the backlog is 0; a worker and relay go on; verify passes.
+    // 3. A relay publishes the 3 (10 events, each once, as format 4 stored them) and records
+    //    one publication, changing no row; the backlog is 0; a worker and relay go on, their
+    //    rows storing no event; verify passes.
     let w = World::on(Store::Postgres);
     w.add(&(0..7).map(submission).collect::<Vec<_>>());
     w.drain(&[]);
@@ -1988,7 +1989,9 @@ fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publi
     w.drain(&[]);
     assert_eq!(w.xlen("grants:events"), 7);
     w.sql().exec(&format!(
-        "UPDATE outbox_rows r SET published_at = '2026-07-01T10:00:0' || v.id || '.000000Z'
+        "UPDATE outbox_rows r SET event_type = v.event_type, payload = v.payload
+         FROM outbox v WHERE v.claim_id = r.claim_id;
+         UPDATE outbox_rows r SET published_at = '2026-07-01T10:00:0' || v.id || '.000000Z'
          FROM outbox v WHERE v.claim_id = r.claim_id AND v.published_at IS NOT NULL;
          DROP TABLE outbox_published CASCADE;
          {}
@@ -2024,8 +2027,16 @@ fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publi
     assert_eq!(backlog(&w), 3);
     w.run_ok(&["verify"]);
 
+    let stored: Vec<String> = (8..=10)
+        .map(|id| w.sql_text(&format!("SELECT payload FROM outbox_rows WHERE id IS NULL AND claim_id = (SELECT claim_id FROM outbox WHERE id = {id})")))
+        .collect();
     w.run_ok(&["relay", "--exit-when-idle"]);
     assert_eq!(w.xlen("grants:events"), 10);
+    let published: Vec<String> = w.events()[7..]
+        .iter()
+        .map(|e| e["payload"].clone())
+        .collect();
+    assert_eq!(published, stored, "the events format 4 stored, as stored");
     assert_eq!(backlog(&w), 0);
     assert_eq!(
         w.sql_i64("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"),
@@ -2045,6 +2056,105 @@ fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publi
     assert_eq!(w.xlen("grants:events"), 14);
     assert_eq!(backlog(&w), 0);
     assert_eq!(w.count("disbursements"), 14);
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox_rows WHERE payload IS NULL"),
+        4,
+        "rows written since the upgrade store no event"
+    );
+    w.run_ok(&["verify"]);
+}
+
+#[test]
+fn postgres_spells_each_event_from_its_claim_byte_for_byte_as_the_worker_spells_it() {
+    // A batch's outbox rows store no event: the relay and the view `outbox` spell it from the
+    // claim with `claimgate_event` (SQL), where SQLite and earlier formats stored what
+    // `event::announcing` (Rust) spelled. The two must agree byte for byte, or a relay would
+    // publish an event no consumer's check of the old spelling would accept.
+    // 1. `claimgate_event` against `announcing` on award ids holding each ASCII character
+    //    (control characters, quotes, backslash, slash, DEL), and non-ASCII ones (é, €, an
+    //    emoji, U+2028, U+FFFD), in the award and the timestamp.
+    // 2. End to end: awards with such characters paid on PostgreSQL and on SQLite and relayed:
+    //    the two events streams carry the same payloads; the stored rows hold no event; the view
+    //    shows each row's event as the relay published it; verify passes.
+    use claimgate::domain::event::{announcing, Announced};
+    let w = World::on(Store::Postgres);
+    w.drain(&[]);
+    let support::Sql::Postgres(mut c) = w.sql() else {
+        unreachable!("a PostgreSQL world")
+    };
+    let mut odd: Vec<String> = (1u8..=0x7f).map(|b| format!("A{}Z", b as char)).collect();
+    odd.extend(
+        [
+            "é-€",
+            "😀",
+            "x\u{2028}y",
+            "\u{fffd}",
+            r#"\"quoted\"\\"#,
+            "a/b",
+        ]
+        .map(String::from),
+    );
+    let key = [0xabu8; 32];
+    for text in &odd {
+        let want = announcing(&Announced {
+            amount_cents: 12_345,
+            award_id: text,
+            key_hex: &"ab".repeat(32),
+            submission_timestamp: text,
+        });
+        let got: String = c
+            .query_one(
+                "SELECT claimgate_event($1, 12345, $2, $1)",
+                &[text as &(dyn postgres::types::ToSql + Sync), &&key[..]],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(got, want, "{text:?}");
+    }
+
+    let awards = [
+        "GR-\"1\"",
+        "GR-\\2",
+        "GR-\t3\n",
+        "GR-\u{1}4",
+        "GR-é5",
+        "GR-😀6",
+    ];
+    let subs: Vec<String> = awards
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            serde_json::json!({
+                "award_id": a,
+                "submission_timestamp": format!("2026-07-01T09:00:0{i}Z"),
+                "amount_cents": 100 + i,
+            })
+            .to_string()
+        })
+        .collect();
+    let lite = World::on(Store::Sqlite);
+    for world in [&w, &lite] {
+        world.add(&subs);
+        world.drain(&["--relay"]);
+    }
+    let payloads = |world: &World| -> Vec<String> {
+        world
+            .events()
+            .into_iter()
+            .map(|e| e["payload"].clone())
+            .collect()
+    };
+    assert_eq!(payloads(&w).len(), awards.len());
+    assert_eq!(payloads(&w), payloads(&lite));
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM outbox_rows WHERE payload IS NULL AND event_type IS NULL"),
+        awards.len() as i64,
+        "a batch's rows store no event"
+    );
+    let viewed: Vec<String> = (1..=awards.len())
+        .map(|id| w.sql_text(&format!("SELECT payload FROM outbox WHERE id = {id}")))
+        .collect();
+    assert_eq!(viewed, payloads(&w));
     w.run_ok(&["verify"]);
 }
 

@@ -64,7 +64,6 @@ use super::stripes::{self, group_stripe};
 use super::{link, write};
 use crate::config::OnConflict;
 use crate::domain::audit::Record;
-use crate::domain::event;
 use crate::domain::submission::Submission;
 use crate::error::{Error, Result};
 use crate::ledger::decide::{self, Delivered, Stamp, Verdict};
@@ -235,8 +234,8 @@ struct Claims<'a> {
 /// Steps 4b and 5: the new claims and their disbursements, then the sealed records and the
 /// outbox rows; the batch's id, or `None` when it has no records.
 ///
-/// The records and events need no claim id: a large batch's are sealed and spelled on a
-/// thread of their own while the server inserts the claims, which the writer only waits for.
+/// The records need no claim id: a large batch's are sealed on a thread of their own while the
+/// server inserts the claims, which the writer only waits for.
 fn write_claims_and_records(
     tx: &mut postgres::Transaction<'_>,
     writes: &write::Statements,
@@ -246,12 +245,12 @@ fn write_claims_and_records(
     now: &str,
 ) -> Result<Option<i64>> {
     let Claims { new, paid } = claims;
-    let (claim_ids, (last_hash, payloads)) = if members.len() < SEAL_APART_RECORDS_MIN {
+    let (claim_ids, last_hash) = if members.len() < SEAL_APART_RECORDS_MIN {
         let claim_ids = write::insert_claims(tx, writes, consumer, new, now)?;
-        (claim_ids, seal_and_spell(members, &paid))
+        (claim_ids, seal(members))
     } else {
         std::thread::scope(|scope| {
-            let sealing = spawn_named(scope, "seal", || seal_and_spell(members, &paid));
+            let sealing = spawn_named(scope, "seal", || seal(members));
             let claim_ids = write::insert_claims(tx, writes, consumer, new, now);
             let sealed = sealing
                 .join()
@@ -259,7 +258,7 @@ fn write_claims_and_records(
             claim_ids.map(|ids| (ids, sealed))
         })?
     };
-    let paid = with_claim_ids(paid, payloads, &claim_ids)?;
+    let paid = with_claim_ids(paid, &claim_ids)?;
     match last_hash {
         Some(last_hash) => {
             write::write_sealed(tx, writes, members, &last_hash, &paid, now).map(Some)
@@ -268,33 +267,25 @@ fn write_claims_and_records(
     }
 }
 
-/// Each paid submission with its claim id and event.
+/// Each paid submission with its claim id.
 fn with_claim_ids<'a>(
     paid: Vec<&'a Submission>,
-    payloads: Vec<String>,
     claim_ids: &HashMap<crate::domain::key::IdempotencyKey, i64>,
-) -> Result<Vec<(i64, &'a Submission, String)>> {
-    assert_eq!(paid.len(), payloads.len(), "one event per new claim");
+) -> Result<Vec<(i64, &'a Submission)>> {
     paid.into_iter()
-        .zip(payloads)
-        .map(|(s, payload)| {
+        .map(|s| {
             let claim_id = *claim_ids.get(&s.key).ok_or_else(|| {
                 Error::Invariant(format!("no claim id for new claim {}", s.key.to_hex()))
             })?;
-            Ok((claim_id, s, payload))
+            Ok((claim_id, s))
         })
         .collect()
 }
 
-/// Seals `members` as one batch and spells the event of each submission in `paid`: the
-/// batch's last hash (`None` for no members) and the events, in order.
-fn seal_and_spell(members: &mut [Record], paid: &[&Submission]) -> (Option<String>, Vec<String>) {
-    let last_hash = (!members.is_empty()).then(|| crate::domain::audit::seal_batch(members));
-    let events = paid
-        .iter()
-        .map(|s| event::payload(s, &s.key.to_hex()))
-        .collect();
-    (last_hash, events)
+/// Seals `members` as one batch: the batch's last hash, `None` for no members. (The events
+/// are not spelled here: the rows store none, `write::COPY_OUTBOX`.)
+fn seal(members: &mut [Record]) -> Option<String> {
+    (!members.is_empty()).then(|| crate::domain::audit::seal_batch(members))
 }
 
 /// Records in a batch from which `record` seals them on a thread of their own, beside the

@@ -79,8 +79,9 @@ const TRIGGERS: [(&str, &str, &str); 6] = [
 const VIEWS: [&str; 2] = ["audit_log", "outbox"];
 
 /// claimgate's functions, each with the body the schema script gives it.
-const FUNCTIONS: [&str; 8] = [
+const FUNCTIONS: [&str; 9] = [
     "claimgate_json",
+    "claimgate_event",
     "claimgate_rows_name_claims",
     "claimgate_claims_unnamed",
     "claimgate_link_detail",
@@ -304,7 +305,8 @@ fn functions(tx: &mut Transaction<'_>, schema: &str) -> Result<()> {
             )));
         }
         let pinned = format!("search_path={schema}");
-        let wants_pin = name != "claimgate_link_detail";
+        // These two read no table: their names resolve in `pg_catalog`, searched first.
+        let wants_pin = !["claimgate_link_detail", "claimgate_event"].contains(&name);
         // PostgreSQL quotes a name that needs it (a keyword) when it records the setting.
         let config: Vec<String> = config.into_iter().map(|c| c.replace('"', "")).collect();
         if wants_pin && config != [pinned.clone()] {

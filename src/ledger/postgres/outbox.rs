@@ -39,43 +39,72 @@ use crate::ledger::{Outbox, OutboxRow};
 /// links it within milliseconds unless it stopped in between.
 pub const UNLINKED_GRACE_MS: u64 = 1_000;
 
+/// A row's event: the one it stored (an earlier format's row, a migrated one), else spelled
+/// from its claim (a batch's row stores none: `write::COPY_OUTBOX`); NULL only if the claim is
+/// gone, which [`event_of`] refuses. `o` is the row, `c` its claim (a LEFT JOIN).
+macro_rules! event_columns {
+    () => {
+        "COALESCE(o.event_type, 'disbursement.recorded'),
+         COALESCE(o.payload, claimgate_event(c.award_id, c.amount_cents, c.idempotency_key,
+                                             c.submission_timestamp))"
+    };
+}
+
 /// Rows with ids above `$1`: earlier releases' and migrated rows first (their ids are below
 /// every batch's), then linked batches' in id order.
-const ROWS_STORED: &str = "SELECT id, event_type, payload FROM outbox_rows
-     WHERE id > $1 ORDER BY id LIMIT $2";
-const ROWS_LINKED: &str = "SELECT b.outbox_first + o.batch_index - 1, o.event_type, o.payload
-     FROM audit_batches b JOIN outbox_rows o ON o.batch_id = b.batch_id
+const ROWS_STORED: &str = concat!(
+    "SELECT o.id, ",
+    event_columns!(),
+    " FROM outbox_rows o LEFT JOIN processed_messages c ON c.claim_id = o.claim_id
+     WHERE o.id > $1 ORDER BY o.id LIMIT $2"
+);
+const ROWS_LINKED: &str = concat!(
+    "SELECT b.outbox_first + o.batch_index - 1, ",
+    event_columns!(),
+    " FROM audit_batches b JOIN outbox_rows o ON o.batch_id = b.batch_id
+     LEFT JOIN processed_messages c ON c.claim_id = o.claim_id
      WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0
        AND b.outbox_first + b.outbox_count > $1::int8 + 1
        AND o.batch_index > $1::int8 - b.outbox_first + 1
-     ORDER BY b.outbox_first + b.outbox_count, o.batch_index LIMIT $2";
+     ORDER BY b.outbox_first + b.outbox_count, o.batch_index LIMIT $2"
+);
+
+/// A row of [`ROWS_STORED`] or [`ROWS_LINKED`]. A row whose event can be neither read nor
+/// spelled (no stored event, no claim) is refused: publishing past it would lose its id.
+fn event_of(r: &postgres::Row) -> Result<OutboxRow> {
+    let id: i64 = r.try_get(0)?;
+    let payload: Option<String> = r.try_get(2)?;
+    let payload = payload.ok_or_else(|| {
+        crate::error::Error::Invariant(format!(
+            "outbox row {id} stores no event and its claim is gone, so its event cannot be \
+             spelled: run `claimgate verify`"
+        ))
+    })?;
+    Ok(OutboxRow {
+        id,
+        event_type: r.try_get(1)?,
+        payload,
+    })
+}
 
 impl Outbox for PgLedger {
     fn rows_after(&self, after_id: i64, limit: usize) -> Result<Vec<OutboxRow>> {
         let mut conn = self.conn()?;
         link_stale(&mut conn)?;
-        let row = |r: &postgres::Row| OutboxRow {
-            id: r.get(0),
-            event_type: r.get(1),
-            payload: r.get(2),
-        };
         let stored = conn.prepared(ROWS_STORED)?;
         let mut rows: Vec<OutboxRow> = conn
             .client
             .query(&stored, &[&after_id, &(limit as i64)])?
             .iter()
-            .map(row)
-            .collect();
+            .map(event_of)
+            .collect::<Result<_>>()?;
         if rows.len() < limit {
             let after = rows.last().map_or(after_id, |r| r.id);
             let linked = conn.prepared(ROWS_LINKED)?;
             let more = (limit - rows.len()) as i64;
-            rows.extend(
-                conn.client
-                    .query(&linked, &[&after, &more])?
-                    .iter()
-                    .map(row),
-            );
+            for r in conn.client.query(&linked, &[&after, &more])?.iter() {
+                rows.push(event_of(r)?);
+            }
         }
         // The ids are the relay's event ids: only those of links a crash cannot undo leave.
         super::ledger::make_durable(&mut conn.client)?;

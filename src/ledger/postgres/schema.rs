@@ -31,10 +31,12 @@ use postgres::Client;
 /// ledger keeps its own counts (`chain_head`'s counters, `purge_counts`, each batch's counts in
 /// its `audit_batches` row), which every writer of this format keeps right and a build of an
 /// earlier one would not: it refuses a format-4 ledger at open. Upgraded to, the counts are
-/// counted once from the rows. 5: publication is recorded per relay round in
-/// `outbox_published`, not per row (`outbox.rs`); a build of format 4 would mark rows one by
-/// one where no reader of format 5 looks. Upgraded to, the rows marked so far become one
-/// publication (`claimgate_note_published`) and the index of unpublished rows is dropped.
+/// counted once from the rows. 5: outbox rows are written once: publication is recorded per
+/// relay round in `outbox_published`, not per row (`outbox.rs`), and a batch's rows store no
+/// event (spelled from the claim, `claimgate_event`); a build of format 4 would mark rows one
+/// by one where no reader of format 5 looks, and read a NULL event. Upgraded to, the rows
+/// marked so far become one publication (`claimgate_note_published`), the index of
+/// unpublished rows is dropped, and the rows already written keep their events.
 pub const FORMAT_VERSION: i64 = 5;
 
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.

@@ -5,7 +5,6 @@
 use super::connect::Conn;
 use super::facts::key_of;
 use crate::domain::audit::{Kind, Record};
-use crate::domain::event::DISBURSEMENT_RECORDED;
 use crate::domain::key::IdempotencyKey;
 use crate::domain::submission::Submission;
 use crate::error::{Error, Result};
@@ -50,8 +49,10 @@ static COPY_MEMBERS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-const COPY_OUTBOX: &str = "COPY outbox_rows (claim_id, event_type, payload, created_at, batch_id,
-         batch_index) FROM STDIN (FORMAT binary)";
+/// A batch's outbox rows store no event: the view `outbox` and the relay spell it from the
+/// row's claim (`claimgate_event`, `schema_postgres.sql`).
+const COPY_OUTBOX: &str =
+    "COPY outbox_rows (claim_id, created_at, batch_id, batch_index) FROM STDIN (FORMAT binary)";
 
 /// Steps 4 and 5's statements, prepared once per connection.
 pub(super) struct Statements {
@@ -197,7 +198,7 @@ pub(super) fn write_members(
     tx: &mut postgres::Transaction<'_>,
     st: &Statements,
     members: &mut [Record],
-    paid: &[(i64, &Submission, String)],
+    paid: &[(i64, &Submission)],
     now: &str,
 ) -> Result<Option<i64>> {
     if members.is_empty() {
@@ -214,7 +215,7 @@ pub(super) fn write_sealed(
     st: &Statements,
     members: &[Record],
     last_hash: &str,
-    paid: &[(i64, &Submission, String)],
+    paid: &[(i64, &Submission)],
     now: &str,
 ) -> Result<i64> {
     assert!(
@@ -229,10 +230,7 @@ pub(super) fn write_sealed(
     let of_kind = |k: Kind| count(members.iter().filter(|r| r.kind == k).count());
     // Every paid submission is one claim, one disbursement and one outbox row: the claims and
     // disbursements the batch adds are its outbox count.
-    let cents: i128 = paid
-        .iter()
-        .map(|(_, s, _)| i128::from(s.amount_cents))
-        .sum();
+    let cents: i128 = paid.iter().map(|(_, s)| i128::from(s.amount_cents)).sum();
     let batch_id: i64 = tx
         .query_one(
             &st.insert_batch,
@@ -271,24 +269,10 @@ pub(super) fn write_sealed(
     if !paid.is_empty() {
         let mut outbox = BinaryCopyInWriter::new(
             tx.copy_in(&st.copy_outbox)?,
-            &[
-                Type::INT8,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-                Type::INT8,
-                Type::INT4,
-            ],
+            &[Type::INT8, Type::TEXT, Type::INT8, Type::INT4],
         );
-        for (n, (claim_id, _, payload)) in paid.iter().enumerate() {
-            outbox.write(&[
-                claim_id,
-                &DISBURSEMENT_RECORDED,
-                payload,
-                &now,
-                &batch_id,
-                &count(n + 1)?,
-            ])?;
+        for (n, (claim_id, _)) in paid.iter().enumerate() {
+            outbox.write(&[claim_id, &now, &batch_id, &count(n + 1)?])?;
         }
         outbox.finish()?;
     }
