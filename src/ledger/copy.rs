@@ -57,6 +57,9 @@ pub enum Row {
         event_type: String,
         /// The event JSON.
         payload: String,
+        /// Whether the event is exactly the one the claim spells (`event::announcing`): a
+        /// ledger that spells events from claims stores none for such a row.
+        spelled_by_claim: bool,
         /// When it was written.
         created_at: String,
         /// When it was relayed, if it was.

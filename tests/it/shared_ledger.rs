@@ -359,6 +359,18 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     w.add_fields(&[("nothing", b"x")]);
     w.drain(&[]);
     w.run_ok(&["hold", "add", "A-000003", "--reason", "audit 12"]);
+    // One unpublished event stored in another spelling of the same payment (verify reads it
+    // as that payment): migrate keeps it as stored; every other event is its claim's, and
+    // PostgreSQL stores none of those.
+    let respelled_id = w.sql_i64("SELECT MAX(id) FROM outbox");
+    w.sql().exec(&format!(
+        "UPDATE outbox SET payload = replace(payload, ',\"award_id\"', ', \"award_id\"')
+         WHERE id = {respelled_id}"
+    ));
+    let respelled = w.sql_text(&format!(
+        "SELECT payload FROM outbox WHERE id = {respelled_id}"
+    ));
+    assert!(respelled.contains(", \"award_id\""), "{respelled}");
     let source = String::from_utf8_lossy(&w.run_ok(&["verify"]).stdout).into_owned();
     let head = |text: &str| {
         text.split("(head ")
@@ -405,6 +417,17 @@ fn migrate_copies_a_sqlite_ledger_with_its_chain_head_and_refuses_a_non_empty_ta
     ] {
         assert_eq!(pg.sql_i64(sql), w.sql_i64(sql), "{sql}");
     }
+    assert_eq!(
+        pg.sql_text("SELECT string_agg(id::text, ' ') FROM outbox_rows WHERE payload IS NOT NULL"),
+        respelled_id.to_string(),
+        "only the event its claim does not spell is stored"
+    );
+    assert_eq!(
+        pg.sql_text(&format!(
+            "SELECT payload FROM outbox WHERE id = {respelled_id}"
+        )),
+        respelled
+    );
 
     assert!(
         said.contains("is fenced") && !said.contains(&password_of(&pg)),

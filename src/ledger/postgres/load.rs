@@ -181,14 +181,30 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
         ],
         buf,
         |w, row| match row {
+            // An event its claim spells is not stored: the view and the relay spell it
+            // (`claimgate_event`), as for the rows a batch writes.
             Row::Outbox {
                 id,
                 claim_id,
                 event_type,
                 payload,
+                spelled_by_claim,
                 created_at,
                 published_at,
-            } => w.write(&[id, claim_id, event_type, payload, created_at, published_at]),
+            } => {
+                let (event_type, payload) = match spelled_by_claim {
+                    true => (None, None),
+                    false => (Some(event_type), Some(payload)),
+                };
+                w.write(&[
+                    id,
+                    claim_id,
+                    &event_type,
+                    &payload,
+                    created_at,
+                    published_at,
+                ])
+            }
             _ => Ok(()),
         },
     )?;

@@ -227,6 +227,16 @@ impl OutboxRow {
     }
 }
 
+impl OutboxRow {
+    /// Whether the event [`OutboxRow::read`] read from `row` is exactly the one its claim
+    /// spells (derived, or stored with the same bytes): a ledger that spells events from
+    /// claims (PostgreSQL since its format 5) need not store it (`migrate`).
+    pub(super) fn spelled_by_claim(&self, row: &Row<'_>) -> Result<bool> {
+        Ok(self.event_type == DISBURSEMENT_RECORDED
+            && derived_payload(row, 6)?.as_deref() == Some(self.payload.as_str()))
+    }
+}
+
 /// The event of the claim whose amount, award, key and submission timestamp stand in `row`
 /// from column `at` on; `None` when the row has no claim (all NULL).
 fn derived_payload(row: &Row<'_>, at: usize) -> Result<Option<String>> {

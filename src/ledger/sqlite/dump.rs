@@ -82,7 +82,9 @@ impl SqliteLedger {
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
                 let o = super::derived::OutboxRow::read(r)?;
+                let spelled_by_claim = o.spelled_by_claim(r)?;
                 sink(Row::Outbox {
+                    spelled_by_claim,
                     id: o.id,
                     claim_id: o.claim_id,
                     event_type: o.event_type,
