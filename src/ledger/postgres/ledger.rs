@@ -212,28 +212,30 @@ pub(super) use stored_counts;
 
 /// The ledger's counts as stored (`chain_head` plus what purges changed, `purge_counts`:
 /// `schema_postgres.sql`) and the outbox backlog, in one statement, so one snapshot: two row
-/// reads however large the ledger, and the unpublished rows. Those are the rows above the last
-/// publication (`outbox_published`): stored rows through the id index, less any marked one by
-/// one; linked batches' through `audit_batches_outbox`; and every batch not linked yet.
+/// reads however large the ledger, and the backlog's batches. The backlog is the rows above the
+/// last publication (`outbox_published`): stored rows (an earlier format's, migrated ones)
+/// through the id index, less any marked one by one; linked batches' rows counted from their
+/// `audit_batches` rows alone (through `audit_batches_outbox`), and every batch not linked
+/// yet. A batch's rows are written with its `created_at`, so the oldest is read from the
+/// batches too: a relay stopped for a while costs `status` one row per batch behind, not one
+/// per event.
 const STATS: &str = concat!(
-    "WITH pub AS (SELECT COALESCE(MAX(upto_id), 0) AS upto FROM outbox_published)
+    "WITH pub AS (SELECT COALESCE(MAX(upto_id), 0) AS upto FROM outbox_published),
+     stored AS (SELECT COUNT(*) AS n, MIN(r.created_at) AS oldest FROM outbox_rows r, pub
+                WHERE r.id > pub.upto AND r.published_at IS NULL),
+     linked AS (SELECT COALESCE(SUM(b.outbox_first + b.outbox_count
+                                    - GREATEST(b.outbox_first, pub.upto + 1)), 0)::int8 AS n,
+                       MIN(b.created_at) AS oldest
+                FROM audit_batches b, pub
+                WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0
+                  AND b.outbox_first + b.outbox_count > pub.upto + 1),
+     unlinked AS (SELECT COALESCE(SUM(outbox_count), 0)::int8 AS n,
+                         MIN(created_at) FILTER (WHERE outbox_count > 0) AS oldest
+                  FROM audit_batches WHERE link_seq IS NULL)
      SELECT ",
     stored_counts!(),
-    ", o.n, o.oldest
-     FROM chain_head h, purge_counts p,
-          (SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM (
-               SELECT r.created_at FROM outbox_rows r, pub
-               WHERE r.id > pub.upto AND r.published_at IS NULL
-               UNION ALL
-               SELECT r.created_at FROM pub, audit_batches b
-               JOIN outbox_rows r ON r.batch_id = b.batch_id
-               WHERE b.link_seq IS NOT NULL AND b.outbox_count > 0
-                 AND b.outbox_first + b.outbox_count > pub.upto + 1
-                 AND b.outbox_first + r.batch_index - 1 > pub.upto
-               UNION ALL
-               SELECT r.created_at FROM audit_batches b
-               JOIN outbox_rows r ON r.batch_id = b.batch_id
-               WHERE b.link_seq IS NULL) u) o
+    ", s.n + l.n + u.n, LEAST(s.oldest, l.oldest, u.oldest)
+     FROM chain_head h, purge_counts p, stored s, linked l, unlinked u
      WHERE h.id = 1 AND p.id = 1"
 );
 
