@@ -117,7 +117,7 @@ impl Outbox for PgLedger {
     /// given): stored rows counted through the id index, linked batches' from their
     /// `audit_batches` rows alone. Two relays marking at the same moment may both advance it
     /// (each statement reads the last publication before the other commits); each row still
-    /// reads as published, at the earlier of the two times that cover it.
+    /// reads as published, at the time of the lower publication that covers it.
     fn mark_published(&self, upto_id: i64, now: &str, events_stream: &str) -> Result<u64> {
         let mut conn = self.conn()?;
         // The stream's mark in `ledger_meta` moves in the same statement, so atomically
