@@ -165,7 +165,7 @@ $$;
 -- point 5, `src/ledger/postgres/outbox.rs`), so one number says which are published.
 -- Before, the relay marked each row with an UPDATE that was never HOT (the partial index of
 -- unpublished rows named the column): every row left a dead copy of itself and a second entry
--- in each of its table's four indexes, ~450 bytes a claim (BENCHMARKS.md).
+-- in each of its table's four indexes, ~400 bytes a claim (BENCHMARKS.md).
 CREATE TABLE IF NOT EXISTS outbox_published (
     upto_id      BIGINT PRIMARY KEY CHECK (upto_id > 0),
     published_at TEXT   NOT NULL
