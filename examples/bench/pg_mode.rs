@@ -145,14 +145,9 @@ pub(super) fn against_template(
     postgres::Client::connect(&url, postgres::NoTls)
         .and_then(|mut c| c.batch_execute("VACUUM ANALYZE"))
         .map_err(|e| e.to_string())?;
-    let mut cfg = ledger_config(&url)?;
-    cfg.create = false;
-    let stats = claimgate::ledger::open(&cfg)
-        .and_then(|l| l.stats())
-        .map_err(|e| e.to_string())?;
+    let stats = open_made(&url)?.stats().map_err(|e| e.to_string())?;
     println!(
-        "
-one PostgreSQL node on {} claims against an empty PostgreSQL ledger (private cluster on port {}): migrate {migrate_s:.1} s, VACUUM ANALYZE {:.1} s",
+        "\none PostgreSQL node on {} claims against an empty PostgreSQL ledger (private cluster on port {}): migrate {migrate_s:.1} s, VACUUM ANALYZE {:.1} s",
         stats.claims,
         pg.port(),
         analyzing.elapsed().as_secs_f64()
@@ -391,6 +386,13 @@ fn ledger_config(db: &str) -> Res<LedgerConfig> {
     Ok(LedgerConfig::at(location))
 }
 
+/// The ledger at `db`, opened as a reader opens it: nothing made or upgraded.
+fn open_made(db: &str) -> Res<Box<dyn claimgate::ledger::Backend>> {
+    let mut cfg = ledger_config(db)?;
+    cfg.create = false;
+    claimgate::ledger::open(&cfg).map_err(|e| e.to_string())
+}
+
 /// The ledger's own verify, and counts and sums against the load; the group drained.
 fn verify(
     env: &Env,
@@ -399,9 +401,7 @@ fn verify(
     db: &str,
     before: Option<&claimgate::ledger::Stats>,
 ) -> Res<()> {
-    let mut cfg = ledger_config(db)?;
-    cfg.create = false;
-    let ledger = claimgate::ledger::open(&cfg).map_err(|e| e.to_string())?;
+    let ledger = open_made(db)?;
     ledger.verify().map_err(|e| e.to_string())?;
     let st = ledger.stats().map_err(|e| e.to_string())?;
     let had = before.map_or((0, 0, 0, 0), |b| {

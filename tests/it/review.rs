@@ -52,11 +52,6 @@ fn key_of(payload: &str) -> String {
     .to_hex()
 }
 
-/// `status --json`.
-fn status(w: &World) -> serde_json::Value {
-    serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap()
-}
-
 /// The dead-letter id of the letter made from original entry `original`.
 fn dead_id(w: &World, original: &str) -> String {
     let list: serde_json::Value =
@@ -102,7 +97,7 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
     // refused naming the approval, nothing paid twice. 5. The relay publishes both payments.
     // 6. The worker still holds a new conflict.
     let (w, held) = one_held(store);
-    let s = status(&w);
+    let s = w.status_json();
     assert_eq!(s["held_conflicts"]["awaiting"], 1, "{s}");
     assert_eq!(s["held_conflicts"]["oldest"][0]["entry_id"], held.as_str());
     assert_eq!(s["held_conflicts"]["oldest"][0]["award_id"], "A-35");
@@ -174,7 +169,7 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
         )),
         "approved|Ann Auditor|invoice 7 corrected"
     );
-    let s = status(&w);
+    let s = w.status_json();
     assert_eq!(s["held_conflicts"]["awaiting"], 0, "{s}");
     assert_eq!(s["ledger"]["disbursements"], 2);
     assert!(!stdout(&w.run_ok(&["status"])).contains(&format!("entry {held}")));
@@ -255,7 +250,7 @@ fn a_held_conflict_approved_is_paid_once_with_who_and_why_and_never_again(store:
         )),
         1
     );
-    let s = status(&w);
+    let s = w.status_json();
     assert_eq!(s["held_conflicts"]["awaiting"], 1);
     assert_eq!(s["held_conflicts"]["oldest"][0]["entry_id"], next.as_str());
     w.run_ok(&["verify"]);
@@ -393,7 +388,7 @@ fn a_held_conflict_rejected_is_never_paid_and_no_other_letter_can_be_decided(sto
         )),
         "rejected by Bo Reviewer: duplicate invoice; not paid"
     );
-    assert_eq!(status(&w)["held_conflicts"]["awaiting"], 0);
+    assert_eq!(w.status_json()["held_conflicts"]["awaiting"], 0);
     w.run_ok(&["verify"]);
     agree(&w, Against::default(), 0);
     let msg = exits(
@@ -500,7 +495,7 @@ fn a_ledger_made_before_decisions_opens_and_decides(store: Store) {
             w.run_ok(&["init"]);
         }
     }
-    assert_eq!(status(&w)["held_conflicts"]["awaiting"], 1);
+    assert_eq!(w.status_json()["held_conflicts"]["awaiting"], 1);
     w.run_ok(&["dlq", "approve", &held, "--by", "Ann", "--reason", "ok"]);
     assert_eq!(w.count("disbursements"), 2);
     assert_eq!(disbursed(&w), 400);

@@ -1953,13 +1953,7 @@ fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
         w.sql_i64("SELECT COUNT(*) FROM pg_proc WHERE proname = 'claimgate_counted'"),
         0
     );
-    let refused = w.run(&["status"]);
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert!(
-        said.contains("is format 3") && said.contains("claimgate init"),
-        "{said}"
-    );
+    assert_refused_until_init(&w, 3);
     w.run_ok(&["init"]);
     assert_eq!(
         w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
@@ -1985,11 +1979,20 @@ fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
     assert_counts_are_the_rows(&url);
 }
 
+/// `status` on a ledger of an earlier `format` exits 2, naming the format and `claimgate init`.
+fn assert_refused_until_init(w: &World, format: u32) {
+    let refused = w.run(&["status"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("is format {format}")) && said.contains("claimgate init"),
+        "{said}"
+    );
+}
+
 /// The outbox backlog as `status --json` reports it.
 fn backlog(w: &World) -> serde_json::Value {
-    let doc: serde_json::Value =
-        serde_json::from_slice(&w.run_ok(&["status", "--json"]).stdout).unwrap();
-    doc["ledger"]["outbox_backlog"].clone()
+    w.status_json()["ledger"]["outbox_backlog"].clone()
 }
 
 #[test]
@@ -2025,10 +2028,7 @@ fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publi
         w.sql_i64("SELECT COUNT(*) FROM outbox_rows WHERE published_at IS NOT NULL"),
         7
     );
-    let refused = w.run(&["status"]);
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert!(said.contains("is format 4"), "{said}");
+    assert_refused_until_init(&w, 4);
 
     w.run_ok(&["init"]);
     assert_eq!(

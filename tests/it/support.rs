@@ -437,6 +437,11 @@ impl World {
             .unwrap()
     }
 
+    /// `status --json`, parsed.
+    pub fn status_json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.run_ok(&["status", "--json"]).stdout).unwrap()
+    }
+
     /// The events stream's (`grants:events`) entries as field maps, in stream order.
     pub fn events(&self) -> Vec<std::collections::HashMap<String, String>> {
         self.entries("grants:events")

@@ -192,9 +192,10 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
                 created_at,
                 published_at,
             } => {
-                let (event_type, payload) = match spelled_by_claim {
-                    true => (None, None),
-                    false => (Some(event_type), Some(payload)),
+                let (event_type, payload) = if *spelled_by_claim {
+                    (None, None)
+                } else {
+                    (Some(event_type), Some(payload))
                 };
                 w.write(&[
                     id,

@@ -134,8 +134,7 @@ impl Outbox for PgLedger {
                  RETURNING upto_id
              ), noted AS (
                  INSERT INTO ledger_meta (name, value)
-                 VALUES ('published_upto:' || $3,
-                         LEAST($2, (SELECT outbox_id_last FROM chain_head WHERE id = 1))::text)
+                 VALUES ('published_upto:' || $3, (SELECT upto FROM last)::text)
                  ON CONFLICT (name) DO UPDATE
                      SET value = GREATEST(ledger_meta.value::bigint, EXCLUDED.value::bigint)::text
              )

@@ -225,15 +225,19 @@ impl OutboxRow {
             published_at: row.get(5)?,
         })
     }
-}
 
-impl OutboxRow {
     /// Whether the event [`OutboxRow::read`] read from `row` is exactly the one its claim
     /// spells (derived, or stored with the same bytes): a ledger that spells events from
-    /// claims (PostgreSQL since its format 5) need not store it (`migrate`).
+    /// claims (PostgreSQL since its format 5) need not store it (`migrate`). A payload `read`
+    /// derived is not spelled a second time.
     pub(super) fn spelled_by_claim(&self, row: &Row<'_>) -> Result<bool> {
-        Ok(self.event_type == DISBURSEMENT_RECORDED
-            && derived_payload(row, 6)?.as_deref() == Some(self.payload.as_str()))
+        if self.event_type != DISBURSEMENT_RECORDED {
+            return Ok(false);
+        }
+        if row.get_ref(3)? == rusqlite::types::ValueRef::Null {
+            return Ok(true);
+        }
+        Ok(derived_payload(row, 6)?.as_deref() == Some(self.payload.as_str()))
     }
 }
 
