@@ -196,7 +196,7 @@ ALTER TABLE dead_letters
 CREATE TABLE IF NOT EXISTS audit_chain (
     seq             BIGINT  PRIMARY KEY,
     kind            TEXT    NOT NULL,
-    idempotency_key TEXT,
+    idempotency_key BYTEA,
     award_id        TEXT,
     amount_cents    BIGINT,
     stream_entry_id TEXT,
@@ -204,8 +204,8 @@ CREATE TABLE IF NOT EXISTS audit_chain (
     delivery_count  BIGINT,
     detail          TEXT,
     recorded_at     TEXT    NOT NULL,
-    prev_hash       TEXT    NOT NULL,
-    hash            TEXT    NOT NULL
+    prev_hash       BYTEA   NOT NULL,
+    hash            BYTEA   NOT NULL
 );
 -- No index but the seq and the partial one of dead letters below: as on SQLite. The first
 -- release indexed `processed` records by key, but nothing looks one up by key (verify joins
@@ -256,7 +256,7 @@ CREATE TABLE IF NOT EXISTS audit_members (
     batch_id        BIGINT  NOT NULL,
     batch_index     INTEGER NOT NULL CHECK (batch_index > 0),
     kind            TEXT    NOT NULL,
-    idempotency_key TEXT,
+    idempotency_key BYTEA,
     award_id        TEXT,
     amount_cents    BIGINT,
     stream_entry_id TEXT,
@@ -264,10 +264,51 @@ CREATE TABLE IF NOT EXISTS audit_members (
     delivery_count  BIGINT,
     detail          TEXT,
     recorded_at     TEXT    NOT NULL,
-    prev_hash       TEXT    NOT NULL,
-    hash            TEXT    NOT NULL,
+    prev_hash       BYTEA   NOT NULL,
+    hash            BYTEA   NOT NULL,
     PRIMARY KEY (batch_id, batch_index)
 );
+
+-- An audit record's key and digests are stored as their 32 bytes (format 6), as on SQLite and
+-- as `processed_messages` has always stored a claim's key: 96 bytes a record less than their
+-- hex. Every reader shows, exports and hashes them as lowercase hex, so nothing a record means
+-- changed (src/ledger/postgres/audit_store.rs). A ledger of an earlier format stored hex text:
+-- each table is rewritten here, once (`claimgate init`, every node stopped). A value that is
+-- not 64 lowercase hex digits is not one claimgate wrote (its chain already fails `verify`):
+-- the upgrade refuses, naming the record, and changes nothing, rather than turn an edit into
+-- bytes that might verify (an uppercased digest would decode to the true one). The view
+-- `audit_log` names the columns, so it is dropped first and made again below.
+DO $$
+DECLARE
+    t TEXT;
+    bad TEXT;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['audit_chain', 'audit_members'] LOOP
+        IF (SELECT atttypid FROM pg_attribute WHERE attrelid = to_regclass(t) AND attname = 'hash')
+           = 'text'::regtype THEN
+            EXECUTE format(
+                'SELECT %s FROM %I
+                 WHERE idempotency_key !~ ''^[0-9a-f]{64}$'' OR prev_hash !~ ''^[0-9a-f]{64}$''
+                    OR hash !~ ''^[0-9a-f]{64}$''
+                 ORDER BY %s LIMIT 1',
+                CASE t WHEN 'audit_chain' THEN '''seq '' || seq'
+                       ELSE '''member '' || batch_index || '' of batch '' || batch_id' END,
+                t,
+                CASE t WHEN 'audit_chain' THEN 'seq' ELSE 'batch_id, batch_index' END) INTO bad;
+            IF bad IS NOT NULL THEN
+                RAISE EXCEPTION 'audit record % holds a key or digest that is not 64 lowercase hex digits, as claimgate never writes one (edited?): nothing was upgraded; the release that made this ledger names the change with `claimgate verify`', bad;
+            END IF;
+            DROP VIEW IF EXISTS audit_log;
+            EXECUTE format(
+                'ALTER TABLE %I
+                     ALTER COLUMN idempotency_key TYPE BYTEA USING decode(idempotency_key, ''hex''),
+                     ALTER COLUMN prev_hash TYPE BYTEA USING decode(prev_hash, ''hex''),
+                     ALTER COLUMN hash TYPE BYTEA USING decode(hash, ''hex'')',
+                t);
+        END IF;
+    END LOOP;
+END;
+$$;
 
 -- Partial indexes, created only where missing: `CREATE INDEX IF NOT EXISTS` takes a SHARE lock
 -- on its table even when the index is there, so at every node's start it would wait for the

@@ -11,6 +11,10 @@ use crate::support::{
 use claimgate::support::localredis::free_port;
 use std::time::Duration;
 
+/// What format 5 had of the audit tables (keys and digests as hex text), to take a ledger of
+/// this release back to it, or, with another fixture after it, to an earlier format.
+const V5_AUDIT: &str = include_str!("fixtures/schema-postgres-v5-audit.sql");
+
 /// Runs `claimgate ARGS --db URL` and returns (exit code, stderr).
 fn with_db(w: &World, args: &[&str], url: &str) -> (Option<i32>, String) {
     let mut all = args.to_vec();
@@ -1917,7 +1921,8 @@ fn postgres_counts_are_the_rows_after_a_worker_killed_at_every_step_of_a_batch()
 fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
     // 1. A ledger with claims, duplicates, a dead letter and a batch a stopped writer left
     //    unlinked, taken back to format 3 (this release's additions dropped, format 3's
-    //    functions put back from the fixture schema-postgres-v3.sql): a batch format 3 wrote
+    //    functions put back from the fixture schema-postgres-v3.sql, its audit digests hex text
+    //    again from schema-postgres-v5-audit.sql): a batch format 3 wrote
     //    carries no counts of its own.
     // 2. `status` refuses it (exit 2, naming `claimgate init`); `init` upgrades it, counting
     //    what is linked once, and its open links the batch left unlinked (its counts taken
@@ -1941,6 +1946,7 @@ fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
          DROP TABLE purge_counts;
          DROP FUNCTION claimgate_recount(); DROP FUNCTION claimgate_counted();
          {}
+         {V5_AUDIT}
          UPDATE ledger_meta SET value = '3' WHERE name = 'format_version'",
         COUNTERS
             .iter()
@@ -1979,6 +1985,112 @@ fn a_format_3_postgres_ledger_is_upgraded_once_and_its_counts_are_the_rows() {
     assert_counts_are_the_rows(&url);
 }
 
+#[test]
+fn a_format_5_postgres_ledger_has_its_audit_digests_rewritten_as_bytes_and_means_the_same() {
+    // 1. A SQLite ledger (four paid, a duplicate, a dead letter) migrated: its records sealed
+    //    one by one in `audit_chain`. Paid into on PostgreSQL: batch members in
+    //    `audit_members`. Its audit export and an anchor, taken now.
+    // 2. Taken back to format 5 (fixture schema-postgres-v5-audit.sql): keys and digests as
+    //    hex text. `status` refuses it (exit 2, naming `claimgate init`).
+    // 3. One member's hash edited to upper case (the same digest, spelled as claimgate never
+    //    spells it): `init` refuses, naming the record, and changes nothing: still format 5,
+    //    still text, still upper case. Converting it would have made the edit vanish.
+    // 4. The edit undone: `init` upgrades. Every key and digest is 32 bytes, the export is the
+    //    same byte for byte, the anchor holds, `verify` and `audit verify` pass, and a worker
+    //    pays on with the chain continuing.
+    let sqlite = World::new();
+    sqlite.add(&(0..4).map(submission).collect::<Vec<_>>());
+    sqlite.add(&[submission(1)]);
+    sqlite.add_fields(&[("payload", b"[]")]);
+    sqlite.drain(&[]);
+    let url = crate::pg::fresh_database();
+    sqlite.run_ok(&["migrate", "--to", &url]);
+    let w = World::on_postgres_url(&url);
+    w.add(&(4..8).map(submission).collect::<Vec<_>>());
+    w.add(&[submission(5)]);
+    w.drain(&[]);
+    assert_eq!(
+        w.count("audit_chain"),
+        6,
+        "the migrated records, sealed one by one"
+    );
+    assert_eq!(
+        w.count("audit_members"),
+        5,
+        "the records paid into PostgreSQL, in a batch"
+    );
+    let path = |name: &str| w.dir.path().join(name).to_str().unwrap().to_owned();
+    w.run_ok(&["audit", "export", "--out", &path("before.jsonl")]);
+    w.run_ok(&["audit", "anchor", "--out", &path("anchors.jsonl")]);
+    w.sql().exec(&format!(
+        "{V5_AUDIT}
+         UPDATE ledger_meta SET value = '5' WHERE name = 'format_version'"
+    ));
+    let text_columns = "SELECT COUNT(*) FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name IN ('audit_chain', 'audit_members')
+           AND column_name IN ('idempotency_key', 'prev_hash', 'hash') AND data_type = 'text'";
+    assert_eq!(w.sql_i64(text_columns), 6);
+    assert_refused_until_init(&w, 5);
+
+    let edited = "(SELECT batch_id FROM audit_members LIMIT 1) AND batch_index = 2";
+    w.sql().exec(&format!(
+        "UPDATE audit_members SET hash = upper(hash) WHERE batch_id = {edited}"
+    ));
+    let refused = w.run(&["init"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_ne!(refused.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("audit record member 2 of batch") && said.contains("nothing was upgraded"),
+        "{said}"
+    );
+    assert_eq!(
+        w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
+        "5"
+    );
+    assert_eq!(w.sql_i64(text_columns), 6);
+    assert_eq!(
+        w.sql_i64(&format!(
+            "SELECT COUNT(*) FROM audit_members WHERE batch_id = {edited} AND hash ~ '[A-F]'"
+        )),
+        1,
+        "the edit is still there to be found"
+    );
+
+    w.sql().exec(&format!(
+        "UPDATE audit_members SET hash = lower(hash) WHERE batch_id = {edited}"
+    ));
+    w.run_ok(&["init"]);
+    assert_eq!(
+        w.sql_text("SELECT value FROM ledger_meta WHERE name = 'format_version'"),
+        claimgate::ledger::postgres::FORMAT_VERSION.to_string()
+    );
+    assert_eq!(w.sql_i64(text_columns), 0);
+    assert_eq!(
+        w.sql_i64(
+            "SELECT COUNT(*) FROM audit_log WHERE octet_length(prev_hash) <> 32
+                OR octet_length(hash) <> 32 OR octet_length(idempotency_key) <> 32"
+        ),
+        0
+    );
+    assert_eq!(
+        w.sql_i64("SELECT COUNT(*) FROM audit_log WHERE idempotency_key IS NOT NULL"),
+        10,
+        "eight processed and two duplicate records carry a key (the dead letter none)"
+    );
+    w.run_ok(&["audit", "export", "--out", &path("after.jsonl")]);
+    assert_eq!(
+        std::fs::read_to_string(path("after.jsonl")).unwrap(),
+        std::fs::read_to_string(path("before.jsonl")).unwrap()
+    );
+    w.run_ok(&["audit", "verify", "--anchors", &path("anchors.jsonl")]);
+    w.run_ok(&["verify"]);
+    w.add(&(8..10).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    assert_eq!(w.count("disbursements"), 10);
+    w.run_ok(&["audit", "verify", "--anchors", &path("anchors.jsonl")]);
+    w.run_ok(&["verify"]);
+}
+
 /// `status` on a ledger of an earlier `format` exits 2, naming the format and `claimgate init`.
 fn assert_refused_until_init(w: &World, format: u32) {
     let refused = w.run(&["status"]);
@@ -1998,7 +2110,8 @@ fn backlog(w: &World) -> serde_json::Value {
 #[test]
 fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publishing_per_round() {
     // 1. Seven paid; a relay publishes them; three more paid, unpublished. The ledger is taken
-    //    back to format 4 (fixture schema-postgres-v4-outbox.sql): `outbox_published` dropped,
+    //    back to format 4 (fixtures schema-postgres-v4-outbox.sql, and v5-audit for the audit
+    //    digests as hex text): `outbox_published` dropped,
     //    each row storing its event, each published row marked on its own row, as format 4's
     //    relay marked it, at its own time, and the partial index of unpublished rows back.
     // 2. `status` refuses it (exit 2); `init` upgrades it: the rows marked one by one keep
@@ -2021,6 +2134,7 @@ fn a_format_4_postgres_ledger_keeps_its_rows_marked_one_by_one_and_goes_on_publi
          FROM outbox v WHERE v.claim_id = r.claim_id AND v.published_at IS NOT NULL;
          DROP TABLE outbox_published CASCADE;
          {}
+         {V5_AUDIT}
          UPDATE ledger_meta SET value = '4' WHERE name = 'format_version'",
         include_str!("fixtures/schema-postgres-v4-outbox.sql")
     ));

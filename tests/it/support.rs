@@ -135,13 +135,14 @@ impl World {
     }
 
     /// The SQL expression turning an audit record's key column into raw key bytes: SQLite
-    /// stores it as those bytes from format 6 on (hex text before), PostgreSQL as hex text.
+    /// stores it as those bytes from format 6 on (hex text before), PostgreSQL from its format
+    /// 6 on (every record: the upgrade rewrites them).
     pub fn audit_key_bytes_sql(&self, column: &str) -> String {
         match self.store {
             Store::Sqlite => {
                 format!("CASE typeof({column}) WHEN 'blob' THEN {column} ELSE unhex({column}) END")
             }
-            Store::Postgres => format!("decode({column}, 'hex')"),
+            Store::Postgres => column.to_owned(),
         }
     }
 
@@ -151,7 +152,7 @@ impl World {
             Store::Sqlite => format!(
                 "CASE typeof({column}) WHEN 'blob' THEN lower(hex({column})) ELSE {column} END"
             ),
-            Store::Postgres => column.to_owned(),
+            Store::Postgres => format!("encode({column}, 'hex')"),
         }
     }
 

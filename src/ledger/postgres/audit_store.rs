@@ -14,8 +14,8 @@
 //! are not in the chain.
 
 use crate::domain::audit::{detail, BatchLink, Kind, Record};
-use crate::error::Result;
-use crate::ledger::{records, Since};
+use crate::error::{Error, Result};
+use crate::ledger::{records, sweep, Since};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
@@ -204,18 +204,60 @@ pub(super) fn insert(client: &mut impl GenericClient, r: &Record) -> Result<()> 
         &format!(
             "INSERT INTO audit_chain ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         ),
-        &params(r, &r.kind.as_str()),
+        &params(r, &Stored::of(r)?, &r.kind.as_str()),
     )?;
     Ok(())
 }
 
-/// A record's values in [`COLUMNS`] order, for an INSERT or a binary COPY; `kind` is
-/// `r.kind.as_str()`, passed in so the caller's binding outlives the array.
-pub(super) fn params<'a>(r: &'a Record, kind: &'a &'static str) -> [&'a (dyn ToSql + Sync); 12] {
+/// A record's key and digests as stored from format 6 on (`schema_postgres.sql`): their 32
+/// bytes, decoded from the lowercase hex the record carries. Read back ([`Columns`] for
+/// [`Row`], below) they are that hex again, so what a record says, exports and hashes is
+/// unchanged.
+pub(super) struct Stored {
+    key: Option<Vec<u8>>,
+    prev_hash: Vec<u8>,
+    hash: Vec<u8>,
+}
+
+impl Stored {
+    /// `r`'s, or [`Error::Invariant`] naming the record when one is not 64 lowercase hex
+    /// digits: claimgate seals none such, so only a record read from an edited ledger is
+    /// (`migrate` verifies its source first, so it never gets here).
+    pub(super) fn of(r: &Record) -> Result<Stored> {
+        let bytes = |column: &str, hex: &str| {
+            sweep::unhex_lowercase(hex)
+                .map(|k| k.to_vec())
+                .ok_or_else(|| {
+                    Error::Invariant(format!(
+                        "audit record seq {}: its {column} {hex:?} is not 64 lowercase hex \
+                         digits, as claimgate writes it (edited)",
+                        r.seq
+                    ))
+                })
+        };
+        Ok(Stored {
+            key: match r.idempotency_key.as_deref() {
+                Some(key) => Some(bytes("idempotency_key", key)?),
+                None => None,
+            },
+            prev_hash: bytes("prev_hash", &r.prev_hash)?,
+            hash: bytes("hash", &r.hash)?,
+        })
+    }
+}
+
+/// A record's values in [`COLUMNS`] order, for an INSERT or a binary COPY, its key and digests
+/// from `stored` (`Stored::of(r)`); `kind` is `r.kind.as_str()`, passed in so the caller's
+/// binding outlives the array.
+pub(super) fn params<'a>(
+    r: &'a Record,
+    stored: &'a Stored,
+    kind: &'a &'static str,
+) -> [&'a (dyn ToSql + Sync); 12] {
     [
         &r.seq,
         kind,
-        &r.idempotency_key,
+        &stored.key,
         &r.award_id,
         &r.amount_cents,
         &r.stream_entry_id,
@@ -223,8 +265,8 @@ pub(super) fn params<'a>(r: &'a Record, kind: &'a &'static str) -> [&'a (dyn ToS
         &r.delivery_count,
         &r.detail,
         &r.recorded_at,
-        &r.prev_hash,
-        &r.hash,
+        &stored.prev_hash,
+        &stored.hash,
     ]
 }
 
@@ -232,11 +274,12 @@ pub(super) fn params<'a>(r: &'a Record, kind: &'a &'static str) -> [&'a (dyn ToS
 /// in it, then the record's values after `seq` ([`params`]).
 pub(super) fn member_params<'a>(
     r: &'a Record,
+    stored: &'a Stored,
     batch_id: &'a i64,
     index: &'a i32,
     kind: &'a &'static str,
 ) -> [&'a (dyn ToSql + Sync); 13] {
-    let record = params(r, kind);
+    let record = params(r, stored, kind);
     std::array::from_fn(|i| match i {
         0 => batch_id as &(dyn ToSql + Sync),
         1 => index,
@@ -248,16 +291,16 @@ pub(super) fn member_params<'a>(
 pub(super) const COLUMN_TYPES: [Type; 12] = [
     Type::INT8,
     Type::TEXT,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::INT8,
     Type::TEXT,
     Type::TEXT,
     Type::INT8,
     Type::TEXT,
     Type::TEXT,
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
+    Type::BYTEA,
+    Type::BYTEA,
 ];
 
 /// The types of [`MEMBER_COLUMNS`], for a binary COPY.
@@ -265,20 +308,40 @@ pub(super) const MEMBER_COLUMN_TYPES: [Type; 13] = [
     Type::INT8,
     Type::INT4,
     Type::TEXT,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::INT8,
     Type::TEXT,
     Type::TEXT,
     Type::INT8,
     Type::TEXT,
     Type::TEXT,
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
+    Type::BYTEA,
+    Type::BYTEA,
 ];
 
 pub(super) fn record_of(row: &Row) -> Result<Record> {
     records::sealed_row(row)
 }
 
-records::columns_by!(Row, try_get);
+records::columns_by!(Row, try_get, {
+    fn digest(&self, i: usize) -> Result<String> {
+        hex_of(self.try_get(i)?)
+    }
+
+    fn opt_key(&self, i: usize) -> Result<Option<String>> {
+        self.try_get::<_, Option<&[u8]>>(i)?.map(hex_of).transpose()
+    }
+});
+
+/// A key or digest column's 32 bytes ([`Stored`]) as the lowercase hex a record carries; any
+/// other length is not what claimgate writes (the caller names the record and the column).
+pub(super) fn hex_of(bytes: &[u8]) -> Result<String> {
+    if bytes.len() != 32 {
+        return Err(Error::Invariant(format!(
+            "{} bytes where claimgate stores 32",
+            bytes.len()
+        )));
+    }
+    Ok(crate::domain::key::to_hex(bytes))
+}

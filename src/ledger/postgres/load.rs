@@ -218,7 +218,11 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
         &super::audit_store::COLUMN_TYPES,
         buf,
         |w, row| match row {
-            Row::Audit(r) => w.write(&super::audit_store::params(r, &r.kind.as_str())),
+            Row::Audit(r) => {
+                let stored = super::audit_store::Stored::of(r)?;
+                w.write(&super::audit_store::params(r, &stored, &r.kind.as_str()))?;
+                Ok::<(), crate::error::Error>(())
+            }
             _ => Ok(()),
         },
     )?;
@@ -279,13 +283,16 @@ fn flush(tx: &mut postgres::Transaction<'_>, buf: &mut Vec<Row>) -> Result<()> {
 
 /// One binary COPY (`sql`, columns of `types`) of the rows of `buf` that `write` writes; it
 /// passes over the rows of other tables (a COPY of no rows is one round trip).
-fn copy_in(
+fn copy_in<E>(
     tx: &mut postgres::Transaction<'_>,
     sql: &str,
     types: &[postgres::types::Type],
     buf: &[Row],
-    write: impl Fn(&mut BinaryCopyInWriter<'_>, &Row) -> std::result::Result<(), postgres::Error>,
-) -> Result<()> {
+    write: impl Fn(&mut BinaryCopyInWriter<'_>, &Row) -> std::result::Result<(), E>,
+) -> Result<()>
+where
+    crate::error::Error: From<E>,
+{
     let mut w = BinaryCopyInWriter::new(tx.copy_in(sql)?, types);
     for row in buf {
         write(&mut w, row)?;
@@ -312,7 +319,7 @@ fn continue_after(tx: &mut postgres::Transaction<'_>, counters: Counters) -> Res
             } else {
                 r.get(3)
             };
-            (r.get::<_, i64>(0), hash)
+            (r.get::<_, i64>(0), super::audit_store::hex_of(hash)?)
         }
     };
     tx.execute(

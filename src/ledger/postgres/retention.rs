@@ -216,7 +216,7 @@ macro_rules! records_in {
 const CLAIMS_IN: &str = concat!(
     "SELECT k.claim_id FROM ",
     records_in!(),
-    " a JOIN claim_keys k ON k.idempotency_key = decode(a.idempotency_key, 'hex')
+    " a JOIN claim_keys k ON k.idempotency_key = a.idempotency_key
      WHERE a.kind = 'processed'"
 );
 
@@ -388,7 +388,7 @@ fn purge_batch(
     purge::refuse_held(&purge::Snapshot::held_in(&mut tx, first, last)?)?;
     let continues_from: String = tx
         .query_one(
-            "SELECT hash FROM audit_chain WHERE seq = $1
+            "SELECT encode(hash, 'hex') FROM audit_chain WHERE seq = $1
              UNION ALL SELECT hash FROM audit_batches WHERE link_seq = $1",
             &[&last],
         )?

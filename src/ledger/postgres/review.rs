@@ -27,7 +27,7 @@ const LETTER: &str = "SELECT reason_code, award_id, recorded_at, decision, decid
      FROM dead_letters WHERE stream = $1 AND stream_entry_id = $2";
 
 /// The key of the `dead_letter` records of an entry, linked or not, with their detail.
-const HELD_KEYS: &str = "SELECT idempotency_key, detail FROM audit_log
+const HELD_KEYS: &str = "SELECT encode(idempotency_key, 'hex'), detail FROM audit_log
      WHERE kind = 'dead_letter' AND stream_entry_id = $1";
 
 const DECIDE: &str = "UPDATE dead_letters SET decision = $3, decided_by = $4,

@@ -36,8 +36,12 @@ use postgres::Client;
 /// event (spelled from the claim, `claimgate_event`); a build of format 4 would mark rows one
 /// by one where no reader of format 5 looks, and read a NULL event. Upgraded to, the rows
 /// marked so far become one publication (`claimgate_note_published`), the index of
-/// unpublished rows is dropped, and the rows already written keep their events.
-pub const FORMAT_VERSION: i64 = 5;
+/// unpublished rows is dropped, and the rows already written keep their events. 6: an audit
+/// record's key and digests are stored as their 32 bytes (`audit_store::Stored`), not as hex
+/// text, which a build of format 5 would write and read. Upgraded to, `audit_chain` and
+/// `audit_members` are rewritten once, and the upgrade refuses a value that is not 64
+/// lowercase hex digits rather than convert it.
+pub const FORMAT_VERSION: i64 = 6;
 
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.
 pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");

@@ -22,7 +22,7 @@ use super::audit_store;
 use super::ledger::{stored_counts, PgLedger, COUNTED};
 use crate::domain::audit::{Kind, Verifier};
 use crate::error::{Error, Result};
-use crate::ledger::{chain, checks, sweep, Inspect, Since, Summary};
+use crate::ledger::{chain, checks, records, sweep, Inspect, Since, Summary};
 use std::sync::atomic::Ordering;
 
 impl Inspect for PgLedger {
@@ -118,13 +118,13 @@ const CHECKS: [(&str, &str); 19] = [
     (
         "processed record without a matching disbursement",
         "SELECT 'audit record ' || COALESCE(a.seq::text, a.batch_index || ' of batch ' || a.batch_id)
-                || ' (processed, key ' || COALESCE(a.idempotency_key, 'none') || ', '
+                || ' (processed, key ' || COALESCE(encode(a.idempotency_key, 'hex'), 'none') || ', '
                 || COALESCE(a.amount_cents::text, 'no') || ' cents) ' ||
                 CASE WHEN d.id IS NULL THEN 'has no disbursement'
                      ELSE 'but disbursement ' || d.id || ' records award ' || d.award_id || ', '
                           || d.amount_cents || ' cents' END
          FROM audit_log a
-         LEFT JOIN processed_messages p ON encode(p.idempotency_key, 'hex') = a.idempotency_key
+         LEFT JOIN processed_messages p ON p.idempotency_key = a.idempotency_key
          LEFT JOIN disbursements d ON d.claim_id = p.claim_id
          WHERE a.kind = 'processed'
            AND (d.id IS NULL OR d.amount_cents IS DISTINCT FROM a.amount_cents
@@ -133,7 +133,7 @@ const CHECKS: [(&str, &str); 19] = [
     ),
     (
         "key processed twice in the audit log",
-        "SELECT 'key ' || idempotency_key || ' has ' || COUNT(*) || ' processed records'
+        "SELECT 'key ' || encode(idempotency_key, 'hex') || ' has ' || COUNT(*) || ' processed records'
          FROM audit_log WHERE kind = 'processed' GROUP BY idempotency_key HAVING COUNT(*) > 1 LIMIT 1",
     ),
     (
@@ -146,19 +146,17 @@ const CHECKS: [(&str, &str); 19] = [
     ),
     (
         // A duplicate record is evidence that something was paid before: it must name a claim
-        // still here, or one a purge removed and tombstoned. Keys are compared as hex text (as
-        // the processed check above does), so an edited key that is not hex is named, not an
-        // error.
+        // still here, or one a purge removed and tombstoned.
         "duplicate record without a claim or tombstone",
         "SELECT 'audit record ' || COALESCE(a.seq::text, a.batch_index || ' of batch ' || a.batch_id)
-                || ' (duplicate, key ' || COALESCE(a.idempotency_key, 'none')
+                || ' (duplicate, key ' || COALESCE(encode(a.idempotency_key, 'hex'), 'none')
                 || ') names a key with no claim and no tombstone'
          FROM audit_log a
          WHERE a.kind = 'duplicate'
            AND NOT EXISTS (SELECT 1 FROM processed_messages p
-                           WHERE encode(p.idempotency_key, 'hex') = a.idempotency_key)
+                           WHERE p.idempotency_key = a.idempotency_key)
            AND NOT EXISTS (SELECT 1 FROM claim_tombstones t
-                           WHERE encode(t.idempotency_key, 'hex') = a.idempotency_key)
+                           WHERE t.idempotency_key = a.idempotency_key)
          ORDER BY a.seq, a.batch_id, a.batch_index LIMIT 1",
     ),
     (
@@ -292,7 +290,7 @@ fn exact(tx: &mut postgres::Transaction<'_>) -> Result<()> {
         Ok(tx.query_opt(
             "SELECT 'disbursement ' || d.id || ' (key ' || encode(d.idempotency_key, 'hex') || ') has no processed audit record'
              FROM disbursements d LEFT JOIN audit_log a
-               ON a.kind = 'processed' AND a.idempotency_key = encode(d.idempotency_key, 'hex')
+               ON a.kind = 'processed' AND a.idempotency_key = d.idempotency_key
              WHERE a.kind IS NULL ORDER BY d.id LIMIT 1",
             &[],
         )?.map(|row| row.get(0)))
@@ -696,7 +694,7 @@ fn walk_chain(
         let (index, batch): (i32, i64) = (row.try_get(4)?, row.try_get(5)?);
         record(
             kind,
-            row.try_get(1)?,
+            records::Columns::opt_key(&row, 1)?.as_deref(),
             row.try_get(2)?,
             row.try_get(3)?,
             &|| format!("{index} of batch {batch}"),

@@ -259,6 +259,7 @@ pub(super) fn write_sealed(
         let index = count(r.batch_index.expect("sealed as a member") as usize)?;
         audit.write(&super::audit_store::member_params(
             r,
+            &super::audit_store::Stored::of(r)?,
             &batch_id,
             &index,
             &r.kind.as_str(),

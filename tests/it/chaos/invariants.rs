@@ -206,13 +206,15 @@ fn read_postgres(world: &World) -> Ledger {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // The chain as stored: every record (the view numbers batch members by their batch's
+    // The chain as stored (keys and digests, stored as bytes, as the hex a record carries):
+    // every record (the view numbers batch members by their batch's
     // link; members of a batch not linked yet have no seq and are not in the chain), and after
     // each batch's last member the batch's link, at that seq, its detail spelled here from the
     // row's columns.
     let audit: Vec<Record> = rows(
-        "SELECT seq, kind, idempotency_key, award_id, amount_cents, stream_entry_id, consumer,
-                delivery_count, detail, recorded_at, prev_hash, hash, batch_index, 0 AS link
+        "SELECT seq, kind, encode(idempotency_key, 'hex'), award_id, amount_cents,
+                stream_entry_id, consumer, delivery_count, detail, recorded_at,
+                encode(prev_hash, 'hex'), encode(hash, 'hex'), batch_index, 0 AS link
          FROM audit_log WHERE seq IS NOT NULL
          UNION ALL
          SELECT link_seq, 'batch', NULL, NULL, NULL, NULL, NULL, NULL,
