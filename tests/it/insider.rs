@@ -12,6 +12,7 @@ on_both_ledgers!(
     a_claims_instant_moved_by_a_nanosecond_fails_verify_and_a_resend_paid_after_both_columns_moved_is_named,
     a_hold_lifted_or_placed_by_editing_the_table_fails_verify,
     an_event_spelled_differently_but_announcing_the_same_payment_verifies_and_one_announcing_another_amount_does_not,
+    published_rows_made_to_read_as_unpublished_below_the_streams_mark_fail_verify,
 );
 
 /// A drained ledger of `n` submissions on `store` that verifies, and a connection to it.
@@ -355,5 +356,39 @@ fn a_publication_recorded_above_the_last_outbox_id_fails_verify() {
         "{err}"
     );
     db.exec("DELETE FROM outbox_published WHERE upto_id = 1000");
+    w.run_ok(&["verify"]);
+}
+
+fn published_rows_made_to_read_as_unpublished_below_the_streams_mark_fail_verify(store: Store) {
+    // Someone who can write the ledger makes published rows read as unpublished: on SQLite by
+    // clearing a row's `published_at`, on PostgreSQL by deleting the relays' publications. The
+    // backlog (and its alert) rises with rows the events stream already holds. verify names the
+    // first such row and the stream's mark. The next relay round marks them again from the
+    // stream's position, publishing nothing twice, and verify passes.
+    let (w, mut db) = drained_on(store, 3);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    w.run_ok(&["verify"]);
+    let backlog = |w: &World| w.status_json()["ledger"]["outbox_backlog"].clone();
+    assert_eq!(backlog(&w), 0);
+    let (edit, first) = match store {
+        Store::Sqlite => ("UPDATE outbox SET published_at = NULL WHERE id = 2", 2),
+        Store::Postgres => ("DELETE FROM outbox_published", 1),
+    };
+    db.exec(edit);
+    assert!(
+        backlog(&w).as_u64().unwrap() > 0,
+        "the edit is in the backlog"
+    );
+    let err = refused(&w);
+    assert!(
+        err.contains(&format!(
+            "outbox publication: outbox row {first} reads as unpublished, but events stream \
+             grants:events holds every row up to id 3 (its published_upto mark)"
+        )),
+        "{err}"
+    );
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.xlen("grants:events"), 3, "nothing is published twice");
+    assert_eq!(backlog(&w), 0);
     w.run_ok(&["verify"]);
 }
