@@ -296,7 +296,10 @@ BEGIN
                 t,
                 CASE t WHEN 'audit_chain' THEN 'seq' ELSE 'batch_id, batch_index' END) INTO bad;
             IF bad IS NOT NULL THEN
-                RAISE EXCEPTION 'audit record % holds a key or digest that is not 64 lowercase hex digits, as claimgate never writes one (edited?): nothing was upgraded; the release that made this ledger names the change with `claimgate verify`', bad;
+                RAISE EXCEPTION USING ERRCODE = 'CGL02', MESSAGE = format(
+                    'audit record %s holds a key or digest that is not 64 lowercase hex digits, '
+                    'as claimgate never writes one (edited?): nothing was upgraded; the release '
+                    'that made this ledger names the change with `claimgate verify`', bad);
             END IF;
             DROP VIEW IF EXISTS audit_log;
             EXECUTE format(

@@ -46,6 +46,11 @@ pub const FORMAT_VERSION: i64 = 6;
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.
 pub const SCHEMA: &str = include_str!("../../../schema_postgres.sql");
 
+/// The SQLSTATE the schema script raises when an upgrade meets a value claimgate never
+/// writes (an audit digest that is not lowercase hex): the ledger was edited, not the role
+/// short of a privilege, so the refusal is an invariant (exit 1), not configuration.
+const EDITED: &str = "CGL02";
+
 /// The advisory lock (two-key form, so it never meets anything else claimgate locks) held
 /// while the schema is made or upgraded, so nodes starting together neither race on
 /// `CREATE TABLE` nor see a half-made schema.
@@ -282,9 +287,16 @@ fn apply(client: &mut Client, target: &Target, doing: &str) -> Result<()> {
             .map_err(Error::from)
             .map_err(denied)?;
     }
-    tx.batch_execute(SCHEMA)
-        .map_err(Error::from)
-        .map_err(denied)?;
+    tx.batch_execute(SCHEMA).map_err(|e| match e.as_db_error() {
+        // The script's own refusal: the ledger holds what claimgate never writes (an edit).
+        Some(db) if db.code().code() == EDITED => Error::Invariant(format!(
+            "cannot {doing} the ledger in schema {} of {}: {}",
+            target.schema,
+            target.redacted,
+            db.message()
+        )),
+        _ => denied(Error::from(e)),
+    })?;
     tx.execute(
         "INSERT INTO ledger_meta (name, value) VALUES ('format_version', $1)
          ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
