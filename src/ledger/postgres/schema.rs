@@ -287,16 +287,17 @@ fn apply(client: &mut Client, target: &Target, doing: &str) -> Result<()> {
             .map_err(Error::from)
             .map_err(denied)?;
     }
-    tx.batch_execute(SCHEMA).map_err(|e| match e.as_db_error() {
-        // The script's own refusal: the ledger holds what claimgate never writes (an edit).
-        Some(db) if db.code().code() == EDITED => Error::Invariant(format!(
-            "cannot {doing} the ledger in schema {} of {}: {}",
-            target.schema,
-            target.redacted,
-            db.message()
-        )),
-        _ => denied(Error::from(e)),
-    })?;
+    tx.batch_execute(SCHEMA)
+        .map_err(|e| match e.as_db_error() {
+            // The script's own refusal: the ledger holds what claimgate never writes (an edit).
+            Some(db) if db.code().code() == EDITED => Error::Invariant(format!(
+                "cannot {doing} the ledger in schema {} of {}: {}",
+                target.schema,
+                target.redacted,
+                db.message()
+            )),
+            _ => denied(Error::from(e)),
+        })?;
     tx.execute(
         "INSERT INTO ledger_meta (name, value) VALUES ('format_version', $1)
          ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
