@@ -128,6 +128,13 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     decided_at      TEXT,
     PRIMARY KEY (stream, stream_entry_id)
 );
+-- The conflicts held for review that no reviewer has decided yet, oldest first: what `status`
+-- lists and each `/metrics` scrape counts (src/ledger/review.rs, AWAITING_REVIEW, which is
+-- this predicate), read without walking every dead letter. A ledger from before it gets it at
+-- its first open.
+CREATE INDEX IF NOT EXISTS dead_letters_awaiting_review
+    ON dead_letters (stream, recorded_at, stream_entry_id)
+    WHERE reason_code = 'conflict_hold' AND decision IS NULL;
 
 -- The hash-chained audit trail, written in the same transaction as the effect it records.
 -- hash = sha256(prev_hash || canonical JSON of the record); see src/domain/audit.rs.

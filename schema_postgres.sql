@@ -328,6 +328,9 @@ $$;
 --   batch).
 -- * audit_batches_outbox: linked batches with outbox rows, by the id after their last row, so
 --   the relay finds the rows above its position in one index range.
+-- * dead_letters_awaiting_review: the conflicts held for review no reviewer has decided yet,
+--   oldest first, which `status` lists and each `/metrics` scrape counts (its predicate is
+--   src/ledger/review.rs's AWAITING_REVIEW); added in format 6.
 DO $$
 BEGIN
     IF to_regclass('audit_dead_letters') IS NULL THEN
@@ -343,6 +346,11 @@ BEGIN
     IF to_regclass('audit_batches_outbox') IS NULL THEN
         CREATE INDEX audit_batches_outbox ON audit_batches ((outbox_first + outbox_count))
             WHERE link_seq IS NOT NULL AND outbox_count > 0;
+    END IF;
+    IF to_regclass('dead_letters_awaiting_review') IS NULL THEN
+        CREATE INDEX dead_letters_awaiting_review
+            ON dead_letters (stream, recorded_at, stream_entry_id)
+            WHERE reason_code = 'conflict_hold' AND decision IS NULL;
     END IF;
 END;
 $$;

@@ -115,5 +115,6 @@ pub use contract::{
 pub use memory::{MemoryLedger, MemoryStore};
 pub use open::{migrate, open, open_waiting, prepare_restore, Migrated};
 pub use review::{
-    Decided, HeldConflict, HoldDecision, LetterState, PastDecision, Review, Verdict, CONFLICT_HOLD,
+    Decided, HeldConflict, HoldDecision, LetterState, PastDecision, Review, Verdict,
+    AWAITING_REVIEW, CONFLICT_HOLD,
 };

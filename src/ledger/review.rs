@@ -20,6 +20,14 @@ use crate::error::Result;
 /// The reason code of a `dead_letters` row that holds a conflicting resubmission for review.
 pub const CONFLICT_HOLD: &str = "conflict_hold";
 
+/// The `dead_letters` rows that hold a conflict no reviewer has decided yet, as SQL: the
+/// predicate of each ledger's partial index `dead_letters_awaiting_review` (`schema.sql`,
+/// `schema_postgres.sql`), spelled with [`CONFLICT_HOLD`] as a literal, not a parameter, so
+/// both planners match the index (a parameter hides the value from a generic plan). Through
+/// it, `status` and each `/metrics` scrape read as many rows as await review, not every dead
+/// letter.
+pub const AWAITING_REVIEW: &str = "reason_code = 'conflict_hold' AND decision IS NULL";
+
 /// What a reviewer decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -225,6 +233,11 @@ pub(crate) fn is_hold_record(detail: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_awaiting_predicate_names_the_hold_reason_code() {
+        assert!(AWAITING_REVIEW.contains(&format!("reason_code = '{CONFLICT_HOLD}'")));
+    }
 
     #[test]
     fn only_a_conflict_hold_without_a_decision_may_be_decided() {

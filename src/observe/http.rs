@@ -125,7 +125,13 @@ impl Endpoints<'_> {
     }
 
     fn metrics_page(&mut self) -> (u16, &'static str, String) {
-        match status::gather(self.cfg, self.ledger, &mut self.conn) {
+        let gathered = status::gather(self.cfg, self.ledger, &mut self.conn).and_then(|mut s| {
+            // The count and the oldest one only: through the ledger's partial index, as many
+            // rows as await review.
+            s.held = Some(status::held_oldest(self.cfg, self.ledger)?);
+            Ok(s)
+        });
+        match gathered {
             Ok(s) => {
                 let healthy = self.problems().is_empty();
                 (

@@ -153,6 +153,22 @@ pub fn render(status: &Status, metrics: &Metrics, healthy: bool) -> String {
         "Age of the oldest unpublished outbox row, 0 when none.",
         l.outbox_oldest_age_s.unwrap_or(0.0),
     )];
+    // A conflict held for review is a payment waiting on a person (`dlq approve` / `reject`).
+    if let Some(held) = &status.held {
+        counts.push((
+            "claimgate_conflicts_awaiting_review",
+            "Conflicting resubmissions held for review (run --on-conflict hold) that no reviewer has approved or rejected yet (ledger dead_letters rows).",
+            held.awaiting as i64,
+        ));
+        ages.push((
+            "claimgate_conflict_review_oldest_age_seconds",
+            "How long the oldest conflict held for review has waited for a decision, 0 when none.",
+            held.oldest
+                .first()
+                .and_then(|h| crate::domain::clock::age_seconds(&h.held_at))
+                .unwrap_or(0.0),
+        ));
+    }
     // Anchoring: Prometheus compares the two (an alert fires when no anchor came for three
     // intervals); both 0 on a process that takes no anchors.
     ages.push((

@@ -70,7 +70,8 @@ pub struct Status {
     /// The stream side, or why it could not be read.
     pub redis: std::result::Result<RedisStatus, RedisTrouble>,
     /// Conflicts held for review awaiting a decision: `claimgate status` reads them
-    /// ([`held`]); the `/metrics` snapshot does not (`None`).
+    /// ([`held`]), a `/metrics` scrape their count and the oldest ([`held_oldest`]); `None`
+    /// where not read (`status --watch`).
     pub held: Option<HeldStatus>,
 }
 
@@ -87,6 +88,13 @@ pub struct HeldStatus {
 pub fn held(cfg: &Config, ledger: &dyn Review) -> Result<HeldStatus> {
     let (awaiting, oldest) =
         ledger.held_awaiting(&cfg.stream, crate::config::STATUS_HELD_SHOWN_MAX)?;
+    Ok(HeldStatus { awaiting, oldest })
+}
+
+/// How many held conflicts of `cfg.stream` await a decision, and the oldest of them: what a
+/// `/metrics` scrape reports.
+pub fn held_oldest(cfg: &Config, ledger: &dyn Review) -> Result<HeldStatus> {
+    let (awaiting, oldest) = ledger.held_awaiting(&cfg.stream, 1)?;
     Ok(HeldStatus { awaiting, oldest })
 }
 

@@ -126,7 +126,7 @@ fn the_alert_rules_pass_promtool() {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "promtool check rules failed:\n{text}");
-    assert!(text.contains("SUCCESS: 9 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 10 rules found"), "{text}");
 }
 
 /// A private tmux server (its own socket), killed on drop.

@@ -51,17 +51,23 @@ impl Review for PgLedger {
             .start()?;
         let count: i64 = tx
             .query_one(
-                "SELECT COUNT(*) FROM dead_letters
-                 WHERE stream = $1 AND reason_code = $2 AND decision IS NULL",
-                &[&stream, &review::CONFLICT_HOLD],
+                &format!(
+                    "SELECT COUNT(*) FROM dead_letters
+                     WHERE stream = $1 AND {}",
+                    review::AWAITING_REVIEW
+                ),
+                &[&stream],
             )?
             .get(0);
         let first = tx
             .query(
-                "SELECT stream_entry_id, award_id, recorded_at FROM dead_letters
-                 WHERE stream = $1 AND reason_code = $2 AND decision IS NULL
-                 ORDER BY recorded_at, stream_entry_id LIMIT $3",
-                &[&stream, &review::CONFLICT_HOLD, &(limit as i64)],
+                &format!(
+                    "SELECT stream_entry_id, award_id, recorded_at FROM dead_letters
+                     WHERE stream = $1 AND {}
+                     ORDER BY recorded_at, stream_entry_id LIMIT $2",
+                    review::AWAITING_REVIEW
+                ),
+                &[&stream, &(limit as i64)],
             )?
             .iter()
             .map(|r| HeldConflict {

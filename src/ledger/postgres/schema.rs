@@ -40,7 +40,8 @@ use postgres::Client;
 /// record's key and digests are stored as their 32 bytes (`audit_store::Stored`), not as hex
 /// text, which a build of format 5 would write and read. Upgraded to, `audit_chain` and
 /// `audit_members` are rewritten once, and the upgrade refuses a value that is not 64
-/// lowercase hex digits rather than convert it.
+/// lowercase hex digits rather than convert it. Format 6 also makes the partial index of the
+/// conflicts awaiting review (`dead_letters_awaiting_review`), which format 5 lacks.
 pub const FORMAT_VERSION: i64 = 6;
 
 /// The schema script: makes the ledger, or brings one of an earlier format up to this one.

@@ -31,18 +31,21 @@ impl Review for SqliteLedger {
         let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let count: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM dead_letters
-             WHERE stream = ?1 AND reason_code = ?2 AND decision IS NULL",
-            params![stream, review::CONFLICT_HOLD],
+            &format!(
+                "SELECT COUNT(*) FROM dead_letters WHERE stream = ?1 AND {}",
+                review::AWAITING_REVIEW
+            ),
+            params![stream],
             |r| r.get(0),
         )?;
         let first = tx
-            .prepare(
+            .prepare(&format!(
                 "SELECT stream_entry_id, award_id, recorded_at FROM dead_letters
-                 WHERE stream = ?1 AND reason_code = ?2 AND decision IS NULL
-                 ORDER BY recorded_at, stream_entry_id LIMIT ?3",
-            )?
-            .query_map(params![stream, review::CONFLICT_HOLD, limit as i64], |r| {
+                 WHERE stream = ?1 AND {}
+                 ORDER BY recorded_at, stream_entry_id LIMIT ?2",
+                review::AWAITING_REVIEW
+            ))?
+            .query_map(params![stream, limit as i64], |r| {
                 Ok(HeldConflict {
                     entry_id: r.get(0)?,
                     award_id: r.get(1)?,
