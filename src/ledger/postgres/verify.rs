@@ -693,9 +693,15 @@ fn walk_chain(
     )? {
         let kind = Kind::parse(row.try_get(0)?).expect("the query selects two kinds");
         let (index, batch): (i32, i64) = (row.try_get(4)?, row.try_get(5)?);
+        let key = records::Columns::opt_key(&row, 1).map_err(|e| {
+            fault(format!(
+                "audit record {index} of batch {batch}: its idempotency_key does not read as \
+                 claimgate writes it: {e} (edited)"
+            ))
+        })?;
         record(
             kind,
-            records::Columns::opt_key(&row, 1)?.as_deref(),
+            key.as_deref(),
             row.try_get(2)?,
             row.try_get(3)?,
             &|| format!("{index} of batch {batch}"),
@@ -855,9 +861,10 @@ fn head(tx: &mut postgres::Transaction<'_>, last_seq: i64, head_hash: &str) -> R
 /// `mark_published`), so the last publication is never below a mark. Where it is (its rows
 /// deleted by hand), the rows between read as unpublished and stand in the backlog, and its
 /// alert, though the stream holds them, until a relay's next round records a publication from
-/// the stream's position (publishing nothing twice). Rows marked on their own (an earlier format's, migrated ones) and rows a purge removed are never
-/// named: only a row that reads as unpublished is. The marks are read first, so the rows (the
-/// view `outbox`, a scan) are read only when a mark stands above the last publication.
+/// the stream's position (publishing nothing twice). Rows marked on their own (an earlier
+/// format's, migrated ones) and rows a purge removed are never named: only a row that reads as
+/// unpublished is. The marks are read first, so the rows (the view `outbox`, a scan) are read
+/// only when a mark stands above the last publication.
 fn published_below_marks(tx: &mut postgres::Transaction<'_>) -> Result<()> {
     // CASE: the cast must not meet another name's value (`ledger_id`), whatever order the
     // planner evaluates the conditions in.
