@@ -222,8 +222,15 @@ impl r2d2::ManageConnection for Manager {
         let mut client = self.0.connect().map_err(unreachable)?;
         // Prepared statements get a plan per execution, from the table as it is now: a
         // generic plan cached while the ledger was empty would keep scanning it as it grows.
+        //
+        // And no JIT: every statement claimgate runs reads or writes a few rows through an
+        // index, but one whose estimate the planner cannot see (a range above a value the same
+        // statement computes) is costed at a third of the table, past `jit_above_cost` on a
+        // large ledger, and compiled. `status` on 10,000,000 migrated claims spent 42 of its
+        // 60-80 ms compiling its one statement, which reads no row (BENCHMARKS.md). `verify`
+        // turned it off for its own statements already.
         client
-            .batch_execute("SET plan_cache_mode = force_custom_plan")
+            .batch_execute("SET plan_cache_mode = force_custom_plan; SET jit = off")
             .map_err(unreachable)?;
         Ok(Conn {
             client,
