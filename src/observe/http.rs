@@ -128,7 +128,7 @@ impl Endpoints<'_> {
         let gathered = status::gather(self.cfg, self.ledger, &mut self.conn).and_then(|mut s| {
             // The count and the oldest one only: through the ledger's partial index, as many
             // rows as await review.
-            s.held = Some(status::held_oldest(self.cfg, self.ledger)?);
+            s.held = Some(status::held(self.cfg, self.ledger, 1)?);
             Ok(s)
         });
         match gathered {

@@ -69,9 +69,9 @@ pub struct Status {
     pub ledger: Stats,
     /// The stream side, or why it could not be read.
     pub redis: std::result::Result<RedisStatus, RedisTrouble>,
-    /// Conflicts held for review awaiting a decision: `claimgate status` reads them
-    /// ([`held`]), a `/metrics` scrape their count and the oldest ([`held_oldest`]); `None`
-    /// where not read (`status --watch`).
+    /// Conflicts held for review awaiting a decision ([`held`]): `claimgate status` reads the
+    /// oldest few, a `/metrics` scrape the oldest one; `None` where not read (`status
+    /// --watch`).
     pub held: Option<HeldStatus>,
 }
 
@@ -84,17 +84,11 @@ pub struct HeldStatus {
     pub oldest: Vec<crate::ledger::HeldConflict>,
 }
 
-/// The held conflicts of `cfg.stream` awaiting a decision.
-pub fn held(cfg: &Config, ledger: &dyn Review) -> Result<HeldStatus> {
-    let (awaiting, oldest) =
-        ledger.held_awaiting(&cfg.stream, crate::config::STATUS_HELD_SHOWN_MAX)?;
-    Ok(HeldStatus { awaiting, oldest })
-}
-
-/// How many held conflicts of `cfg.stream` await a decision, and the oldest of them: what a
-/// `/metrics` scrape reports.
-pub fn held_oldest(cfg: &Config, ledger: &dyn Review) -> Result<HeldStatus> {
-    let (awaiting, oldest) = ledger.held_awaiting(&cfg.stream, 1)?;
+/// How many held conflicts of `cfg.stream` await a decision, and the oldest `shown` of them
+/// (`claimgate status` lists `STATUS_HELD_SHOWN_MAX`; a `/metrics` scrape reads one, for its
+/// age).
+pub fn held(cfg: &Config, ledger: &dyn Review, shown: usize) -> Result<HeldStatus> {
+    let (awaiting, oldest) = ledger.held_awaiting(&cfg.stream, shown)?;
     Ok(HeldStatus { awaiting, oldest })
 }
 
@@ -234,7 +228,7 @@ impl Status {
 pub fn run(cfg: &Config, ledger: &dyn Backend, json: bool) -> Result<()> {
     let mut conn = Conn::new(stream::client(&cfg.redis_url)?);
     let mut status = gather(cfg, ledger, &mut conn)?;
-    status.held = Some(held(cfg, ledger)?);
+    status.held = Some(held(cfg, ledger, crate::config::STATUS_HELD_SHOWN_MAX)?);
     let text = if json {
         serde_json::to_string_pretty(&status.doc(cfg)).expect("status serializes") + "\n"
     } else {
