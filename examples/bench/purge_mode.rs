@@ -8,7 +8,8 @@
 //!    the purge's wall time, CPU and peak RSS (wait4), its export's size; the worker's rate
 //!    while the purge ran (claims it made in that window, sampled from the ledger every
 //!    [`SAMPLE_EVERY`]), the longest time it made none with entries still waiting, and its
-//!    commit p99 and max (its own stop line: from BEGIN to COMMIT, lock waits included).
+//!    commit p99 and max (its own stop line: from BEGIN to COMMIT, lock waits included);
+//! 3. in both, the largest the ledger's WAL file grew (sampled).
 //!
 //! Afterwards the ledger holds the history less what the purge removed plus the load, and
 //! `claimgate verify` and `audit verify` pass on it; anything else fails the benchmark.
@@ -44,11 +45,12 @@ pub fn run(o: &Opts) -> Res<()> {
     let alone = live(&env, &load, &template, history, "pu-alone", false)?;
     println!(
         "  worker alone:       {:>8.0} claims/s   commit p99 {:>7.2} ms  max {:>8.2} ms   longest time \
-         with no claim made (claims due) {:.0} ms",
+         with no claim made (claims due) {:.0} ms   WAL peak {:.0} MiB",
         alone.rate,
         alone.commit_p99_us as f64 / 1e3,
         alone.commit_max_us as f64 / 1e3,
-        alone.longest_idle_ms
+        alone.longest_idle_ms,
+        alone.wal_peak_mib
     );
     let beside = live(&env, &load, &template, history, "pu-live", true)?;
     let purge = beside.purge.as_ref().expect("a purge ran beside it");
@@ -64,11 +66,12 @@ pub fn run(o: &Opts) -> Res<()> {
     );
     println!(
         "  worker beside it:   {:>8.0} claims/s   commit p99 {:>7.2} ms  max {:>8.2} ms   longest time \
-         with no claim made (claims due) {:.0} ms;  {:.2} x alone{}",
+         with no claim made (claims due) {:.0} ms   WAL peak {:.0} MiB;  {:.2} x alone{}",
         beside.rate,
         beside.commit_p99_us as f64 / 1e3,
         beside.commit_max_us as f64 / 1e3,
         beside.longest_idle_ms,
+        beside.wal_peak_mib,
         beside.rate / alone.rate,
         if beside.done_first {
             " (the worker was done first)"
@@ -128,6 +131,8 @@ struct Live {
     commit_max_us: u64,
     /// The longest stretch between samples with no claim made and claims still due.
     longest_idle_ms: f64,
+    /// The largest the ledger's WAL file was seen while it ran, in MiB.
+    wal_peak_mib: f64,
     /// Whether the worker made its last claim before the purge ended.
     done_first: bool,
     /// The purge beside it, if one ran.
@@ -230,6 +235,7 @@ fn live(
         commit_p99_us: super::field(&text, "commit_p99_us="),
         commit_max_us: super::stage_max_us(&text, "commit"),
         longest_idle_ms: progress.longest_idle.as_secs_f64() * 1e3,
+        wal_peak_mib: progress.wal_peak_bytes as f64 / 1048576.0,
         done_first,
         purge: purge.map(|p| p.0),
     })
@@ -270,6 +276,9 @@ struct Progress {
     due: i64,
     /// The purge's largest VmHWM seen, in KiB.
     purge_hwm_kib: i64,
+    /// The largest the ledger's WAL file was seen, in bytes: SQLite writes it past its end
+    /// while no checkpoint can start it over, and keeps it at that size until it closes.
+    wal_peak_bytes: u64,
 }
 
 impl Progress {
@@ -289,10 +298,15 @@ impl Progress {
         let mut samples = Vec::new();
         let (mut longest_idle, mut last_change) = (Duration::ZERO, Duration::ZERO);
         let mut purge_hwm_kib = 0;
+        let wal = db.with_extension("db-wal");
+        let mut wal_peak_bytes = 0;
         loop {
             if let Some(kib) = purge_pid.and_then(vm_hwm_kib) {
                 purge_hwm_kib = purge_hwm_kib.max(kib);
             }
+            wal_peak_bytes = std::fs::metadata(&wal)
+                .map_or(0, |m| m.len())
+                .max(wal_peak_bytes);
             let made: i64 = conn
                 .query_row(
                     "SELECT ifnull(max(claim_id), 0) FROM processed_messages",
@@ -319,6 +333,7 @@ impl Progress {
             longest_idle,
             due,
             purge_hwm_kib,
+            wal_peak_bytes,
         })
     }
 

@@ -22,6 +22,11 @@ pub trait Snapshot {
     /// Awards under legal hold that records `first..=last` name.
     fn held_in(&mut self, first: i64, last: i64) -> Result<Vec<String>>;
     /// Outbox rows not yet published of the claims records `first..=last` describe.
+    ///
+    /// May be read in steps, each a snapshot of its own, as the batches are: those rows only
+    /// ever change by being published, which can only lower the count. A relay that starts on a
+    /// new events stream meanwhile (its mark below them) is the race it would be right after a
+    /// one-snapshot count, and a step read after it counts the rows that stream lacks.
     fn unpublished_in(&mut self, first: i64, last: i64) -> Result<u64>;
     /// The last `seq` of the batch starting at `first`: at most `count` records, not past
     /// `last`.
@@ -44,7 +49,8 @@ pub trait Snapshot {
 /// in batches of at most `batch_records_max` records. Returns the plan and each batch's last
 /// `seq`, or `None` when nothing is older than `cutoff`.
 ///
-/// The plan and each batch are read in one snapshot each, not necessarily the same one
+/// The plan and each batch are read in one snapshot each (the plan's unpublished rows perhaps
+/// in several: [`Snapshot::unpublished_in`]), not necessarily the same one
 /// ([`Snapshot::between_batches`]): what the export holds is immutable once the plan admits it
 /// — audit records of a prefix, claims made before the cutoff with their disbursements, and
 /// outbox rows the plan found published everywhere — and what can change meanwhile, a hold

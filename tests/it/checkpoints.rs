@@ -189,3 +189,135 @@ fn a_long_reader_beside_a_worker_never_has_a_restart_checkpoint_hold_the_writer_
     );
     assert!(worker.stop().success());
 }
+
+/// The WAL's checkpoint sequence number (its header's bytes 12..16): it moves on each time
+/// the log starts over from its top.
+fn wal_checkpoint_seq(world: &World) -> u32 {
+    let header = std::fs::read(world.db.with_extension("db-wal")).unwrap();
+    u32::from_be_bytes(header[12..16].try_into().unwrap())
+}
+
+/// A purge's export reads one batch per read transaction, back to back, so beside a writer
+/// there was never a moment without a reader for a RESTART to start the log over: on a
+/// 10,000,000-claim ledger the WAL grew to 3.8 GB beside a worker, and stays that size on disk
+/// until the worker stops (BENCHMARKS.md). The export now runs a checkpoint round itself
+/// between two batches, at most every `CHECKPOINT_INTERVAL_MS`. Red without that round: the
+/// purge then logs no checkpoint of its own and the log never starts over during its export.
+#[test]
+fn a_purge_exporting_beside_a_writer_lets_the_wal_start_over() {
+    // 1. 3,000 claims, paid and published, back-dated to 2019.
+    // 2. A writer of the test's own, with no checkpoints of its own (wal_autocheckpoint 0),
+    //    grows the WAL past the checkpointer's 16,384 frames (64 MiB) and keeps committing.
+    // 3. `retention purge --before 2020-01-01 --batch-records-max 1` exports 3,000 batches
+    //    beside it and exits 0; its log shows a RESTART that found no reader (busy=0), and the
+    //    log's checkpoint sequence moved on (the filler's commits alone never start it over).
+    // 4. The writer stops and its table goes; 3,000 tombstones; verify passes.
+    let w = World::new();
+    let n = 3_000;
+    w.add(&(0..n).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    crate::audit::backdate(&w, n as i64, "2019-03-01T12:00:00.000000Z");
+
+    let filler = rusqlite::Connection::open(&w.db).unwrap();
+    filler
+        .execute_batch(
+            "PRAGMA wal_autocheckpoint = 0; PRAGMA synchronous = OFF;
+             CREATE TABLE test_wal_filler (page BLOB NOT NULL);",
+        )
+        .unwrap();
+    // A 256 KiB row a commit: 64 frames of 4 KiB each.
+    let commit = |filler: &rusqlite::Connection| {
+        filler
+            .execute("INSERT INTO test_wal_filler VALUES (zeroblob(262144))", [])
+            .unwrap();
+    };
+    for _ in 0..300 {
+        commit(&filler);
+    }
+    let wal_frames = std::fs::metadata(w.db.with_extension("db-wal"))
+        .unwrap()
+        .len()
+        / 4_096;
+    assert!(
+        wal_frames > 16_384,
+        "the WAL holds only {wal_frames} frames"
+    );
+    let seq_before = wal_checkpoint_seq(&w);
+
+    let mut cmd = w.cmd(&[
+        "retention",
+        "purge",
+        "--before",
+        "2020-01-01",
+        "--batch-records-max",
+        "1",
+    ]);
+    cmd.env_remove("RUST_LOG");
+    let mut purge = Logged::spawn_logging(cmd, "warn,claimgate::ledger::sqlite::checkpoint=debug");
+    // Small commits beside it, as a worker's; the filler deletes what it adds, so the file
+    // itself does not grow.
+    while purge.alive() {
+        filler
+            .execute_batch(
+                "INSERT INTO test_wal_filler VALUES (zeroblob(8192));
+                 DELETE FROM test_wal_filler WHERE rowid = (SELECT MAX(rowid) FROM test_wal_filler);",
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let status = wait_exit(&mut purge.child, Duration::from_secs(60));
+    assert!(status.success(), "{status}\n{}", purge.log_text());
+    let restarts = purge.lines_with("checkpoint RESTART: busy=0");
+    assert!(
+        !restarts.is_empty(),
+        "the purge's export never started the log over:\n{}",
+        purge.log_text()
+    );
+    assert_ne!(
+        wal_checkpoint_seq(&w),
+        seq_before,
+        "the log never started over"
+    );
+    drop(filler);
+    let db = rusqlite::Connection::open(&w.db).unwrap();
+    db.execute_batch("DROP TABLE test_wal_filler").unwrap();
+    drop(db);
+    assert_eq!(w.count("claim_tombstones"), n as i64);
+    assert_eq!(w.count("processed_messages"), 0);
+    w.run_ok(&["verify"]);
+}
+
+/// A purge's plan counts the prefix's unpublished outbox rows in steps of 20,000 records, each
+/// a read snapshot of its own (in one, a year of a 10,000,000-claim ledger was read for 9 s,
+/// and the WAL grew by 380 MB beside a worker meanwhile). Every step counts: an unpublished row
+/// in the first, the second and the last step of a three-step prefix refuses the purge, naming
+/// all three. Red when only the first step is read.
+#[test]
+fn a_purges_unpublished_count_read_in_steps_counts_every_step() {
+    // 1. 41,000 claims, paid and published, back-dated to 2019: a prefix of 41,000 records.
+    // 2. The outbox rows of claims 100, 20,500 and 40,500 made to read as unpublished.
+    // 3. `retention purge --before 2020-01-01` is refused (exit 1), naming 3 outbox rows;
+    //    nothing is removed.
+    let w = World::new();
+    let n = 41_000;
+    w.add_atomically(&(0..n).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), n as i64);
+    crate::audit::backdate(&w, n as i64, "2019-03-01T12:00:00.000000Z");
+    let db = rusqlite::Connection::open(&w.db).unwrap();
+    let unpublished = db
+        .execute(
+            "UPDATE outbox SET published_at = NULL WHERE claim_id IN (100, 20500, 40500)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(unpublished, 3);
+    drop(db);
+    let refused = w.run(&["retention", "purge", "--before", "2020-01-01"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("refusing to purge: 3 outbox rows"), "{said}");
+    assert_eq!(w.count("processed_messages"), n as i64);
+}

@@ -81,27 +81,7 @@ fn run(conn: &Connection, stop: &Shutdown, busy: Duration) {
     let mut episode = Episode::new("checkpointing the ledger");
     while !stop.is_set() {
         let started = Instant::now();
-        // A passive checkpoint never blocks the writer, but under a steady stream of commits
-        // it rarely finds the log fully copied, so the WAL would never start over. Once it is
-        // long, a RESTART right behind the passive pass copies only the last commit or two,
-        // briefly holding the writer back, and lets the next commit reuse the log from the top.
-        //
-        // Only right behind one that nearly caught up, and never waiting long: a RESTART holds
-        // the writer back for all it copies and, the busy timeout long, for as long as a reader
-        // still reads the log. A long read (a purge's export, `verify`, `backup`) keeps the
-        // passive pass from copying past its snapshot; the RESTART that followed then copied
-        // 25,000 frames (0.6-0.9 s) or waited out the reader (up to the 5 s busy timeout) with
-        // every commit of the worker stopped behind it (BENCHMARKS.md, purge under load).
-        let result = checkpoint(conn, "PASSIVE").and_then(|(wal_frames, copied)| {
-            if wal_frames > WAL_FRAMES_SOFT_MAX && wal_frames - copied <= RESTART_BEHIND_FRAMES_MAX
-            {
-                conn.busy_timeout(RESTART_WAIT)?;
-                let restarted = checkpoint(conn, "RESTART");
-                conn.busy_timeout(busy)?;
-                restarted?;
-            }
-            Ok(())
-        });
+        let result = round(conn, busy);
         let wait = match result {
             Ok(()) => {
                 episode.succeeded();
@@ -116,6 +96,73 @@ fn run(conn: &Connection, stop: &Shutdown, busy: Duration) {
     // Leave a short WAL behind for whoever opens the ledger next.
     if let Err(e) = checkpoint(conn, "TRUNCATE") {
         debug!("the last checkpoint failed: {e}");
+    }
+}
+
+/// One round: a passive checkpoint and, when the WAL is long and that pass nearly caught up, a
+/// RESTART right behind it, waiting at most [`RESTART_WAIT`]; `conn`'s busy timeout is `busy`
+/// again afterwards. Run by the checkpointer every [`CHECKPOINT_INTERVAL_MS`], and by a long
+/// read between its steps ([`Between`]).
+pub(super) fn round(conn: &Connection, busy: Duration) -> Result<()> {
+    // A passive checkpoint never blocks the writer, but under a steady stream of commits
+    // it rarely finds the log fully copied, so the WAL would never start over. Once it is
+    // long, a RESTART right behind the passive pass copies only the last commit or two,
+    // briefly holding the writer back, and lets the next commit reuse the log from the top.
+    //
+    // Only right behind one that nearly caught up, and never waiting long: a RESTART holds
+    // the writer back for all it copies and, the busy timeout long, for as long as a reader
+    // still reads the log. A long read (a purge's export, `verify`, `backup`) keeps the
+    // passive pass from copying past its snapshot; the RESTART that followed then copied
+    // 25,000 frames (0.6-0.9 s) or waited out the reader (up to the 5 s busy timeout) with
+    // every commit of the worker stopped behind it (BENCHMARKS.md, purge under load).
+    let (wal_frames, copied) = checkpoint(conn, "PASSIVE")?;
+    if wal_frames > WAL_FRAMES_SOFT_MAX && wal_frames - copied <= RESTART_BEHIND_FRAMES_MAX {
+        conn.busy_timeout(RESTART_WAIT)?;
+        let restarted = checkpoint(conn, "RESTART");
+        conn.busy_timeout(busy)?;
+        restarted?;
+    }
+    Ok(())
+}
+
+/// Checkpoint rounds for a long read made in steps, each step a read transaction of its own
+/// (a purge's export and its key map). Steps back to back are always a reader of the log, so
+/// the checkpointer's RESTART, which waits at most [`RESTART_WAIT`] for readers to leave it,
+/// seldom found none: beside a worker, a purge of a year of a 10,000,000-claim ledger grew the
+/// WAL to 3.8 GB, which stays that size on disk until the worker stops (BENCHMARKS.md). Between
+/// two steps, the one moment it is sure to read nothing, the reader runs a round itself, at
+/// most every [`CHECKPOINT_INTERVAL_MS`].
+pub(super) struct Between {
+    /// The connection's busy timeout, set again after a RESTART's shorter one.
+    busy: Duration,
+    /// When the last round ran (or the read began).
+    last: Instant,
+}
+
+impl Between {
+    pub(super) fn new(busy: Duration) -> Between {
+        Between {
+            busy,
+            last: Instant::now(),
+        }
+    }
+
+    /// Between two steps of the read on `conn`, which has no transaction open.
+    pub(super) fn steps(&mut self, conn: &Connection) {
+        assert!(
+            conn.is_autocommit(),
+            "a checkpoint round between steps ran inside a transaction, which would keep its \
+             own snapshot in the log"
+        );
+        if self.last.elapsed() < Duration::from_millis(CHECKPOINT_INTERVAL_MS) {
+            return;
+        }
+        // Never fatal, as in the checkpointer: a missed round only leaves a longer WAL. One
+        // that found another checkpoint running reads busy, not an error.
+        if let Err(e) = round(conn, self.busy) {
+            debug!("a checkpoint between two steps of a read failed: {e}");
+        }
+        self.last = Instant::now();
     }
 }
 
