@@ -13,7 +13,8 @@
 //! carries both in the documented form.
 //!
 //! The sentinels decide fast so that a test sees a promotion within seconds: a primary is down
-//! after [`DOWN_AFTER_MS`] without a reply, and a failover that stalls is retried after
+//! after [`DOWN_AFTER_MS`] ([`TLS_DOWN_AFTER_MS`] over TLS) without a reply, and a failover
+//! that stalls is retried after
 //! [`FAILOVER_TIMEOUT_MS`]. Two of the three must agree (quorum 2).
 
 use super::localredis::{
@@ -29,6 +30,15 @@ pub const MASTER_NAME: &str = "claimgate-primary";
 
 /// `sentinel down-after-milliseconds`: how long a silent primary takes to count as down.
 pub const DOWN_AFTER_MS: u64 = 1_000;
+
+/// The same over TLS. A sentinel counts a primary silent from the moment it makes a link to
+/// it, handshake included, and after a failover it makes new links to the new primary. On
+/// this 2-core box under load, TLS handshakes took over a second: the sentinels failed over a
+/// second time, 1.05 s after the test's own failover, to the node that had just rejoined, and
+/// the writes the old one took meanwhile (it learns it was demoted only at Sentinel's next look,
+/// 10 s later) were lost with its resync (the TLS failover test, 1 run in 39 beside two CPU
+/// hogs; the sentinels' logs showed `+sdown` of a primary that answered 0.1 s later).
+pub const TLS_DOWN_AFTER_MS: u64 = 3_000;
 
 /// `sentinel failover-timeout`: when a stalled failover is tried again.
 pub const FAILOVER_TIMEOUT_MS: u64 = 3_000;
@@ -253,10 +263,53 @@ impl LocalSentinels {
 }
 
 impl Drop for LocalSentinels {
+    /// Kills the sentinels; when a test is failing, first prints what every process logged
+    /// (their directory goes with this value, and a failover the test did not ask for is
+    /// only told there).
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
         self.kill_sentinels();
     }
 }
+
+impl LocalSentinels {
+    /// Every sentinel's log whole (a line an event: `+sdown`, `+switch-master`, ...) and the
+    /// last [`NODE_LOG_LINES_SHOWN`] lines of each data node's.
+    pub fn logs(&self) -> String {
+        let dir = self.dir.path();
+        let mut out = String::new();
+        let mut show = |name: String, path: PathBuf, last: usize| {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| format!("({e})\n"));
+            let lines: Vec<&str> = text.lines().collect();
+            let shown = &lines[lines.len().saturating_sub(last)..];
+            out.push_str(&format!(
+                "--- {name} ({})\n{}\n",
+                path.display(),
+                shown.join("\n")
+            ));
+        };
+        for port in self.sentinel_ports() {
+            show(
+                format!("sentinel {port}"),
+                dir.join(format!("sentinel-{port}.log")),
+                usize::MAX,
+            );
+        }
+        for (name, node) in ["a", "b"].iter().zip(&self.nodes) {
+            show(
+                format!("node {name}, port {}", node.port()),
+                dir.join(name).join("redis.log"),
+                NODE_LOG_LINES_SHOWN,
+            );
+        }
+        out
+    }
+}
+
+/// How much of each data node's log [`LocalSentinels::logs`] shows.
+const NODE_LOG_LINES_SHOWN: usize = 60;
 
 fn config_path(dir: &Path, port: u16) -> PathBuf {
     dir.join(format!("sentinel-{port}.conf"))
@@ -331,7 +384,7 @@ fn spawn_sentinel(
     let config = format!(
         "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n{tls_lines}\
          sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
-         sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+         sentinel down-after-milliseconds {MASTER_NAME} {down_after}\n\
          sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
          sentinel parallel-syncs {MASTER_NAME} 1\n{auth_lines}{data_auth}",
         data_auth = passwords
@@ -341,6 +394,11 @@ fn spawn_sentinel(
             .unwrap_or_default(),
         dir = dir.display(),
         log = dir.join(format!("sentinel-{port}.log")).display(),
+        down_after = if tls.is_some() {
+            TLS_DOWN_AFTER_MS
+        } else {
+            DOWN_AFTER_MS
+        },
     );
     std::fs::write(&path, config).map_err(|e| Error::io("writing a sentinel config", e))?;
     start_sentinel_process(&path)
