@@ -2,8 +2,8 @@
 //! (`claimgate::support::localsentinels`), real workers, a real relay, a real SIGKILL.
 
 use crate::support::{
-    status_refusing_the_certificate, submission, wait_for, Certificates, RunWithDeadline, Spawned,
-    World,
+    status_refusing_the_certificate, submission, wait_for, Certificates, Logged, RunWithDeadline,
+    Spawned, World,
 };
 use claimgate::support::localsentinels::{LocalSentinels, Passwords};
 use std::collections::{HashMap, HashSet};
@@ -714,6 +714,68 @@ fn a_write_no_replica_confirms_is_reported_not_treated_as_success() {
         "{stderr}"
     );
     assert_eq!(world.xlen("grants:submissions"), 1);
+}
+
+/// `--redis-wait-replicas 1` against a Redis with no replica: the relay adds its events, no
+/// replica confirms them, and no retry marks them published. A retry finds them on the stream
+/// (its last round wrote them) and once marked them unconfirmed; a failover to a replica that
+/// never had them then lost them with their mark, and the relay refused to go on where it would
+/// have published them again (the TLS failover test's flake, 1 run in 39 under load). Once a
+/// replica has them, they are marked, and published once.
+#[test]
+fn events_no_replica_confirmed_are_not_marked_published_by_a_retry() {
+    // 1. Five submissions paid.
+    // 2. A relay waiting for 1 replica (200 ms) runs beside a Redis with none: the 5 events
+    //    reach the stream and, 3 s of retries later, the ledger still reads 5 unpublished and
+    //    the relay is alive and saying why.
+    // 3. A replica starts: the 5 are marked; the stream holds each event once.
+    let world = World::new();
+    world.add(&(0..5).map(submission).collect::<Vec<_>>());
+    world.drain(&[]);
+    let unpublished =
+        || world.sql_i64_once_made("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL");
+    assert_eq!(unpublished(), 5);
+    let mut relay = Logged::spawn(world.cmd(&[
+        "relay",
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-ms",
+        "200",
+    ]));
+    assert!(wait_for(Duration::from_secs(30), || world
+        .xlen("grants:events")
+        == 5));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(relay.alive(), "{}", relay.log_text());
+    assert_eq!(
+        unpublished(),
+        5,
+        "marked unconfirmed:\n{}",
+        relay.log_text()
+    );
+    assert!(
+        !relay
+            .lines_with("0 of 1 replicas confirmed the write within 200 ms")
+            .is_empty(),
+        "{}",
+        relay.log_text()
+    );
+
+    let replica = claimgate::support::localredis::LocalRedis::start(
+        claimgate::support::localredis::Options {
+            replica_of: Some(world.redis.port()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || unpublished() == 0),
+        "{}",
+        relay.log_text()
+    );
+    assert_eq!(world.xlen("grants:events"), 5);
+    assert!(relay.stop().success());
+    drop(replica);
 }
 
 /// A worker started behind Sentinel copies again the dead letters the ledger records but the
