@@ -190,6 +190,18 @@ fn a_long_reader_beside_a_worker_never_has_a_restart_checkpoint_hold_the_writer_
     assert!(worker.stop().success());
 }
 
+/// A ledger of `n` claims, paid and published, back-dated to 2019: a prefix of `n` records
+/// (one a claim) that `retention purge --before 2020-01-01` may remove.
+fn purgeable_history(n: usize) -> World {
+    let w = World::new();
+    w.add_atomically(&(0..n).map(submission).collect::<Vec<_>>());
+    w.drain(&[]);
+    w.run_ok(&["relay", "--exit-when-idle"]);
+    assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), n as i64);
+    crate::audit::backdate(&w, n as i64, "2019-03-01T12:00:00.000000Z");
+    w
+}
+
 /// The WAL's checkpoint sequence number (its header's bytes 12..16): it moves on each time
 /// the log starts over from its top.
 fn wal_checkpoint_seq(world: &World) -> u32 {
@@ -212,12 +224,8 @@ fn a_purge_exporting_beside_a_writer_lets_the_wal_start_over() {
     //    beside it and exits 0; its log shows a RESTART that found no reader (busy=0), and the
     //    log's checkpoint sequence moved on (the filler's commits alone never start it over).
     // 4. The writer stops and its table goes; 3,000 tombstones; verify passes.
-    let w = World::new();
     let n = 3_000;
-    w.add(&(0..n).map(submission).collect::<Vec<_>>());
-    w.drain(&[]);
-    w.run_ok(&["relay", "--exit-when-idle"]);
-    crate::audit::backdate(&w, n as i64, "2019-03-01T12:00:00.000000Z");
+    let w = purgeable_history(n);
 
     let filler = rusqlite::Connection::open(&w.db).unwrap();
     filler
@@ -299,13 +307,8 @@ fn a_purges_unpublished_count_read_in_steps_counts_every_step() {
     // 2. The outbox rows of claims 100, 20,500 and 40,500 made to read as unpublished.
     // 3. `retention purge --before 2020-01-01` is refused (exit 1), naming 3 outbox rows;
     //    nothing is removed.
-    let w = World::new();
     let n = 41_000;
-    w.add_atomically(&(0..n).map(submission).collect::<Vec<_>>());
-    w.drain(&[]);
-    w.run_ok(&["relay", "--exit-when-idle"]);
-    assert_eq!(w.sql_i64("SELECT MAX(seq) FROM audit_log"), n as i64);
-    crate::audit::backdate(&w, n as i64, "2019-03-01T12:00:00.000000Z");
+    let w = purgeable_history(n);
     let db = rusqlite::Connection::open(&w.db).unwrap();
     let unpublished = db
         .execute(
