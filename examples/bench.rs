@@ -331,10 +331,12 @@ fn bench(o: &Opts) -> Res<()> {
 /// After the report on the N-claim `--template` (built by the report if it was missing): the
 /// worker (a) on a copy of it against an empty ledger, arrival order and back-dated (as
 /// `--prefill N --template FILE`); with `--postgres`, one PostgreSQL node and three against
-/// SQLite's (a) on empty ledgers (as `--postgres`), and one node on the template migrated
-/// into PostgreSQL against one on an empty PostgreSQL ledger; and a purge of its oldest year beside a
-/// worker (as `--purge-under-load --prefill N`, on a load of 1.5 N entries, so the worker runs
-/// as long as the purge). Each part is its mode, run as that mode runs.
+/// SQLite's (a) on empty ledgers (as `--postgres`), one node on the template migrated
+/// into PostgreSQL against one on an empty PostgreSQL ledger, and a purge of that migrated
+/// ledger's oldest year beside one node (on a load of 0.6 N entries); and a purge of the
+/// SQLite template's oldest year beside a worker (as `--purge-under-load --prefill N`, on a
+/// load of 1.5 N entries). Each load keeps its worker busy as long as the purge runs. Each
+/// part is its mode, run as that mode runs.
 fn whole(o: &Opts, n: usize) -> Res<()> {
     let Some(template) = o.template.clone() else {
         usage("--whole needs --template FILE (kept, so each part reads the same ledger)")

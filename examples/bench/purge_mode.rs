@@ -9,13 +9,18 @@
 //!    while the purge ran (claims it made in that window, sampled from the ledger every
 //!    [`SAMPLE_EVERY`]), the longest time it made none with entries still waiting, and its
 //!    commit p99 and max (its own stop line: from BEGIN to COMMIT, lock waits included);
-//! 3. in both, the largest the ledger's WAL file grew (sampled).
+//! 3. in both, on SQLite, the largest the ledger's WAL file grew (sampled).
+//!
+//! The same on PostgreSQL ([`beside`] with [`History::Postgres`]): `--whole --postgres` runs it
+//! on the template migrated into a private cluster, each run on a `CREATE DATABASE … TEMPLATE`
+//! copy.
 //!
 //! Afterwards the ledger holds the history less what the purge removed plus the load, and
 //! `claimgate verify` and `audit verify` pass on it; anything else fails the benchmark.
 
 use super::{wait4, Env, Load, Opts, Res, Shape, AS_CLAIMGATE};
-use std::path::Path;
+use claimgate::support::localpostgres::LocalPostgres;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,44 +39,159 @@ pub fn run(o: &Opts) -> Res<()> {
     if !template.exists() {
         super::prefill_in_child(&template, o.prefill)?;
     }
-    let (history, purgeable) = history(&template)?;
+    beside(&env, o, &History::Sqlite(template), o.n)?;
+    if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
+        println!("kept {}", work.keep().display());
+    }
+    Ok(())
+}
+
+/// The pre-filled ledger a purge runs on. Each run gets a copy of it, so the worker alone and
+/// the worker beside the purge start from the same rows.
+pub(super) enum History<'a> {
+    /// A SQLite ledger file.
+    Sqlite(PathBuf),
+    /// A database in a private PostgreSQL cluster (nobody connected to it: it is copied
+    /// with `CREATE DATABASE … TEMPLATE`).
+    Postgres {
+        pg: &'a LocalPostgres,
+        database: &'a str,
+    },
+}
+
+impl History<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            History::Sqlite(_) => "SQLite",
+            History::Postgres { .. } => "PostgreSQL",
+        }
+    }
+
+    /// A copy named `label` (a plain name: it may be a database's), and where a worker finds it.
+    fn copy(&self, env: &Env, label: &str) -> Res<String> {
+        match self {
+            History::Sqlite(template) => {
+                let db = env.dir.join(format!("{label}.db"));
+                std::fs::copy(template, &db).map_err(|e| e.to_string())?;
+                // On disk before anything is timed (else the first checkpoint's fsync pays
+                // for the copy).
+                std::fs::File::open(&db)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| e.to_string())?;
+                Ok(db.to_string_lossy().into_owned())
+            }
+            History::Postgres { pg, database } => {
+                let url = pg
+                    .copy_database(label, database)
+                    .map_err(|e| e.to_string())?;
+                // The copy's pages written out before anything is timed, as the fsync above.
+                postgres::Client::connect(&url, postgres::NoTls)
+                    .and_then(|mut c| c.batch_execute("CHECKPOINT"))
+                    .map_err(|e| e.to_string())?;
+                Ok(url)
+            }
+        }
+    }
+
+    /// Removes the copy named `label` (at 10M, gigabytes each).
+    fn discard(&self, env: &Env, label: &str) -> Res<()> {
+        match self {
+            History::Sqlite(_) => {
+                super::remove_ledger(&env.dir.join(format!("{label}.db")));
+                Ok(())
+            }
+            History::Postgres { pg, .. } => {
+                postgres::Client::connect(&pg.url("postgres"), postgres::NoTls)
+                    .and_then(|mut c| c.batch_execute(&format!("DROP DATABASE {label}")))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The history's claims, and how many of them the purge may remove (claimed before the
+    /// cutoff).
+    fn counts(&self) -> Res<(i64, i64)> {
+        let (whole, before) = (
+            "SELECT COUNT(*) FROM processed_messages",
+            "SELECT COUNT(*) FROM processed_messages WHERE claimed_at < ",
+        );
+        let (history, purgeable) = match self {
+            History::Sqlite(template) => {
+                let conn = read_only(template)?;
+                let count = |sql: &str| -> Res<i64> {
+                    conn.query_row(sql, [], |r| r.get(0))
+                        .map_err(|e| format!("{sql}: {e}"))
+                };
+                (count(whole)?, count(&format!("{before}'{PURGE_BEFORE}'"))?)
+            }
+            History::Postgres { pg, database } => {
+                let mut c = postgres::Client::connect(&pg.url(database), postgres::NoTls)
+                    .map_err(|e| e.to_string())?;
+                let mut count = |sql: &str| -> Res<i64> {
+                    c.query_one(sql, &[])
+                        .map(|r| r.get(0))
+                        .map_err(|e| format!("{sql}: {e}"))
+                };
+                (count(whole)?, count(&format!("{before}'{PURGE_BEFORE}'"))?)
+            }
+        };
+        if purgeable == 0 || purgeable == history {
+            return Err(
+                "the history was not prefilled over the years (an earlier bench recorded it at \
+                 one instant): delete the template and let this run prefill it again"
+                    .into(),
+            );
+        }
+        Ok((history, purgeable))
+    }
+}
+
+/// The worker alone, then the worker beside `retention purge` of the history's oldest
+/// months, each on a copy of `history` with the same `n`-entry load; then the ledger checked
+/// and `verify` and `audit verify` run on it.
+pub(super) fn beside(env: &Env, o: &Opts, history: &History, n: usize) -> Res<()> {
+    let (total, purgeable) = history.counts()?;
     println!(
-        "purge under load: {history} claims, {purgeable} of them recorded before {PURGE_BEFORE}; \
-         load of {} entries ({:.0}% duplicates) in arrival order",
-        o.n,
+        "purge under load ({}): {total} claims, {purgeable} of them recorded before {PURGE_BEFORE}; \
+         load of {n} entries ({:.0}% duplicates) in arrival order",
+        history.name(),
         o.dup * 100.0
     );
-    let load = env.load("bench:purge", o.n, o.dup, 7, Shape::Arrival)?;
-    let alone = live(&env, &load, &template, history, "pu-alone", false)?;
+    let load = env.load("bench:purge", n, o.dup, 7, Shape::Arrival)?;
+    let wal = |l: &Live| match l.wal_peak_mib {
+        Some(mib) => format!("   WAL peak {mib:.0} MiB"),
+        None => String::new(),
+    };
+    let alone = live(env, &load, history, total, "pu_alone", false)?;
+    history.discard(env, "pu_alone")?;
     println!(
         "  worker alone:       {:>8.0} claims/s   commit p99 {:>7.2} ms  max {:>8.2} ms   longest time \
-         with no claim made (claims due) {:.0} ms   WAL peak {:.0} MiB",
+         with no claim made (claims due) {:.0} ms{}",
         alone.rate,
         alone.commit_p99_us as f64 / 1e3,
         alone.commit_max_us as f64 / 1e3,
         alone.longest_idle_ms,
-        alone.wal_peak_mib
+        wal(&alone)
     );
-    let beside = live(&env, &load, &template, history, "pu-live", true)?;
+    let beside = live(env, &load, history, total, "pu_live", true)?;
     let purge = beside.purge.as_ref().expect("a purge ran beside it");
+    let export = env.dir.join("purge-export.jsonl");
     println!(
         "  purge of {purgeable} claims: {:>7.1} s wall  {:>6.1} s cpu  peak RSS {:>6.1} MiB  export {:.1} MiB",
         purge.secs,
         purge.cpu_s,
         purge.rss_kib as f64 / 1024.0,
-        std::fs::metadata(env.dir.join("purge-export.jsonl"))
-            .map_err(|e| e.to_string())?
-            .len() as f64
-            / 1048576.0
+        std::fs::metadata(&export).map_err(|e| e.to_string())?.len() as f64 / 1048576.0
     );
+    std::fs::remove_file(&export).map_err(|e| e.to_string())?;
     println!(
         "  worker beside it:   {:>8.0} claims/s   commit p99 {:>7.2} ms  max {:>8.2} ms   longest time \
-         with no claim made (claims due) {:.0} ms   WAL peak {:.0} MiB;  {:.2} x alone{}",
+         with no claim made (claims due) {:.0} ms{};  {:.2} x alone{}",
         beside.rate,
         beside.commit_p99_us as f64 / 1e3,
         beside.commit_max_us as f64 / 1e3,
         beside.longest_idle_ms,
-        beside.wal_peak_mib,
+        wal(&beside),
         beside.rate / alone.rate,
         if beside.done_first {
             " (the worker was done first)"
@@ -79,8 +199,7 @@ pub fn run(o: &Opts) -> Res<()> {
             " (the purge was done first: over the purge's time)"
         }
     );
-    let db = env.dir.join("pu-live.db");
-    check(&db, &load, history - purgeable)?;
+    check(&beside.ledger, &load, total - purgeable)?;
     for (label, args) in [
         ("verify", &["verify"][..]),
         ("audit verify", &["audit", "verify"][..]),
@@ -90,7 +209,7 @@ pub fn run(o: &Opts) -> Res<()> {
             .args(args)
             .env_remove("CLAIMGATE_FAILPOINT")
             .env("RUST_LOG", "warn")
-            .env("CLAIMGATE_DB", &db)
+            .env("CLAIMGATE_DB", &beside.ledger)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let t = Instant::now();
@@ -116,14 +235,16 @@ pub fn run(o: &Opts) -> Res<()> {
             rss as f64 / 1024.0
         );
     }
-    if std::env::var_os("BENCH_KEEP_LOGS").is_some() {
-        println!("kept {}", work.keep().display());
+    if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+        history.discard(env, "pu_live")?;
     }
-    Ok(())
+    env.drop_stream("bench:purge")
 }
 
-/// A worker's run over `load` on a copy of `template`, sampled from the ledger.
+/// A worker's run over `load` on a copy of the history, sampled from the ledger.
 struct Live {
+    /// Where the copy is (a file or a URL).
+    ledger: String,
     /// Claims per second from its start to when it had made them all or, with a purge beside
     /// it that ended first, to the purge's end.
     rate: f64,
@@ -131,8 +252,8 @@ struct Live {
     commit_max_us: u64,
     /// The longest stretch between samples with no claim made and claims still due.
     longest_idle_ms: f64,
-    /// The largest the ledger's WAL file was seen while it ran, in MiB.
-    wal_peak_mib: f64,
+    /// The largest a SQLite ledger's WAL file was seen while it ran, in MiB.
+    wal_peak_mib: Option<f64>,
     /// Whether the worker made its last claim before the purge ended.
     done_first: bool,
     /// The purge beside it, if one ran.
@@ -149,22 +270,17 @@ struct Purge {
 }
 
 /// Runs a worker (and, with `purge`, `retention purge` started at the same moment) on a copy
-/// of `template` named `label`.db and samples its progress until it has made every claim and
+/// of the history named `label` and samples its progress until it has made every claim and
 /// the purge has exited.
 fn live(
     env: &Env,
     load: &Load,
-    template: &Path,
-    history: i64,
+    history: &History,
+    claims: i64,
     label: &str,
     purge: bool,
 ) -> Res<Live> {
-    let db = env.dir.join(format!("{label}.db"));
-    std::fs::copy(template, &db).map_err(|e| e.to_string())?;
-    // On disk before anything is timed (else the first checkpoint's fsync pays for the copy).
-    std::fs::File::open(&db)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| e.to_string())?;
+    let ledger = history.copy(env, label)?;
     let log = env.dir.join(format!("{label}.log"));
     let export = env.dir.join("purge-export.jsonl");
     let purge_log = env.dir.join("purge.log");
@@ -175,16 +291,17 @@ fn live(
         .arg(&export)
         .env_remove("CLAIMGATE_FAILPOINT")
         .env("RUST_LOG", "warn")
-        .env("CLAIMGATE_DB", &db)
+        .env("CLAIMGATE_DB", &ledger)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&purge_log).map_err(|e| e.to_string())?);
+    let mut sampler = Sampler::open(history, &ledger, claims)?;
     let started = Instant::now();
     let worker = env
         .claimgate(
             &load.stream,
             &format!("bench-{label}"),
-            db.as_os_str(),
+            ledger.as_ref(),
             &log,
         )
         .args(["run", "--exit-when-idle", "--consumer", label])
@@ -198,7 +315,8 @@ fn live(
     };
     let purge_waited =
         purge_pid.map(|pid| std::thread::spawn(move || wait4(pid).map(|w| (w, Instant::now()))));
-    let progress = Progress::watch(&db, history, load.unique as i64, purge_pid, &purge_waited)?;
+    let progress = Progress::watch(&mut sampler, load.unique as i64, purge_pid, &purge_waited)?;
+    drop(sampler);
     let (wstatus, _, _) = wait4(worker.id())?;
     if wstatus != 0 {
         return Err(format!(
@@ -231,38 +349,91 @@ fn live(
     let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
     let (rate, done_first) = progress.rate_until(purge.as_ref().map(|p| p.1));
     Ok(Live {
+        ledger,
         rate,
         commit_p99_us: super::field(&text, "commit_p99_us="),
         commit_max_us: super::stage_max_us(&text, "commit"),
         longest_idle_ms: progress.longest_idle.as_secs_f64() * 1e3,
-        wal_peak_mib: progress.wal_peak_bytes as f64 / 1048576.0,
+        wal_peak_mib: progress.wal_peak_bytes.map(|b| b as f64 / 1048576.0),
         done_first,
         purge: purge.map(|p| p.0),
     })
 }
 
-/// The template's claims, and how many of them the purge may remove (claimed before the cutoff).
-fn history(template: &Path) -> Res<(i64, i64)> {
-    let conn = read_only(template)?;
-    let count = |sql: &str| -> Res<i64> {
-        conn.query_row(sql, [PURGE_BEFORE], |r| r.get(0))
-            .map_err(|e| format!("{sql}: {e}"))
-    };
-    let history = count("SELECT COUNT(*) FROM processed_messages WHERE ?1 IS NOT NULL")?;
-    let purgeable = count("SELECT COUNT(*) FROM processed_messages WHERE claimed_at < ?1")?;
-    if purgeable == 0 || purgeable == history {
-        return Err(format!(
-            "{} was not prefilled over the years (an earlier bench recorded its whole history at \
-             one instant): delete it and let this run prefill it again",
-            template.display()
-        ));
-    }
-    Ok((history, purgeable))
-}
-
 fn read_only(db: &Path) -> Res<rusqlite::Connection> {
     rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| e.to_string())
+}
+
+/// Reads how many claims the worker has made so far, beside it.
+enum Sampler {
+    /// Claim ids run on from the history's (a claim that loses its race takes no rowid); the
+    /// purge removes only the history's.
+    Sqlite {
+        conn: rusqlite::Connection,
+        history: i64,
+        wal: PathBuf,
+    },
+    /// From the ledger's own counts: claims plus tombstones only grow by claims made (a purge
+    /// moves each claim it removes to a tombstone in one transaction). Not the largest claim
+    /// id: a sequence value is spent by a claim that loses its race.
+    Postgres {
+        ledger: Box<dyn claimgate::ledger::Backend>,
+        history: i64,
+    },
+}
+
+impl Sampler {
+    fn open(history: &History, ledger: &str, claims: i64) -> Res<Sampler> {
+        Ok(match history {
+            History::Sqlite(_) => {
+                let conn = read_only(Path::new(ledger))?;
+                conn.busy_timeout(Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                Sampler::Sqlite {
+                    conn,
+                    history: claims,
+                    wal: PathBuf::from(format!("{ledger}-wal")),
+                }
+            }
+            History::Postgres { .. } => {
+                let ledger = super::pg_mode::open_made(ledger)?;
+                let stats = ledger.stats().map_err(|e| e.to_string())?;
+                Sampler::Postgres {
+                    ledger,
+                    history: (stats.claims + stats.tombstones) as i64,
+                }
+            }
+        })
+    }
+
+    /// Claims the worker has made.
+    fn made(&mut self) -> Res<i64> {
+        let (now, history) = match self {
+            Sampler::Sqlite { conn, history, .. } => (
+                conn.query_row(
+                    "SELECT ifnull(max(claim_id), 0) FROM processed_messages",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| e.to_string())?,
+                *history,
+            ),
+            Sampler::Postgres { ledger, history } => {
+                let s = ledger.stats().map_err(|e| e.to_string())?;
+                ((s.claims + s.tombstones) as i64, *history)
+            }
+        };
+        Ok((now - history).max(0))
+    }
+
+    /// The SQLite ledger's WAL file's size now.
+    fn wal_bytes(&self) -> Option<u64> {
+        match self {
+            Sampler::Sqlite { wal, .. } => Some(std::fs::metadata(wal).map_or(0, |m| m.len())),
+            Sampler::Postgres { .. } => None,
+        }
+    }
 }
 
 /// A worker's progress: claims it had made at each sample.
@@ -276,45 +447,30 @@ struct Progress {
     due: i64,
     /// The purge's largest VmHWM seen, in KiB.
     purge_hwm_kib: i64,
-    /// The largest the ledger's WAL file was seen, in bytes: SQLite writes it past its end
-    /// while no checkpoint can start it over, and keeps it at that size until it closes.
-    wal_peak_bytes: u64,
+    /// The largest a SQLite ledger's WAL file was seen, in bytes: SQLite writes it past its
+    /// end while no checkpoint can start it over, and keeps it at that size until it closes.
+    wal_peak_bytes: Option<u64>,
 }
 
 impl Progress {
-    /// Samples until the worker made all `due` claims (claim ids run on from the history's
-    /// `history`, and the purge removes only the history's) and the purge, if any, has exited.
+    /// Samples until the worker made all `due` claims and the purge, if any, has exited.
     fn watch<T>(
-        db: &Path,
-        history: i64,
+        sampler: &mut Sampler,
         due: i64,
         purge_pid: Option<u32>,
         purge: &Option<std::thread::JoinHandle<T>>,
     ) -> Res<Progress> {
-        let conn = read_only(db)?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(|e| e.to_string())?;
         let started = Instant::now();
         let mut samples = Vec::new();
         let (mut longest_idle, mut last_change) = (Duration::ZERO, Duration::ZERO);
         let mut purge_hwm_kib = 0;
-        let wal = db.with_extension("db-wal");
-        let mut wal_peak_bytes = 0;
+        let mut wal_peak_bytes = None;
         loop {
             if let Some(kib) = purge_pid.and_then(vm_hwm_kib) {
                 purge_hwm_kib = purge_hwm_kib.max(kib);
             }
-            wal_peak_bytes = std::fs::metadata(&wal)
-                .map_or(0, |m| m.len())
-                .max(wal_peak_bytes);
-            let made: i64 = conn
-                .query_row(
-                    "SELECT ifnull(max(claim_id), 0) FROM processed_messages",
-                    [],
-                    |r| r.get(0),
-                )
-                .map_err(|e| e.to_string())?;
-            let made = (made - history).max(0);
+            wal_peak_bytes = sampler.wal_bytes().max(wal_peak_bytes);
+            let made = sampler.made()?;
             let at = started.elapsed();
             match samples.last() {
                 Some(&(_, before)) if before == made && made < due => {
@@ -383,22 +539,37 @@ fn vm_hwm_kib(pid: u32) -> Option<i64> {
 }
 
 /// The ledger after both: the history less the purged claims, plus the load's submissions.
-fn check(db: &Path, load: &Load, kept: i64) -> Res<()> {
-    let conn = read_only(db)?;
-    let q = |sql: &str| -> Res<i64> {
-        conn.query_row(sql, [], |r| r.get(0))
-            .map_err(|e| format!("{sql}: {e}"))
-    };
+fn check(ledger: &str, load: &Load, kept: i64) -> Res<()> {
     let want = kept + load.unique as i64;
-    for (what, sql) in [
-        ("claims", "SELECT COUNT(*) FROM processed_messages"),
-        ("disbursements", "SELECT COUNT(*) FROM disbursements"),
-        ("outbox rows", "SELECT COUNT(*) FROM outbox"),
-    ] {
-        let got = q(sql)?;
+    let (tables, got): (_, Vec<i64>) = if ledger.starts_with("postgres") {
+        let tables = ["processed_messages", "disbursements", "outbox_rows"];
+        let mut c =
+            postgres::Client::connect(ledger, postgres::NoTls).map_err(|e| e.to_string())?;
+        let got = tables
+            .iter()
+            .map(|t| {
+                c.query_one(&format!("SELECT COUNT(*) FROM {t}"), &[])
+                    .map(|r| r.get(0))
+                    .map_err(|e| format!("counting {t}: {e}"))
+            })
+            .collect::<Res<_>>()?;
+        (tables, got)
+    } else {
+        let tables = ["processed_messages", "disbursements", "outbox"];
+        let conn = read_only(Path::new(ledger))?;
+        let got = tables
+            .iter()
+            .map(|t| {
+                conn.query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get(0))
+                    .map_err(|e| format!("counting {t}: {e}"))
+            })
+            .collect::<Res<_>>()?;
+        (tables, got)
+    };
+    for (table, got) in tables.iter().zip(got) {
         if got != want {
             return Err(format!(
-                "after the purge, {what} = {got}, expected {want} ({kept} kept + {} loaded)",
+                "after the purge, {table} holds {got} rows, expected {want} ({kept} kept + {} loaded)",
                 load.unique
             ));
         }

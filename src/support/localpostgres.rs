@@ -124,7 +124,8 @@ impl LocalPostgres {
 
     /// A new database `name` that starts as a copy of the database `template` (`CREATE
     /// DATABASE … TEMPLATE`: its files copied, no rows re-inserted; nobody may be connected to
-    /// `template`), and its URL.
+    /// `template`), and its URL. `STRATEGY FILE_COPY`: PostgreSQL 15's default copies a
+    /// database through the WAL, which for a 10M-claim ledger writes its 9 GB twice.
     pub fn copy_database(&self, name: &str, template: &str) -> Result<String> {
         assert!(
             template
@@ -132,7 +133,7 @@ impl LocalPostgres {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_'),
             "a plain database name"
         );
-        self.create(name, &format!(" TEMPLATE {template}"))
+        self.create(name, &format!(" TEMPLATE {template} STRATEGY FILE_COPY"))
     }
 
     fn create(&self, name: &str, how: &str) -> Result<String> {
