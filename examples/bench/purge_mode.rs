@@ -186,11 +186,13 @@ pub(super) fn beside(env: &Env, o: &Opts, history: &History, n: usize) -> Res<()
     std::fs::remove_file(&export).map_err(|e| e.to_string())?;
     println!(
         "  worker beside it:   {:>8.0} claims/s   commit p99 {:>7.2} ms  max {:>8.2} ms   longest time \
-         with no claim made (claims due) {:.0} ms{};  {:.2} x alone{}",
+         with no claim made (claims due) {:.0} ms, ending {:.1} s in (the export last grew {:.1} s in){};  {:.2} x alone{}",
         beside.rate,
         beside.commit_p99_us as f64 / 1e3,
         beside.commit_max_us as f64 / 1e3,
         beside.longest_idle_ms,
+        beside.longest_idle_end_s,
+        beside.export_end_s.unwrap_or(0.0),
         wal(&beside),
         beside.rate / alone.rate,
         if beside.done_first {
@@ -250,8 +252,12 @@ struct Live {
     rate: f64,
     commit_p99_us: u64,
     commit_max_us: u64,
-    /// The longest stretch between samples with no claim made and claims still due.
+    /// The longest stretch between samples with no claim made and claims still due, and
+    /// when it ended (since the start).
     longest_idle_ms: f64,
+    longest_idle_end_s: f64,
+    /// When the purge's export file last grew (since the start), if one ran.
+    export_end_s: Option<f64>,
     /// The largest a SQLite ledger's WAL file was seen while it ran, in MiB.
     wal_peak_mib: Option<f64>,
     /// Whether the worker made its last claim before the purge ended.
@@ -315,7 +321,11 @@ fn live(
     };
     let purge_waited =
         purge_pid.map(|pid| std::thread::spawn(move || wait4(pid).map(|w| (w, Instant::now()))));
-    let progress = Progress::watch(&mut sampler, load.unique as i64, purge_pid, &purge_waited)?;
+    let watched = Watched {
+        purge_pid,
+        export: purge.then_some(export.as_path()),
+    };
+    let progress = Progress::watch(&mut sampler, load.unique as i64, &watched, &purge_waited)?;
     drop(sampler);
     let (wstatus, _, _) = wait4(worker.id())?;
     if wstatus != 0 {
@@ -354,6 +364,8 @@ fn live(
         commit_p99_us: super::field(&text, "commit_p99_us="),
         commit_max_us: super::stage_max_us(&text, "commit"),
         longest_idle_ms: progress.longest_idle.as_secs_f64() * 1e3,
+        longest_idle_end_s: progress.longest_idle_end.as_secs_f64(),
+        export_end_s: progress.export_grew.map(|t| t.as_secs_f64()),
         wal_peak_mib: progress.wal_peak_bytes.map(|b| b as f64 / 1048576.0),
         done_first,
         purge: purge.map(|p| p.0),
@@ -436,6 +448,14 @@ impl Sampler {
     }
 }
 
+/// What else is watched beside the worker's progress.
+struct Watched<'a> {
+    /// The purge, for its peak RSS.
+    purge_pid: Option<u32>,
+    /// Its export file, for when it stops growing.
+    export: Option<&'a Path>,
+}
+
 /// A worker's progress: claims it had made at each sample.
 struct Progress {
     /// (since the start, claims the worker had made).
@@ -443,6 +463,10 @@ struct Progress {
     /// The longest stretch between samples in which the worker made no claim while it still
     /// had claims to make.
     longest_idle: Duration,
+    /// When that stretch ended (since the start).
+    longest_idle_end: Duration,
+    /// When the purge's export file was last seen to grow.
+    export_grew: Option<Duration>,
     /// The claims the load makes.
     due: i64,
     /// The purge's largest VmHWM seen, in KiB.
@@ -457,16 +481,23 @@ impl Progress {
     fn watch<T>(
         sampler: &mut Sampler,
         due: i64,
-        purge_pid: Option<u32>,
+        watched: &Watched,
         purge: &Option<std::thread::JoinHandle<T>>,
     ) -> Res<Progress> {
         let started = Instant::now();
         let mut samples = Vec::new();
         let (mut longest_idle, mut last_change) = (Duration::ZERO, Duration::ZERO);
+        let mut longest_idle_end = Duration::ZERO;
+        let (mut export_len, mut export_grew) = (0, None);
         let mut purge_hwm_kib = 0;
         let mut wal_peak_bytes = None;
         loop {
-            if let Some(kib) = purge_pid.and_then(vm_hwm_kib) {
+            if let Some(len) = watched.export.and_then(|e| std::fs::metadata(e).ok()) {
+                if len.len() > export_len {
+                    (export_len, export_grew) = (len.len(), Some(started.elapsed()));
+                }
+            }
+            if let Some(kib) = watched.purge_pid.and_then(vm_hwm_kib) {
                 purge_hwm_kib = purge_hwm_kib.max(kib);
             }
             wal_peak_bytes = sampler.wal_bytes().max(wal_peak_bytes);
@@ -474,7 +505,9 @@ impl Progress {
             let at = started.elapsed();
             match samples.last() {
                 Some(&(_, before)) if before == made && made < due => {
-                    longest_idle = longest_idle.max(at - last_change);
+                    if at - last_change > longest_idle {
+                        (longest_idle, longest_idle_end) = (at - last_change, at);
+                    }
                 }
                 _ => last_change = at,
             }
@@ -487,6 +520,8 @@ impl Progress {
         Ok(Progress {
             samples,
             longest_idle,
+            longest_idle_end,
+            export_grew,
             due,
             purge_hwm_kib,
             wal_peak_bytes,

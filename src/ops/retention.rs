@@ -248,6 +248,15 @@ fn default_export_path(location: &LedgerLocation, described: &str) -> PathBuf {
     }
 }
 
+/// Bytes of export written between two `fdatasync`s of it. A year of a busy ledger is
+/// gigabytes of export; left for one fsync at the end, up to that much is dirty in the page
+/// cache when it comes, and on ext4 its writeback held a worker's WAL fsync beside it for
+/// up to 0.83 s (4 KiB fsyncs beside a 3.7 GB file: 0.65–0.83 s at its one final fsync, and
+/// 0.38–0.55 s during its writes from the kernel's own writeback; with a sync every 64 MiB,
+/// 27–40 ms). The export must be on disk before anything is deleted anyway, so syncing it as
+/// it goes costs the purge nothing it would not pay at the end.
+const EXPORT_SYNC_BYTES: u64 = 64 << 20;
+
 /// The export file being written: every row the purge will remove, one JSON line each.
 struct Export {
     /// Where it is, for messages.
@@ -256,11 +265,20 @@ struct Export {
     out: std::io::BufWriter<std::fs::File>,
     /// SHA-256 of every byte written so far.
     sha: Sha256,
+    /// Bytes written since the file was last synced.
+    unsynced: u64,
+    /// [`EXPORT_SYNC_BYTES`], smaller in tests.
+    sync_bytes: u64,
 }
 
 impl Export {
     /// Creates the file, mode 0600. Refuses to overwrite an existing file.
     fn create(path: &Path) -> Result<Export> {
+        Export::create_syncing(path, EXPORT_SYNC_BYTES)
+    }
+
+    fn create_syncing(path: &Path, sync_bytes: u64) -> Result<Export> {
+        assert!(sync_bytes > 0, "an export syncs after some bytes");
         let file = crate::support::files::create_private(path).map_err(|e| {
             Error::Config(format!("cannot create export file {}: {e}", path.display()))
         })?;
@@ -268,6 +286,8 @@ impl Export {
             path: path.to_owned(),
             out: std::io::BufWriter::new(file),
             sha: Sha256::new(),
+            unsynced: 0,
+            sync_bytes,
         })
     }
 
@@ -275,9 +295,15 @@ impl Export {
         let mut line = serde_json::to_vec(row).expect("rows serialize");
         line.push(b'\n');
         self.sha.update(&line);
-        self.out
-            .write_all(&line)
-            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
+        let failed = |e| Error::io(format!("writing {}", self.path.display()), e);
+        self.out.write_all(&line).map_err(failed)?;
+        self.unsynced += line.len() as u64;
+        if self.unsynced >= self.sync_bytes {
+            self.out.flush().map_err(failed)?;
+            self.out.get_ref().sync_data().map_err(failed)?;
+            self.unsynced = 0;
+        }
+        Ok(())
     }
 
     /// Flushes and fsyncs the file and its directory; returns the file's SHA-256.
@@ -301,6 +327,28 @@ impl Export {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_export_is_written_out_as_it_grows_not_only_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("export.jsonl");
+        let mut export = Export::create_syncing(&path, 4096).unwrap();
+        let row = serde_json::json!({ "award_id": "GR-2026-0000001", "pad": "x".repeat(100) });
+        let line = serde_json::to_vec(&row).unwrap().len() as u64 + 1;
+        let rows = 50 * 4096 / line + 7;
+        for _ in 0..rows {
+            export.write(&row).unwrap();
+        }
+        // Before `finish`, the file holds everything up to the last sync point: only what
+        // was written since (less than the 4 KiB, so still in the 8 KiB buffer) is not there.
+        let on_disk = std::fs::metadata(&path).unwrap().len();
+        assert!(export.unsynced < 4096, "{} bytes unsynced", export.unsynced);
+        assert_eq!(on_disk, rows * line - export.unsynced);
+        let digest = export.finish().unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        assert_eq!(whole.len() as u64, rows * line);
+        assert_eq!(digest, crate::domain::key::to_hex(&Sha256::digest(&whole)));
+    }
 
     #[test]
     fn a_default_export_is_named_after_the_ledger_and_never_after_a_password() {
