@@ -201,7 +201,7 @@ pub(super) fn beside(env: &Env, o: &Opts, history: &History, n: usize) -> Res<()
             " (the purge was done first: over the purge's time)"
         }
     );
-    check(&beside.ledger, &load, total - purgeable)?;
+    check(history, &beside.ledger, &load, total - purgeable)?;
     for (label, args) in [
         ("verify", &["verify"][..]),
         ("audit verify", &["audit", "verify"][..]),
@@ -574,9 +574,9 @@ fn vm_hwm_kib(pid: u32) -> Option<i64> {
 }
 
 /// The ledger after both: the history less the purged claims, plus the load's submissions.
-fn check(ledger: &str, load: &Load, kept: i64) -> Res<()> {
+fn check(history: &History, ledger: &str, load: &Load, kept: i64) -> Res<()> {
     let want = kept + load.unique as i64;
-    let (tables, got): (_, Vec<i64>) = if ledger.starts_with("postgres") {
+    let (tables, got): (_, Vec<i64>) = if let History::Postgres { .. } = history {
         let tables = ["processed_messages", "disbursements", "outbox_rows"];
         let mut c =
             postgres::Client::connect(ledger, postgres::NoTls).map_err(|e| e.to_string())?;
