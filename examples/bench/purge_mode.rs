@@ -80,15 +80,10 @@ impl History<'_> {
                     .map_err(|e| e.to_string())?;
                 Ok(db.to_string_lossy().into_owned())
             }
+            // On disk before anything is timed too: `STRATEGY FILE_COPY` syncs the files it
+            // copies and checkpoints before and after.
             History::Postgres { pg, database } => {
-                let url = pg
-                    .copy_database(label, database)
-                    .map_err(|e| e.to_string())?;
-                // The copy's pages written out before anything is timed, as the fsync above.
-                postgres::Client::connect(&url, postgres::NoTls)
-                    .and_then(|mut c| c.batch_execute("CHECKPOINT"))
-                    .map_err(|e| e.to_string())?;
-                Ok(url)
+                pg.copy_database(label, database).map_err(|e| e.to_string())
             }
         }
     }
@@ -111,30 +106,16 @@ impl History<'_> {
     /// The history's claims, and how many of them the purge may remove (claimed before the
     /// cutoff).
     fn counts(&self) -> Res<(i64, i64)> {
-        let (whole, before) = (
-            "SELECT COUNT(*) FROM processed_messages",
-            "SELECT COUNT(*) FROM processed_messages WHERE claimed_at < ",
-        );
-        let (history, purgeable) = match self {
-            History::Sqlite(template) => {
-                let conn = read_only(template)?;
-                let count = |sql: &str| -> Res<i64> {
-                    conn.query_row(sql, [], |r| r.get(0))
-                        .map_err(|e| format!("{sql}: {e}"))
-                };
-                (count(whole)?, count(&format!("{before}'{PURGE_BEFORE}'"))?)
-            }
-            History::Postgres { pg, database } => {
-                let mut c = postgres::Client::connect(&pg.url(database), postgres::NoTls)
-                    .map_err(|e| e.to_string())?;
-                let mut count = |sql: &str| -> Res<i64> {
-                    c.query_one(sql, &[])
-                        .map(|r| r.get(0))
-                        .map_err(|e| format!("{sql}: {e}"))
-                };
-                (count(whole)?, count(&format!("{before}'{PURGE_BEFORE}'"))?)
-            }
+        let at = match self {
+            History::Sqlite(template) => template.to_string_lossy().into_owned(),
+            History::Postgres { pg, database } => pg.url(database),
         };
+        // Closed before the history is copied: PostgreSQL copies no database with a session.
+        let mut c = Counter::open(self, &at)?;
+        let history = c.count("SELECT COUNT(*) FROM processed_messages")?;
+        let purgeable = c.count(&format!(
+            "SELECT COUNT(*) FROM processed_messages WHERE claimed_at < '{PURGE_BEFORE}'"
+        ))?;
         if purgeable == 0 || purgeable == history {
             return Err(
                 "the history was not prefilled over the years (an earlier bench recorded it at \
@@ -576,32 +557,13 @@ fn vm_hwm_kib(pid: u32) -> Option<i64> {
 /// The ledger after both: the history less the purged claims, plus the load's submissions.
 fn check(history: &History, ledger: &str, load: &Load, kept: i64) -> Res<()> {
     let want = kept + load.unique as i64;
-    let (tables, got): (_, Vec<i64>) = if let History::Postgres { .. } = history {
-        let tables = ["processed_messages", "disbursements", "outbox_rows"];
-        let mut c =
-            postgres::Client::connect(ledger, postgres::NoTls).map_err(|e| e.to_string())?;
-        let got = tables
-            .iter()
-            .map(|t| {
-                c.query_one(&format!("SELECT COUNT(*) FROM {t}"), &[])
-                    .map(|r| r.get(0))
-                    .map_err(|e| format!("counting {t}: {e}"))
-            })
-            .collect::<Res<_>>()?;
-        (tables, got)
-    } else {
-        let tables = ["processed_messages", "disbursements", "outbox"];
-        let conn = read_only(Path::new(ledger))?;
-        let got = tables
-            .iter()
-            .map(|t| {
-                conn.query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get(0))
-                    .map_err(|e| format!("counting {t}: {e}"))
-            })
-            .collect::<Res<_>>()?;
-        (tables, got)
+    let outbox = match history {
+        History::Sqlite(_) => "outbox",
+        History::Postgres { .. } => "outbox_rows",
     };
-    for (table, got) in tables.iter().zip(got) {
+    let mut c = Counter::open(history, ledger)?;
+    for table in ["processed_messages", "disbursements", outbox] {
+        let got = c.count(&format!("SELECT COUNT(*) FROM {table}"))?;
         if got != want {
             return Err(format!(
                 "after the purge, {table} holds {got} rows, expected {want} ({kept} kept + {} loaded)",
@@ -610,4 +572,36 @@ fn check(history: &History, ledger: &str, load: &Load, kept: i64) -> Res<()> {
         }
     }
     Ok(())
+}
+
+/// A connection the bench counts rows with, on either ledger.
+enum Counter {
+    Sqlite(rusqlite::Connection),
+    Postgres(postgres::Client),
+}
+
+impl Counter {
+    /// On the ledger at `at`: a file or a URL, as `history` is.
+    fn open(history: &History, at: &str) -> Res<Counter> {
+        Ok(match history {
+            History::Sqlite(_) => Counter::Sqlite(read_only(Path::new(at))?),
+            History::Postgres { .. } => Counter::Postgres(
+                postgres::Client::connect(at, postgres::NoTls).map_err(|e| e.to_string())?,
+            ),
+        })
+    }
+
+    /// The one number `sql` reads.
+    fn count(&mut self, sql: &str) -> Res<i64> {
+        let n = match self {
+            Counter::Sqlite(c) => c
+                .query_row(sql, [], |r| r.get(0))
+                .map_err(|e| e.to_string()),
+            Counter::Postgres(c) => c
+                .query_one(sql, &[])
+                .map(|r| r.get(0))
+                .map_err(|e| e.to_string()),
+        };
+        n.map_err(|e| format!("{sql}: {e}"))
+    }
 }

@@ -253,7 +253,7 @@ fn default_export_path(location: &LedgerLocation, described: &str) -> PathBuf {
 /// cache when it comes, and on ext4 its writeback held a worker's WAL fsync beside it for
 /// up to 0.83 s (4 KiB fsyncs beside a 3.7 GB file: 0.65–0.83 s at its one final fsync, and
 /// 0.38–0.55 s during its writes from the kernel's own writeback; with a sync every 64 MiB,
-/// 27–40 ms). The export must be on disk before anything is deleted anyway, so syncing it as
+/// 40 ms at most). The export must be on disk before anything is deleted anyway, so syncing it as
 /// it goes costs the purge nothing it would not pay at the end.
 const EXPORT_SYNC_BYTES: u64 = 64 << 20;
 
